@@ -1,0 +1,1 @@
+"""Board targets, bitstream builds, and resource and timing reports."""

@@ -1,0 +1,233 @@
+"""Stream testbench helpers: sources and sinks with seeded random stalls, and a runner.
+
+Every stream test in this project goes through :func:`run_streams`, which drives each input
+stream with random idle cycles, applies random backpressure on each output stream, waits for the
+expected number of beats, and then checks that nothing is left over: every input beat was
+accepted and no output beat beyond the expected count appears for ``drain_cycles`` cycles.
+"""
+
+import random
+from dataclasses import dataclass, field
+
+from amaranth.sim import Simulator
+
+__all__ = ["Stalls", "StreamTimeout", "send", "run_streams", "beats_from_rows",
+           "rows_from_beats", "lanes_to_bytes", "STALL_PATTERNS"]
+
+
+@dataclass(frozen=True)
+class Stalls:
+    """Random stall pattern of a stream test.
+
+    Attributes
+    ----------
+    idle : float
+        Probability that a source leaves ``valid`` low in a given cycle.
+    backpressure : float
+        Probability that a sink leaves ``ready`` low in a given cycle.
+    seed : int
+        Seed of the pattern; the same seed gives the same cycles.
+    """
+
+    idle: float = 0.0
+    backpressure: float = 0.0
+    seed: int = 0
+
+    def __str__(self):
+        return f"idle={self.idle} backpressure={self.backpressure} seed={self.seed}"
+
+
+#: Stall patterns every stream test is crossed with.
+STALL_PATTERNS = [
+    Stalls(0.0, 0.0, 1),
+    Stalls(0.5, 0.0, 2),
+    Stalls(0.0, 0.5, 3),
+    Stalls(0.3, 0.6, 4),
+]
+
+
+class StreamTimeout(AssertionError):
+    """A stream did not deliver or accept the expected beats in time."""
+
+
+async def send(ctx, stream, payloads, *, rng, idle=0.0, timeout=100_000):
+    """Drive ``payloads`` into ``stream``, idling with probability ``idle`` before each beat."""
+    for index, payload in enumerate(payloads):
+        while rng.random() < idle:
+            ctx.set(stream.valid, 0)
+            await ctx.tick()
+        ctx.set(stream.payload, payload)
+        ctx.set(stream.valid, 1)
+        for _ in range(timeout):
+            _, _, ready = await ctx.tick().sample(stream.ready)
+            if ready:
+                break
+        else:
+            raise StreamTimeout(f"beat {index} of {len(payloads)} not accepted in {timeout} cycles")
+    ctx.set(stream.valid, 0)
+
+
+@dataclass
+class StreamRun:
+    """What :func:`run_streams` observed.
+
+    Attributes
+    ----------
+    received : dict
+        ``{sink name: [payload, ...]}``.
+    cycles : dict
+        ``{sink name: n}``: the clock edge, counted from 1 at the first edge, at which each sink
+        took its last expected beat. With no stalls, a unit that accepts one beat per cycle and
+        has latency L delivers its last beat of N at ``cycles == N + L`` (per output beat).
+    """
+
+    received: dict = field(default_factory=dict)
+    cycles: dict = field(default_factory=dict)
+
+
+def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycles=32,
+                timeout=20_000):
+    """Simulate ``dut`` with stalling sources and sinks; check nothing is left over or lost.
+
+    Parameters
+    ----------
+    dut : Elaboratable
+        Design under test, clocked by the ``sync`` domain.
+    sources : dict
+        ``{stream: [payload, ...]}`` for the input streams.
+    sinks : dict
+        ``{name: (stream, count)}`` for the output streams.
+    stalls : Stalls
+        Idle and backpressure probabilities and the seed.
+    setup : callable, optional
+        ``setup(ctx)`` sets static inputs (dtype, configuration); it runs before the first edge.
+    drain_cycles : int
+        After everything expected has been sent and received, the cycles during which no sink
+        may see ``valid``.
+    timeout : int
+        Cycles without progress after which a source or sink fails the test.
+
+    Returns
+    -------
+    StreamRun
+
+    Raises
+    ------
+    StreamTimeout
+        A source could not deliver or a sink did not receive its beats.
+    AssertionError
+        A sink saw a beat beyond its expected count.
+    """
+    rng = random.Random(stalls.seed)
+    # One generator per stream so that one stream's pattern does not depend on another's.
+    source_rngs = [random.Random(rng.getrandbits(64)) for _ in sources]
+    sink_rngs = {name: random.Random(rng.getrandbits(64)) for name in sinks}
+    run = StreamRun()
+    finished = []
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+
+    if setup is not None:
+        async def configure(ctx):
+            setup(ctx)
+        sim.add_testbench(configure)
+
+    for (stream, payloads), source_rng in zip(sources.items(), source_rngs):
+        async def source(ctx, stream=stream, payloads=payloads, source_rng=source_rng):
+            await send(ctx, stream, payloads, rng=source_rng, idle=stalls.idle, timeout=timeout)
+            finished.append(stream)
+        sim.add_testbench(source)
+
+    for name, (stream, count) in sinks.items():
+        async def sink(ctx, name=name, stream=stream, count=count):
+            edges = 0
+            received = []
+            waited = 0
+            sink_rng = sink_rngs[name]
+            while len(received) < count:
+                ready = sink_rng.random() >= stalls.backpressure
+                ctx.set(stream.ready, ready)
+                _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
+                edges += 1
+                if ready and valid:
+                    received.append(payload)
+                    waited = 0
+                else:
+                    waited += 1
+                    if waited > timeout:
+                        raise StreamTimeout(f"sink {name!r} received {len(received)} of {count} "
+                                            f"beats, then nothing for {timeout} cycles")
+            run.received[name] = received
+            run.cycles[name] = edges
+            finished.append(name)
+            # Stay ready: anything beyond the expected beats is an error, caught below.
+            ctx.set(stream.ready, 1)
+            for _ in range(drain_cycles + timeout):
+                if len(finished) == len(sources) + len(sinks):
+                    break
+                _, _, valid = await ctx.tick().sample(stream.valid)
+                if valid:
+                    raise AssertionError(f"sink {name!r} got a beat beyond its {count}")
+            for _ in range(drain_cycles):
+                _, _, valid = await ctx.tick().sample(stream.valid)
+                if valid:
+                    raise AssertionError(f"sink {name!r} got a beat beyond its {count}")
+        sim.add_testbench(sink)
+
+    sim.run()
+    unsent = [s for s in sources if s not in finished]
+    if unsent:
+        raise StreamTimeout(f"{len(unsent)} source(s) did not deliver all their beats")
+    return run
+
+
+def beats_from_rows(rows, lanes):
+    """Pack rows of bytes into beat payloads (see :func:`maxaccel.hdl.beat.beat_layout`).
+
+    Parameters
+    ----------
+    rows : iterable of bytes
+        Each row's elements, little-endian; a row may be empty.
+    lanes : int
+        Lanes per beat.
+
+    Returns
+    -------
+    list of dict
+        Beat payloads for ``ctx.set``; padding bytes are zero.
+    """
+    beat_bytes = 8 * lanes
+    beats = []
+    for row in rows:
+        row = bytes(row)
+        chunks = [row[i:i + beat_bytes] for i in range(0, len(row), beat_bytes)] or [b""]
+        for index, chunk in enumerate(chunks):
+            padded = chunk.ljust(beat_bytes, b"\0")
+            beats.append({
+                "data": [int.from_bytes(padded[8 * j:8 * j + 8], "little") for j in range(lanes)],
+                "nbytes": len(chunk),
+                "first": index == 0,
+                "last": index == len(chunks) - 1,
+            })
+    return beats
+
+
+def lanes_to_bytes(lanes):
+    """The bytes of a beat's ``data`` field (a sampled ArrayLayout view or a list of ints)."""
+    return b"".join(int(lane).to_bytes(8, "little") for lane in lanes)
+
+
+def rows_from_beats(beats):
+    """Unpack sampled beat payloads into rows of bytes; checks ``first``/``last`` framing."""
+    rows, current = [], None
+    for index, beat in enumerate(beats):
+        if beat.first != (current is None):
+            raise AssertionError(f"beat {index}: first={beat.first} but a row is "
+                                 f"{'open' if current is not None else 'not open'}")
+        current = (current or b"") + lanes_to_bytes(beat.data)[:beat.nbytes]
+        if beat.last:
+            rows.append(current)
+            current = None
+    if current is not None:
+        raise AssertionError("the last row has no beat with last set")
+    return rows
