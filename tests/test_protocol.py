@@ -1,0 +1,93 @@
+"""Host side of the wire protocol: framing, resynchronisation, and the shared CRC definition."""
+
+import random
+
+import pytest
+from amaranth.lib import crc
+
+from maxaccel.host.protocol import (CRC_ALGORITHM, FRAME_OVERHEAD, MAGIC, Command, Frame,
+                                    FrameParser, Status, crc32, encode_frame)
+
+
+def test_host_crc_is_the_gateware_catalog_crc():
+    algorithm = getattr(crc.catalog, CRC_ALGORITHM)(data_width=8)
+    rng = random.Random(1)
+    for length in [0, 1, 2, 7, 64, 1000]:
+        data = bytes(rng.getrandbits(8) for _ in range(length))
+        assert crc32(data) == algorithm.compute(data)
+
+
+def test_frame_layout_and_overhead():
+    frame = encode_frame(Command.REDUCE, 0x1FF, b"\x01\x02\x03", Status.BAD_LENGTH)
+    assert frame[:2] == MAGIC and frame[2] == Command.REDUCE and frame[3] == 0xFF
+    assert int.from_bytes(frame[4:8], "little") == 3
+    assert len(frame) == 3 + FRAME_OVERHEAD
+    assert frame[12:15] == b"\x01\x02\x03" and frame[15] == Status.BAD_LENGTH
+    assert 4096 / (4096 + FRAME_OVERHEAD) > 0.995
+
+
+def frames_of(payloads):
+    return [Frame(code=i % 7, seq=i, payload=p, status=i % 3) for i, p in enumerate(payloads)]
+
+
+def encode(frames):
+    return b"".join(encode_frame(f.code, f.seq, f.payload, f.status) for f in frames)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 17, 10_000])
+def test_frames_survive_any_fragmentation(chunk):
+    frames = frames_of([b"", b"a", bytes(range(256)) * 3, MAGIC * 10])
+    wire = encode(frames)
+    parser = FrameParser()
+    got = []
+    for i in range(0, len(wire), chunk):
+        got += parser.feed(wire[i:i + chunk])
+    assert got == frames
+    assert parser.pending() == 0 and parser.skipped_bytes == 0
+
+
+def test_resynchronises_after_garbage_and_false_magic():
+    frames = frames_of([b"x" * 40, b"", b"MXMXMX"])
+    garbage = [b"\x00\xffMX\x12\x34", b"MM", b"MX" + b"\xff" * 30]
+    wire = b"".join(g + encode([f]) for g, f in zip(garbage, frames)) + b"M"
+    parser = FrameParser()
+    assert parser.feed(wire) == frames
+    assert parser.header_errors >= 2
+    assert parser.skipped_bytes == sum(map(len, garbage))
+    assert parser.pending() == 1  # a trailing "M" may start the next frame
+
+
+def test_corrupted_payload_is_delivered_as_not_intact():
+    wire = bytearray(encode_frame(Command.MAX, 5, b"hello world"))
+    wire[14] ^= 0x10
+    (frame,) = FrameParser().feed(bytes(wire))
+    assert frame.seq == 5 and not frame.intact
+
+
+def test_corrupted_header_skips_to_the_next_frame():
+    good = frames_of([b"abc", b"defg"])
+    wire = bytearray(encode(good))
+    wire[5] ^= 0x01  # length of the first frame
+    parser = FrameParser()
+    assert parser.feed(bytes(wire)) == good[1:]
+    assert parser.header_errors == 1
+
+
+def test_random_corruption_never_yields_a_wrong_intact_frame():
+    rng = random.Random(7)
+    frames = frames_of([bytes(rng.getrandbits(8) for _ in range(rng.randrange(50)))
+                        for _ in range(200)])
+    wire = bytearray(encode(frames))
+    for _ in range(60):
+        position = rng.randrange(len(wire))
+        kind = rng.randrange(3)
+        if kind == 0:
+            wire[position] ^= 1 << rng.randrange(8)
+        elif kind == 1:
+            del wire[position]
+        else:
+            wire.insert(position, rng.getrandbits(8))
+    got = FrameParser().feed(bytes(wire))
+    intact = [f for f in got if f.intact]
+    assert len(intact) > 100
+    assert all(f in frames for f in intact)
