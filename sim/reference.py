@@ -1,0 +1,461 @@
+"""The golden model: bit-exact ONNX Max, ReduceMax and GlobalMaxPool on numpy arrays.
+
+Every other path of maxaccel (gateware, virtual board, real board, ONNX offload) is checked
+against this module bit for bit. It is written on *integer views of the bits*, never with numpy
+float comparisons, because numpy's float ``maximum`` breaks ``±0`` ties by operand position and
+passes NaN payloads through (see ``docs/semantics.md``).
+
+The order (IEEE 754-2019 ``maximum``)::
+
+    -inf < finite negatives < -0 < +0 < finite positives < +inf      (subnormals are ordinary)
+
+* NaN is absorbing: if any element that takes part in a max is NaN, the result is NaN, and that
+  NaN is the canonical quiet NaN of the format (sign 0, exponent all ones, mantissa MSB only:
+  f16 ``0x7E00``, bf16 ``0x7FC0``, f32 ``0x7FC00000``, f64 ``0x7FF8000000000000``). Signalling
+  NaNs, negative NaNs and NaN payloads never come out. This holds for a max of one input and a
+  reduction of one element too.
+* Integers: numeric order, signed or unsigned per dtype. bool: ``False < True``.
+* A reduction over an empty set yields the least element: ``-inf``, the integer minimum, or
+  ``False``.
+* The one place bits pass through untouched is ``reduce_max(..., noop_with_empty_axes=True)`` with
+  no axes, which ONNX defines as the identity (no max is taken).
+
+How it works: each element is mapped to an unsigned *order key* of the same width whose integer
+order is the order above (:func:`order_key`), every NaN is given the greatest key, the integer
+maximum is taken with numpy, and the winning key is mapped back to bits (:func:`from_order_key`),
+canonicalising NaN. Reductions start from the key of the least element, so empty reductions need
+no special case.
+
+Dtypes accepted (ONNX type constraints, except where noted):
+
+=====================  ==========================================================
+``max``                float16, bfloat16, float32, float64, (u)int8/16/32/64 (Max-13);
+                       not bool
+``reduce_max``         all of the above and bool (ReduceMax-20); int16 and uint16 are
+                       accepted although ONNX ReduceMax does not list them
+``global_max_pool``    float16, bfloat16, float32, float64 only (GlobalMaxPool-22)
+=====================  ==========================================================
+
+Results are always new arrays (never views of an input, never numpy scalars) of the input's
+dtype in native byte order.
+"""
+
+import operator
+
+import numpy as np
+
+from maxaccel.host.dtypes import FORMATS, Format, format_of
+
+__all__ = [
+    "max", "reduce_max", "global_max_pool",
+    "assert_same_bits", "bits_of", "from_bits", "order_key", "from_order_key", "is_nan",
+    "canonicalize_nans", "MAX_DTYPES", "REDUCE_MAX_DTYPES", "GLOBAL_MAX_POOL_DTYPES",
+]
+
+#: Element types accepted by :func:`max` (ONNX Max-13: every numeric type, no bool).
+MAX_DTYPES = frozenset(d for d, f in FORMATS.items() if f.kind != "bool")
+#: Element types accepted by :func:`reduce_max` (ReduceMax-20 plus int16/uint16).
+REDUCE_MAX_DTYPES = frozenset(FORMATS)
+#: Element types accepted by :func:`global_max_pool` (ONNX GlobalMaxPool-22: floats only).
+GLOBAL_MAX_POOL_DTYPES = frozenset(d for d, f in FORMATS.items() if f.is_float)
+
+
+# --- bit-level helpers --------------------------------------------------------------------------
+
+
+def _as_format(fmt_or_dtype):
+    return fmt_or_dtype if isinstance(fmt_or_dtype, Format) else format_of(fmt_or_dtype)
+
+
+def _to_native(array):
+    """``array`` as a native-byte-order ndarray of its supported dtype (bits untouched)."""
+    array = np.asarray(array)
+    fmt = format_of(array.dtype)
+    if array.dtype.byteorder == ">":
+        # Swap bytes as integers: a float cast could touch NaN payloads.
+        swapped = array.view(fmt.uint_dtype.newbyteorder(">")).astype(fmt.uint_dtype)
+        return swapped.view(fmt.numpy_dtype), fmt
+    return array, fmt
+
+
+def bits_of(values):
+    """The raw bits of ``values`` as an unsigned integer array of the same width (a new array).
+
+    bool elements come out as 0 or 1.
+    """
+    values, fmt = _to_native(values)
+    if fmt.kind == "bool":
+        return values.astype(np.uint8)
+    return values.view(fmt.uint_dtype).copy()
+
+
+def from_bits(bits, fmt):
+    """An array of ``fmt``'s dtype holding ``bits`` (unsigned integers, truncated to the width).
+
+    ``fmt`` is a :class:`~maxaccel.host.dtypes.Format` or anything ``format_of`` accepts.
+    """
+    fmt = _as_format(fmt)
+    bits = np.asarray(bits).astype(fmt.uint_dtype)
+    if fmt.kind == "bool":
+        return np.asarray(bits != 0)
+    return bits.view(fmt.numpy_dtype)
+
+
+def _nan_mask(bits, fmt):
+    if not fmt.is_float:
+        return np.zeros(np.shape(bits), dtype=bool)
+    magnitude = bits & fmt.uint_dtype.type(fmt.sign_mask - 1)
+    infinity = fmt.uint_dtype.type(((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits)
+    return np.asarray(magnitude > infinity)
+
+
+def is_nan(values):
+    """Boolean array: which elements are NaN (any sign, quiet or signalling), decided on bits.
+
+    All False for integer and bool dtypes.
+    """
+    values, fmt = _to_native(values)
+    return _nan_mask(bits_of(values), fmt)
+
+
+def _key_from_bits(bits, fmt):
+    sign = fmt.uint_dtype.type(fmt.sign_mask)
+    if fmt.kind == "signed":
+        return np.asarray(bits ^ sign)
+    if fmt.is_float:
+        negative = (bits & sign) != 0
+        return np.where(negative, ~bits, bits | sign)
+    return np.array(bits)
+
+
+def _bits_from_key(keys, fmt):
+    sign = fmt.uint_dtype.type(fmt.sign_mask)
+    if fmt.kind == "signed":
+        return np.asarray(keys ^ sign)
+    if fmt.is_float:
+        was_positive = (keys & sign) != 0
+        return np.where(was_positive, keys & ~sign, ~keys)
+    return np.array(keys)
+
+
+def order_key(values):
+    """Unsigned order keys of ``values``: ``a < b`` in the contract's order iff ``key(a) < key(b)``.
+
+    Same width as the element (``Format.uint_dtype``; uint8 for bool). The mapping is a
+    bijection on bit patterns:
+
+    * unsigned integers and bool: the bits as they are;
+    * signed integers: the bits with the sign bit flipped;
+    * floats: negative (sign bit set) -> all bits inverted; positive -> sign bit set. This is
+      IEEE 754 ``totalOrder``: ``-0 < +0``, and NaNs sit outside ``[-inf, +inf]`` (positive NaNs
+      above ``+inf``, negative NaNs below ``-inf``), ordered by payload.
+
+    The keys alone do not make NaN absorbing; :func:`max` and :func:`reduce_max` first give every
+    NaN (see :func:`is_nan`) the greatest key.
+    """
+    values, fmt = _to_native(values)
+    return _key_from_bits(bits_of(values), fmt)
+
+
+def from_order_key(keys, fmt):
+    """Inverse of :func:`order_key`, except that a NaN result is the canonical NaN of ``fmt``.
+
+    ``keys`` are unsigned integers of ``fmt``'s width; returns an array of ``fmt``'s dtype.
+    """
+    fmt = _as_format(fmt)
+    bits = _bits_from_key(np.asarray(keys).astype(fmt.uint_dtype), fmt)
+    if fmt.is_float:
+        bits = np.where(_nan_mask(bits, fmt), fmt.uint_dtype.type(fmt.canonical_nan), bits)
+    return from_bits(bits, fmt)
+
+
+def canonicalize_nans(values):
+    """A copy of ``values`` with every NaN replaced by the canonical quiet NaN of its format."""
+    values, fmt = _to_native(values)
+    bits = bits_of(values)
+    if fmt.is_float:
+        bits[_nan_mask(bits, fmt)] = fmt.canonical_nan
+    return from_bits(bits, fmt)
+
+
+def _max_keys(values, fmt):
+    """Order keys in which every NaN has the greatest key, so an integer max absorbs NaN."""
+    bits = bits_of(values)
+    keys = _key_from_bits(bits, fmt)
+    if fmt.is_float:
+        keys[_nan_mask(bits, fmt)] = np.iinfo(fmt.uint_dtype).max
+    return keys
+
+
+def _lowest_key(fmt):
+    return _key_from_bits(np.array(fmt.lowest, dtype=fmt.uint_dtype), fmt)[()]
+
+
+# --- checking inputs ----------------------------------------------------------------------------
+
+
+def _accepted_names(dtypes):
+    return ", ".join(str(FORMATS[d].numpy_dtype) for d in FORMATS if d in dtypes)
+
+
+def _check_dtype(fmt, allowed, operator_name, hint=""):
+    if fmt.dtype not in allowed:
+        raise TypeError(
+            f"{operator_name} does not accept {fmt.numpy_dtype}; "
+            f"accepted: {_accepted_names(allowed)}{hint}"
+        )
+
+
+def _shape_text(shape):
+    return str(tuple(int(n) for n in shape))
+
+
+def _normalize_axes(axes, rank):
+    """``axes`` (None, int, sequence or integer array) as a sorted tuple of non-negative axes."""
+    if axes is None:
+        return None
+    if isinstance(axes, np.ndarray):
+        if axes.ndim > 1:
+            raise ValueError(f"axes must be one-dimensional, got an array of shape {axes.shape}")
+        if axes.size and not np.issubdtype(axes.dtype, np.integer):
+            raise TypeError(f"axes must be integers, got an array of {axes.dtype}")
+        axes = axes.reshape(-1).tolist()
+    elif isinstance(axes, (int, np.integer)) and not isinstance(axes, (bool, np.bool_)):
+        axes = [axes]
+    try:
+        axes = list(axes)
+    except TypeError:
+        raise TypeError(f"axes must be None, an integer or a sequence of integers, got {axes!r}") \
+            from None
+    checked = []
+    for axis in axes:
+        if isinstance(axis, (bool, np.bool_)):
+            raise TypeError(f"axes must be integers, got {axis!r}")
+        try:
+            checked.append(operator.index(axis))
+        except TypeError:
+            raise TypeError(f"axes must be integers, got {axis!r}") from None
+    normalized = []
+    for axis in checked:
+        if not -rank <= axis < rank:
+            accepted = f"accepted: [{-rank}, {rank - 1}]" if rank else "a rank-0 tensor has no axes"
+            raise ValueError(
+                f"axis {axis} is out of range for a tensor of rank {rank} ({accepted})"
+            )
+        normalized.append(axis % rank)
+    repeated = sorted({a for a in normalized if normalized.count(a) > 1})
+    if repeated:
+        raise ValueError(
+            f"axes {checked} name axis {', '.join(map(str, repeated))} more than once "
+            f"(rank {rank})"
+        )
+    return tuple(sorted(normalized))
+
+
+def _check_flag(value, name):
+    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{name} must be a bool or 0/1, got {value!r}")
+
+
+# --- the operators ------------------------------------------------------------------------------
+
+
+def max(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
+    """ONNX ``Max``: the element-wise maximum of one or more tensors, with numpy broadcasting.
+
+    Parameters
+    ----------
+    *arrays : array_like
+        One or more tensors of the same dtype (float16, bfloat16, float32, float64, int8..int64,
+        uint8..uint64; not bool, as in ONNX Max-13). Their shapes must be mutually broadcastable
+        (ONNX multidirectional broadcasting, same as numpy); rank-0 tensors are allowed.
+
+    Returns
+    -------
+    numpy.ndarray
+        New array of the common dtype and the broadcast shape. Order and NaN rules as in the
+        module docstring: ``max(+0, -0) == max(-0, +0) == +0``, any NaN operand gives the
+        canonical quiet NaN (also with a single input).
+
+    Raises
+    ------
+    TypeError
+        No input; an unsupported dtype (the message lists the accepted ones); inputs of
+        different dtypes (the message names them).
+    ValueError
+        Shapes that do not broadcast (the message names every input shape).
+    """
+    if not arrays:
+        raise TypeError("max() needs at least one input tensor (ONNX Max takes 1 to 2^31-1)")
+    natives = [_to_native(a) for a in arrays]
+    formats = [fmt for _, fmt in natives]
+    if any(fmt != formats[0] for fmt in formats):
+        names = ", ".join(str(fmt.numpy_dtype) for fmt in formats)
+        raise TypeError(f"max() inputs must all have the same dtype, got {names}")
+    fmt = formats[0]
+    _check_dtype(fmt, MAX_DTYPES, "max() (ONNX Max)")
+    shapes = [values.shape for values, _ in natives]
+    try:
+        shape = np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(
+            f"max() input shapes do not broadcast: {', '.join(map(_shape_text, shapes))}"
+        ) from None
+    result = np.empty(shape, dtype=fmt.uint_dtype)
+    result[...] = _max_keys(natives[0][0], fmt)
+    for values, _ in natives[1:]:
+        np.maximum(result, _max_keys(values, fmt), out=result)
+    return from_order_key(result, fmt)
+
+
+def reduce_max(data, axes=None, keepdims=True, noop_with_empty_axes=False):
+    """ONNX ``ReduceMax`` (opset 18/20 semantics; the older attribute forms are special cases).
+
+    Parameters
+    ----------
+    data : array_like
+        Tensor of any supported dtype, bool included (ReduceMax-20: ``False < True``); int16 and
+        uint16 are accepted too. Any rank, rank 0 included; zero-size dimensions are allowed.
+    axes : None, int, sequence of int or 1-D integer array
+        Axes to reduce, each in ``[-r, r-1]`` for rank ``r``, no axis twice (after negative
+        axes are resolved). ``None`` or empty means "no axes given": see
+        ``noop_with_empty_axes``.
+    keepdims : bool or 0/1
+        Keep reduced axes as size-1 dimensions (default, as in ONNX) or drop them.
+    noop_with_empty_axes : bool or 0/1
+        With no axes given: False (default) reduces over all axes; True returns a copy of
+        ``data`` with its bits untouched (the ONNX identity: NaN payloads pass through).
+
+    Returns
+    -------
+    numpy.ndarray
+        New array of ``data``'s dtype. A reduction over an empty set of elements (a reduced axis
+        of size 0) yields ``-inf``, the integer minimum or ``False``; a NaN anywhere in a reduced
+        set yields the canonical quiet NaN, whatever its position.
+
+    Raises
+    ------
+    TypeError
+        Unsupported dtype; non-integer axes; a bad ``axes`` container.
+    ValueError
+        An axis out of range (the message names the axis and the rank); an axis named twice;
+        ``keepdims`` or ``noop_with_empty_axes`` other than a bool or 0/1.
+    """
+    values, fmt = _to_native(data)
+    _check_dtype(fmt, REDUCE_MAX_DTYPES, "reduce_max() (ONNX ReduceMax)")
+    axes = _normalize_axes(axes, values.ndim)
+    keepdims = _check_flag(keepdims, "keepdims")
+    noop_with_empty_axes = _check_flag(noop_with_empty_axes, "noop_with_empty_axes")
+    if not axes:
+        if noop_with_empty_axes:
+            return values.copy()
+        axes = tuple(range(values.ndim))
+    if keepdims:
+        shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
+    else:
+        shape = tuple(n for i, n in enumerate(values.shape) if i not in axes)
+    keys = np.maximum.reduce(
+        _max_keys(values, fmt), axis=axes, keepdims=keepdims, initial=_lowest_key(fmt)
+    )
+    return from_order_key(np.asarray(keys).reshape(shape), fmt)
+
+
+def global_max_pool(x):
+    """ONNX ``GlobalMaxPool``: the maximum over all spatial positions of each (batch, channel).
+
+    Parameters
+    ----------
+    x : array_like
+        Tensor ``N x C x D1 x ... x Dn`` with ``n >= 1`` (rank >= 3), of dtype float16, bfloat16,
+        float32 or float64. ONNX GlobalMaxPool is defined for float tensors only (bfloat16 from
+        opset 22), so integer and bool tensors are refused; for them use
+        ``reduce_max(x, axes=range(2, x.ndim))``, which gives what an integer GlobalMaxPool would.
+
+    Returns
+    -------
+    numpy.ndarray
+        New array ``N x C x 1 x ... x 1`` of ``x``'s dtype (same rank as ``x``). A channel with no
+        spatial elements (some ``Di == 0``) yields ``-inf``; a channel containing any NaN yields
+        the canonical quiet NaN; ``±0`` ties give ``+0`` unless every element is ``-0``.
+
+    Raises
+    ------
+    TypeError
+        Not a float dtype (the message lists the accepted ones).
+    ValueError
+        Rank below 3 (the message names the shape).
+    """
+    values, fmt = _to_native(x)
+    _check_dtype(
+        fmt, GLOBAL_MAX_POOL_DTYPES, "global_max_pool() (ONNX GlobalMaxPool, float types only)",
+        hint="; for integer tensors use reduce_max(x, axes=range(2, x.ndim))",
+    )
+    if values.ndim < 3:
+        raise ValueError(
+            f"global_max_pool() needs a tensor of rank >= 3 (N x C x D1 ... Dn), "
+            f"got rank {values.ndim} with shape {_shape_text(values.shape)}"
+        )
+    return reduce_max(values, axes=tuple(range(2, values.ndim)), keepdims=True)
+
+
+# --- checking results ---------------------------------------------------------------------------
+
+
+def _element_text(bits_value, dtype):
+    """``0x...`` and, for numbers, the value numpy prints (for messages)."""
+    dtype = np.dtype(dtype).newbyteorder("=")
+    text = f"0x{int(bits_value):0{2 * dtype.itemsize}x}"
+    try:
+        value = np.array(bits_value, dtype=f"u{dtype.itemsize}").view(dtype)[()]
+        return f"{text} ({value!r})"
+    except (TypeError, ValueError):
+        return text
+
+
+def assert_same_bits(actual, expected, what=""):
+    """Assert that ``actual`` and ``expected`` have the same dtype, shape and every bit.
+
+    Parameters
+    ----------
+    actual, expected : array_like
+        Compared as numpy arrays (a numpy scalar counts as a rank-0 array). Byte order is part of
+        the dtype: ``>f4`` and ``<f4`` differ.
+    what : str
+        What is being compared, for the message.
+
+    Raises
+    ------
+    AssertionError
+        On a different dtype or shape, or on differing bits; the message names the first
+        differing index, both values in hex, and how many elements differ.
+    """
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    prefix = f"{what}: " if what else ""
+    if actual.dtype != expected.dtype:
+        raise AssertionError(f"{prefix}dtype {actual.dtype} != expected {expected.dtype}")
+    if actual.shape != expected.shape:
+        raise AssertionError(
+            f"{prefix}shape {_shape_text(actual.shape)} != expected {_shape_text(expected.shape)}"
+        )
+    itemsize = actual.dtype.itemsize
+    if itemsize not in (1, 2, 4, 8):
+        raise AssertionError(f"{prefix}cannot compare bits of dtype {actual.dtype}")
+    unsigned = np.dtype(f"u{itemsize}")
+    if actual.dtype.byteorder == ">":
+        unsigned = unsigned.newbyteorder(">")
+    actual_bits = actual.view(unsigned)
+    expected_bits = expected.view(unsigned)
+    differ = actual_bits != expected_bits
+    if differ.any():
+        index = tuple(int(i) for i in np.argwhere(differ)[0])
+        raise AssertionError(
+            f"{prefix}{int(differ.sum())} of {differ.size} elements differ; first at index "
+            f"{index}: got {_element_text(actual_bits[index], actual.dtype)}, "
+            f"expected {_element_text(expected_bits[index], expected.dtype)}"
+        )
+
+
+# The dtype table must not silently grow a format the model cannot handle.
+assert {f.bits for f in FORMATS.values()} <= {8, 16, 32, 64}
