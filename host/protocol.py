@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "MAGIC", "VERSION", "HEADER_SIZE", "TRAILER_SIZE", "FRAME_OVERHEAD", "CRC_ALGORITHM",
-    "Command", "Status", "Frame", "crc32", "encode_frame", "FrameParser",
+    "Command", "Status", "Frame", "Identity", "PARAMETERS", "COUNTERS", "COUNTER_NAMES",
+    "crc32", "encode_frame", "FrameParser",
 ]
 
 MAGIC = b"MX"
@@ -49,6 +50,79 @@ class Status(enum.IntEnum):
     TOO_LARGE = 5
     TIMEOUT = 6
     BAD_PARAMETER = 7
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What ``IDENTIFY`` reports: the device's protocol version, datapath and capacities.
+
+    Attributes
+    ----------
+    version : int
+        Protocol version.
+    lanes : int
+        64-bit lanes per datapath beat (8 * lanes bytes per cycle).
+    dtypes : frozenset of int
+        Supported ONNX element type codes.
+    replay_depth : int
+        Beats the broadcast replay buffer holds.
+    max_dims : int
+        Outer dimensions a ``MAX`` pass enumerates.
+    max_operands : int
+        Replayed operands a ``MAX`` pass folds.
+    pool_channels : int
+        Channels ``POOL_CHANNELS_LAST`` can hold (for 8-byte elements; more for smaller ones,
+        see ``docs/architecture.md``).
+    clock_hz : int
+        Core clock frequency.
+    frame_timeout_cycles : int
+        Idle cycles after which the device abandons a partial frame.
+    """
+
+    version: int
+    lanes: int
+    dtypes: frozenset
+    replay_depth: int
+    max_dims: int
+    max_operands: int
+    pool_channels: int
+    clock_hz: int
+    frame_timeout_cycles: int
+
+    STRUCT = struct.Struct("<BBIIBBIII")
+
+    def encode(self):
+        bitmap = sum(1 << int(code) for code in self.dtypes)
+        return self.STRUCT.pack(self.version, self.lanes, bitmap, self.replay_depth,
+                                self.max_dims, self.max_operands, self.pool_channels,
+                                self.clock_hz, self.frame_timeout_cycles)
+
+    @classmethod
+    def decode(cls, payload):
+        if len(payload) != cls.STRUCT.size:
+            raise ValueError(f"IDENTIFY reply of {len(payload)} bytes, expected {cls.STRUCT.size}")
+        (version, lanes, bitmap, depth, max_dims, max_operands, channels, clock,
+         timeout) = cls.STRUCT.unpack(payload)
+        dtypes = frozenset(code for code in range(32) if bitmap >> code & 1)
+        return cls(version, lanes, dtypes, depth, max_dims, max_operands, channels, clock,
+                   timeout)
+
+
+#: Parameter blocks at the start of a request's payload, by command (all little-endian).
+PARAMETERS = {
+    #: dtype, runs, run length R (elements).
+    Command.REDUCE: struct.Struct("<BII"),
+    #: dtype, images, pixels per image, channels.
+    Command.POOL_CHANNELS_LAST: struct.Struct("<BIII"),
+    #: dtype, base (beat address in the replay buffer), rows, row length (elements).
+    Command.LOAD: struct.Struct("<BIII"),
+}
+
+#: ``COUNTERS`` reply: UART framing errors, UART overruns, frame check failures, header check
+#: failures, frame timeouts (u32 each, wrapping).
+COUNTERS = struct.Struct("<IIIII")
+COUNTER_NAMES = ("uart_framing_errors", "uart_overruns", "frame_check_failures",
+                 "header_check_failures", "frame_timeouts")
 
 
 def crc32(data, value=0):

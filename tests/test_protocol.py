@@ -91,3 +91,11 @@ def test_random_corruption_never_yields_a_wrong_intact_frame():
     intact = [f for f in got if f.intact]
     assert len(intact) > 100
     assert all(f in frames for f in intact)
+
+
+def test_identity_round_trip():
+    from maxaccel.host.protocol import Identity
+    identity = Identity(1, 4, frozenset({1, 2, 16}), 2048, 4, 3, 512, 48_000_000, 480_000)
+    assert Identity.decode(identity.encode()) == identity
+    with pytest.raises(ValueError, match="IDENTIFY reply of 3 bytes"):
+        Identity.decode(b"abc")
