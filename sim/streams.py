@@ -6,6 +6,7 @@ expected number of beats, and then checks that nothing is left over: every input
 accepted and no output beat beyond the expected count appears for ``drain_cycles`` cycles.
 """
 
+import inspect
 import random
 from dataclasses import dataclass, field
 
@@ -79,14 +80,18 @@ class StreamRun:
         ``{sink name: n}``: the clock edge, counted from 1 at the first edge, at which each sink
         took its last expected beat. With no stalls, a unit that accepts one beat per cycle and
         has latency L delivers its last beat of N at ``cycles == N + L`` (per output beat).
+    arrivals : dict
+        ``{sink name: [n, ...]}``: the clock edge, counted as in ``cycles``, at which each sink
+        took each of its beats (``arrivals[name][-1] == cycles[name]``).
     """
 
     received: dict = field(default_factory=dict)
     cycles: dict = field(default_factory=dict)
+    arrivals: dict = field(default_factory=dict)
 
 
 def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycles=32,
-                timeout=20_000):
+                timeout=20_000, check=None):
     """Simulate ``dut`` with stalling sources and sinks; check nothing is left over or lost.
 
     Parameters
@@ -106,6 +111,11 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
         may see ``valid``.
     timeout : int
         Cycles without progress after which a source or sink fails the test.
+    check : callable, optional
+        ``check(ctx)`` runs once everything expected has been sent and received and
+        ``drain_cycles`` more edges have passed: it reads status outputs with ``ctx.get`` (a
+        sticky error flag, an idle flag) and raises ``AssertionError`` if they are wrong. If it
+        returns an awaitable (an ``async def``), that is awaited, so it may drive the design on.
 
     Returns
     -------
@@ -142,6 +152,7 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
         async def sink(ctx, name=name, stream=stream, count=count):
             edges = 0
             received = []
+            arrivals = []
             waited = 0
             sink_rng = sink_rngs[name]
             while len(received) < count:
@@ -151,6 +162,7 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
                 edges += 1
                 if ready and valid:
                     received.append(payload)
+                    arrivals.append(edges)
                     waited = 0
                 else:
                     waited += 1
@@ -159,6 +171,7 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
                                             f"beats, then nothing for {timeout} cycles")
             run.received[name] = received
             run.cycles[name] = edges
+            run.arrivals[name] = arrivals
             finished.append(name)
             # Stay ready: anything beyond the expected beats is an error, caught below.
             ctx.set(stream.ready, 1)
@@ -173,6 +186,17 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
                 if valid:
                     raise AssertionError(f"sink {name!r} got a beat beyond its {count}")
         sim.add_testbench(sink)
+
+    if check is not None:
+        async def final_check(ctx):
+            while len(finished) < len(sources) + len(sinks):
+                await ctx.tick()
+            for _ in range(drain_cycles):
+                await ctx.tick()
+            result = check(ctx)
+            if inspect.isawaitable(result):
+                await result
+        sim.add_testbench(final_check)
 
     sim.run()
     unsent = [s for s in sources if s not in finished]

@@ -1,0 +1,346 @@
+"""ReductionTree, LaneFold, PadLowest and RunReducer against the golden model, bit for bit.
+
+Every stream test goes through ``run_streams`` (random idle cycles and backpressure, nothing left
+over). The dtype x lanes x stall-pattern cross product is sampled so that every dtype meets every
+lane count (1, 2, 4; 8 for some) and every stall pattern is used many times; each simulation
+batches many runs back to back.
+"""
+
+import itertools
+import zlib
+
+import numpy as np
+import pytest
+
+from maxaccel.hdl.lane import LANE_BYTES
+from maxaccel.hdl.reduce import LaneFold, PadLowest, ReductionTree, RunReducer, lowest_lane
+from maxaccel.host.dtypes import FORMATS
+from maxaccel.sim import reference
+from maxaccel.sim.streams import STALL_PATTERNS, Stalls, beats_from_rows, lanes_to_bytes, \
+    run_streams
+from maxaccel.sim.values import edge_bits, random_values
+
+ALL_FORMATS = list(FORMATS.values())
+FLOAT_FORMATS = [f for f in ALL_FORMATS if f.is_float]
+NO_STALLS = Stalls()
+
+
+def _id(value):
+    if hasattr(value, "numpy_dtype"):
+        return str(value.numpy_dtype)
+    if isinstance(value, Stalls):
+        return f"i{value.idle}-b{value.backpressure}"
+    return None
+
+
+def _rng(*key):
+    """A generator seeded by ``key`` (stable across runs, unlike ``hash``)."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+# --- building test data -------------------------------------------------------------------------
+
+
+def _bits(values, fmt):
+    return reference.bits_of(values).astype(fmt.uint_dtype)
+
+
+def _from_bits(bits, fmt):
+    return reference.from_bits(np.asarray(bits, dtype=fmt.uint_dtype), fmt)
+
+
+def _nan_patterns(fmt):
+    edges = edge_bits(fmt)
+    return _bits(edges[reference.is_nan(edges)], fmt)
+
+
+def _ordinary(rng, fmt, count, edge_fraction=0.25):
+    """Random values with no NaN (NaNs replaced by non-NaN edge values)."""
+    values = random_values(rng, fmt, count, edge_fraction=edge_fraction)
+    if not fmt.is_float:
+        return values
+    bits = _bits(values, fmt)
+    edges = edge_bits(fmt)
+    finite = _bits(edges[~reference.is_nan(edges)], fmt)
+    nan = reference.is_nan(values)
+    bits[nan] = rng.choice(finite, size=int(nan.sum()))
+    return _from_bits(bits, fmt)
+
+
+def _zero(fmt, negative):
+    return _from_bits([fmt.sign_mask if negative else 0], fmt)
+
+
+def _position_sweep(rng, fmt, length):
+    """Runs of ``length`` with a deciding element at every position in turn.
+
+    Floats: a NaN (every NaN pattern in turn: quiet, signalling, negative) among ordinary values,
+    some of them +inf; then ``+0`` among ``-0``s and ``-0`` among ``+0``s (the tie in both
+    orders). Integers and bool: one element above the least among least elements.
+    """
+    runs = []
+    if fmt.is_float:
+        nans = _nan_patterns(fmt)
+        infinity = ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits
+        for p in range(length):
+            bits = _bits(_ordinary(rng, fmt, length), fmt)
+            if p % 2:
+                bits[(p + 1 + rng.integers(length - 1)) % length] = infinity
+            bits[p] = nans[p % len(nans)]
+            runs.append(_from_bits(bits, fmt))
+        for p in range(length):
+            for negative in (True, False):
+                bits = np.full(length, fmt.sign_mask if negative else 0, dtype=fmt.uint_dtype)
+                bits[p] = 0 if negative else fmt.sign_mask
+                runs.append(_from_bits(bits, fmt))
+    else:
+        for p in range(length):
+            bits = np.full(length, fmt.lowest, dtype=fmt.uint_dtype)
+            value = fmt.lowest
+            while value == fmt.lowest:
+                value = int(_bits(random_values(rng, fmt, 1, edge_fraction=0.5), fmt)[0])
+            bits[p] = value
+            runs.append(_from_bits(bits, fmt))
+    return runs
+
+
+def _elements_per_beat(fmt, lanes):
+    return LANE_BYTES * lanes // fmt.nbytes
+
+
+def reduction_runs(fmt, lanes, seed=0):
+    """The runs a RunReducer is checked on for ``fmt`` and ``lanes``."""
+    rng = _rng("runs", fmt.dtype, lanes, seed)
+    per_beat = _elements_per_beat(fmt, lanes)
+    sweep = 2 * per_beat + max(1, per_beat // 2)   # first, middle and a partial last beat
+    runs = _position_sweep(rng, fmt, sweep)
+    # Lengths around beat boundaries, R = 0 and R = 1, then random lengths.
+    lengths = sorted({0, 1, 2, per_beat - 1, per_beat, per_beat + 1, 2 * per_beat - 1,
+                      2 * per_beat + 1, 3 * per_beat + per_beat // 2} - {-1})
+    lengths += [int(n) for n in rng.integers(0, 3 * per_beat + 2, size=12)]
+    for length in lengths:
+        runs.append(_ordinary(rng, fmt, length))
+        runs.append(random_values(rng, fmt, length, edge_fraction=0.1))
+    # Many short runs back to back, empty ones among them.
+    runs += [_ordinary(rng, fmt, int(n)) for n in rng.integers(0, 3, size=24)]
+    # All least elements (the padding value itself), and the ±0 ties of two elements.
+    runs.append(_from_bits(np.full(per_beat + 1, fmt.lowest, dtype=fmt.uint_dtype), fmt))
+    if fmt.is_float:
+        for first, second in itertools.product((True, False), repeat=2):
+            runs.append(np.concatenate([_zero(fmt, first), _zero(fmt, second)]))
+    return runs
+
+
+def _garbage_padding(beats, rng):
+    """Fill padding bytes with random bytes: the beat contract leaves them undefined."""
+    for beat in beats:
+        raw = bytearray(lanes_to_bytes(beat["data"]))
+        raw[beat["nbytes"]:] = rng.integers(0, 256, size=len(raw) - beat["nbytes"],
+                                            dtype=np.uint8).tobytes()
+        beat["data"] = [int.from_bytes(raw[8 * j:8 * j + 8], "little")
+                        for j in range(len(beat["data"]))]
+    return beats
+
+
+def _element0(received, fmt, what):
+    """Element 0 of each received lane as an array of ``fmt``; the other bytes must be zero."""
+    values = [int(v) for v in received]
+    for index, value in enumerate(values):
+        assert value >> fmt.bits == 0, \
+            f"{what}: result {index} has nonzero upper bytes: {value:#018x}"
+    bits = np.array(values, dtype=np.uint64).astype(fmt.uint_dtype)
+    return bits.view(np.bool_) if fmt.kind == "bool" else bits.view(fmt.numpy_dtype)
+
+
+def reduce_runs(fmt, lanes, runs, stalls, seed=0):
+    """Send ``runs`` through a RunReducer; return (results, StreamRun, beats sent, unit)."""
+    dut = RunReducer(lanes)
+    beats = beats_from_rows([np.ascontiguousarray(run).tobytes() for run in runs], lanes)
+    _garbage_padding(beats, _rng("padding", fmt.dtype, lanes, seed))
+    run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(runs))},
+                      stalls=stalls, setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
+    return _element0(run.received["o"], fmt, f"{fmt.numpy_dtype} x{lanes}"), run, beats, dut
+
+
+def expected_maxima(runs):
+    return np.stack([reference.reduce_max(run, axes=-1, keepdims=False) for run in runs])
+
+
+# --- RunReducer ---------------------------------------------------------------------------------
+
+
+def _reducer_cases():
+    cases = []
+    for i, fmt in enumerate(ALL_FORMATS):
+        for j, lanes in enumerate((1, 2, 4)):
+            cases.append((fmt, lanes, STALL_PATTERNS[(i + j) % len(STALL_PATTERNS)]))
+    for k, fmt in enumerate([FORMATS[d] for d in (10, 3, 11, 9)]):   # f16, int8, f64, bool
+        cases.append((fmt, 8, STALL_PATTERNS[k]))
+    return cases
+
+
+@pytest.mark.parametrize("fmt, lanes, stalls", _reducer_cases(), ids=_id)
+def test_run_reducer_matches_reference(fmt, lanes, stalls):
+    runs = reduction_runs(fmt, lanes)
+    actual, *_ = reduce_runs(fmt, lanes, runs, stalls)
+    reference.assert_same_bits(actual, expected_maxima(runs),
+                               f"RunReducer({lanes}) {fmt.numpy_dtype} {stalls}")
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+@pytest.mark.parametrize("fmt", [FORMATS[1], FORMATS[2]], ids=_id)   # float32, uint8
+def test_run_reducer_latency_and_throughput(fmt, lanes):
+    """No stalls: one beat per cycle, each result exactly ``latency`` after its last beat."""
+    rng = _rng("timing", fmt.dtype, lanes)
+    per_beat = _elements_per_beat(fmt, lanes)
+    runs = [_ordinary(rng, fmt, int(n)) for n in
+            [0, 1, 0, 0, per_beat, per_beat + 1, 3 * per_beat, 1, 1, 2, 5 * per_beat - 1]
+            + list(rng.integers(0, 3 * per_beat, size=20))]
+    actual, run, beats, dut = reduce_runs(fmt, lanes, runs, NO_STALLS)
+    reference.assert_same_bits(actual, expected_maxima(runs))
+    latency = 5 + (lanes.bit_length() - 1)
+    assert dut.latency == latency
+    last_beats = [index + 1 for index, beat in enumerate(beats) if beat["last"]]
+    assert run.arrivals["o"] == [edge + latency for edge in last_beats]
+    assert run.cycles["o"] == len(beats) + latency
+
+
+@pytest.mark.parametrize("fmt, lanes, stalls", [
+    (fmt, (1, 2, 4, 8)[i % 4], STALL_PATTERNS[i % len(STALL_PATTERNS)])
+    for i, fmt in enumerate(FLOAT_FORMATS)
+], ids=_id)
+def test_global_max_pool_channel_first(fmt, lanes, stalls):
+    """GlobalMaxPool N x C x D1..Dn is N*C runs of prod(D) elements, fed to RunReducer as is."""
+    rng = _rng("pool", fmt.dtype, lanes)
+    shapes = [(2, 3, 5), (1, 2, 3, 4), (2, 1, 2, 1, 3), (1, 3, 0, 2), (3, 2, 1), (1, 1, 4, 4, 2)]
+    tensors = [random_values(rng, fmt, shape, edge_fraction=0.05) for shape in shapes]
+    tensors.append(_from_bits(np.full((1, 2, 3), fmt.sign_mask, dtype=fmt.uint_dtype), fmt))
+    runs = [row for x in tensors for row in x.reshape(x.shape[0] * x.shape[1], -1)]
+    actual, *_ = reduce_runs(fmt, lanes, runs, stalls)
+    offset = 0
+    for x in tensors:
+        count = x.shape[0] * x.shape[1]
+        pooled = actual[offset:offset + count].reshape(x.shape[:2] + (1,) * (x.ndim - 2))
+        reference.assert_same_bits(pooled, reference.global_max_pool(x),
+                                   f"GlobalMaxPool {x.shape} {fmt.numpy_dtype}")
+        offset += count
+
+
+@pytest.mark.parametrize("lanes", [0, 3, 6, -2, 2.0, True])
+def test_lanes_must_be_a_power_of_two(lanes):
+    for unit in (ReductionTree, RunReducer):
+        with pytest.raises(ValueError, match=f"{unit.__name__}: lanes must be a power of two"):
+            unit(lanes)
+    if lanes in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match="PadLowest: lanes must be a positive integer"):
+            PadLowest(lanes)
+
+
+# --- ReductionTree ------------------------------------------------------------------------------
+
+
+def _tree_cases():
+    cases = []
+    for i, fmt in enumerate(ALL_FORMATS):
+        lanes_options = (2, 4, 8) if fmt.is_float else ((1, 2, 4, 8)[i % 4],)
+        for j, lanes in enumerate(lanes_options):
+            cases.append((fmt, lanes, STALL_PATTERNS[(i + j) % len(STALL_PATTERNS)]))
+    return cases
+
+
+def _lane_elements(lane_value, fmt):
+    bits = np.frombuffer(int(lane_value).to_bytes(8, "little"), dtype=fmt.uint_dtype)
+    return _from_bits(bits, fmt)
+
+
+def _lane_value(values):
+    return int.from_bytes(np.ascontiguousarray(values).tobytes(), "little")
+
+
+@pytest.mark.parametrize("fmt, lanes, stalls", _tree_cases(), ids=_id)
+def test_reduction_tree_matches_reference(fmt, lanes, stalls):
+    rng = _rng("tree", fmt.dtype, lanes)
+    per_lane = LANE_BYTES // fmt.nbytes
+    # Sweep: the deciding element (NaN, +0 among -0, ...) at every element of every lane.
+    beats = [run.reshape(lanes, per_lane) for run in
+             _position_sweep(rng, fmt, lanes * per_lane)]
+    beats += [random_values(rng, fmt, (lanes, per_lane), edge_fraction=0.3) for _ in range(24)]
+    beats += [_ordinary(rng, fmt, lanes * per_lane).reshape(lanes, per_lane) for _ in range(24)]
+    tags = rng.integers(0, 256, size=len(beats))
+    dut = ReductionTree(lanes, tag_shape=8)
+    payloads = [{"data": [_lane_value(lane) for lane in beat], "tag": int(tag)}
+                for beat, tag in zip(beats, tags)]
+    run = run_streams(dut, sources={dut.i: payloads}, sinks={"o": (dut.o, len(beats))},
+                      stalls=stalls, setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
+    received = run.received["o"]
+    actual = np.stack([_lane_elements(out.data, fmt) for out in received])
+    if fmt.kind == "bool":   # ONNX Max has no bool: max over lanes as a reduction
+        expected = np.stack([reference.reduce_max(beat, axes=0, keepdims=False)
+                             for beat in beats])
+    else:
+        expected = np.stack([reference.max(*beat) for beat in beats])
+    reference.assert_same_bits(actual, expected, f"ReductionTree({lanes}) {fmt.numpy_dtype}")
+    assert [int(out.tag) for out in received] == [int(t) for t in tags]
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+def test_reduction_tree_latency(lanes):
+    fmt = FORMATS[1]
+    rng = _rng("tree timing", lanes)
+    dut = ReductionTree(lanes)
+    payloads = [{"data": [_lane_value(_ordinary(rng, fmt, 2)) for _ in range(lanes)], "tag": 0}
+                for _ in range(17)]
+    run = run_streams(dut, sources={dut.i: payloads}, sinks={"o": (dut.o, len(payloads))},
+                      setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
+    latency = lanes.bit_length() - 1
+    assert dut.latency == latency
+    assert run.arrivals["o"] == [n + 1 + latency for n in range(len(payloads))]
+
+
+# --- LaneFold and PadLowest ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt, stalls", [
+    (fmt, STALL_PATTERNS[i % len(STALL_PATTERNS)]) for i, fmt in enumerate(ALL_FORMATS)
+], ids=_id)
+def test_lane_fold_matches_reference(fmt, stalls):
+    rng = _rng("fold", fmt.dtype)
+    per_lane = LANE_BYTES // fmt.nbytes
+    lanes = _position_sweep(rng, fmt, per_lane)
+    lanes += [random_values(rng, fmt, per_lane, edge_fraction=0.3) for _ in range(16)]
+    lanes += [_ordinary(rng, fmt, per_lane) for _ in range(16)]
+    tags = rng.integers(0, 16, size=len(lanes))
+    dut = LaneFold(tag_shape=4)
+    payloads = [{"data": _lane_value(lane), "tag": int(tag)} for lane, tag in zip(lanes, tags)]
+    run = run_streams(dut, sources={dut.i: payloads}, sinks={"o": (dut.o, len(lanes))},
+                      stalls=stalls, setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
+    received = run.received["o"]
+    # Only element 0 is defined; the upper bytes are don't-care.
+    actual = np.stack([_lane_elements(out.data, fmt)[0] for out in received])
+    expected = np.stack([reference.reduce_max(lane, axes=-1, keepdims=False) for lane in lanes])
+    reference.assert_same_bits(actual, expected, f"LaneFold {fmt.numpy_dtype}")
+    assert [int(out.tag) for out in received] == [int(t) for t in tags]
+    if stalls == STALL_PATTERNS[0]:
+        assert run.arrivals["o"] == [n + 1 + LaneFold.LATENCY for n in range(len(lanes))]
+
+
+@pytest.mark.parametrize("fmt, lanes, stalls", [
+    (FORMATS[1], 2, STALL_PATTERNS[3]), (FORMATS[5], 3, STALL_PATTERNS[1]),
+    (FORMATS[9], 1, STALL_PATTERNS[0]), (FORMATS[16], 4, STALL_PATTERNS[2]),
+], ids=_id)
+def test_pad_lowest(fmt, lanes, stalls):
+    rng = _rng("pad", fmt.dtype, lanes)
+    per_beat = _elements_per_beat(fmt, lanes)
+    rows = [random_values(rng, fmt, int(n)) for n in rng.integers(0, 3 * per_beat, size=30)]
+    beats = _garbage_padding(beats_from_rows([row.tobytes() for row in rows], lanes), rng)
+    dut = PadLowest(lanes)
+    run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(beats))},
+                      stalls=stalls, setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
+    lowest = lowest_lane(fmt).to_bytes(8, "little") * lanes
+    for index, (sent, got) in enumerate(zip(beats, run.received["o"])):
+        n = sent["nbytes"]
+        expected = lanes_to_bytes(sent["data"])[:n] + lowest[n:]
+        assert lanes_to_bytes(got.data) == expected, f"beat {index}"
+        assert (got.nbytes, got.first, got.last) == (n, sent["first"], sent["last"])
+    if stalls == STALL_PATTERNS[0]:
+        assert run.arrivals["o"] == [n + 2 for n in range(len(beats))]
