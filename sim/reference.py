@@ -40,10 +40,11 @@ Results are always new arrays (never views of an input, never numpy scalars) of 
 dtype in native byte order.
 """
 
-import operator
-
 import numpy as np
 
+from maxaccel.host.checks import (GLOBAL_MAX_POOL_DTYPES, MAX_DTYPES, REDUCE_MAX_DTYPES,
+                                  check_global_max_pool, check_max, check_reduce_max, shape_text,
+                                  to_native)
 from maxaccel.host.dtypes import FORMATS, Format, format_of
 
 __all__ = [
@@ -52,14 +53,6 @@ __all__ = [
     "canonicalize_nans", "MAX_DTYPES", "REDUCE_MAX_DTYPES", "GLOBAL_MAX_POOL_DTYPES",
 ]
 
-#: Element types accepted by :func:`max` (ONNX Max-13: every numeric type, no bool).
-MAX_DTYPES = frozenset(d for d, f in FORMATS.items() if f.kind != "bool")
-#: Element types accepted by :func:`reduce_max` (ReduceMax-20 plus int16/uint16).
-REDUCE_MAX_DTYPES = frozenset(FORMATS)
-#: Element types accepted by :func:`global_max_pool` (ONNX GlobalMaxPool-22: floats only).
-GLOBAL_MAX_POOL_DTYPES = frozenset(d for d, f in FORMATS.items() if f.is_float)
-
-
 # --- bit-level helpers --------------------------------------------------------------------------
 
 
@@ -67,23 +60,12 @@ def _as_format(fmt_or_dtype):
     return fmt_or_dtype if isinstance(fmt_or_dtype, Format) else format_of(fmt_or_dtype)
 
 
-def _to_native(array):
-    """``array`` as a native-byte-order ndarray of its supported dtype (bits untouched)."""
-    array = np.asarray(array)
-    fmt = format_of(array.dtype)
-    if array.dtype.byteorder == ">":
-        # Swap bytes as integers: a float cast could touch NaN payloads.
-        swapped = array.view(fmt.uint_dtype.newbyteorder(">")).astype(fmt.uint_dtype)
-        return swapped.view(fmt.numpy_dtype), fmt
-    return array, fmt
-
-
 def bits_of(values):
     """The raw bits of ``values`` as an unsigned integer array of the same width (a new array).
 
     bool elements come out as 0 or 1.
     """
-    values, fmt = _to_native(values)
+    values, fmt = to_native(values)
     if fmt.kind == "bool":
         return values.astype(np.uint8)
     return values.view(fmt.uint_dtype).copy()
@@ -114,7 +96,7 @@ def is_nan(values):
 
     All False for integer and bool dtypes.
     """
-    values, fmt = _to_native(values)
+    values, fmt = to_native(values)
     return _nan_mask(bits_of(values), fmt)
 
 
@@ -153,7 +135,7 @@ def order_key(values):
     The keys alone do not make NaN absorbing; :func:`max` and :func:`reduce_max` first give every
     NaN (see :func:`is_nan`) the greatest key.
     """
-    values, fmt = _to_native(values)
+    values, fmt = to_native(values)
     return _key_from_bits(bits_of(values), fmt)
 
 
@@ -171,7 +153,7 @@ def from_order_key(keys, fmt):
 
 def canonicalize_nans(values):
     """A copy of ``values`` with every NaN replaced by the canonical quiet NaN of its format."""
-    values, fmt = _to_native(values)
+    values, fmt = to_native(values)
     bits = bits_of(values)
     if fmt.is_float:
         bits[_nan_mask(bits, fmt)] = fmt.canonical_nan
@@ -191,71 +173,8 @@ def _lowest_key(fmt):
     return _key_from_bits(np.array(fmt.lowest, dtype=fmt.uint_dtype), fmt)[()]
 
 
-# --- checking inputs ----------------------------------------------------------------------------
-
-
-def _accepted_names(dtypes):
-    return ", ".join(str(FORMATS[d].numpy_dtype) for d in FORMATS if d in dtypes)
-
-
-def _check_dtype(fmt, allowed, operator_name, hint=""):
-    if fmt.dtype not in allowed:
-        raise TypeError(
-            f"{operator_name} does not accept {fmt.numpy_dtype}; "
-            f"accepted: {_accepted_names(allowed)}{hint}"
-        )
-
-
-def _shape_text(shape):
-    return str(tuple(int(n) for n in shape))
-
-
-def _normalize_axes(axes, rank):
-    """``axes`` (None, int, sequence or integer array) as a sorted tuple of non-negative axes."""
-    if axes is None:
-        return None
-    if isinstance(axes, np.ndarray):
-        if axes.ndim > 1:
-            raise ValueError(f"axes must be one-dimensional, got an array of shape {axes.shape}")
-        if axes.size and not np.issubdtype(axes.dtype, np.integer):
-            raise TypeError(f"axes must be integers, got an array of {axes.dtype}")
-        axes = axes.reshape(-1).tolist()
-    elif isinstance(axes, (int, np.integer)) and not isinstance(axes, (bool, np.bool_)):
-        axes = [axes]
-    try:
-        axes = list(axes)
-    except TypeError:
-        raise TypeError(f"axes must be None, an integer or a sequence of integers, got {axes!r}") \
-            from None
-    checked = []
-    for axis in axes:
-        if isinstance(axis, (bool, np.bool_)):
-            raise TypeError(f"axes must be integers, got {axis!r}")
-        try:
-            checked.append(operator.index(axis))
-        except TypeError:
-            raise TypeError(f"axes must be integers, got {axis!r}") from None
-    normalized = []
-    for axis in checked:
-        if not -rank <= axis < rank:
-            accepted = f"accepted: [{-rank}, {rank - 1}]" if rank else "a rank-0 tensor has no axes"
-            raise ValueError(
-                f"axis {axis} is out of range for a tensor of rank {rank} ({accepted})"
-            )
-        normalized.append(axis % rank)
-    repeated = sorted({a for a in normalized if normalized.count(a) > 1})
-    if repeated:
-        raise ValueError(
-            f"axes {checked} name axis {', '.join(map(str, repeated))} more than once "
-            f"(rank {rank})"
-        )
-    return tuple(sorted(normalized))
-
-
-def _check_flag(value, name):
-    if isinstance(value, (bool, np.bool_)) or value in (0, 1):
-        return bool(value)
-    raise ValueError(f"{name} must be a bool or 0/1, got {value!r}")
+# Input checks (dtype sets, axes, flags, broadcasting) live in maxaccel.host.checks, shared with
+# the host driver so both refuse the same inputs with the same messages.
 
 
 # --- the operators ------------------------------------------------------------------------------
@@ -286,25 +205,10 @@ def max(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
     ValueError
         Shapes that do not broadcast (the message names every input shape).
     """
-    if not arrays:
-        raise TypeError("max() needs at least one input tensor (ONNX Max takes 1 to 2^31-1)")
-    natives = [_to_native(a) for a in arrays]
-    formats = [fmt for _, fmt in natives]
-    if any(fmt != formats[0] for fmt in formats):
-        names = ", ".join(str(fmt.numpy_dtype) for fmt in formats)
-        raise TypeError(f"max() inputs must all have the same dtype, got {names}")
-    fmt = formats[0]
-    _check_dtype(fmt, MAX_DTYPES, "max() (ONNX Max)")
-    shapes = [values.shape for values, _ in natives]
-    try:
-        shape = np.broadcast_shapes(*shapes)
-    except ValueError:
-        raise ValueError(
-            f"max() input shapes do not broadcast: {', '.join(map(_shape_text, shapes))}"
-        ) from None
+    natives, fmt, shape = check_max(arrays)
     result = np.empty(shape, dtype=fmt.uint_dtype)
-    result[...] = _max_keys(natives[0][0], fmt)
-    for values, _ in natives[1:]:
+    result[...] = _max_keys(natives[0], fmt)
+    for values in natives[1:]:
         np.maximum(result, _max_keys(values, fmt), out=result)
     return from_order_key(result, fmt)
 
@@ -342,11 +246,8 @@ def reduce_max(data, axes=None, keepdims=True, noop_with_empty_axes=False):
         An axis out of range (the message names the axis and the rank); an axis named twice;
         ``keepdims`` or ``noop_with_empty_axes`` other than a bool or 0/1.
     """
-    values, fmt = _to_native(data)
-    _check_dtype(fmt, REDUCE_MAX_DTYPES, "reduce_max() (ONNX ReduceMax)")
-    axes = _normalize_axes(axes, values.ndim)
-    keepdims = _check_flag(keepdims, "keepdims")
-    noop_with_empty_axes = _check_flag(noop_with_empty_axes, "noop_with_empty_axes")
+    values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
+        data, axes, keepdims, noop_with_empty_axes)
     if not axes:
         if noop_with_empty_axes:
             return values.copy()
@@ -386,16 +287,7 @@ def global_max_pool(x):
     ValueError
         Rank below 3 (the message names the shape).
     """
-    values, fmt = _to_native(x)
-    _check_dtype(
-        fmt, GLOBAL_MAX_POOL_DTYPES, "global_max_pool() (ONNX GlobalMaxPool, float types only)",
-        hint="; for integer tensors use reduce_max(x, axes=range(2, x.ndim))",
-    )
-    if values.ndim < 3:
-        raise ValueError(
-            f"global_max_pool() needs a tensor of rank >= 3 (N x C x D1 ... Dn), "
-            f"got rank {values.ndim} with shape {_shape_text(values.shape)}"
-        )
+    values, _ = check_global_max_pool(x)
     return reduce_max(values, axes=tuple(range(2, values.ndim)), keepdims=True)
 
 
@@ -437,7 +329,7 @@ def assert_same_bits(actual, expected, what=""):
         raise AssertionError(f"{prefix}dtype {actual.dtype} != expected {expected.dtype}")
     if actual.shape != expected.shape:
         raise AssertionError(
-            f"{prefix}shape {_shape_text(actual.shape)} != expected {_shape_text(expected.shape)}"
+            f"{prefix}shape {shape_text(actual.shape)} != expected {shape_text(expected.shape)}"
         )
     itemsize = actual.dtype.itemsize
     if itemsize not in (1, 2, 4, 8):

@@ -1,0 +1,258 @@
+"""The ``maxaccel`` command.
+
+``maxaccel run MODEL.onnx [--device URL] [--input NAME=FILE.npy ...] [--output OUT.npz]
+[--seed N]`` runs an ONNX model with its Max, ReduceMax and GlobalMaxPool nodes on a board (the
+virtual board by default), prints each output's shape and dtype, where each node ran, and
+whether the outputs are bit for bit those of the golden model. Inputs not given are generated
+(random values mixed with edge cases: NaNs, signed zeros, infinities, extremes) from a printed
+seed. ``maxaccel bench`` measures throughput and link efficiency on a device.
+"""
+
+import argparse
+import math
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["main", "ProgressBar"]
+
+
+def _amount(count, total):
+    return f"{count / 1e6:.2f} MB" if total >= 1e6 else f"{count / 1e3:.1f} kB"
+
+
+class ProgressBar:
+    """``progress(done, total)`` callback drawing a bar on a stream (stderr), once a transfer
+    has taken longer than ``delay_s``; redrawn at most every ``interval_s``."""
+
+    def __init__(self, stream=None, delay_s=1.0, width=30, clock=time.monotonic,
+                 interval_s=0.1):
+        self.stream = sys.stderr if stream is None else stream
+        self.delay_s = delay_s
+        self.width = width
+        self.clock = clock
+        self.interval_s = interval_s
+        self._start = None
+        self._drawn_at = None
+
+    def __call__(self, done, total):
+        now = self.clock()
+        if self._start is None:
+            self._start = now
+        elapsed = now - self._start
+        finished = done >= total
+        due = self._drawn_at is None or now - self._drawn_at >= self.interval_s or finished
+        if total and elapsed >= self.delay_s and due:
+            filled = self.width * done // total
+            rate = done / elapsed if elapsed > 0 else 0.0
+            self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] "
+                              f"{100 * done // total:3d}% {_amount(done, total)} of "
+                              f"{_amount(total, total)}, {_amount(rate, rate)}/s")
+            self.stream.flush()
+            self._drawn_at = now
+        if finished:
+            if self._drawn_at is not None:
+                self.stream.write("\n")
+                self.stream.flush()
+            self._start = self._drawn_at = None
+
+
+class _Failure(Exception):
+    """A user mistake or an unusable device: printed as one line, exit status 2."""
+
+
+def _load_inputs(pairs, session):
+    specs = {s.name: s for s in session.get_inputs()}
+    feeds = {}
+    for pair in pairs or []:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise _Failure(f"--input takes NAME=FILE.npy, got {pair!r}")
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise _Failure(f"cannot load input {name!r} from {path!r}: {error}") from None
+        spec = specs.get(name)
+        if (spec is not None and spec.dtype is not None and array.dtype.kind == "V"
+                and array.dtype.itemsize == spec.dtype.itemsize):
+            array = array.view(spec.dtype)  # bfloat16 is stored as raw 2-byte values
+        feeds[name] = array
+    return feeds
+
+
+def _generate(spec, rng):
+    from maxaccel.host.dtypes import format_of
+    from maxaccel.sim.values import random_values
+    if spec.dtype is None:
+        raise _Failure(f"input {spec.name!r} has no declared element type: give it with "
+                       f"--input {spec.name}=FILE.npy")
+    shape = tuple(d if isinstance(d, int) else 1 for d in (spec.shape or ()))
+    try:
+        return random_values(rng, format_of(spec.dtype), shape)
+    except TypeError:
+        raise _Failure(f"cannot generate input {spec.name!r} of type {spec.dtype}: give it with "
+                       f"--input {spec.name}=FILE.npy") from None
+
+
+def _axes_inputs(session):
+    """Graph inputs that feed a ReduceMax's axes: random values would make no sense."""
+    inputs = {s.name for s in session.get_inputs()}
+    return {n.input[1] for n in session.model.graph.node
+            if n.op_type == "ReduceMax" and len(n.input) > 1 and n.input[1] in inputs}
+
+
+def _describe(array):
+    return f"{array.dtype} [{', '.join(map(str, array.shape))}]"
+
+
+def _run(args, out):
+    from maxaccel.host.device import open_device
+    from maxaccel.host.offload import OffloadSession
+    from maxaccel.sim import reference
+
+    session = OffloadSession(args.model)
+    feeds = _load_inputs(args.input, session)
+    missing = [s for s in session.get_inputs() if s.name not in feeds]
+    axes = sorted(_axes_inputs(session) & {s.name for s in missing})
+    if axes:
+        raise _Failure(f"input(s) {', '.join(axes)} give ReduceMax axes: pass them with "
+                       f"--input NAME=FILE.npy")
+    if missing:
+        seed = args.seed if args.seed is not None else int(np.random.SeedSequence().entropy
+                                                           % 2**32)
+        rng = np.random.default_rng(seed)
+        print(f"generated inputs with seed {seed} (repeat with --seed {seed}):", file=out)
+        for spec in missing:
+            feeds[spec.name] = _generate(spec, rng)
+            symbolic = "" if all(isinstance(d, int) for d in (spec.shape or ())) else \
+                " (symbolic sizes set to 1)"
+            print(f"  {spec.name}: {_describe(feeds[spec.name])}{symbolic}", file=out)
+
+    with open_device(args.device, progress=ProgressBar()) as device:
+        session.device = device
+        started = time.monotonic()
+        outputs = session.run(None, feeds)
+        elapsed = time.monotonic() - started
+        print(f"ran {args.model} on {args.device} in {elapsed:.3f} s", file=out)
+    names = [o.name for o in session.get_outputs()]
+    print("outputs:", file=out)
+    for name, value in zip(names, outputs):
+        print(f"  {name}: {_describe(value)}", file=out)
+    print("nodes:", file=out)
+    width = max([len(n) for n, _, _ in session.last_run] + [4])
+    for name, op_type, where in session.last_run:
+        print(f"  {name:<{width}}  {op_type:<14} {where}", file=out)
+
+    golden = OffloadSession(session.model, device=reference).run(None, feeds)
+    mismatches = []
+    for name, value, expected in zip(names, outputs, golden):
+        try:
+            reference.assert_same_bits(value, expected, name)
+        except AssertionError as error:
+            mismatches.append(str(error))
+    if mismatches:
+        print("outputs DIFFER from the golden model:", file=out)
+        for text in mismatches:
+            print(f"  {text}", file=out)
+    else:
+        print("outputs match the golden model bit for bit", file=out)
+    if args.output:
+        np.savez(args.output, **dict(zip(names, outputs)))
+        print(f"saved outputs to {args.output}", file=out)
+    return 1 if mismatches else 0
+
+
+def _bench(args, out):
+    from maxaccel.host.device import open_device
+    from maxaccel.sim import reference
+
+    rng = np.random.default_rng(0)
+    dtype = np.dtype(args.dtype)
+    count = max(1, args.size // dtype.itemsize)
+    columns = 1 << max(0, int(math.log2(count)) // 2)
+    rows = max(1, count // columns)
+    a = rng.standard_normal((rows, columns)).astype(dtype)
+    b = rng.standard_normal((rows, columns)).astype(dtype)
+    row = rng.standard_normal((1, columns)).astype(dtype)
+    cases = [
+        ("reduce_max all axes", (a,), lambda m, x: m.reduce_max(x)),
+        ("reduce_max axis 1", (a,), lambda m, x: m.reduce_max(x, axes=[1])),
+        ("max same shape", (a, b), lambda m, x, y: m.max(x, y)),
+        ("max broadcast row", (a, row), lambda m, x, y: m.max(x, y)),
+    ]
+    with open_device(args.device, progress=ProgressBar()) as device:
+        print(f"{device!r}; tensors {dtype} [{rows}, {columns}] ({a.nbytes} bytes)", file=out)
+        link = device.link
+        for name, inputs, operation in cases:
+            before = link.bytes_written + link.bytes_read
+            started = time.monotonic()
+            result = operation(device, *inputs)
+            elapsed = time.monotonic() - started
+            wire = link.bytes_written + link.bytes_read - before
+            reference.assert_same_bits(result, operation(reference, *inputs), name)
+            payload = sum(x.nbytes for x in inputs) + result.nbytes
+            rate = payload / elapsed
+            print(f"  {name:<20} {elapsed * 1e3:9.1f} ms  {_amount(rate, rate) + '/s':>12}  "
+                  f"link efficiency {100 * payload / wire:.2f}%", file=out)
+        print(f"retries {link.retries}, stale replies {link.stale_replies}", file=out)
+    return 0
+
+
+def _not_available(what):
+    def command(args, out):
+        raise _Failure(f"'maxaccel {what}' is not available yet in this version")
+    return command
+
+
+def _parser():
+    from maxaccel.host.transport import URL_FORMS
+    parser = argparse.ArgumentParser(
+        prog="maxaccel",
+        description="Offload ONNX Max, ReduceMax and GlobalMaxPool to a maxaccel FPGA board.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    device_help = f"device URL (default: sim, the virtual board); one of: {', '.join(URL_FORMS)}"
+
+    run = commands.add_parser("run", help="run an ONNX model, offloading the max family",
+                              description=__doc__.split("\n\n")[1])
+    run.add_argument("model", metavar="MODEL.onnx")
+    run.add_argument("--device", default="sim", metavar="URL", help=device_help)
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                     help="an input from a .npy file (repeatable); inputs not given are "
+                          "generated")
+    run.add_argument("--output", metavar="OUT.npz",
+                     help="save the outputs by name (bfloat16 as raw 2-byte values)")
+    run.add_argument("--seed", type=int, metavar="N", help="seed for generated inputs")
+    run.set_defaults(handler=_run)
+
+    bench = commands.add_parser("bench", help="measure throughput and link efficiency")
+    bench.add_argument("--device", default="sim", metavar="URL", help=device_help)
+    bench.add_argument("--size", type=int, default=1 << 16, metavar="BYTES",
+                       help="bytes per input tensor (default 65536)")
+    bench.add_argument("--dtype", default="float32", help="element type (default float32)")
+    bench.set_defaults(handler=_bench)
+
+    for name, text in [("serve", "expose the virtual board on a pseudo-terminal"),
+                       ("boards", "list the supported FPGA boards"),
+                       ("build", "build a bitstream for a board")]:
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        sub.set_defaults(handler=_not_available(name))
+    return parser
+
+
+def main(argv=None, out=None):
+    """Entry point of the ``maxaccel`` console script; returns the exit status."""
+    out = sys.stdout if out is None else out
+    args = _parser().parse_args(argv)
+    from maxaccel.host.link import DeviceError, LinkError
+    try:
+        return args.handler(args, out)
+    except (_Failure, ValueError, TypeError, OSError, LinkError, DeviceError,
+            RuntimeError) as error:
+        print(f"maxaccel {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

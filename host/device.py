@@ -1,0 +1,389 @@
+"""The tensor API of a board: ``open_device(url)`` and :class:`Device`.
+
+A :class:`Device` takes numpy arrays, plans the work for the capacities the board reports with
+``IDENTIFY``, sends it as protocol commands and returns numpy arrays with exactly the bits of
+the golden model (``maxaccel.sim.reference``). Inputs are checked with the golden model's own
+checks (:mod:`maxaccel.host.checks`) before anything is sent.
+
+How each operator is planned:
+
+``reduce_max``
+    The reduced axes are moved innermost (a numpy transpose on the host: memory, not link), so
+    the reduction is ``runs`` contiguous runs of ``R`` elements: ``REDUCE`` commands of whole
+    runs, each frame at most ``max_frame_bytes``. A run longer than that is reduced in pieces
+    whose partial maxima are reduced again on the device.
+``global_max_pool``
+    ``N x C x D1..Dn`` is ``N*C`` runs of ``prod(D)`` elements: the same ``REDUCE`` path.
+``max``
+    Operands of the same shape: their elements interleaved, a ``REDUCE`` of runs of as many
+    elements as operands. With broadcasting, :func:`maxaccel.host.plan.plan_broadcast`
+    coalesces the broadcast, picks the operand that streams and places the others in the replay buffer: ``LOAD`` each replayed operand, then one
+    ``MAX`` pass with the streamed one. A pass that does not fit the device (buffer, outer
+    dimensions, counts) or whose output exceeds ``max_frame_bytes`` is tiled along the output's
+    outer axes; an operand that a tile shares with the previous one (broadcast along the tiled
+    axis) is not loaded again. More operands than one pass folds are folded in groups.
+
+Every tensor crosses the link once where the capacities allow: broadcasting and reductions
+happen on the device, encoding and decoding are vectorised numpy.
+"""
+
+import contextlib
+import itertools
+import math
+
+import numpy as np
+
+from maxaccel.host.checks import check_global_max_pool, check_max, check_reduce_max
+from maxaccel.host.dtypes import FORMATS
+from maxaccel.host.link import Link, LinkError
+from maxaccel.host.plan import plan_broadcast
+from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
+                                    Command, Identity, MaxParameters)
+from maxaccel.host.transport import open_transport
+
+__all__ = ["Device", "open_device"]
+
+_tokens = itertools.count()
+
+
+def open_device(url="sim", **options):
+    """Open the board at ``url`` and identify it.
+
+    Parameters
+    ----------
+    url : str
+        ``"sim"`` (the virtual board), ``"serial://PORT?baud=N"`` or ``"xdma:///dev/xdma0"``.
+    **options
+        Passed to :class:`Device` (``timeout_s``, ``attempts``, ``max_frame_bytes``,
+        ``progress``).
+
+    Raises
+    ------
+    ValueError
+        A URL of no accepted form.
+    maxaccel.host.transport.TransportError
+        The port or device files could not be opened.
+    maxaccel.host.link.LinkError
+        The board does not answer ``IDENTIFY``.
+    """
+    transport = open_transport(url)
+    try:
+        return Device(transport, url=url, **options)
+    except BaseException:
+        transport.close()
+        raise
+
+
+def _encode(values, fmt):
+    """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order."""
+    values = np.ascontiguousarray(values)
+    if fmt.nbytes == 1:
+        return values.view(np.uint8).tobytes()
+    return values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False).tobytes()
+
+
+def _decode(payload, fmt, shape):
+    """Little-endian elements as a read-only array of ``fmt``'s dtype and ``shape``."""
+    words = np.frombuffer(payload, fmt.uint_dtype)
+    if words.size != math.prod(shape):
+        raise ValueError(f"reply of {len(payload)} bytes for {math.prod(shape)} elements")
+    return words.astype(f"=u{fmt.nbytes}", copy=False).view(fmt.numpy_dtype).reshape(shape)
+
+
+def _store(out, values):
+    """Copy ``values`` into ``out`` bit for bit (through unsigned views: NaN payloads kept)."""
+    unsigned = f"=u{out.dtype.itemsize}"
+    out.view(unsigned)[...] = values.view(unsigned)
+
+
+class _Operand:
+    """A Max operand aligned to the output's rank, with a key naming the data it holds."""
+
+    __slots__ = ("array", "key")
+
+    def __init__(self, array, key):
+        self.array = array
+        self.key = key
+
+    @classmethod
+    def new(cls, array, rank):
+        array = array.reshape((1,) * (rank - array.ndim) + array.shape)
+        return cls(array, (next(_tokens), (0,) * rank, array.shape))
+
+    def sliced(self, axis, start, stop):
+        """The operand for output indices ``start:stop`` along ``axis``."""
+        if self.array.shape[axis] == 1:  # broadcast along the axis: the same data
+            return self
+        token, origin, _ = self.key
+        index = (slice(None),) * axis + (slice(start, stop),)
+        array = self.array[index]
+        origin = origin[:axis] + (origin[axis] + start,) + origin[axis + 1:]
+        return _Operand(array, (token, origin, array.shape))
+
+
+class Device:
+    """A board speaking the maxaccel protocol, as a numpy API.
+
+    Parameters
+    ----------
+    transport : maxaccel.host.transport.Transport
+        The byte pipe (see :func:`maxaccel.host.transport.open_transport`). The device owns it
+        and closes it in :meth:`close`.
+    url : str, optional
+        For messages.
+    timeout_s : float, optional
+        How long to wait for a reply's next byte (default: the transport's).
+    attempts : int
+        Sends per command before :class:`~maxaccel.host.link.LinkError` (default 4).
+    max_frame_bytes : int
+        Largest tensor payload of one command (default 1 MiB): big requests are split into
+        several commands, which bounds a retry's cost and paces progress reports.
+    progress : callable, optional
+        ``progress(done_bytes, total_bytes)``, called as bytes move during an operation and
+        once with ``done == total`` at its end.
+
+    Attributes
+    ----------
+    identity : maxaccel.host.protocol.Identity
+        What the board reported at open.
+    link : maxaccel.host.link.Link
+        Byte counters and retry statistics.
+    """
+
+    def __init__(self, transport, *, url=None, timeout_s=None, attempts=4,
+                 max_frame_bytes=1 << 20, progress=None):
+        self.url = url or type(transport).__name__
+        self.link = Link(transport, timeout_s=timeout_s, attempts=attempts,
+                         frame_timeout_s=0.05)
+        self.max_frame_bytes = max(64, int(max_frame_bytes))
+        self.progress = progress
+        self._loaded = {}
+        self._closed = False
+        try:
+            reply = self.link.request(Command.IDENTIFY)
+        except LinkError as error:
+            raise LinkError(
+                Command.IDENTIFY, error.attempts, error.last_failure,
+                hint=f"no answer from the device at {self.url!r}: is it a maxaccel board, "
+                     f"programmed, powered, and (for serial) at the right baud rate?") from None
+        self.identity = Identity.decode(reply)
+        if self.identity.version != VERSION:
+            raise RuntimeError(f"the device at {self.url!r} speaks protocol version "
+                               f"{self.identity.version}; this driver speaks {VERSION}")
+        if self.identity.clock_hz:
+            self.link.frame_timeout_s = (self.identity.frame_timeout_cycles
+                                         / self.identity.clock_hz)
+        self.link.on_bytes = self._moved
+        self._progress_done = self._progress_total = 0
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    def close(self):
+        """Release the transport (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.link.transport.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __repr__(self):
+        i = self.identity
+        return (f"<Device {self.url} protocol v{i.version}, {i.lanes} lanes, replay buffer "
+                f"{i.replay_depth} beats, {i.max_operands} operands x {i.max_dims} dims>")
+
+    def counters(self):
+        """The board's link error counters, as a dict (``COUNTER_NAMES`` keys)."""
+        return dict(zip(COUNTER_NAMES, COUNTERS.unpack(self._request(Command.COUNTERS))))
+
+    # --- operators -----------------------------------------------------------------------------
+
+    def max(self, *arrays):
+        """ONNX ``Max`` on the device: as :func:`maxaccel.sim.reference.max`, bit for bit."""
+        natives, fmt, shape = check_max(arrays)
+        self._check_supported(fmt, "max()")
+        out = np.empty(shape, fmt.numpy_dtype)
+        if out.size:
+            operands = [_Operand.new(values, len(shape)) for values in natives]
+            total = sum(values.nbytes for values in natives) + out.nbytes
+            with self._operation(total):
+                self._max_into(operands, out, fmt)
+        return out
+
+    def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):
+        """ONNX ``ReduceMax`` on the device: as :func:`maxaccel.sim.reference.reduce_max`."""
+        values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
+            data, axes, keepdims, noop_with_empty_axes)
+        self._check_supported(fmt, "reduce_max()")
+        if not axes:
+            if noop_with_empty_axes:
+                return values.copy()
+            axes = tuple(range(values.ndim))
+        kept = [i for i in range(values.ndim) if i not in axes]
+        if keepdims:
+            shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
+        else:
+            shape = tuple(values.shape[i] for i in kept)
+        runs = math.prod(values.shape[i] for i in kept)
+        length = math.prod(values.shape[i] for i in axes)
+        moved = values.transpose(kept + list(axes))
+        with self._operation(values.nbytes + runs * fmt.nbytes):
+            return self._reduce_runs(moved, runs, length, fmt).reshape(shape)
+
+    def global_max_pool(self, x):
+        """ONNX ``GlobalMaxPool`` on the device: as
+        :func:`maxaccel.sim.reference.global_max_pool`."""
+        values, fmt = check_global_max_pool(x)
+        self._check_supported(fmt, "global_max_pool()")
+        images, channels = values.shape[:2]
+        runs = images * channels
+        with self._operation(values.nbytes + runs * fmt.nbytes):
+            result = self._reduce_runs(values, runs, math.prod(values.shape[2:]), fmt)
+        return result.reshape((images, channels) + (1,) * (values.ndim - 2))
+
+    # --- planning ------------------------------------------------------------------------------
+
+    def _check_supported(self, fmt, operator_name):
+        if fmt.dtype not in self.identity.dtypes:
+            names = ", ".join(str(f.numpy_dtype) for d, f in FORMATS.items()
+                              if d in self.identity.dtypes)
+            raise TypeError(f"{operator_name}: the device at {self.url!r} does not support "
+                            f"{fmt.numpy_dtype}; it supports: {names}")
+
+    def _reduce_runs(self, values, runs, length, fmt):
+        """Max of each of ``runs`` runs of ``length`` elements: ``values`` in C order is the runs
+        one after another. Returns a new 1-D array of ``runs`` elements."""
+        out = np.empty(runs, fmt.numpy_dtype)
+        if runs == 0:
+            return out
+        parameters = PARAMETERS[Command.REDUCE]
+        rows = np.ascontiguousarray(values).reshape(runs, length)
+        run_bytes = length * fmt.nbytes
+        if run_bytes <= self.max_frame_bytes:
+            step = max(1, self.max_frame_bytes // max(run_bytes, fmt.nbytes))
+            for start in range(0, runs, step):
+                chunk = rows[start:start + step]
+                reply = self._request(Command.REDUCE, parameters.pack(
+                    fmt.dtype, len(chunk), length) + _encode(chunk, fmt))
+                _store(out[start:start + len(chunk)], _decode(reply, fmt, (len(chunk),)))
+            return out
+        # Runs longer than a frame: reduce pieces, then reduce the pieces' maxima.
+        piece = self.max_frame_bytes // fmt.nbytes
+        pieces = -(-length // piece)
+        partial = np.empty((runs, pieces), fmt.numpy_dtype)
+        for run in range(runs):
+            for index in range(pieces):
+                chunk = rows[run, index * piece:(index + 1) * piece]
+                reply = self._request(Command.REDUCE, parameters.pack(
+                    fmt.dtype, 1, len(chunk)) + _encode(chunk, fmt))
+                _store(partial[run, index:index + 1], _decode(reply, fmt, (1,)))
+        return self._reduce_runs(partial, runs, pieces, fmt)
+
+    def _max_into(self, operands, out, fmt):
+        """Write the Max of ``operands`` (aligned to ``out``'s rank) into ``out``."""
+        identity = self.identity
+        if all(o.array.shape == out.shape for o in operands):
+            # No broadcasting: the Max of k operands is a reduction of k-element runs, their
+            # elements interleaved (host memory, not link). It streams with no buffer, no
+            # LOAD, any k, and the smallest parameter block.
+            stacked = np.stack([o.array for o in operands], axis=-1)
+            _store(out, self._reduce_runs(stacked, out.size, len(operands), fmt)
+                   .reshape(out.shape))
+            return
+        fold = min(identity.max_operands, identity.replay_depth) + 1
+        while len(operands) > fold:
+            # More operands than one pass folds: fold a group, then use its result.
+            group = operands[:fold]
+            partial = np.empty(np.broadcast_shapes(*(o.array.shape for o in group)), out.dtype)
+            self._max_into(group, partial, fmt)
+            operands = [_Operand.new(partial, out.ndim)] + operands[fold:]
+        plan = plan_broadcast([o.array.shape for o in operands], fmt.nbytes, identity.lanes,
+                              identity.replay_depth, identity.max_dims, identity.max_operands,
+                              MAX_COUNT, check=False)
+        if plan.fits and out.nbytes <= self.max_frame_bytes:
+            self._run_pass(plan, operands, out, fmt)
+            return
+        axis, size = self._split(plan, operands, out)
+        for start in range(0, out.shape[axis], size):
+            stop = min(start + size, out.shape[axis])
+            tile = out[(slice(None),) * axis + (slice(start, stop),)]
+            self._max_into([o.sliced(axis, start, stop) for o in operands], tile, fmt)
+
+    def _split(self, plan, operands, out):
+        """``(axis, size)``: tile ``out`` along ``axis`` in pieces of ``size``."""
+        shape = out.shape
+        if plan.streamed is None and len(plan.replayed) > self.identity.max_operands:
+            # No operand has the full shape: tile until the largest one has.
+            largest = max(operands, key=lambda o: o.array.size)
+            for axis, (n, m) in enumerate(zip(shape, largest.array.shape)):
+                if n > 1 and m == 1:
+                    return axis, 1
+        axis = next(a for a, n in enumerate(shape) if n > 1)
+        pieces = max(2, -(-out.nbytes // self.max_frame_bytes),
+                     -(-plan.memory_beats // self.identity.replay_depth),
+                     -(-max(plan.dims[:-1] + (plan.row_beats,)) // MAX_COUNT))
+        if len(plan.dims) - 1 > self.identity.max_dims:
+            pieces = shape[axis]
+        return axis, max(1, shape[axis] // pieces)
+
+    def _run_pass(self, plan, operands, out, fmt):
+        identity = self.identity
+        try:
+            for o in plan.replayed:
+                self._load(o, operands[o.index], fmt)
+            parameters = MaxParameters.from_plan(plan, fmt.dtype).encode(identity.max_dims,
+                                                                         identity.max_operands)
+            streamed = plan.streamed
+            data = _encode(operands[streamed.index].array, fmt) if streamed else b""
+            reply = self._request(Command.MAX, parameters + data)
+        except BaseException:
+            self._loaded.clear()  # the buffer's contents are unknown now
+            raise
+        _store(out, _decode(reply, fmt, out.shape))
+
+    def _load(self, o, operand, fmt):
+        """``LOAD`` replayed operand ``o`` unless the buffer already holds it there."""
+        key = (operand.key, o.row_beats, o.beats)
+        if self._loaded.get(o.base) == key:
+            return
+        for base, (_, _, beats) in list(self._loaded.items()):
+            if base < o.base + o.beats and o.base < base + beats:
+                del self._loaded[base]
+        rows = np.ascontiguousarray(operand.array).reshape(-1, o.groups[-1])
+        row_length = rows.shape[1]
+        row_beats = o.row_beats
+        step = max(1, self.max_frame_bytes // (row_length * fmt.nbytes))
+        parameters = PARAMETERS[Command.LOAD]
+        for start in range(0, len(rows), step):
+            chunk = rows[start:start + step]
+            self._request(Command.LOAD, parameters.pack(
+                fmt.dtype, o.base + start * row_beats, len(chunk), row_length)
+                + _encode(chunk, fmt))
+        self._loaded[o.base] = key
+
+    # --- link ----------------------------------------------------------------------------------
+
+    def _request(self, command, payload=b""):
+        if self._closed:
+            raise ValueError(f"the device at {self.url!r} is closed")
+        return self.link.request(command, payload)
+
+    @contextlib.contextmanager
+    def _operation(self, total_bytes):
+        """One public call: progress over ``total_bytes`` tensor bytes, a fresh buffer view."""
+        self._loaded.clear()
+        self._progress_done, self._progress_total = 0, total_bytes
+        try:
+            yield
+            if self.progress is not None and total_bytes:
+                self.progress(total_bytes, total_bytes)
+        finally:
+            self._progress_total = 0
+
+    def _moved(self, count):
+        if self.progress is not None and self._progress_total:
+            self._progress_done += count
+            self.progress(min(self._progress_done, self._progress_total), self._progress_total)

@@ -1,0 +1,206 @@
+"""The link layer: one request, one reply, retried over an unreliable byte pipe.
+
+:class:`Link` sends a command as a frame (:mod:`maxaccel.host.protocol`), waits for the reply
+with the same command and sequence number, and retries a bounded number of times when the reply
+does not come, comes broken, or reports that the request arrived broken (``CRC_ERROR``,
+``TIMEOUT``). Between attempts it lets the device abandon any partial frame (it waits longer
+than the device's frame timeout) and drains what is left in the input. Replies to earlier
+requests (a late answer to a retried request) are recognised by their sequence number and
+discarded. Every command of the protocol is idempotent, so resending is always safe.
+"""
+
+import time
+
+from maxaccel.host.protocol import Command, FrameParser, Status, encode_frame
+
+__all__ = ["LinkError", "DeviceError", "Link"]
+
+#: Statuses that mean the request was damaged on the way: send it again.
+RETRYABLE = frozenset({Status.CRC_ERROR, Status.TIMEOUT})
+
+_STATUS_MEANING = {
+    Status.CRC_ERROR: "the request failed its frame check on the device",
+    Status.BAD_COMMAND: "the device does not know this command",
+    Status.BAD_LENGTH: "the payload length does not match the command's parameters",
+    Status.UNSUPPORTED_DTYPE: "the device does not support this element type",
+    Status.TOO_LARGE: "the command exceeds a capacity the device reported",
+    Status.TIMEOUT: "the request stopped arriving mid-frame",
+    Status.BAD_PARAMETER: "a parameter is out of range",
+}
+
+
+def _command_name(code):
+    try:
+        return Command(code).name
+    except ValueError:
+        return f"command 0x{int(code):02x}"
+
+
+def _status_name(code):
+    try:
+        return Status(code).name
+    except ValueError:
+        return f"status {int(code)}"
+
+
+class LinkError(OSError):
+    """A request got no usable reply within the bounded number of attempts.
+
+    Attributes
+    ----------
+    command : int
+        The command code.
+    attempts : int
+        How many times it was sent.
+    last_failure : str
+        What went wrong the last time.
+    """
+
+    def __init__(self, command, attempts, last_failure, hint=""):
+        self.command = command
+        self.attempts = attempts
+        self.last_failure = last_failure
+        super().__init__(f"{_command_name(command)} failed after {attempts} attempt"
+                         f"{'s' if attempts != 1 else ''}; last failure: {last_failure}"
+                         f"{'; ' + hint if hint else ''}")
+
+
+class DeviceError(RuntimeError):
+    """The device refused a request (a status other than ``OK`` that a retry cannot fix).
+
+    Attributes
+    ----------
+    command : int
+    status : int
+    """
+
+    def __init__(self, command, status):
+        self.command = command
+        self.status = status
+        meaning = _STATUS_MEANING.get(status, "unknown status")
+        super().__init__(f"the device answered {_command_name(command)} with "
+                         f"{_status_name(status)}: {meaning}")
+
+
+class _Broken(Exception):
+    """An attempt failed in a way a retry may fix."""
+
+
+class Link:
+    """Requests and replies over a transport, with sequence numbers, timeouts and retries.
+
+    Parameters
+    ----------
+    transport : maxaccel.host.transport.Transport
+    timeout_s : float, optional
+        How long to wait for the next byte of a reply before the attempt counts as failed
+        (default: the transport's ``reply_timeout_s``).
+    attempts : int
+        Sends per request before :class:`LinkError` (default 4: one try and three retries).
+    frame_timeout_s : float
+        The device's frame timeout; before a retry the link stays silent for twice this long so
+        the device abandons a partial frame.
+
+    Attributes
+    ----------
+    bytes_written, bytes_read : int
+        Bytes that crossed the link, in each direction, since the link was made.
+    requests, retries, stale_replies : int
+        Requests made, attempts beyond the first, replies discarded as belonging to an earlier
+        attempt.
+    on_bytes : callable or None
+        Called with the number of bytes each time some move (for progress reports).
+    """
+
+    def __init__(self, transport, *, timeout_s=None, attempts=4, frame_timeout_s=0.01):
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, not {attempts!r}")
+        self.transport = transport
+        self.timeout_s = transport.reply_timeout_s if timeout_s is None else timeout_s
+        self.attempts = attempts
+        self.frame_timeout_s = frame_timeout_s
+        self.bytes_written = self.bytes_read = 0
+        self.requests = self.retries = self.stale_replies = 0
+        self.on_bytes = None
+        self._parser = FrameParser()
+        self._seq = 0
+
+    def request(self, command, payload=b""):
+        """Send ``command`` with ``payload``; return the reply's payload.
+
+        Raises
+        ------
+        LinkError
+            No intact ``OK`` (or refusing) reply after ``attempts`` sends.
+        DeviceError
+            The device refused the request with a status a retry cannot fix.
+        maxaccel.host.transport.TransportError
+            The pipe itself failed (a port that went away).
+        """
+        frame = None
+        failure = None
+        self.requests += 1
+        for attempt in range(self.attempts):
+            if attempt:
+                self.retries += 1
+                self._resync()
+            seq = self._seq
+            self._seq = (seq + 1) & 0xFF
+            try:
+                frame = self._exchange(command, seq, payload)
+            except _Broken as error:
+                failure = str(error)
+                continue
+            if frame.status == Status.OK:
+                return frame.payload
+            if frame.status not in RETRYABLE:
+                raise DeviceError(command, frame.status)
+            failure = (f"the device answered {_status_name(frame.status)} "
+                       f"({_STATUS_MEANING[frame.status]})")
+        raise LinkError(command, self.attempts, failure)
+
+    def _count(self, read=0, written=0):
+        self.bytes_read += read
+        self.bytes_written += written
+        if self.on_bytes is not None:
+            self.on_bytes(read + written)
+
+    def _exchange(self, command, seq, payload):
+        wire = encode_frame(command, seq, payload)
+        replies = []
+        chunk = self.transport.write_chunk
+        for start in range(0, len(wire), chunk):
+            piece = wire[start:start + chunk]
+            self.transport.write(piece)
+            self._count(written=len(piece))
+            # Collect what the device already streams back, so no OS buffer overflows.
+            data = self.transport.read(1 << 16, 0)
+            if data:
+                self._count(read=len(data))
+                replies += self._parser.feed(data)
+        while True:
+            match = None
+            for reply in replies:
+                if match is None and reply.code == command and reply.seq == seq:
+                    match = reply
+                else:
+                    self.stale_replies += 1
+            if match is not None:
+                if not match.intact:
+                    raise _Broken("the reply failed its frame check")
+                return match
+            want = min(self._parser.wanted(), 1 << 16)
+            data = self.transport.read(want, self.timeout_s)
+            if not data:
+                if self._parser.pending():
+                    raise _Broken(f"the reply stopped arriving for {self.timeout_s:g} s "
+                                  f"({self._parser.pending()} bytes of a frame received)")
+                raise _Broken(f"no reply within {self.timeout_s:g} s")
+            self._count(read=len(data))
+            replies = self._parser.feed(data)
+
+    def _resync(self):
+        """Let the device abandon a partial frame, then forget everything received."""
+        time.sleep(2 * self.frame_timeout_s)
+        self.transport.reset_input()
+        self._parser.reset()

@@ -1,0 +1,316 @@
+"""Byte pipes to a board: serial port, PCIe XDMA character devices, the virtual board.
+
+A transport moves bytes and nothing else; framing, retries and meaning live in
+:mod:`maxaccel.host.link`. Every transport has the same four methods:
+
+``write(data)``
+    Send all of ``data`` (raises :class:`TransportError` if the pipe stops taking bytes).
+``read(size, timeout_s)``
+    Up to ``size`` bytes: returns when ``size`` bytes have arrived or ``timeout_s`` has passed,
+    so it may return fewer (``b""`` when nothing came). ``timeout_s=0`` returns what is already
+    there.
+``reset_input()``
+    Discard bytes received and not yet read.
+``close()``
+    Release the port or device files (idempotent).
+
+:func:`open_transport` turns a device URL into a transport:
+
+==============================  =====================================================
+``sim``                         the virtual board, in this process
+``serial://PORT?baud=N``        a serial port through pyserial (``serial:///dev/ttyUSB1``,
+                                ``serial://COM3``; any pyserial URL such as ``loop://``)
+``xdma:///dev/xdma0``           Xilinx XDMA character devices ``/dev/xdma0_h2c_0`` (to the
+                                board) and ``/dev/xdma0_c2h_0`` (from it)
+==============================  =====================================================
+"""
+
+import os
+import select
+import time
+import urllib.parse
+
+__all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport", "SimTransport", "open_transport",
+           "register_scheme", "URL_FORMS"]
+
+#: The device URL forms users may give, for error messages and ``--help``.
+URL_FORMS = ("sim", "serial://PORT?baud=N (e.g. serial:///dev/ttyUSB1?baud=3000000)",
+             "xdma:///dev/xdma0")
+
+
+class TransportError(OSError):
+    """A pipe to the board could not be opened, or stopped moving bytes."""
+
+
+class Transport:
+    """Interface of every transport (see the module docstring)."""
+
+    #: How long the link waits for a reply to start before it retries (seconds); a slow
+    #: transport (a simulator) sets more.
+    reply_timeout_s = 1.0
+    #: Bytes the link writes at a time before it collects what has arrived, so that a reply
+    #: streamed back while the request is still going out never overflows an OS buffer.
+    write_chunk = 4096
+
+    def write(self, data):
+        raise NotImplementedError
+
+    def read(self, size, timeout_s):
+        raise NotImplementedError
+
+    def reset_input(self):
+        raise NotImplementedError
+
+    def close(self):
+        raise NotImplementedError
+
+
+class SerialTransport(Transport):
+    """A serial port (UART) through pyserial.
+
+    Parameters
+    ----------
+    port : str
+        Device path (``/dev/ttyUSB1``, ``COM3``) or any pyserial URL (``loop://``,
+        ``socket://host:port``).
+    baud : int
+        Bits per second.
+    write_timeout_s : float
+        Longest a write may block before :class:`TransportError`.
+    """
+
+    def __init__(self, port, baud=115200, *, write_timeout_s=5.0):
+        try:
+            import serial
+        except ImportError as error:  # pragma: no cover - pyserial is a dependency
+            raise TransportError(f"serial transport needs pyserial: {error}") from None
+        self._serial_module = serial
+        try:
+            self._port = serial.serial_for_url(port, baudrate=baud, timeout=0,
+                                               write_timeout=write_timeout_s)
+        except (serial.SerialException, ValueError, OSError) as error:
+            raise TransportError(f"cannot open serial port {port!r} at {baud} baud: {error}") \
+                from None
+        self.port = port
+        self.baud = baud
+        # Ten bits a byte on the wire: a frame of n bytes needs n * 10 / baud seconds; wait for
+        # a reply to start for at least a second and ten 4 KiB chunks' worth.
+        self.reply_timeout_s = max(1.0, 10 * self.write_chunk * 10 / baud)
+
+    def write(self, data):
+        try:
+            self._port.write(data)
+            self._port.flush()
+        except self._serial_module.SerialTimeoutException:
+            raise TransportError(f"serial port {self.port!r} stopped taking bytes (write "
+                                 f"timeout)") from None
+        except (self._serial_module.SerialException, OSError) as error:
+            raise TransportError(f"writing to serial port {self.port!r} failed: {error}") \
+                from None
+
+    def read(self, size, timeout_s):
+        try:
+            self._port.timeout = max(0.0, timeout_s)
+            return bytes(self._port.read(size))
+        except (self._serial_module.SerialException, OSError) as error:
+            raise TransportError(f"reading from serial port {self.port!r} failed: {error}") \
+                from None
+
+    def reset_input(self):
+        self._port.reset_input_buffer()
+
+    def close(self):
+        self._port.close()
+
+
+class XdmaTransport(Transport):
+    """The Xilinx XDMA driver's streaming character devices of a PCIe board.
+
+    ``<device>_h2c_0`` carries bytes to the board, ``<device>_c2h_0`` from it (AXI4-Stream
+    mode). Both are opened non-blocking and waited on with ``select``, so a board that does not
+    answer gives a timeout, never a hang; the same code drives a pair of FIFOs in tests. The
+    XDMA driver itself may ignore non-blocking mode: a ``c2h`` read then returns when the bytes
+    asked for have come or the stream packet ends (TLAST). The link asks for no more than the
+    frame it is receiving still needs, so a board should end each reply frame with TLAST.
+
+    Parameters
+    ----------
+    device : str
+        Path prefix, e.g. ``/dev/xdma0``.
+    open_timeout_s, write_timeout_s : float
+        How long opening the write side (a FIFO needs a reader) and one write may wait.
+    """
+
+    def __init__(self, device, *, open_timeout_s=2.0, write_timeout_s=5.0):
+        self.device = device
+        self.write_path = f"{device}_h2c_0"
+        self.read_path = f"{device}_c2h_0"
+        self.write_timeout_s = write_timeout_s
+        self._read_fd = self._write_fd = None
+        for path in (self.write_path, self.read_path):
+            if not os.path.exists(path):
+                raise TransportError(
+                    f"XDMA device file {path} does not exist (is the xdma driver loaded and "
+                    f"the board enumerated? expected {self.write_path} and {self.read_path})")
+        try:
+            self._read_fd = os.open(self.read_path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as error:
+            raise TransportError(f"cannot open {self.read_path}: {error}") from None
+        deadline = time.monotonic() + open_timeout_s
+        while True:
+            try:
+                self._write_fd = os.open(self.write_path, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as error:
+                # ENXIO: a FIFO with no reader yet.
+                if time.monotonic() > deadline:
+                    self.close()
+                    raise TransportError(f"cannot open {self.write_path}: {error}") from None
+                time.sleep(0.01)
+
+    def write(self, data):
+        view = memoryview(data)
+        while view:
+            _, writable, _ = select.select([], [self._write_fd], [], self.write_timeout_s)
+            if not writable:
+                raise TransportError(f"{self.write_path} took no bytes for "
+                                     f"{self.write_timeout_s} s")
+            try:
+                written = os.write(self._write_fd, view)
+            except BlockingIOError:
+                continue
+            except OSError as error:
+                raise TransportError(f"writing to {self.write_path} failed: {error}") from None
+            view = view[written:]
+
+    def read(self, size, timeout_s):
+        chunks, got = [], 0
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while got < size:
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([self._read_fd], [], [], max(0.0, left))
+            if not readable:
+                break
+            try:
+                chunk = os.read(self._read_fd, size - got)
+            except BlockingIOError:
+                chunk = None
+            except OSError as error:
+                raise TransportError(f"reading from {self.read_path} failed: {error}") from None
+            if chunk:
+                chunks.append(chunk)
+                got += len(chunk)
+            elif left <= 0:
+                break
+            else:
+                # End of file (a FIFO whose writer is gone) or a spurious wake-up: do not spin.
+                time.sleep(min(0.001, max(0.0, left)))
+        return b"".join(chunks)
+
+    def reset_input(self):
+        while self.read(1 << 16, 0):
+            pass
+
+    def close(self):
+        for name in ("_read_fd", "_write_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
+
+
+class SimTransport(Transport):
+    """The virtual board (``maxaccel.sim.virtual_board.VirtualBoard``) in this process.
+
+    The simulated gateware is far slower than a real link (some thousand cycles a second), but
+    its ``read`` returns at once when the board is quiescent (nothing in flight, so nothing
+    more can come): the reply timeout only bounds a simulation that is still busy, and is an
+    hour.
+    """
+
+    reply_timeout_s = 3600.0
+
+    def __init__(self, **options):
+        try:
+            from maxaccel.sim.virtual_board import VirtualBoard
+        except ImportError as error:
+            raise TransportError(
+                f"the virtual board is not available ({error}); it needs "
+                f"maxaccel.sim.virtual_board and amaranth") from None
+        self.board = VirtualBoard(**options)
+
+    def write(self, data):
+        self.board.write(data)
+
+    def read(self, size, timeout_s):
+        return self.board.read(size, timeout_s)
+
+    def reset_input(self):
+        self.board.reset_input()
+
+    def close(self):
+        self.board.close()
+
+
+def _open_serial(parsed, options):
+    port = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
+    if not port:
+        raise ValueError("serial URL names no port: use serial:///dev/ttyUSB1?baud=3000000 "
+                         "or serial://COM3?baud=115200")
+    baud = options.pop("baud", 115200)
+    if options:
+        raise ValueError(f"unknown serial URL option(s) {', '.join(sorted(options))}; "
+                         f"accepted: baud")
+    return SerialTransport(port, baud)
+
+
+def _open_xdma(parsed, options):
+    if options or not parsed.path or parsed.netloc:
+        raise ValueError(f"XDMA URL must be xdma:///dev/xdmaN (the device path prefix), "
+                         f"got {parsed.geturl()!r}")
+    return XdmaTransport(parsed.path)
+
+
+def _options(query, url):
+    options = {}
+    for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
+        value = values[-1]
+        try:
+            options[key] = int(value)
+        except ValueError:
+            raise ValueError(f"option {key}={value!r} of device URL {url!r} must be an "
+                             f"integer") from None
+    return options
+
+
+_HIDDEN_SCHEMES = {}
+
+
+def register_scheme(scheme, factory):
+    """Make ``scheme://...`` URLs open ``factory(url)`` (for tests; not listed to users)."""
+    _HIDDEN_SCHEMES[scheme] = factory
+
+
+def open_transport(url):
+    """The transport a device URL names (see the module docstring).
+
+    Raises
+    ------
+    ValueError
+        A URL of no accepted form (the message lists them) or with bad options.
+    TransportError
+        The port or device files could not be opened.
+    """
+    if not isinstance(url, str):
+        raise TypeError(f"a device URL is a string, got {url!r}; accepted: "
+                        f"{', '.join(URL_FORMS)}")
+    if url == "sim" or url.startswith("sim?"):
+        return SimTransport(**_options(url[4:], url))
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme in _HIDDEN_SCHEMES:
+        return _HIDDEN_SCHEMES[parsed.scheme](url)
+    if parsed.scheme == "serial":
+        return _open_serial(parsed, _options(parsed.query, url))
+    if parsed.scheme == "xdma":
+        return _open_xdma(parsed, _options(parsed.query, url))
+    raise ValueError(f"unknown device URL {url!r}; accepted: {', '.join(URL_FORMS)}")

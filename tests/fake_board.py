@@ -1,0 +1,365 @@
+"""A Python model of the device side of the maxaccel protocol, for fast host tests.
+
+:class:`FakeBoard` is a transport (``write``, ``read``, ``reset_input``, ``close``) that
+answers like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons
+a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
+``CRC_ERROR``, and computes ``REDUCE``, ``POOL_CHANNELS_LAST``, ``LOAD`` and ``MAX`` with the
+golden model. ``MAX`` walks the replay buffer exactly as the ``BroadcastMax`` unit does (row
+addresses advanced by the encoded steps, modulo ``2**addr_bits``), so a wrong parameter block
+gives wrong bits. Load padding is filled with garbage, so a host relying on it fails.
+
+``silent=True`` makes a board that never answers, ``answers=n`` one that stops answering after
+n replies. :class:`Faulty` wraps any transport (this board, the virtual board) and damages bytes
+in either direction at chosen byte offsets (:class:`Fault`) or at random (``fault_rate``).
+Not a user-facing device: tests register it as ``fake://``.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from maxaccel.host.dtypes import FORMATS, format_of
+from maxaccel.host.protocol import (COUNTERS, MAX_COUNT, PARAMETERS, Command, FrameParser,
+                                    Identity, MaxParameters, Status, VERSION, encode_frame)
+from maxaccel.sim import reference
+
+TO_DEVICE = "to_device"
+TO_HOST = "to_host"
+KINDS = ("drop", "flip", "insert", "duplicate")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Damage byte ``offset`` (counted from the first byte ever sent that way) of a direction."""
+
+    direction: str
+    offset: int
+    kind: str
+
+
+class _Refuse(Exception):
+    def __init__(self, status):
+        self.status = status
+
+
+def _inject(data, start, faults):
+    out = bytearray(data)
+    for fault in sorted((f for f in faults if start <= f.offset < start + len(data)),
+                        key=lambda f: f.offset, reverse=True):
+        i = fault.offset - start
+        if fault.kind == "drop":
+            del out[i]
+        elif fault.kind == "flip":
+            out[i] ^= 0x10
+        elif fault.kind == "insert":
+            out.insert(i, ord("M"))
+        elif fault.kind == "duplicate":
+            out.insert(i, out[i])
+        else:
+            raise ValueError(f"unknown fault kind {fault.kind!r}")
+    return bytes(out)
+
+
+class FakeBoard:
+    """The device side of the protocol, in Python (see the module docstring).
+
+    Parameters
+    ----------
+    lanes, replay_depth, max_dims, max_operands, pool_channels : int
+        Capacities reported by ``IDENTIFY`` and enforced.
+    dtypes : iterable of DType, optional
+        Supported element types (default: all).
+    frame_timeout_s : float
+        Silence after which a partial request frame is abandoned.
+    reply_timeout_s : float
+        What the host link should wait for a reply (the transport attribute).
+    silent : bool
+        Never answer.
+    answers : int, optional
+        Answer this many requests, then fall silent.
+    """
+
+    write_chunk = 4096
+
+    def __init__(self, *, lanes=4, replay_depth=512, max_dims=3, max_operands=3,
+                 pool_channels=256, dtypes=None, frame_timeout_s=0.05, reply_timeout_s=0.25,
+                 silent=False, answers=None):
+        clock_hz = 1_000_000
+        self.identity = Identity(
+            VERSION, lanes, frozenset(int(d) for d in (FORMATS if dtypes is None else dtypes)),
+            replay_depth, max_dims, max_operands, pool_channels, clock_hz,
+            round(frame_timeout_s * clock_hz))
+        self.frame_timeout_s = frame_timeout_s
+        self.reply_timeout_s = reply_timeout_s
+        self.beat_bytes = 8 * lanes
+        self.addr_bits = (replay_depth - 1).bit_length()
+        self.memory = np.zeros((replay_depth, self.beat_bytes), np.uint8)
+        self.silent = silent
+        self.answers = answers
+        self.closed = False
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self.log = []  # (command code, status) of every reply
+        self.timeouts = 0
+        self._parser = FrameParser()
+        self._out = bytearray()
+        self._last_byte = time.monotonic()
+
+    # --- transport interface -------------------------------------------------------------------
+
+    def write(self, data):
+        self._check_open()
+        data = bytes(data)
+        self._expire()
+        self.bytes_received += len(data)
+        if data:
+            self._last_byte = time.monotonic()
+        for frame in self._parser.feed(data):
+            self._answer(frame)
+
+    def read(self, size, timeout_s):
+        self._check_open()
+        self._expire()
+        if not self._out and timeout_s > 0:
+            deadline = time.monotonic() + timeout_s
+            partial = self._parser.partial()
+            if partial is not None:
+                time.sleep(max(0.0, min(deadline, self._last_byte + self.frame_timeout_s)
+                               - time.monotonic()))
+                self._expire()
+            if not self._out:
+                time.sleep(max(0.0, deadline - time.monotonic()))
+        data = bytes(self._out[:size])
+        del self._out[:size]
+        return data
+
+    def reset_input(self):
+        self._out.clear()
+
+    def close(self):
+        self.closed = True
+
+    # --- device behaviour ----------------------------------------------------------------------
+
+    def _check_open(self):
+        if self.closed:
+            raise ValueError("the fake board is closed")
+
+    def _expire(self):
+        """Abandon a partial request frame after the frame timeout, answering TIMEOUT."""
+        partial = self._parser.partial()
+        if self._parser.pending() and time.monotonic() - self._last_byte > self.frame_timeout_s:
+            self._parser.reset()
+            self.timeouts += 1
+            if partial is not None:
+                code, seq, _ = partial
+                self._reply(code, seq, b"", Status.TIMEOUT)
+
+    def _reply(self, code, seq, payload, status):
+        self.log.append((code, Status(status)))
+        if self.silent or (self.answers is not None and len(self.log) > self.answers):
+            return
+        wire = encode_frame(code, seq, payload, status)
+        self.bytes_sent += len(wire)
+        self._out += wire
+
+    def _answer(self, frame):
+        if not frame.intact:
+            self._reply(frame.code, frame.seq, b"", Status.CRC_ERROR)
+            return
+        handler = {
+            Command.IDENTIFY: self._identify, Command.COUNTERS: self._counters,
+            Command.REDUCE: self._reduce, Command.POOL_CHANNELS_LAST: self._pool,
+            Command.LOAD: self._load, Command.MAX: self._max,
+        }.get(frame.code)
+        try:
+            if handler is None:
+                raise _Refuse(Status.BAD_COMMAND)
+            payload, status = handler(frame.payload), Status.OK
+        except _Refuse as refusal:
+            payload, status = b"", refusal.status
+        self._reply(frame.code, frame.seq, payload, status)
+
+    def _format(self, code):
+        if code not in self.identity.dtypes:
+            raise _Refuse(Status.UNSUPPORTED_DTYPE)
+        return format_of(code)
+
+    def _parameters(self, command, payload):
+        layout = PARAMETERS[command]
+        if len(payload) < layout.size:
+            raise _Refuse(Status.BAD_LENGTH)
+        values = layout.unpack_from(payload)
+        return self._format(values[0]), values[1:], payload[layout.size:]
+
+    @staticmethod
+    def _elements(data, fmt, shape):
+        if len(data) != math.prod(shape) * fmt.nbytes:
+            raise _Refuse(Status.BAD_LENGTH)
+        return np.frombuffer(data, fmt.uint_dtype).view(fmt.numpy_dtype).reshape(shape)
+
+    @staticmethod
+    def _bytes(values, fmt):
+        return np.ascontiguousarray(values).view(fmt.uint_dtype).tobytes()
+
+    def _identify(self, payload):
+        if payload:
+            raise _Refuse(Status.BAD_LENGTH)
+        return self.identity.encode()
+
+    def _counters(self, payload):
+        if payload:
+            raise _Refuse(Status.BAD_LENGTH)
+        return COUNTERS.pack(0, 0, self._parser.frame_errors, self._parser.header_errors,
+                             self.timeouts)
+
+    def _reduce(self, payload):
+        fmt, (runs, length), data = self._parameters(Command.REDUCE, payload)
+        values = self._elements(data, fmt, (runs, length))
+        return self._bytes(reference.reduce_max(values, axes=1, keepdims=False), fmt)
+
+    def _pool(self, payload):
+        fmt, (images, pixels, channels), data = self._parameters(Command.POOL_CHANNELS_LAST,
+                                                                 payload)
+        if pixels == 0:
+            raise _Refuse(Status.BAD_PARAMETER)
+        if channels * fmt.nbytes > 8 * self.identity.pool_channels:
+            raise _Refuse(Status.TOO_LARGE)
+        values = self._elements(data, fmt, (images, pixels, channels))
+        return self._bytes(reference.reduce_max(values, axes=1, keepdims=False), fmt)
+
+    def _row_beats(self, row_length, fmt):
+        return -(-row_length * fmt.nbytes // self.beat_bytes)
+
+    def _load(self, payload):
+        fmt, (base, rows, row_length), data = self._parameters(Command.LOAD, payload)
+        if row_length == 0:
+            raise _Refuse(Status.BAD_PARAMETER)
+        values = self._elements(data, fmt, (rows, row_length))
+        row_beats = self._row_beats(row_length, fmt)
+        if base + rows * row_beats > len(self.memory):
+            raise _Refuse(Status.TOO_LARGE)
+        stored = np.full((rows, row_beats * self.beat_bytes), 0xA5, np.uint8)  # padding: garbage
+        stored[:, :row_length * fmt.nbytes] = values.view(np.uint8).reshape(rows, -1)
+        self.memory[base:base + rows * row_beats] = stored.reshape(-1, self.beat_bytes)
+        return b""
+
+    def _max(self, payload):
+        identity = self.identity
+        size = MaxParameters.size(identity.max_dims, identity.max_operands)
+        if len(payload) < size:
+            raise _Refuse(Status.BAD_LENGTH)
+        try:
+            parameters, data = MaxParameters.decode(payload, identity.max_dims,
+                                                    identity.max_operands)
+        except ValueError:
+            raise _Refuse(Status.BAD_PARAMETER) from None
+        fmt = self._format(parameters.dtype)
+        counts, row_length = parameters.counts, parameters.row_length
+        if (not parameters.operands and not parameters.streamed) or row_length == 0 \
+                or 0 in counts:
+            raise _Refuse(Status.BAD_PARAMETER)
+        row_beats = self._row_beats(row_length, fmt)
+        if max(counts) > MAX_COUNT or row_beats > MAX_COUNT:
+            raise _Refuse(Status.TOO_LARGE)
+        rows = math.prod(counts)
+        operands = []
+        if parameters.streamed:
+            operands.append(self._elements(data, fmt, (rows, row_length)))
+        elif data:
+            raise _Refuse(Status.BAD_LENGTH)
+        # The address generator: the row address advances by steps[d] when counter d advances
+        # (the counters inside it wrap), modulo 2**addr_bits.
+        index = np.indices(counts).reshape(len(counts), -1).T
+        advancing = np.argmax(index[1:] != index[:-1], axis=1)
+        modulus = 1 << self.addr_bits
+        # Addresses past the buffer's depth read as zeros.
+        memory = np.concatenate([self.memory, np.zeros(
+            (modulus - len(self.memory), self.beat_bytes), np.uint8)])
+        for operand in parameters.operands:
+            steps = np.array(operand.steps, np.int64)
+            addresses = (operand.base + np.concatenate([[0], np.cumsum(steps[advancing])])) \
+                % modulus
+            beats = 1 if operand.splat else row_beats
+            beat_addresses = (addresses[:, None] + np.arange(beats)) % modulus
+            stored = memory[beat_addresses].reshape(rows, -1)
+            if operand.splat:
+                element = stored[:, :fmt.nbytes].copy().view(fmt.numpy_dtype)
+                operands.append(np.broadcast_to(element, (rows, row_length)))
+            else:
+                operands.append(stored[:, :row_length * fmt.nbytes].copy()
+                                .view(fmt.numpy_dtype))
+        return self._bytes(reference.max(*operands), fmt)
+
+
+class Faulty:
+    """A transport that damages the bytes of another on their way, in both directions.
+
+    Parameters
+    ----------
+    inner : transport
+        A :class:`FakeBoard`, a ``VirtualBoard``, any transport.
+    faults : iterable of Fault
+        Damage at given offsets (append more to :attr:`faults` at any time; :attr:`sent` gives
+        the offset the next byte of each direction will have).
+    fault_rate : float
+        Probability that each byte, in each direction, is damaged (random kind), with ``seed``.
+    close_inner : bool
+        Whether :meth:`close` closes ``inner`` (not for a board shared between tests).
+
+    Other attributes are those of ``inner``.
+    """
+
+    def __init__(self, inner, faults=(), fault_rate=0.0, seed=0, close_inner=True):
+        self.inner = inner
+        self.faults = list(faults)
+        self.fault_rate = fault_rate
+        self.rng = np.random.default_rng(seed)
+        self.close_inner = close_inner
+        self.sent = {TO_DEVICE: 0, TO_HOST: 0}
+        self.injected = 0
+        self.reply_timeout_s = getattr(inner, "reply_timeout_s", 1.0)
+        self.write_chunk = getattr(inner, "write_chunk", 4096)
+        self._held = bytearray()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _damage(self, direction, data):
+        start = self.sent[direction]
+        self.sent[direction] += len(data)
+        faults = [f for f in self.faults if f.direction == direction]
+        if self.fault_rate and data:
+            count = self.rng.binomial(len(data), self.fault_rate)
+            faults += [Fault(direction, start + int(i), KINDS[int(k)]) for i, k in zip(
+                self.rng.choice(len(data), count, replace=False),
+                self.rng.integers(0, len(KINDS), count))]
+        if not faults:
+            return data
+        damaged = _inject(data, start, faults)
+        self.injected += sum(start <= f.offset < start + len(data) for f in faults)
+        return damaged
+
+    def write(self, data):
+        self.inner.write(self._damage(TO_DEVICE, bytes(data)))
+
+    def read(self, size, timeout_s):
+        if len(self._held) < size:
+            self._held += self._damage(TO_HOST, self.inner.read(size - len(self._held),
+                                                                timeout_s))
+        data = bytes(self._held[:size])
+        del self._held[:size]
+        return data
+
+    def reset_input(self):
+        self._held.clear()
+        self.inner.reset_input()
+
+    def close(self):
+        if self.close_inner:
+            self.inner.close()
+
+
+__all__ = ["FakeBoard", "Faulty", "Fault", "KINDS", "TO_DEVICE", "TO_HOST"]

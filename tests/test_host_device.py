@@ -1,0 +1,362 @@
+"""The host driver's tensor API against the golden model, on the fake board.
+
+Every result is compared bit for bit with ``maxaccel.sim.reference``; the fake board computes
+with the golden model too, but only after the host's planning, encoding, parameter blocks,
+replay-buffer addressing and decoding, so any mistake there shows as wrong bits.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from fake_board import FakeBoard
+
+from maxaccel.host.device import Device
+from maxaccel.host.dtypes import FORMATS, DType
+from maxaccel.host.protocol import COUNTER_NAMES, FRAME_OVERHEAD, PARAMETERS, Command
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from maxaccel.sim.values import edge_bits, random_values
+
+ALL = list(FORMATS.values())
+NUMERIC = [f for f in ALL if f.kind != "bool"]
+FLOATS = [f for f in ALL if f.is_float]
+
+
+def ids(formats):
+    return [str(f.numpy_dtype) for f in formats]
+
+
+def make_device(**board):
+    return Device(FakeBoard(**board))
+
+
+def tiny_device():
+    """Capacities so small that almost everything must be tiled, split or grouped."""
+    return Device(FakeBoard(lanes=1, replay_depth=8, max_dims=1, max_operands=1),
+                  max_frame_bytes=64)
+
+
+def open_virtual_board():
+    pytest.importorskip("maxaccel.sim.virtual_board")
+    from maxaccel.host.device import open_device
+    return open_device("sim")
+
+
+@pytest.fixture(scope="module", params=["fake", pytest.param("virtual", marks=pytest.mark.slow)])
+def device(request):
+    """The fake board, and (slow: about 150 s for the whole corpus) the virtual board, the
+    real gateware in simulation."""
+    with (open_virtual_board() if request.param == "virtual" else make_device()) as dev:
+        yield dev
+
+
+@pytest.fixture(scope="module")
+def fake_device():
+    with make_device() as dev:
+        yield dev
+
+
+REDUCTIONS = [
+    ((3, 4, 5), None, True, False),
+    ((3, 4, 5), [1], True, False),
+    ((3, 4, 5), [0, 2], False, False),
+    ((3, 4, 5), -1, False, False),
+    ((2, 3, 2, 3), [0, 3], True, False),
+    ((), None, True, False),
+    ((), [], False, False),
+    ((7,), [0], False, False),
+    ((1, 9), None, False, False),
+    ((2, 0, 3), [1], True, False),   # empty reductions: the least element
+    ((2, 0, 3), [0, 2], False, False),  # empty output
+    ((0,), None, True, False),
+    ((4, 3), [], True, True),       # noop: the identity, NaN payloads untouched
+    ((4, 3), None, True, True),
+    ((4, 3), [], True, False),
+]
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=ids(ALL))
+def test_reduce_max_matches_the_golden_model(device, fmt):
+    rng = np.random.default_rng(int(fmt.dtype))
+    for shape, axes, keepdims, noop in REDUCTIONS:
+        data = random_values(rng, fmt, shape, edge_fraction=0.2)
+        got = device.reduce_max(data, axes=axes, keepdims=keepdims, noop_with_empty_axes=noop)
+        want = reference.reduce_max(data, axes=axes, keepdims=keepdims,
+                                    noop_with_empty_axes=noop)
+        assert_same_bits(got, want, f"reduce_max {shape} axes={axes} keepdims={keepdims}")
+
+
+BROADCASTS = [
+    [(5,)],
+    [()],
+    [(2, 3), (3,)],
+    [(3, 1), (1, 4)],                          # nothing streams: every operand replayed
+    [(2, 1, 4), (3, 1), (1,)],
+    [(4, 1, 3), (1, 5, 1), (5, 3), ()],
+    [(2, 3, 4, 5), (3, 1, 5), (1, 4, 1), (5,), (2, 1, 1, 1)],
+    [(1,), (1, 1)],
+    [(6, 1, 7), (1, 8, 7)],
+    [(33,), (33,), (33,), (1,), (33,)],
+    [(0, 3), (1, 3)],                          # empty outputs
+    [(3, 0), (3, 1), ()],
+]
+
+
+@pytest.mark.parametrize("fmt", NUMERIC, ids=ids(NUMERIC))
+def test_max_with_broadcasting_matches_the_golden_model(device, fmt):
+    rng = np.random.default_rng(100 + int(fmt.dtype))
+    for shapes in BROADCASTS:
+        arrays = [random_values(rng, fmt, s, edge_fraction=0.3) for s in shapes]
+        assert_same_bits(device.max(*arrays), reference.max(*arrays), f"max {shapes}")
+
+
+@pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
+def test_global_max_pool_matches_the_golden_model(device, fmt):
+    rng = np.random.default_rng(200 + int(fmt.dtype))
+    for shape in [(1, 3, 5, 5), (2, 2, 3), (2, 3, 2, 2, 2), (1, 2, 0, 4), (0, 3, 4)]:
+        x = random_values(rng, fmt, shape, edge_fraction=0.1)
+        assert_same_bits(device.global_max_pool(x), reference.global_max_pool(x),
+                         f"global_max_pool {shape}")
+
+
+@pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
+def test_nan_at_every_position_gives_the_canonical_nan(device, fmt):
+    rng = np.random.default_rng(300 + int(fmt.dtype))
+    edges = edge_bits(fmt)
+    nans = edges[reference.is_nan(edges)]
+    numbers = edges[~reference.is_nan(edges)]
+    n = 19
+    # Row i holds a NaN (of every kind in turn) at position i only.
+    matrix = rng.choice(numbers, size=(n, n))
+    matrix[np.arange(n), np.arange(n)] = nans[np.arange(n) % len(nans)]
+    got = device.reduce_max(matrix, axes=[1], keepdims=False)
+    assert_same_bits(got, reference.reduce_max(matrix, axes=[1], keepdims=False))
+    assert (reference.bits_of(got) == fmt.canonical_nan).all()
+    # Max of k operands: operand j holds the NaN at positions p with p % k == j.
+    for k in range(1, 6):
+        operands = [rng.choice(numbers, size=n) for _ in range(k)]
+        for j, operand in enumerate(operands):
+            operand[np.arange(n) % k == j] = nans[j % len(nans)]
+        got = device.max(*operands)
+        assert_same_bits(got, reference.max(*operands), f"max of {k}")
+        assert (reference.bits_of(got) == fmt.canonical_nan).all()
+
+
+@pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
+def test_signed_zeros_and_extremes(device, fmt):
+    pos, neg = (np.array([v], fmt.numpy_dtype) for v in (0.0, -0.0))
+    for a, b, want in [(pos, neg, pos), (neg, pos, pos), (neg, neg, neg)]:
+        assert_same_bits(device.max(a, b), want)
+        assert_same_bits(device.reduce_max(np.concatenate([a, b])), want)
+    lowest = np.array([fmt.lowest], fmt.uint_dtype).view(fmt.numpy_dtype)
+    empty = np.zeros((3, 0), fmt.numpy_dtype)
+    assert_same_bits(device.reduce_max(empty, axes=[1], keepdims=False),
+                     np.repeat(lowest, 3))
+
+
+@pytest.mark.parametrize("fmt", [FORMATS[DType.FLOAT], FORMATS[DType.BFLOAT16],
+                                 FORMATS[DType.UINT8], FORMATS[DType.INT64],
+                                 FORMATS[DType.BOOL]],
+                         ids=["float32", "bfloat16", "uint8", "int64", "bool"])
+def test_tiny_device_tiles_splits_and_groups(fmt):
+    """Buffer of 8 beats, one outer dimension, one replayed operand, 64-byte frames."""
+    rng = np.random.default_rng(400 + int(fmt.dtype))
+    with tiny_device() as dev:
+        board = dev.link.transport
+        if fmt.kind != "bool":
+            for shapes in BROADCASTS + [[(5, 6, 7), (6, 1), (1, 7), (5, 1, 1)],
+                                        [(40, 3), (1, 3)], [(3, 40), (3, 1)]]:
+                arrays = [random_values(rng, fmt, s, edge_fraction=0.2) for s in shapes]
+                assert_same_bits(dev.max(*arrays), reference.max(*arrays), f"max {shapes}")
+        for shape, axes, keepdims, noop in REDUCTIONS + [((100, 3), [0], False, False)]:
+            data = random_values(rng, fmt, shape, edge_fraction=0.05)
+            assert_same_bits(dev.reduce_max(data, axes, keepdims, noop),
+                             reference.reduce_max(data, axes, keepdims, noop))
+        # Runs longer than a 64-byte frame are reduced in pieces, whose maxima are reduced
+        # again on the device.
+        data = random_values(rng, fmt, (3, 100), edge_fraction=0.01)
+        board.log.clear()
+        assert_same_bits(dev.reduce_max(data, [1]), reference.reduce_max(data, [1]))
+        assert len(board.log) > 3 * math.ceil(100 * fmt.nbytes / 64)
+
+
+def test_replayed_operand_shared_by_tiles_is_loaded_once():
+    rng = np.random.default_rng(5)
+    big = random_values(rng, np.float32, (256, 64))
+    row = random_values(rng, np.float32, (1, 64))
+    with Device(FakeBoard(), max_frame_bytes=4096) as dev:
+        board = dev.link.transport
+        board.log.clear()
+        assert_same_bits(dev.max(big, row), reference.max(big, row))
+        commands = [code for code, _ in board.log]
+        assert commands.count(Command.LOAD) == 1
+        assert commands.count(Command.MAX) == big.nbytes // 4096
+
+
+def test_more_operands_than_a_pass_folds():
+    rng = np.random.default_rng(6)
+    arrays = [random_values(rng, np.int16, s) for s in [(4, 5)] * 6 + [(5,), (4, 1), ()]]
+    with make_device(max_operands=2) as dev:
+        assert_same_bits(dev.max(*arrays), reference.max(*arrays))
+
+
+EFFICIENCY_CASES = [
+    ("reduce all", np.float32, [(1024,)], lambda d, x: d.reduce_max(x)),
+    ("reduce rows", np.float16, [(64, 64)], lambda d, x: d.reduce_max(x, axes=[1])),
+    ("reduce leading axis", np.uint8, [(64, 64)], lambda d, x: d.reduce_max(x, axes=[0])),
+    ("reduce 1 MiB+", np.float64, [(300, 500)], lambda d, x: d.reduce_max(x, axes=[0, 1])),
+    ("pool", np.float32, [(2, 4, 16, 16)], lambda d, x: d.global_max_pool(x)),
+    ("max same shape", np.float32, [(32, 32), (32, 32)], lambda d, *x: d.max(*x)),
+    ("max broadcast", np.int32, [(64, 16), (1, 16), (64, 1)], lambda d, *x: d.max(*x)),
+    ("max 3 MiB", np.float32, [(768, 1024), (1024,)], lambda d, *x: d.max(*x)),
+]
+
+
+@pytest.mark.parametrize("name, dtype, shapes, operation", EFFICIENCY_CASES,
+                         ids=[c[0] for c in EFFICIENCY_CASES])
+def test_link_efficiency_is_at_least_95_percent_from_4_kib(fake_device, name, dtype,
+                                                           shapes, operation):
+    rng = np.random.default_rng(7)
+    arrays = [random_values(rng, dtype, s, edge_fraction=0.01) for s in shapes]
+    assert max(a.nbytes for a in arrays) >= 4096
+    link = fake_device.link
+    before = link.bytes_written + link.bytes_read
+    result = operation(fake_device, *arrays)
+    wire = link.bytes_written + link.bytes_read - before
+    assert_same_bits(result, operation(reference, *arrays))
+    payload = sum(a.nbytes for a in arrays) + result.nbytes
+    assert payload / wire >= 0.95, f"{name}: {payload} payload bytes in {wire} wire bytes"
+
+
+def test_link_efficiency_on_the_virtual_board():
+    """The real gateware's capacities (a 1 KiB replay buffer by default): still >= 95%."""
+    rng = np.random.default_rng(10)
+    a = random_values(rng, np.float32, (32, 32), edge_fraction=0.01)
+    row = random_values(rng, np.float32, (1, 32), edge_fraction=0.01)
+    with open_virtual_board() as dev:
+        for arrays, operation in [((a,), lambda d, x: d.reduce_max(x, axes=[1])),
+                                  ((a, row), lambda d, *x: d.max(*x))]:
+            before = dev.link.bytes_written + dev.link.bytes_read
+            result = operation(dev, *arrays)
+            wire = dev.link.bytes_written + dev.link.bytes_read - before
+            assert_same_bits(result, operation(reference, *arrays))
+            assert (sum(x.nbytes for x in arrays) + result.nbytes) / wire >= 0.95
+
+
+def test_link_bytes_are_exactly_payload_and_framing(fake_device):
+    x = np.arange(1024, dtype=np.float32)
+    link = fake_device.link
+    before = link.bytes_written + link.bytes_read
+    fake_device.reduce_max(x)
+    parameters = PARAMETERS[Command.REDUCE].size
+    assert link.bytes_written + link.bytes_read - before == \
+        x.nbytes + parameters + 4 + 2 * FRAME_OVERHEAD
+
+
+def test_large_requests_are_split_and_report_progress():
+    seen = []
+    x = np.random.default_rng(8).standard_normal((3, 1 << 17)).astype(np.float32)  # 1.5 MiB
+    with Device(FakeBoard(), max_frame_bytes=1 << 18, progress=lambda d, t: seen.append((d, t))
+                ) as dev:
+        board = dev.link.transport
+        board.log.clear()
+        assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert len(board.log) >= 6
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and seen[-1][0] == seen[-1][1] == x.nbytes + 3 * 4
+
+
+def test_results_are_new_native_arrays(fake_device):
+    x = np.arange(12, dtype=">f4").reshape(3, 4)
+    for result in [fake_device.reduce_max(x, axes=[1]), fake_device.max(x, x),
+                   fake_device.reduce_max(x, noop_with_empty_axes=True)]:
+        assert result.dtype == np.dtype("float32") and result.flags.writeable
+        assert not np.shares_memory(result, x)
+    assert_same_bits(fake_device.max(x, x[:1]), reference.max(x, x[:1]))
+
+
+BAD_INPUTS = [
+    ("max", (), {}),
+    ("max", (np.zeros(2, np.float32), np.zeros(2, np.float64)), {}),
+    ("max", (np.zeros(2, bool), np.zeros(2, bool)), {}),
+    ("max", (np.zeros((2, 3), np.float32), np.zeros(4, np.float32)), {}),
+    ("max", (np.zeros(2, np.complex64),), {}),
+    ("reduce_max", (np.zeros((2, 3, 4)),), {"axes": 3}),
+    ("reduce_max", (np.zeros((2, 3, 4)),), {"axes": [1, -2]}),
+    ("reduce_max", (np.zeros((2, 3)),), {"axes": [0.5]}),
+    ("reduce_max", (np.zeros((2, 3)),), {"keepdims": 2}),
+    ("reduce_max", (np.zeros(3, np.complex128),), {}),
+    ("global_max_pool", (np.zeros((2, 3), np.float32),), {}),
+    ("global_max_pool", (np.zeros((1, 2, 3), np.int32),), {}),
+]
+
+
+@pytest.mark.parametrize("operator_name, args, kwargs", BAD_INPUTS)
+def test_bad_input_is_refused_before_anything_is_sent(fake_device, operator_name, args,
+                                                      kwargs):
+    board = fake_device.link.transport
+    received = board.bytes_received
+    with pytest.raises((TypeError, ValueError)) as expected:
+        getattr(reference, operator_name)(*args, **kwargs)
+    with pytest.raises(expected.type) as got:
+        getattr(fake_device, operator_name)(*args, **kwargs)
+    assert str(got.value) == str(expected.value)
+    assert board.bytes_received == received
+
+
+def test_dtype_the_device_lacks_is_refused_before_sending():
+    with make_device(dtypes=[DType.FLOAT, DType.INT8]) as dev:
+        received = dev.link.transport.bytes_received
+        with pytest.raises(TypeError, match=r"max\(\): the device at 'FakeBoard' does not "
+                                            r"support float64; it supports: float32, int8"):
+            dev.max(np.zeros(3), np.ones(3))
+        assert dev.link.transport.bytes_received == received
+        assert_same_bits(dev.max(np.int8([1, -3])), np.int8([1, -3]))
+
+
+def test_identity_counters_and_life_cycle():
+    board = FakeBoard(lanes=2, replay_depth=64, max_dims=2, max_operands=4)
+    with Device(board) as dev:
+        assert (dev.identity.lanes, dev.identity.replay_depth, dev.identity.max_dims,
+                dev.identity.max_operands) == (2, 64, 2, 4)
+        assert set(dev.counters()) == set(COUNTER_NAMES)
+        assert "2 lanes" in repr(dev)
+    assert board.closed
+    with pytest.raises(ValueError, match="is closed"):
+        dev.reduce_max(np.zeros(3))
+    dev.close()  # idempotent
+
+
+def test_operations_scale_with_size():
+    """A large tensor goes through in a bounded time (no per-element Python loops)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 1 << 18)).astype(np.float32)  # 4 MiB
+    with make_device() as dev:
+        assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+        assert_same_bits(dev.max(x, x[:1]), reference.max(x, x[:1]))
+    assert math.prod(x.shape) == 1 << 20
+
+
+def test_edge_corpus_on_the_virtual_board():
+    """A digest of the corpus above through the real gateware, every dtype (the whole corpus
+    runs there too, marked slow)."""
+    rng = np.random.default_rng(500)
+    with open_virtual_board() as dev:
+        for fmt in ALL:
+            data = random_values(rng, fmt, (3, 5), edge_fraction=0.5)
+            assert_same_bits(dev.reduce_max(data, axes=[1], keepdims=False),
+                             reference.reduce_max(data, axes=[1], keepdims=False), str(fmt))
+            if fmt.kind != "bool":
+                arrays = [random_values(rng, fmt, s, edge_fraction=0.5)
+                          for s in [(2, 1, 4), (3, 1), (1,)]]
+                assert_same_bits(dev.max(*arrays), reference.max(*arrays), str(fmt))
+            if fmt.is_float:
+                edges = edge_bits(fmt)
+                nans = edges[reference.is_nan(edges)]
+                matrix = rng.choice(edges[~reference.is_nan(edges)], size=(7, 7))
+                matrix[np.arange(7), np.arange(7)] = nans[:7]
+                got = dev.reduce_max(matrix, axes=[1])
+                assert (reference.bits_of(got) == fmt.canonical_nan).all()
+                x = random_values(rng, fmt, (1, 2, 3, 2))
+                assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))

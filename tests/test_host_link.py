@@ -1,0 +1,305 @@
+"""Link layer and transports: faults in both directions, retries, timeouts, device URLs.
+
+Faults are injected between the host and a board (``tests/fake_board.py``'s ``Faulty``, around
+the fake board and around the virtual board, the real gateware in simulation) at chosen byte
+offsets of either direction: a dropped, flipped, inserted or duplicated byte in a header, a
+payload or a trailer. The host must retry and still return the golden model's bits, or, after its bounded
+number of attempts, raise an error that names the command and the last failure. Every test is
+bounded in time (an alarm fails it instead of letting it hang).
+"""
+
+import os
+import select
+import signal
+import threading
+import time
+import tty
+
+import numpy as np
+import pytest
+from fake_board import KINDS, TO_DEVICE, TO_HOST, FakeBoard, Fault, Faulty
+
+from maxaccel.host.device import Device, open_device
+from maxaccel.host.link import DeviceError, LinkError
+from maxaccel.host.protocol import FRAME_OVERHEAD, PARAMETERS, Command, Status
+from maxaccel.host.transport import TransportError, register_scheme
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from maxaccel.sim.values import random_values
+
+
+@pytest.fixture(autouse=True)
+def bounded_time():
+    def hang(*_):
+        raise TimeoutError("the test took more than 30 s: something hangs")
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(30)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def quick_device(board, attempts=4):
+    return Device(board, timeout_s=0.1, attempts=attempts)
+
+
+def sample(seed=0, shape=(64,), dtype=np.float32):
+    return random_values(np.random.default_rng(seed), dtype, shape, edge_fraction=0.2)
+
+
+REQUEST = FRAME_OVERHEAD + PARAMETERS[Command.REDUCE].size + 64 * 4  # reduce_max of 64 floats
+REPLY = FRAME_OVERHEAD + 4
+POSITIONS = {"header": lambda n: 5, "payload": lambda n: 14, "trailer": lambda n: n - 2}
+
+
+@pytest.fixture(scope="module")
+def shared_virtual_board():
+    module = pytest.importorskip("maxaccel.sim.virtual_board")
+    board = module.VirtualBoard()
+    yield board
+    board.close()
+
+
+@pytest.fixture(params=["fake", "virtual"])
+def faulty(request):
+    """A fresh fake board, or the shared virtual board, behind a fault injector."""
+    if request.param == "fake":
+        return Faulty(FakeBoard(frame_timeout_s=0.02)), 0.1
+    board = request.getfixturevalue("shared_virtual_board")
+    board.reset_output()
+    board.settle(timeout_cycles=100_000)
+    board.reset_input()
+    # The simulator is slow but reports quiescence at once: a long timeout costs nothing.
+    return Faulty(board, close_inner=False), 2.0
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("direction", [TO_DEVICE, TO_HOST])
+def test_a_damaged_byte_is_retried_and_the_result_is_exact(faulty, direction, kind, position):
+    transport, timeout_s = faulty
+    with Device(transport, timeout_s=timeout_s) as dev:
+        x = sample()
+        length = REQUEST if direction == TO_DEVICE else REPLY
+        transport.faults.append(Fault(direction, transport.sent[direction]
+                                      + POSITIONS[position](length), kind))
+        assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
+        assert transport.injected == 1 and dev.link.retries >= 1
+        # The link is usable afterwards, without further retries.
+        retries = dev.link.retries
+        y = x[:12].reshape(3, 4)
+        assert_same_bits(dev.max(y, y[:1]), reference.max(y, y[:1]))
+        assert dev.link.retries == retries
+
+
+def test_random_faults_in_both_directions_still_give_exact_results():
+    transport = Faulty(FakeBoard(frame_timeout_s=0.02), fault_rate=3e-5, seed=11)
+    rng = np.random.default_rng(12)
+    with Device(transport, timeout_s=0.1, attempts=8) as dev:
+        for step in range(24):
+            a = random_values(rng, np.float32, (16, 64), edge_fraction=0.1)
+            b = random_values(rng, np.float32, (1, 64), edge_fraction=0.1)
+            assert_same_bits(dev.max(a, b), reference.max(a, b), f"step {step}")
+            assert_same_bits(dev.reduce_max(a, axes=[0]), reference.reduce_max(a, axes=[0]))
+        assert transport.injected >= 3 and dev.link.retries >= 1
+
+
+class RefusingBoard(FakeBoard):
+    """Claims that every REDUCE request arrived damaged."""
+
+    def _answer(self, frame):
+        if frame.code == Command.REDUCE:
+            self._reply(frame.code, frame.seq, b"", Status.CRC_ERROR)
+        else:
+            super()._answer(frame)
+
+
+def test_retries_are_bounded_and_the_error_names_command_attempts_and_failure():
+    board = RefusingBoard()
+    with quick_device(board, attempts=3) as dev:
+        with pytest.raises(LinkError, match=r"REDUCE failed after 3 attempts; last failure: the "
+                                            r"device answered CRC_ERROR") as error:
+            dev.reduce_max(sample())
+        assert (error.value.command, error.value.attempts) == (Command.REDUCE, 3)
+        assert [code for code, _ in board.log].count(Command.REDUCE) == 3
+
+
+def test_a_silent_device_gives_a_clear_timeout_at_open():
+    register_scheme("fake-silent", lambda url: FakeBoard(silent=True))
+    started = time.monotonic()
+    with pytest.raises(LinkError, match=r"IDENTIFY failed after 2 attempts; last failure: no "
+                                        r"reply within 0.1 s; no answer from the device at "
+                                        r"'fake-silent://'"):
+        open_device("fake-silent://", timeout_s=0.1, attempts=2)
+    assert time.monotonic() - started < 2
+
+
+def test_a_device_that_falls_silent_gives_a_timeout_not_a_hang():
+    board = FakeBoard(answers=1)  # IDENTIFY only
+    with quick_device(board, attempts=3) as dev:
+        started = time.monotonic()
+        with pytest.raises(LinkError, match=r"REDUCE failed after 3 attempts; last failure: "
+                                            r"no reply within 0.1 s"):
+            dev.reduce_max(sample())
+        assert time.monotonic() - started < 3
+
+
+class TruncatingBoard(FakeBoard):
+    """Sends only the first half of every REDUCE reply."""
+
+    def _reply(self, code, seq, payload, status):
+        super()._reply(code, seq, payload, status)
+        if code == Command.REDUCE:
+            del self._out[len(self._out) // 2:]
+
+
+def test_a_reply_that_stops_arriving_is_reported():
+    with quick_device(TruncatingBoard(), attempts=2) as dev:
+        with pytest.raises(LinkError, match=r"the reply stopped arriving for 0.1 s \(10 bytes "
+                                            r"of a frame received\)"):
+            dev.reduce_max(sample())
+
+
+class LateBoard(FakeBoard):
+    """Holds back the first REDUCE reply until the next request: it arrives stale."""
+
+    held = None
+
+    def _reply(self, code, seq, payload, status):
+        if code == Command.REDUCE and self.held is None:
+            self.held = (code, seq, payload, status)
+            return
+        if self.held and self.held != "sent":
+            super()._reply(*self.held)
+            self.held = "sent"
+        super()._reply(code, seq, payload, status)
+
+
+class EchoingBoard(FakeBoard):
+    """Sends every reply twice."""
+
+    def _reply(self, code, seq, payload, status):
+        super()._reply(code, seq, payload, status)
+        super()._reply(code, seq, payload, status)
+
+
+@pytest.mark.parametrize("board_class", [LateBoard, EchoingBoard])
+def test_stale_replies_are_discarded(board_class):
+    with quick_device(board_class()) as dev:
+        x, y = sample(1), sample(2)
+        assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
+        assert_same_bits(dev.reduce_max(y), reference.reduce_max(y))
+        assert dev.link.stale_replies >= 1
+
+
+def test_refusals_raise_device_error_naming_the_status():
+    with quick_device(FakeBoard()) as dev:
+        with pytest.raises(DeviceError, match=r"answered command 0x7f with BAD_COMMAND"):
+            dev.link.request(0x7F)
+        with pytest.raises(DeviceError, match=r"answered REDUCE with BAD_LENGTH: the payload "
+                                              r"length does not match"):
+            dev.link.request(Command.REDUCE, b"\x01")
+        assert dev.link.retries == 0
+
+
+# --- device URLs and transports -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, error, message", [
+    ("bogus://x", ValueError, r"unknown device URL 'bogus://x'; accepted: sim, serial://PORT"),
+    ("/dev/ttyUSB0", ValueError, r"accepted: sim, serial://PORT\?baud=N .*xdma:///dev/xdma0"),
+    ("serial://", ValueError, r"serial URL names no port"),
+    ("serial:///dev/ttyS99?baud=fast", ValueError, r"option baud='fast' .* must be an integer"),
+    ("serial:///dev/ttyS99?speed=9600", ValueError, r"unknown serial URL option\(s\) speed"),
+    ("serial:///dev/does-not-exist?baud=9600", TransportError,
+     r"cannot open serial port '/dev/does-not-exist' at 9600 baud"),
+    ("xdma:///nonexistent/xdma0", TransportError,
+     r"/nonexistent/xdma0_h2c_0 does not exist .* /nonexistent/xdma0_c2h_0"),
+    ("xdma://host/dev/xdma0", ValueError, r"XDMA URL must be xdma:///dev/xdmaN"),
+])
+def test_bad_device_urls_are_explained(url, error, message):
+    with pytest.raises(error, match=message):
+        open_device(url)
+
+
+def pump(board, read_fd, write_fd, stop):
+    """Move bytes between a pair of file descriptors and a fake board until ``stop``."""
+    pending = b""
+    while not stop.is_set():
+        readable, _, _ = select.select([read_fd], [], [], 0.005)
+        if readable:
+            try:
+                data = os.read(read_fd, 1 << 16)
+            except (BlockingIOError, OSError):
+                data = b""
+            if data:
+                board.write(data)
+        pending += board.read(1 << 16, 0.002)  # lets a simulated board run a little
+        while pending and not stop.is_set():
+            try:
+                pending = pending[os.write(write_fd, pending):]
+            except BlockingIOError:
+                select.select([], [write_fd], [], 0.005)
+
+
+def virtual_board():
+    module = pytest.importorskip("maxaccel.sim.virtual_board")
+    return module.VirtualBoard()
+
+
+BOARDS = {"fake": FakeBoard, "virtual": virtual_board}
+
+
+def exercise(dev, shape):
+    rng = np.random.default_rng(3)
+    a = random_values(rng, np.float64, shape)
+    b = random_values(rng, np.float64, shape[:1] + (1,))
+    assert_same_bits(dev.max(a, b), reference.max(a, b))
+    assert_same_bits(dev.reduce_max(a, axes=[0]), reference.reduce_max(a, axes=[0]))
+    assert_same_bits(dev.global_max_pool(a[None]), reference.global_max_pool(a[None]))
+
+
+@pytest.mark.parametrize("board_name", BOARDS)
+def test_serial_transport_through_a_pseudo_terminal(board_name):
+    board, stop = BOARDS[board_name](), threading.Event()
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    thread = threading.Thread(target=pump, args=(board, master, master, stop), daemon=True)
+    thread.start()
+    try:
+        with open_device(f"serial://{os.ttyname(slave)}?baud=3000000", timeout_s=5.0) as dev:
+            exercise(dev, (40, 30) if board_name == "fake" else (5, 6))
+    finally:
+        stop.set()
+        thread.join()
+        os.close(master)
+        os.close(slave)
+
+
+@pytest.mark.parametrize("board_name", BOARDS)
+def test_xdma_transport_through_a_pair_of_fifos(tmp_path, board_name):
+    board, stop = BOARDS[board_name](), threading.Event()
+    prefix = tmp_path / "xdma0"
+    os.mkfifo(f"{prefix}_h2c_0")
+    os.mkfifo(f"{prefix}_c2h_0")
+    fds = {}
+
+    def device_side():
+        fds["h2c"] = os.open(f"{prefix}_h2c_0", os.O_RDONLY | os.O_NONBLOCK)
+        while "c2h" not in fds and not stop.is_set():
+            try:
+                fds["c2h"] = os.open(f"{prefix}_c2h_0", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO until the host opens its read side
+                time.sleep(0.005)
+        pump(board, fds["h2c"], fds["c2h"], stop)
+
+    thread = threading.Thread(target=device_side, daemon=True)
+    thread.start()
+    try:
+        with open_device(f"xdma://{prefix}", timeout_s=5.0) as dev:
+            exercise(dev, (40, 30) if board_name == "fake" else (5, 6))
+    finally:
+        stop.set()
+        thread.join()
+        for fd in fds.values():
+            os.close(fd)
