@@ -1,0 +1,223 @@
+"""Top levels: the accelerator core behind a byte stream, and the core behind a UART.
+
+:class:`Core` is the whole accelerator as a byte pipe: the command engine and the three
+datapath units. :class:`UARTTop` puts it behind the UART. Nothing here is board-specific: a
+board target instantiates :class:`UARTTop` (or :class:`Core` behind another transport) and
+provides the clock.
+"""
+
+from amaranth.hdl import Elaboratable, EnableInserter, Module, ResetInserter, Signal
+from amaranth.lib import fifo, io, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from maxaccel.host.protocol import MAX_COUNT
+
+from .broadcast import BroadcastMax
+from .engine import CommandEngine
+from .pool import ChannelsLastPool
+from .reduce import RunReducer
+from .uart import UARTReceiver, UARTTransmitter
+
+__all__ = ["Core", "UARTTop"]
+
+
+class Core(wiring.Component):
+    """The accelerator: :class:`~maxaccel.hdl.engine.CommandEngine` and its datapath units.
+
+    Units: :class:`~maxaccel.hdl.reduce.RunReducer` (``REDUCE``),
+    :class:`~maxaccel.hdl.pool.ChannelsLastPool` (``POOL_CHANNELS_LAST``) and
+    :class:`~maxaccel.hdl.broadcast.BroadcastMax` (``LOAD``, ``MAX``). Each unit is reset by the
+    engine's ``abort`` when a started request is abandoned, and clocked (a clock enable) only
+    while the current command is one of its own: between its commands it holds still, which
+    saves power on a board and most of its cost in the Python simulator.
+
+    Parameters
+    ----------
+    lanes : int
+        64-bit lanes per datapath beat, a power of two.
+    replay_depth : int
+        Beats of the broadcast replay buffer.
+    max_dims, max_operands, max_count : int
+        Limits of the broadcast unit (see :class:`~maxaccel.hdl.broadcast.BroadcastMax`).
+        ``IDENTIFY`` reports the first two; protocol version 1 fixes ``max_count`` at
+        ``MAX_COUNT`` (a host plans with it), so change it only for experiments.
+    pool_channels : int
+        8-byte channels the pooling unit holds (more of smaller dtypes).
+    clock_hz : int
+        Clock frequency reported by ``IDENTIFY``.
+    frame_timeout_cycles : int, optional
+        Default ``clock_hz // 100`` (10 ms).
+
+    Attributes
+    ----------
+    identity : maxaccel.host.protocol.Identity
+        What ``IDENTIFY`` reports.
+    engine : CommandEngine
+
+    Ports
+    -----
+    i : In(stream.Signature(8))
+        Request bytes.
+    o : Out(stream.Signature(8))
+        Reply bytes.
+    uart_framing_errors, uart_overruns : In(32)
+        Reported by ``COUNTERS``; 0 when unconnected.
+    idle : Out(1)
+        Nothing in progress: without new input no byte will come out.
+
+    Latency and throughput
+    ----------------------
+    Those of the engine: a byte per cycle in and out (see
+    :class:`~maxaccel.hdl.engine.CommandEngine`).
+    """
+
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+    uart_framing_errors: In(32)
+    uart_overruns: In(32)
+    idle: Out(1)
+
+    def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
+                 max_count=MAX_COUNT, pool_channels=32, clock_hz=100_000_000,
+                 frame_timeout_cycles=None):
+        self.reducer = RunReducer(lanes)
+        self.pool = ChannelsLastPool(lanes, pool_channels)
+        self.broadcast = BroadcastMax(lanes, replay_depth, max_dims, max_operands,
+                                      max_count=max_count)
+        self.engine = CommandEngine(reducer=self.reducer, pool=self.pool,
+                                    broadcast=self.broadcast, clock_hz=clock_hz,
+                                    frame_timeout_cycles=frame_timeout_cycles)
+        self.identity = self.engine.identity
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        engine = self.engine
+        m.submodules.engine = engine
+        for name, unit, active in [("reducer", self.reducer, engine.reduce_active),
+                                   ("pool", self.pool, engine.pool_active),
+                                   ("broadcast", self.broadcast, engine.broadcast_active)]:
+            m.submodules[name] = EnableInserter(active)(ResetInserter(engine.abort)(unit))
+        reducer, pool, broadcast = self.reducer, self.pool, self.broadcast
+
+        wiring.connect(m, wiring.flipped(self.i), engine.i)
+        wiring.connect(m, engine.o, wiring.flipped(self.o))
+        m.d.comb += [
+            engine.uart_framing_errors.eq(self.uart_framing_errors),
+            engine.uart_overruns.eq(self.uart_overruns),
+            self.idle.eq(engine.idle),
+        ]
+
+        wiring.connect(m, engine.reduce, reducer.i)
+        wiring.connect(m, reducer.o, engine.reduce_result)
+        m.d.comb += reducer.dtype.eq(engine.dtype)
+
+        wiring.connect(m, engine.pool, pool.i)
+        wiring.connect(m, pool.o, engine.pool_result)
+        m.d.comb += [
+            pool.dtype.eq(engine.dtype),
+            pool.pixels.eq(engine.pool_pixels),
+            pool.channels.eq(engine.pool_channels),
+            pool.clear.eq(engine.pool_clear),
+        ]
+
+        wiring.connect(m, engine.broadcast_command, broadcast.command)
+        wiring.connect(m, engine.broadcast_load, broadcast.load)
+        wiring.connect(m, engine.broadcast_streamed, broadcast.streamed)
+        wiring.connect(m, broadcast.output, engine.broadcast_output)
+        m.d.comb += [
+            broadcast.config.eq(engine.broadcast_config),
+            engine.broadcast_busy.eq(broadcast.busy),
+        ]
+        return m
+
+
+class UARTTop(Elaboratable):
+    """:class:`Core` behind a UART (8N1, ``clock_hz / baud`` cycles per bit).
+
+    With a platform, the pins come from ``platform.request("uart", 0)``; the design must then be
+    clocked by the platform's default clock at ``clock_hz``. Without one (simulation), the pins
+    are the ``rx`` and ``tx`` signals.
+
+    Received bytes pass through a FIFO of ``rx_fifo_depth`` bytes (one block RAM at the
+    default 512) on their way to the core. It absorbs the engine's short input stalls (header
+    check, parameter checks) at any bit rate, and the next request's first bytes while the
+    engine still sends the previous reply's tail (the engine takes a new request only once the
+    reply is out: 41 bytes for IDENTIFY, up to ``8 * lanes + 17`` after a MAX). A host that
+    sends more than that ahead of the replies overruns the receiver (counted by ``COUNTERS``).
+
+    Parameters
+    ----------
+    clock_hz : int
+        Core clock frequency.
+    baud : int
+        Bit rate; ``clock_hz // baud`` must be at least 4 (the receiver's minimum).
+    rx_fifo_depth : int
+        Bytes of the receive FIFO.
+    **core_parameters
+        Passed on to :class:`Core` (``clock_hz`` is passed too).
+
+    Attributes
+    ----------
+    divisor : int
+        Clock cycles per bit.
+    core : Core
+    identity : Identity
+    rx : Signal(1), in
+        Serial input (simulation only), idle high.
+    tx : Signal(1), out
+        Serial output (simulation only), idle high.
+    idle : Signal(1), out
+        Nothing received, queued, processed or being sent.
+    """
+
+    def __init__(self, clock_hz, baud, *, rx_fifo_depth=512, **core_parameters):
+        self.divisor = clock_hz // baud
+        if self.divisor < 4:
+            self._MustUse__silence = True
+            raise ValueError(f"clock_hz / baud = {clock_hz} / {baud} gives {self.divisor} cycles "
+                             f"per bit; the UART needs at least 4")
+        self.clock_hz = clock_hz
+        self.baud = baud
+        self.rx_fifo_depth = rx_fifo_depth
+        self.core = Core(clock_hz=clock_hz, **core_parameters)
+        self.identity = self.core.identity
+        self.rx = Signal(init=1)
+        self.tx = Signal(init=1)
+        self.idle = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        divisor_bits = self.divisor.bit_length()
+        m.submodules.receiver = receiver = UARTReceiver(divisor_bits=divisor_bits)
+        m.submodules.transmitter = transmitter = UARTTransmitter(divisor_bits=divisor_bits)
+        m.submodules.rx_fifo = rx_fifo = fifo.SyncFIFOBuffered(width=8,
+                                                               depth=self.rx_fifo_depth)
+        m.submodules.core = core = self.core
+
+        rx, tx = self.rx, self.tx
+        if platform is not None:
+            uart = platform.request("uart", 0, dir="-")
+            m.submodules.rx_buffer = rx_buffer = io.Buffer("i", uart.rx)
+            m.submodules.tx_buffer = tx_buffer = io.Buffer("o", uart.tx)
+            rx, tx = Signal(init=1), Signal(init=1)
+            m.d.comb += [rx.eq(rx_buffer.i), tx_buffer.o.eq(tx)]
+
+        m.d.comb += [
+            receiver.rx.eq(rx),
+            tx.eq(transmitter.tx),
+            receiver.divisor.eq(self.divisor),
+            transmitter.divisor.eq(self.divisor),
+            rx_fifo.w_data.eq(receiver.bytes.payload),
+            rx_fifo.w_en.eq(receiver.bytes.valid),
+            receiver.bytes.ready.eq(rx_fifo.w_rdy),
+            core.i.payload.eq(rx_fifo.r_data),
+            core.i.valid.eq(rx_fifo.r_rdy),
+            rx_fifo.r_en.eq(core.i.ready),
+            core.uart_framing_errors.eq(receiver.framing_errors),
+            core.uart_overruns.eq(receiver.overruns),
+            self.idle.eq(core.idle & ~rx_fifo.r_rdy & ~receiver.bytes.valid
+                         & transmitter.bytes.ready),
+        ]
+        wiring.connect(m, core.o, transmitter.bytes)
+        return m

@@ -1,0 +1,614 @@
+"""The command engine: frames built with ``maxaccel.host.protocol`` through the real core.
+
+Results are checked bit-exactly against the golden model; every status code, garbage, corrupted
+and truncated frames and back-to-back requests go through the virtual board (the core in
+Amaranth's simulator); backpressure and idle input go through ``run_streams``; the engine's
+building blocks (packer, unpacker, multiplier, frame receiver) have their own stream tests.
+"""
+
+import random
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from maxaccel.hdl.beat import beat_layout
+from maxaccel.hdl.engine import FrameReceiver, RowPacker, RowUnpacker, SaturatingMultiplier
+from maxaccel.hdl.top import Core
+from maxaccel.host.dtypes import FORMATS, DType, format_of
+from maxaccel.host.plan import plan_broadcast
+from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, MAX_COUNT, MAX_PAYLOAD, PARAMETERS,
+                                    Command, FrameParser, Identity, MaxParameters, Status, crc32,
+                                    encode_frame)
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from maxaccel.sim.streams import STALL_PATTERNS, beats_from_rows, rows_from_beats, run_streams
+from maxaccel.sim.values import random_values
+from maxaccel.sim.virtual_board import VirtualBoard
+
+LANES = 2
+TIMEOUT_CYCLES = 300
+BOARD = dict(lanes=LANES, replay_depth=32, max_dims=3, max_operands=3, pool_channels=8,
+             frame_timeout_cycles=TIMEOUT_CYCLES)
+FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+INTEGERS = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
+            np.bool_]
+
+
+def dtype_name(dtype):
+    return np.dtype(dtype).name
+
+
+@pytest.fixture(scope="module")
+def board():
+    """One virtual board for the module (building the simulator costs a fraction of a second)."""
+    with VirtualBoard(**BOARD) as board:
+        yield board
+
+
+@pytest.fixture
+def clean_board(board):
+    """The shared board, checked to be idle and empty before and after the test."""
+    assert board.settle(timeout_cycles=20 * TIMEOUT_CYCLES)
+    board.reset_input()
+    yield board
+    assert board.settle(timeout_cycles=20 * TIMEOUT_CYCLES)
+    assert board.in_waiting == 0, "the board sent bytes nobody expected"
+
+
+# ---- requests and replies ----------------------------------------------------------------------
+
+def replies(board, count, *, limit=1 << 20, timeout_cycles=100_000):
+    """Read until ``count`` frames came or the board is quiescent; return every frame."""
+    parser, frames = FrameParser(), []
+    while len(frames) < count:
+        data = board.read(limit, timeout_cycles=timeout_cycles)
+        if not data:
+            break
+        frames += parser.feed(data)
+    assert parser.pending() == 0, "a partial frame was left over"
+    assert parser.skipped_bytes == 0 and parser.header_errors == 0 and parser.frame_errors == 0
+    return frames
+
+
+def exchange(board, code, payload=b"", seq=1):
+    """Send one request, return its one reply (checking code, sequence number, frame check)."""
+    board.write(encode_frame(code, seq, payload))
+    frames = replies(board, 1)
+    assert len(frames) == 1, f"expected one reply, got {frames}"
+    (frame,) = frames
+    assert (frame.code, frame.seq, frame.intact) == (code, seq, True)
+    return frame
+
+
+def expect_status(frame, status, length=0):
+    assert Status(frame.status) == status, f"status {Status(frame.status)!r}, expected {status!r}"
+    assert len(frame.payload) == length
+
+
+def reduce_payload(x):
+    fmt = format_of(x.dtype)
+    runs, run_length = x.shape
+    return PARAMETERS[Command.REDUCE].pack(fmt.dtype, runs, run_length) + x.tobytes()
+
+
+def pool_payload(x):
+    """``x`` is ``N x C x D...``; the request carries it channels-last."""
+    fmt = format_of(x.dtype)
+    images, channels = x.shape[:2]
+    pixels = int(np.prod(x.shape[2:]))
+    channels_last = np.moveaxis(x.reshape(images, channels, pixels), 1, 2)
+    return (PARAMETERS[Command.POOL_CHANNELS_LAST].pack(fmt.dtype, images, pixels, channels)
+            + np.ascontiguousarray(channels_last).tobytes())
+
+
+def max_payload(identity, plan, dtype, streamed=None):
+    """The ``MAX`` request of a plan (the host's ``MaxParameters``), with its streamed operand."""
+    block = MaxParameters.from_plan(plan, dtype).encode(identity.max_dims, identity.max_operands)
+    return block + (b"" if streamed is None else np.ascontiguousarray(streamed).tobytes())
+
+
+def device_max(board, *arrays, seq=10):
+    """Max of ``arrays`` on the board: a LOAD per replayed operand, then MAX."""
+    identity = board.identity
+    fmt = format_of(arrays[0].dtype)
+    plan = plan_broadcast([a.shape for a in arrays], fmt.nbytes, lanes=identity.lanes,
+                          depth=identity.replay_depth, max_dims=identity.max_dims,
+                          max_operands=identity.max_operands)
+    for operand in plan.replayed:
+        rows = int(np.prod(operand.groups[:-1]))
+        payload = (PARAMETERS[Command.LOAD].pack(fmt.dtype, operand.base, rows,
+                                                 operand.groups[-1])
+                   + np.ascontiguousarray(arrays[operand.index]).tobytes())
+        expect_status(exchange(board, Command.LOAD, payload, seq), Status.OK)
+        seq += 1
+    streamed = arrays[plan.streamed.index] if plan.streamed else None
+    frame = exchange(board, Command.MAX, max_payload(identity, plan, fmt.dtype, streamed), seq)
+    expect_status(frame, Status.OK, int(np.prod(plan.output_shape)) * fmt.nbytes)
+    return np.frombuffer(frame.payload, fmt.numpy_dtype).reshape(plan.output_shape)
+
+
+# ---- IDENTIFY and COUNTERS ---------------------------------------------------------------------
+
+def test_identify_reports_the_gateware(clean_board):
+    frame = exchange(clean_board, Command.IDENTIFY, seq=200)
+    expect_status(frame, Status.OK, Identity.STRUCT.size)
+    identity = Identity.decode(frame.payload)
+    assert identity == clean_board.identity
+    assert identity.lanes == LANES
+    assert identity.dtypes == frozenset(int(code) for code in FORMATS)
+    assert (identity.replay_depth, identity.max_dims, identity.max_operands) == (32, 3, 3)
+    assert identity.pool_channels >= 8
+    assert identity.frame_timeout_cycles == TIMEOUT_CYCLES
+
+
+def test_counters_count_link_errors():
+    with VirtualBoard(**BOARD) as board:
+        def counters():
+            frame = exchange(board, Command.COUNTERS, seq=77)
+            expect_status(frame, Status.OK, COUNTERS.size)
+            return dict(zip(COUNTER_NAMES, COUNTERS.unpack(frame.payload)))
+
+        assert counters() == dict.fromkeys(COUNTER_NAMES, 0)
+        # A corrupted header (ignored), a corrupted payload (CRC_ERROR), a truncated frame.
+        bad_header = bytearray(encode_frame(Command.IDENTIFY, 1))
+        bad_header[3] ^= 0x10
+        board.write(bad_header)
+        assert board.read(1) == b""
+        bad_payload = bytearray(encode_frame(Command.COUNTERS, 2))
+        bad_payload[12] ^= 1       # the status byte of the request's trailer
+        board.write(bad_payload)
+        expect_status(replies(board, 1)[0], Status.CRC_ERROR)
+        truncated = encode_frame(Command.REDUCE, 3, reduce_payload(np.zeros((2, 3), np.int8)))
+        board.write(truncated[:-3])
+        expect_status(replies(board, 1)[0], Status.TIMEOUT, 2)
+        assert counters() == {"uart_framing_errors": 0, "uart_overruns": 0,
+                              "frame_check_failures": 1, "header_check_failures": 1,
+                              "frame_timeouts": 1}
+
+
+# ---- results against the golden model ----------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS + INTEGERS, ids=dtype_name)
+def test_reduce_matches_the_golden_model(clean_board, dtype):
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(fmt.dtype)
+    beat = 8 * LANES
+    # Runs shorter than, equal to and longer than a beat, by the dtype's element size.
+    for runs, run_length in [(3, 5), (2, beat // fmt.nbytes), (1, 2 * beat // fmt.nbytes + 1)]:
+        x = random_values(rng, fmt, (runs, run_length))
+        frame = exchange(clean_board, Command.REDUCE, reduce_payload(x), seq=runs)
+        expect_status(frame, Status.OK, runs * fmt.nbytes)
+        assert_same_bits(np.frombuffer(frame.payload, fmt.numpy_dtype),
+                         reference.reduce_max(x, axes=[1], keepdims=False),
+                         f"REDUCE {runs} x {run_length} {fmt.numpy_dtype}")
+
+
+@pytest.mark.parametrize("shape", [(4, 0), (0, 3), (0, 0), (1, 1)])
+def test_reduce_edge_shapes(clean_board, shape):
+    """Empty runs give the empty-set value; no runs give an empty reply."""
+    for dtype in (np.float32, np.int16, np.bool_):
+        fmt = format_of(dtype)
+        x = random_values(np.random.default_rng(1), fmt, shape)
+        frame = exchange(clean_board, Command.REDUCE, reduce_payload(x))
+        expect_status(frame, Status.OK, shape[0] * fmt.nbytes)
+        assert_same_bits(np.frombuffer(frame.payload, fmt.numpy_dtype),
+                         reference.reduce_max(x, axes=[1], keepdims=False))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [np.int8, np.uint16, np.int32, np.uint64, np.bool_],
+                         ids=dtype_name)
+def test_pool_channels_last_matches_the_golden_model(clean_board, dtype):
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(100 + fmt.dtype)
+    capacity = clean_board.identity.pool_channels * 8 // fmt.nbytes
+    for shape in [(2, 3, 2, 2), (1, capacity, 3), (2, 1, 1, 1, 2)]:
+        x = random_values(rng, fmt, shape)
+        frame = exchange(clean_board, Command.POOL_CHANNELS_LAST, pool_payload(x))
+        expect_status(frame, Status.OK, shape[0] * shape[1] * fmt.nbytes)
+        expected = (reference.global_max_pool(x) if fmt.is_float
+                    else reference.reduce_max(x, axes=tuple(range(2, x.ndim))))
+        assert_same_bits(np.frombuffer(frame.payload, fmt.numpy_dtype).reshape(expected.shape),
+                         expected, f"POOL {shape} {fmt.numpy_dtype}")
+
+
+MAX_CASES = [
+    [(3, 5), (3, 5)],              # streamed + one replayed
+    [(3, 5), (5,), (3, 1)],        # streamed, a broadcast row, a splat column
+    [(2, 1, 4), (3, 1), (1, 3, 4)],  # nothing of the full shape: all replayed
+    [(7,)],                        # a single operand (NaNs made canonical)
+    [(), (2, 3)],                  # a scalar
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
+                                   np.int8, np.uint32, np.int64], ids=dtype_name)
+def test_load_and_max_match_the_golden_model(clean_board, dtype):
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(200 + fmt.dtype)
+    for shapes in MAX_CASES:
+        arrays = [random_values(rng, fmt, shape) for shape in shapes]
+        assert_same_bits(device_max(clean_board, *arrays), reference.max(*arrays),
+                         f"MAX {shapes} {fmt.numpy_dtype}")
+
+
+# ---- refused requests: every status ------------------------------------------------------------
+
+def reduce_block(dtype, runs, run_length):
+    return PARAMETERS[Command.REDUCE].pack(dtype, runs, run_length)
+
+
+def test_bad_command(clean_board):
+    for code in (0x00, 0x07, 0xFF):
+        expect_status(exchange(clean_board, code, b"anything at all"), Status.BAD_COMMAND)
+
+
+@pytest.mark.parametrize("code, payload", [
+    (Command.IDENTIFY, b"\0"),
+    (Command.COUNTERS, b"12345"),
+    (Command.REDUCE, b""),
+    (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1)[:-1]),      # block cut short
+    (Command.REDUCE, reduce_block(DType.FLOAT, 2, 3) + bytes(23)),  # one byte short
+    (Command.REDUCE, reduce_block(DType.FLOAT, 2, 3) + bytes(25)),  # one byte too many
+    (Command.REDUCE, reduce_block(DType.INT8, 1 << 16, 1 << 16) + bytes(4)),  # product wraps
+    (Command.POOL_CHANNELS_LAST, PARAMETERS[Command.POOL_CHANNELS_LAST].pack(
+        DType.INT16, 2, 3, 2) + bytes(22)),
+    (Command.LOAD, PARAMETERS[Command.LOAD].pack(DType.UINT8, 0, 2, 3) + bytes(7)),
+], ids=lambda v: v.name if isinstance(v, Command) else f"{len(v)}B")
+def test_bad_length(clean_board, code, payload):
+    expect_status(exchange(clean_board, code, payload), Status.BAD_LENGTH)
+
+
+@pytest.mark.parametrize("dtype", [0, 8, 14, 15, 17, 255])
+def test_unsupported_dtype(clean_board, dtype):
+    expect_status(exchange(clean_board, Command.REDUCE, reduce_block(dtype, 1, 1) + b"\0"),
+                  Status.UNSUPPORTED_DTYPE)
+    pool = PARAMETERS[Command.POOL_CHANNELS_LAST].pack(dtype, 1, 1, 1) + b"\0"
+    expect_status(exchange(clean_board, Command.POOL_CHANNELS_LAST, pool),
+                  Status.UNSUPPORTED_DTYPE)
+
+
+def max_block(identity, *, dtype=DType.FLOAT, operands=1, streamed=1, row_length=2,
+              counts=None, bases=None, splats=None, reserved=0):
+    """A raw ``MAX`` block, out-of-range values allowed (only the data is left out)."""
+    counts = counts or [1] * identity.max_dims
+    values = [dtype, operands, streamed, row_length, *counts]
+    for k in range(identity.max_operands):
+        values += [(bases or {}).get(k, 0), (splats or {}).get(k, 0)] + [0] * identity.max_dims
+    block = bytearray(MaxParameters.layout(identity.max_dims, identity.max_operands).pack(*values))
+    block[3] = reserved
+    return bytes(block)
+
+
+def test_bad_parameter(clean_board):
+    identity = clean_board.identity
+    pool = PARAMETERS[Command.POOL_CHANNELS_LAST]
+    load = PARAMETERS[Command.LOAD]
+    requests = [
+        (Command.POOL_CHANNELS_LAST, pool.pack(DType.FLOAT, 1, 0, 3)),
+        (Command.POOL_CHANNELS_LAST, pool.pack(DType.FLOAT, 2, 3, 0)),
+        (Command.LOAD, load.pack(DType.FLOAT, 0, 4, 0)),
+        (Command.MAX, max_block(identity, row_length=0)),
+        (Command.MAX, max_block(identity, operands=0, streamed=0)),
+        (Command.MAX, max_block(identity, streamed=2)),
+        (Command.MAX, max_block(identity, counts=[1, 0, 1])),
+        (Command.MAX, max_block(identity, operands=2, splats={1: 2})),
+        (Command.MAX, max_block(identity, operands=identity.max_operands + 1)),
+        (Command.MAX, max_block(identity, reserved=1)),
+    ]
+    for code, payload in requests:
+        expect_status(exchange(clean_board, code, payload), Status.BAD_PARAMETER)
+
+
+def test_too_large(clean_board):
+    identity = clean_board.identity
+    pool, load = PARAMETERS[Command.POOL_CHANNELS_LAST], PARAMETERS[Command.LOAD]
+    channels = identity.pool_channels * 8 // 2 + 1     # one int16 channel too many
+    depth = identity.replay_depth
+    beat = 8 * identity.lanes
+    requests = [
+        (Command.POOL_CHANNELS_LAST, pool.pack(DType.INT16, 1, 1, channels) + bytes(2 * channels)),
+        (Command.LOAD, load.pack(DType.UINT8, depth - 1, 2, 1) + bytes(2)),
+        (Command.LOAD, load.pack(DType.UINT8, 0, 1, beat * depth + 1) + bytes(beat * depth + 1)),
+        (Command.REDUCE, reduce_block(DType.INT16, MAX_PAYLOAD // 2 + 1, 0)),  # reply too long
+        (Command.MAX, max_block(identity, bases={0: depth})),
+        (Command.MAX, max_block(identity, counts=[1, MAX_COUNT + 1, 1])),
+        (Command.MAX, max_block(identity, row_length=MAX_COUNT * beat + 1)),   # row in beats
+        (Command.MAX, max_block(identity, counts=[1 << 12, 1 << 12, 1 << 12])),  # reply
+    ]
+    for code, payload in requests:
+        expect_status(exchange(clean_board, code, payload), Status.TOO_LARGE)
+    # At the limits, the same requests are accepted.
+    frame = exchange(clean_board, Command.LOAD, load.pack(DType.UINT8, depth - 1, 1, 1) + b"\1")
+    expect_status(frame, Status.OK)
+    x = np.arange(channels - 1, dtype=np.int16).reshape(1, -1, 1)
+    frame = exchange(clean_board, Command.POOL_CHANNELS_LAST, pool_payload(x))
+    expect_status(frame, Status.OK, 2 * (channels - 1))
+
+
+# ---- damaged input -----------------------------------------------------------------------------
+
+def test_corrupted_payload_gives_crc_error_with_the_declared_length(clean_board):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    frame = bytearray(encode_frame(Command.REDUCE, 5, reduce_payload(x)))
+    frame[30] ^= 0x04                                   # a data byte
+    clean_board.write(frame)
+    (reply,) = replies(clean_board, 1)
+    assert (reply.code, reply.seq, reply.intact) == (Command.REDUCE, 5, True)
+    expect_status(reply, Status.CRC_ERROR, 3 * 4)       # the reply had started: full length
+    # A corrupted parameter block (here: a BAD_LENGTH) still reports CRC_ERROR.
+    frame = bytearray(encode_frame(Command.REDUCE, 6, reduce_payload(x)))
+    frame[13] ^= 0x01                                   # runs = 2 instead of 3
+    clean_board.write(frame)
+    expect_status(replies(clean_board, 1)[0], Status.CRC_ERROR)
+    # And the next request is answered normally.
+    expect_status(exchange(clean_board, Command.IDENTIFY, seq=7), Status.OK, Identity.STRUCT.size)
+
+
+def test_corrupted_header_is_ignored_and_the_next_frame_answered(clean_board):
+    x = np.arange(6, dtype=np.int8).reshape(2, 3)
+    good = encode_frame(Command.REDUCE, 9, reduce_payload(x))
+    for position in range(12):
+        bad = bytearray(encode_frame(Command.IDENTIFY, 8))
+        bad[position] ^= 0x40
+        clean_board.write(bytes(bad) + good)
+        frames = replies(clean_board, 2)
+        assert [(f.code, f.seq, f.status) for f in frames] == [(Command.REDUCE, 9, Status.OK)], (
+            f"header byte {position} corrupted")
+        assert frames[0].payload == bytes([2, 5])
+
+
+def test_truncated_frame_times_out_and_the_next_frame_is_answered(clean_board):
+    x = np.arange(40, dtype=np.int16).reshape(4, 10)
+    request = encode_frame(Command.REDUCE, 11, reduce_payload(x))
+    for cut in (14, 40, len(request) - 1):
+        clean_board.write(request[:cut])
+        (reply,) = replies(clean_board, 1)
+        assert (reply.code, reply.seq) == (Command.REDUCE, 11)
+        # Cut in the parameter block: no reply had started; later: padded to its length.
+        expect_status(reply, Status.TIMEOUT, 0 if cut < 12 + 9 else 4 * 2)
+        clean_board.write(encode_frame(Command.REDUCE, 12, reduce_payload(x)))
+        (reply,) = replies(clean_board, 1)
+        expect_status(reply, Status.OK, 8)
+        assert_same_bits(np.frombuffer(reply.payload, np.int16), x.max(axis=1))
+
+    # A truncated LOAD, MAX or POOL_CHANNELS_LAST leaves its unit usable.
+    arrays = [np.arange(8, dtype=np.float32).reshape(2, 4), np.float32([5, 1, 7, 0])]
+    load = PARAMETERS[Command.LOAD].pack(DType.FLOAT, 0, 1, 4) + arrays[1].tobytes()
+    clean_board.write(encode_frame(Command.LOAD, 13, load)[:-10])
+    expect_status(replies(clean_board, 1)[0], Status.TIMEOUT)
+    assert_same_bits(device_max(clean_board, *arrays), reference.max(*arrays))
+    identity = clean_board.identity
+    plan = plan_broadcast([a.shape for a in arrays], 4, lanes=identity.lanes,
+                          depth=identity.replay_depth, max_dims=identity.max_dims,
+                          max_operands=identity.max_operands)
+    request = encode_frame(Command.MAX, 14, max_payload(identity, plan, DType.FLOAT, arrays[0]))
+    clean_board.write(request[:-12])                      # cut inside the streamed operand
+    expect_status(replies(clean_board, 1)[0], Status.TIMEOUT, 8 * 4)
+    assert_same_bits(device_max(clean_board, *arrays), reference.max(*arrays))
+    pixels = random_values(np.random.default_rng(2), format_of(np.float64), (1, 3, 5))
+    request = encode_frame(Command.POOL_CHANNELS_LAST, 15, pool_payload(pixels))
+    clean_board.write(request[:-30])                      # cut inside a pixel
+    expect_status(replies(clean_board, 1)[0], Status.TIMEOUT, 3 * 8)
+    frame = exchange(clean_board, Command.POOL_CHANNELS_LAST, pool_payload(pixels))
+    assert_same_bits(np.frombuffer(frame.payload, np.float64).reshape(1, 3, 1),
+                     reference.global_max_pool(pixels))
+
+
+def test_truncated_header_is_forgotten(clean_board):
+    clean_board.write(encode_frame(Command.IDENTIFY, 1)[:7])
+    assert clean_board.read(1) == b""
+    expect_status(exchange(clean_board, Command.IDENTIFY, seq=2), Status.OK, Identity.STRUCT.size)
+
+
+def test_garbage_before_and_between_frames(clean_board):
+    rng = random.Random(5)
+    x = np.arange(10, dtype=np.uint8).reshape(2, 5)
+    stream, expected = b"", []
+    for seq in range(6):
+        garbage = bytes(rng.choices(range(256), k=rng.randrange(0, 40)))
+        # False magics, one followed by a header-sized run of bytes that hides the real frame.
+        garbage += b"MX" * rng.randrange(3) + b"M"
+        frame = encode_frame(Command.REDUCE, seq, reduce_payload(x + seq))
+        stream += garbage + (b"MX" + frame[:6] if seq == 3 else b"") + frame
+        expected.append((Command.REDUCE, seq, Status.OK, bytes([4 + seq, 9 + seq])))
+    clean_board.write(stream + b"MXMX")
+    frames = replies(clean_board, 6)
+    assert [(f.code, f.seq, f.status, f.payload) for f in frames] == expected
+
+
+def test_back_to_back_requests(clean_board):
+    rng = np.random.default_rng(7)
+    requests, expected = b"", []
+    for seq in range(8):
+        x = random_values(rng, format_of(np.float16), (2, seq + 1))
+        requests += encode_frame(Command.REDUCE, seq, reduce_payload(x))
+        expected.append(reference.reduce_max(x, axes=[1], keepdims=False))
+    requests += encode_frame(Command.IDENTIFY, 99)
+    clean_board.write(requests)
+    frames = replies(clean_board, 9)
+    assert [(f.seq, f.status) for f in frames] == [(seq, 0) for seq in range(8)] + [(99, 0)]
+    for frame, result in zip(frames, expected):
+        assert_same_bits(np.frombuffer(frame.payload, np.float16), result)
+
+
+# ---- the core under stalls (run_streams) -------------------------------------------------------
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+def test_core_under_idle_input_and_backpressure(stalls):
+    """Exact reply bytes, whatever the input gaps and output backpressure."""
+    core = Core(**{k: v for k, v in BOARD.items() if k != "frame_timeout_cycles"},
+                frame_timeout_cycles=10_000)
+    x = random_values(np.random.default_rng(3), format_of(np.float32), (3, 7))
+    pooled = random_values(np.random.default_rng(4), format_of(np.int8), (2, 5, 3))
+    request = (b"\x13MX" + encode_frame(Command.REDUCE, 1, reduce_payload(x))
+               + encode_frame(Command.POOL_CHANNELS_LAST, 2, pool_payload(pooled))
+               + encode_frame(Command.IDENTIFY, 3) + encode_frame(0x42, 4))
+    expected = (encode_frame(Command.REDUCE, 1,
+                             reference.reduce_max(x, axes=[1], keepdims=False).tobytes())
+                + encode_frame(Command.POOL_CHANNELS_LAST, 2,
+                               reference.reduce_max(pooled, axes=[2], keepdims=False).tobytes())
+                + encode_frame(Command.IDENTIFY, 3, core.identity.encode())
+                + encode_frame(0x42, 4, status=Status.BAD_COMMAND))
+    run = run_streams(core, sources={core.i: list(request)},
+                      sinks={"o": (core.o, len(expected))}, stalls=stalls, timeout=5000)
+    assert bytes(run.received["o"]) == expected
+
+
+# ---- building blocks ---------------------------------------------------------------------------
+
+class StartedPacker(wiring.Component):
+    """A RowPacker started with fixed ``rows`` and ``row_bytes`` in its first cycle."""
+
+    def __init__(self, lanes, rows, row_bytes):
+        self.packer = RowPacker(lanes)
+        self.rows, self.row_bytes = rows, row_bytes
+        super().__init__({"i": In(stream.Signature(8)),
+                          "o": Out(stream.Signature(beat_layout(lanes)))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.packer = packer = self.packer
+        starting = Signal(init=1)
+        m.d.sync += starting.eq(0)
+        m.d.comb += [packer.start.eq(starting), packer.rows.eq(self.rows),
+                     packer.row_bytes.eq(self.row_bytes)]
+        wiring.connect(m, wiring.flipped(self.i), packer.i)
+        wiring.connect(m, packer.o, wiring.flipped(self.o))
+        return m
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+@pytest.mark.parametrize("lanes", [1, 2])
+@pytest.mark.parametrize("rows, row_bytes", [(3, 5), (3, 0), (2, 16), (2, 17), (0, 9), (5, 1)])
+def test_row_packer(lanes, rows, row_bytes, stalls):
+    rng = random.Random(rows * 100 + row_bytes)
+    data = [bytes(rng.choices(range(256), k=row_bytes)) for _ in range(rows)]
+    expected = beats_from_rows(data, lanes)
+    dut = StartedPacker(lanes, rows, row_bytes)
+    run = run_streams(dut, sources={dut.i: list(b"".join(data))},
+                      sinks={"o": (dut.o, len(expected))}, stalls=stalls,
+                      check=lambda ctx: assert_idle(ctx, dut.packer))
+    received = run.received["o"]
+    assert rows_from_beats(received) == data
+    assert [(b.nbytes, b.first, b.last) for b in received] == [
+        (b["nbytes"], b["first"], b["last"]) for b in expected]
+    if stalls.idle == stalls.backpressure == 0 and rows and row_bytes:
+        assert run.cycles["o"] == packer_cycles(rows, row_bytes, lanes)
+
+
+def packer_cycles(rows, row_bytes, lanes):
+    """Edge at which a ready sink takes a started packer's last beat (no stalls): a byte per
+    cycle, a beat in the output register the edge its last byte is taken -- one edge later,
+    with the input stalled one cycle, if its predecessor entered the edge before."""
+    beat = 8 * lanes
+    sizes = ([beat] * (row_bytes // beat) + [row_bytes % beat] * (row_bytes % beat > 0)) * rows
+    edge, entry = 1, None               # started at the first edge
+    for size in sizes:
+        last_byte = edge + size
+        entry = last_byte + 1 if entry == last_byte - 1 else last_byte
+        edge = entry
+    return entry + 1
+
+
+def assert_idle(ctx, unit):
+    assert ctx.get(unit.idle), f"{type(unit).__name__} not idle at the end"
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_row_unpacker(lanes, stalls):
+    rng = random.Random(lanes)
+    rows = [bytes(rng.choices(range(256), k=n)) for n in (5, 0, 8 * lanes, 8 * lanes + 3, 1, 0)]
+    dut = RowUnpacker(lanes)
+    data = b"".join(rows)
+    run = run_streams(dut, sources={dut.i: beats_from_rows(rows, lanes)},
+                      sinks={"o": (dut.o, len(data))}, stalls=stalls,
+                      check=lambda ctx: assert_idle(ctx, dut))
+    assert bytes(run.received["o"]) == data
+    if stalls.idle == stalls.backpressure == 0:
+        # The first byte the cycle after the first beat, then one byte per cycle: beats, the
+        # empty ones included, follow one another without a gap.
+        assert run.cycles["o"] == len(data) + 1
+
+
+def test_saturating_multiplier():
+    rng = random.Random(9)
+    cases = [(0, 0, 0), (1, 1, 0), (0xFFFFFFFF, 1, 0), (1 << 16, 1 << 16, 0),
+             ((1 << 16) - 1, (1 << 16) + 1, 0), (0x12345, 0, 1), (5, 7, 1),
+             (0xFFFFFFFF, 0xFFFFFFFF, 0)]
+    cases += [(rng.getrandbits(rng.randrange(33)), rng.getrandbits(rng.randrange(33)),
+               rng.random() < 0.1) for _ in range(40)]
+    dut = SaturatingMultiplier(32)
+    results = []
+
+    async def testbench(ctx):
+        for a, b, a_overflow in cases:
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            ctx.set(dut.a_overflow, a_overflow)
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            cycles = 0
+            while ctx.get(dut.busy):
+                await ctx.tick()
+                cycles += 1
+            results.append((ctx.get(dut.product), ctx.get(dut.overflow), cycles))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(testbench)
+    sim.run()
+    for (a, b, a_overflow), (product, overflow, cycles) in zip(cases, results):
+        exact = a * b
+        should_overflow = exact >= 1 << 32 or (a_overflow and b != 0)
+        assert overflow == should_overflow, (a, b, a_overflow)
+        if not should_overflow:
+            assert product == exact, (a, b)
+        assert cycles == b.bit_length()
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+def test_frame_receiver_hunts_checks_and_times_out(stalls):
+    """Headers that pass their check come out, with their payload and the frame check result."""
+    rng = random.Random(stalls.seed)
+    frames = [encode_frame(3, 1, b"abc"), encode_frame(4, 2), encode_frame(5, 3, bytes(range(20)))]
+    damaged = bytearray(encode_frame(6, 4, b"xyz"))
+    damaged[13] ^= 1                                     # payload: frame check fails
+    false_header = bytearray(encode_frame(7, 5, b"hidden"))
+    false_header[6] ^= 1                                 # header: ignored
+    too_long = struct.pack("<2sBBI", b"MX", 8, 6, MAX_PAYLOAD + 1)
+    too_long += struct.pack("<I", crc32(too_long))       # passes its CRC but claims too much
+    stream_bytes = (bytes(rng.choices(range(256), k=30)) + frames[0] + b"MXMX" + frames[1]
+                    + bytes(false_header) + too_long + bytes(damaged)
+                    + b"M" + frames[2][:11] + frames[2] + encode_frame(9, 7, b"cut")[:14])
+    expected = [(3, 1, b"abc", 1), (4, 2, b"", 1), (6, 4, b"xxz", 0), (5, 3, bytes(range(20)), 1),
+                (9, 7, b"cu", None)]
+    timeout = 40
+    dut = FrameReceiver(timeout)
+    run = run_streams(dut, sources={dut.i: list(stream_bytes)},
+                      sinks={"header": (dut.header, len(expected)),
+                             "payload": (dut.payload, sum(len(e[2]) for e in expected)),
+                             "trailer": (dut.trailer, len(expected))},
+                      stalls=stalls, drain_cycles=2 * timeout,
+                      check=lambda ctx: check_receiver_counters(ctx, dut))
+    assert [(h.command, h.seq, h.length) for h in run.received["header"]] == [
+        (3, 1, 3), (4, 2, 0), (6, 4, 3), (5, 3, 20), (9, 7, 3)]
+    assert bytes(run.received["payload"]) == b"".join(e[2] for e in expected)
+    outcomes = [(t.intact, t.timeout) for t in run.received["trailer"]]
+    assert outcomes == [(1, 0), (1, 0), (0, 0), (1, 0), (0, 1)]
+
+
+def check_receiver_counters(ctx, dut):
+    # Header check failures: the two "MX" before frame 1, the false header, the too-long
+    # header, the cut copy of frame 2's header, and any "MX" the random garbage happens to hold.
+    assert ctx.get(dut.frame_check_failures) == 1
+    assert ctx.get(dut.frame_timeouts) == 1
+    assert ctx.get(dut.header_check_failures) >= 5
+    assert ctx.get(dut.hunting)
