@@ -9,19 +9,20 @@ The maximum is computed in *key space* (see ``docs/architecture.md``):
    the contract's order: unsigned integers as they are; signed integers with the sign bit
    flipped; floats with the sign bit flipped if positive and every bit inverted if negative.
    This puts ``-inf < negatives < -0 < +0 < positives < +inf``, subnormals included. Every NaN,
-   whatever its sign and payload, becomes the all-ones key, above every other key: NaN absorbs.
-2. :class:`KeyMax` takes the larger key per element: byte-wise compares combined by a prefix
-   tree into ``a >= b`` per element for the runtime element size. Equal keys are equal values,
+   whatever its sign and payload, gets the key of the canonical quiet NaN, above the key of every
+   other value: NaN absorbs.
+2. :class:`KeyMax` takes the larger key per element: byte-wise compares combined by a
+   butterfly into ``a >= b`` per element for the runtime element size. Equal keys are equal values,
    so ties need no rule.
-3. :class:`FromKey` maps keys back to values; the all-ones key of a float is a NaN and comes out
-   as the canonical quiet NaN.
+3. :class:`FromKey` maps keys back to values; a NaN's key is the canonical NaN's, so it comes
+   back canonical with no test.
 
 Units that reduce many operands (trees, accumulators) convert once on entry and once on exit and
 run :class:`KeyMax` in between: each comparison is then a compare and a 2:1 select, which keeps
 loops short and Fmax high. :class:`LaneMax` composes the three for a single comparison.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,7 +30,7 @@ from maxaccel.host.dtypes import DType, FORMATS
 
 __all__ = ["LANE_BITS", "LANE_BYTES", "ELEMENT_SIZES", "FLOAT_FORMATS", "LaneFormat",
            "LaneDecode", "ToKey", "FromKey", "KeyMax", "LaneMax", "spread_from_top",
-           "splat_constant"]
+           "splat_constant", "key_compare_level", "float_key"]
 
 LANE_BITS = 64
 LANE_BYTES = LANE_BITS // 8
@@ -106,67 +107,134 @@ class LaneDecode(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        fmt = self.format
-        with m.Switch(self.dtype):
-            for spec in FORMATS.values():
-                with m.Case(spec.dtype):
-                    m.d.comb += [
-                        fmt.size.eq(1 << ELEMENT_SIZES.index(spec.nbytes)),
-                        fmt.signed.eq(spec.is_signed),
-                    ]
-                    if spec.is_float:
-                        m.d.comb += fmt.float_format.eq(1 << FLOAT_FORMATS.index(spec))
-            with m.Default():
-                m.d.comb += fmt.size.eq(1)
-        for i in range(LANE_BYTES):
-            m.d.comb += fmt.top[i].eq(Cat(
-                fmt.size[k] & ((i % size) == size - 1) for k, size in enumerate(ELEMENT_SIZES)
-            ).any())
+        # Each output bit is a function of the 5-bit code, written as its truth table: the
+        # mapping then gets the two LUT levels a 5-input function needs, not a decode per case.
+        formats = [_lane_format(code) for code in range(1 << len(self.dtype))]
+        flat = Value.cast(self.format)
+        for bit in range(len(flat)):
+            table = sum((value >> bit & 1) << code for code, value in enumerate(formats))
+            m.d.comb += flat[bit].eq(Const(table, len(formats)).bit_select(self.dtype, 1))
         return m
 
 
-class ToKey(wiring.Component):
-    """Maps a lane of values to a lane of order keys; every NaN becomes the all-ones key.
+def _lane_format(code):
+    """The :class:`LaneFormat` of an ONNX dtype code, as an int (unknown: 1-byte unsigned)."""
+    spec = next((f for f in FORMATS.values() if f.dtype == code), None)
+    nbytes = spec.nbytes if spec else 1
+    fields = {
+        "size": 1 << ELEMENT_SIZES.index(nbytes),
+        "top": sum(1 << i for i in range(LANE_BYTES) if i % nbytes == nbytes - 1),
+        "signed": int(bool(spec and spec.is_signed)),
+        "float_format": 1 << FLOAT_FORMATS.index(spec) if spec and spec.is_float else 0,
+    }
+    return Const.cast(data.Layout.cast(LaneFormat).const(fields)).value
 
-    Combinational.
+
+def float_key(spec, bits):
+    """The order key of a float bit pattern ``bits`` of format ``spec`` (NaNs as they are)."""
+    negative = bits & spec.sign_mask
+    return ~bits & ((1 << spec.bits) - 1) if negative else bits | spec.sign_mask
+
+
+class ToKey(wiring.Component):
+    """Maps a lane of values to a lane of order keys; every NaN gets the canonical NaN's key.
+
+    Keys: unsigned integers as they are; signed integers with the sign bit flipped; floats with
+    the sign bit flipped if positive and every bit inverted if negative. Every NaN, whatever its
+    sign and payload, gets the key of the canonical quiet NaN, which is above ``+inf``'s and
+    above every key a non-NaN value has: NaN absorbs, and :class:`FromKey` brings it back as the
+    canonical NaN with no test of its own.
+
+    Bytes not marked in ``filled`` (the padding of a beat) get key 0, below every key a value
+    has, so padding never wins a max. For integers and bool that is the least element's key; for
+    floats it lies below the key of ``-inf`` and is no value's key, so a unit whose result can
+    be all padding (an empty reduction) takes the max with the least key before
+    :class:`FromKey`.
+
+    Parameters
+    ----------
+    latency : int
+        0: combinational. 1: the NaN tests are registered, with the value and ``filled``; the
+        key is combinational after that register (register it again for a two-stage
+        conversion). The NaN tests need no format, so ``format`` is not registered: it is read
+        in the second cycle and must not change in between (a format is static during a
+        command; pass the unit's registered decode). Wrap the unit in
+        :class:`amaranth.hdl.EnableInserter` to stall it.
 
     Ports
     -----
     format : In(LaneFormat)
     value : In(64)
+    filled : In(8, init=0xFF)
+        Bit ``i`` set: byte ``i`` holds part of an element. Whole elements only (every byte of
+        an element set or clear); all set unless driven.
     key : Out(64)
+        ``latency`` cycles after ``value``.
     """
 
-    format: In(LaneFormat)
-    value: In(LANE_BITS)
-    key: Out(LANE_BITS)
+    def __init__(self, *, latency=0):
+        if latency not in (0, 1):
+            raise ValueError(f"ToKey latency must be 0 or 1, not {latency!r}")
+        self.latency = latency
+        super().__init__({
+            "format": In(LaneFormat),
+            "value": In(LANE_BITS),
+            "filled": In(LANE_BYTES, init=(1 << LANE_BYTES) - 1),
+            "key": Out(LANE_BITS),
+        })
 
     def elaborate(self, platform):
         m = Module()
-        fmt, value = self.format, self.value
-        is_float = fmt.float_format.any()
-        sign = spread_from_top(m, Cat(value[8 * i + 7] for i in range(LANE_BYTES)), fmt.size)
+        stage = m.d.sync if self.latency else m.d.comb
+        fmt = self.format
+        value = Signal(LANE_BITS, name="value_s1", reset_less=True)
+        filled = Signal(LANE_BYTES, name="filled_s1", reset_less=True)
+        stage += [value.eq(self.value), filled.eq(self.filled)]
 
-        nan_by_top = Signal(LANE_BYTES)
+        # NaN tests per float format and element position, independent of the format in use;
+        # then each byte takes the test of its element in the format in use.
+        nan = Signal(LANE_BYTES)
         for index, spec in enumerate(FLOAT_FORMATS):
             for start in range(0, LANE_BITS, spec.bits):
-                element = value[start:start + spec.bits]
+                element = self.value[start:start + spec.bits]
                 exponent = element[spec.mantissa_bits:spec.bits - 1]
                 mantissa = element[:spec.mantissa_bits]
-                with m.If(fmt.float_format[index] & exponent.all() & mantissa.any()):
-                    m.d.comb += nan_by_top[(start + spec.bits) // 8 - 1].eq(1)
-        nan = spread_from_top(m, nan_by_top, fmt.size)
+                is_nan = Signal(name=f"nan_{spec.dtype.name.lower()}_{start // spec.bits}",
+                                reset_less=True)
+                stage += is_nan.eq(exponent.all() & mantissa.any())
+                with m.If(fmt.float_format[index] & is_nan):
+                    m.d.comb += nan[start // 8:(start + spec.bits) // 8].eq(-1)
 
+        nan_key = Signal(LANE_BITS)
+        for index, spec in enumerate(FLOAT_FORMATS):
+            with m.If(fmt.float_format[index]):
+                m.d.comb += nan_key.eq(
+                    splat_constant(float_key(spec, spec.canonical_nan), spec.bits))
+
+        is_float = fmt.float_format.any()
+        sign = spread_from_top(m, Cat(value[8 * i + 7] for i in range(LANE_BYTES)), fmt.size)
         for i in range(LANE_BYTES):
-            flip = Mux(is_float & sign[i], 0xFF, Mux(fmt.top[i] & fmt.signed, 0x80, 0))
-            m.d.comb += _byte(self.key, i).eq(Mux(nan[i], 0xFF, _byte(value, i) ^ flip))
+            # Per byte, a mode and a control bit, so that each key bit is one LUT4 of (special,
+            # control, value bit, NaN key bit): special ? control & nan_key : value ^ control.
+            special = Signal(name=f"special_{i}")
+            m.d.comb += special.eq(nan[i] | ~filled[i])
+            flip_low = is_float & sign[i]
+            flip_top = flip_low | fmt.top[i] & fmt.signed
+            for bit in range(8):
+                control = Signal(name=f"control_{i}_{bit}") if bit in (0, 7) else control
+                if bit in (0, 7):
+                    m.d.comb += control.eq(
+                        Mux(special, filled[i], flip_top if bit == 7 else flip_low))
+                m.d.comb += self.key[8 * i + bit].eq(
+                    Mux(special, control & nan_key[8 * i + bit], value[8 * i + bit] ^ control))
         return m
 
 
 class FromKey(wiring.Component):
-    """Maps a lane of order keys back to values; a float's all-ones key is the canonical NaN.
+    """Maps a lane of order keys back to values. Combinational.
 
-    Combinational. ``FromKey(ToKey(x)) == x`` for every element that is not a NaN.
+    The inverse of :class:`ToKey`: ``FromKey(ToKey(x)) == x`` for every element that is not a
+    NaN, and a NaN's key comes back as the canonical quiet NaN.
 
     Ports
     -----
@@ -185,42 +253,29 @@ class FromKey(wiring.Component):
         is_float = fmt.float_format.any()
         # A float key with its top bit clear came from a negative value (all bits inverted).
         negative = spread_from_top(m, Cat(~key[8 * i + 7] for i in range(LANE_BYTES)), fmt.size)
-
-        # All-ones elements: AND of the byte flags over each element, per size.
-        ones = Cat(_byte(key, i).all() for i in range(LANE_BYTES))
-        ones_by_top = Signal(LANE_BYTES)
-        for i in range(LANE_BYTES):
-            m.d.comb += ones_by_top[i].eq(Cat(
-                fmt.size[k] & ones[i - s + 1:i + 1].all() if i % s == s - 1 else 0
-                for k, s in enumerate(ELEMENT_SIZES)).any())
-        nan = spread_from_top(m, ones_by_top, fmt.size)
-
-        canonical_nan = Signal(LANE_BITS)
-        for index, spec in enumerate(FLOAT_FORMATS):
-            with m.If(fmt.float_format[index]):
-                m.d.comb += canonical_nan.eq(splat_constant(spec.canonical_nan, spec.bits))
-
         for i in range(LANE_BYTES):
             flip = Mux(is_float & negative[i], 0xFF, Mux(fmt.top[i] & fmt.signed, 0x80, 0))
-            m.d.comb += _byte(self.value, i).eq(
-                Mux(is_float & nan[i], _byte(canonical_nan, i), _byte(key, i) ^ flip))
+            m.d.comb += _byte(self.value, i).eq(_byte(key, i) ^ flip)
         return m
 
 
 class KeyMax(wiring.Component):
     """Element-wise maximum of two lanes of order keys.
 
-    Each byte pair is compared on its own (``a > b`` and ``a == b``, eight short 8-bit
-    compares), then the flags are combined up a three-level prefix tree, most significant byte
-    first, into ``a >= b`` for 2-, 4- and 8-byte elements, and the element size picks one. No
-    carry chain is longer than a byte, so the compare is fast on every family.
+    Each byte pair is compared on its own (``a >= b`` and ``a == b``, eight 8-bit compares), then
+    a three-level butterfly combines the flags into ``a >= b`` for each byte's element: at level
+    ``L`` every byte merges the verdict of the other half of its ``2**L``-byte block (the higher
+    half decides unless it is equal), if elements are at least that wide. Each level is one LUT4
+    per byte and flag, and every byte ends with its own element's verdict, so no select by size
+    or spread of a per-element flag follows. No carry chain is longer than a byte.
 
     Parameters
     ----------
     latency : int
-        0: combinational. 1: the result is registered. 2: the byte flags are registered too,
-        splitting the byte compares from the prefix tree and select (for pipelined trees; a
-        loop that must close in one cycle uses latency 0 or 1).
+        0: combinational. 1: the result is registered. 2: the byte compares and the first
+        butterfly level are registered too (with both operands and the size), leaving two
+        butterfly levels and the select for the second cycle (for pipelined trees; a loop that
+        must close in one cycle uses latency 0 or 1).
 
     Ports
     -----
@@ -228,6 +283,10 @@ class KeyMax(wiring.Component):
         One-hot element size (``LaneFormat.size``).
     a, b : In(64)
         Key lanes.
+    take_b : In(1)
+        Set with the operands: the result is ``b``, whatever the compare (an accumulator's
+        first operand). With ``latency=2`` it resets the registered verdicts, so it costs no
+        logic level. 0 unless driven.
     result : Out(64)
         The larger key of each element, ``latency`` cycles later. Equal keys are equal values,
         so ties need no rule.
@@ -241,44 +300,60 @@ class KeyMax(wiring.Component):
             "size": In(len(ELEMENT_SIZES)),
             "a": In(LANE_BITS),
             "b": In(LANE_BITS),
+            "take_b": In(1),
             "result": Out(LANE_BITS),
         })
 
     def elaborate(self, platform):
         m = Module()
-        flags = m.d.sync if self.latency == 2 else m.d.comb
-        a, b = Signal(LANE_BITS, name="a_s1"), Signal(LANE_BITS, name="b_s1")
-        size = Signal(len(ELEMENT_SIZES), name="size_s1")
-        greater, equal = Signal(LANE_BYTES), Signal(LANE_BYTES)
-        flags += [a.eq(self.a), b.eq(self.b), size.eq(self.size)]
-        for i in range(LANE_BYTES):
-            flags += [
-                greater[i].eq(_byte(self.a, i) > _byte(self.b, i)),
-                equal[i].eq(_byte(self.a, i) == _byte(self.b, i)),
-            ]
+        first = m.d.sync if self.latency == 2 else m.d.comb
+        # Datapath registers need no reset (the valid bits of the unit using it have one).
+        a = Signal(LANE_BITS, name="a_s1", reset_less=True)
+        b = Signal(LANE_BITS, name="b_s1", reset_less=True)
+        size = Signal(len(ELEMENT_SIZES), name="size_s1", reset_less=True)
+        first += [a.eq(self.a), b.eq(self.b), size.eq(self.size)]
+        at_least = Cat(self.size[k:].any() for k in range(len(ELEMENT_SIZES)))
+        flags = ([_byte(self.a, i) >= _byte(self.b, i) for i in range(LANE_BYTES)],
+                 [_byte(self.a, i) == _byte(self.b, i) for i in range(LANE_BYTES)])
+        flags = key_compare_level(flags, 1, at_least[1])
+        greater_equal = Signal(LANE_BYTES, reset_less=True)
+        equal = Signal(LANE_BYTES, reset_less=True)
+        # All verdicts "b wins" make every later level and the select take b.
+        first += [greater_equal.eq(Mux(self.take_b, 0, Cat(flags[0]))), equal.eq(Cat(flags[1]))]
+        at_least = Cat(size[k:].any() for k in range(len(ELEMENT_SIZES)))
+        flags = (list(greater_equal), list(equal))
+        for level in (2, 3):
+            flags = key_compare_level(flags, level, at_least[level])
+        a_wins = flags[0]
 
-        # Prefix tree: (greater, equal) of the high half decides unless it is equal.
-        levels = {1: (list(greater), list(equal))}
-        for width in ELEMENT_SIZES[1:]:
-            lower_greater, lower_equal = levels[width // 2]
-            levels[width] = (
-                [lower_greater[2 * j + 1] | lower_equal[2 * j + 1] & lower_greater[2 * j]
-                 for j in range(LANE_BYTES // width)],
-                [lower_equal[2 * j + 1] & lower_equal[2 * j] for j in range(LANE_BYTES // width)],
-            )
-        a_wins_by_top = Signal(LANE_BYTES)
-        for k, width in enumerate(ELEMENT_SIZES):
-            element_greater, element_equal = levels[width]
-            for j in range(LANE_BYTES // width):
-                with m.If(size[k]):
-                    m.d.comb += a_wins_by_top[j * width + width - 1].eq(
-                        element_greater[j] | element_equal[j])
-        a_wins = spread_from_top(m, a_wins_by_top, size)
-
-        result = m.d.comb if self.latency == 0 else m.d.sync
+        result = Signal(LANE_BITS, reset_less=True)
+        m.d.comb += self.result.eq(result)
+        stage = m.d.comb if self.latency == 0 else m.d.sync
         for i in range(LANE_BYTES):
-            result += _byte(self.result, i).eq(Mux(a_wins[i], _byte(a, i), _byte(b, i)))
+            stage += _byte(result, i).eq(Mux(a_wins[i], _byte(a, i), _byte(b, i)))
         return m
+
+
+def key_compare_level(flags, level, merge):
+    """One butterfly level of :class:`KeyMax`'s compare.
+
+    ``flags`` is ``(greater_equal, equal)``, one bit per byte (any number of bytes, a multiple
+    of ``2**level``): the verdict of ``a`` against ``b`` over the byte's part of its
+    ``2**(level-1)``-byte block. When ``merge`` (elements span at least ``2**level`` bytes),
+    each byte combines it with the other half of its ``2**level``-byte block: the higher half
+    decides unless it is equal. Returns the new flags.
+    """
+    greater_equal, equal = flags
+    half = 1 << (level - 1)
+    merged_ge, merged_eq = [], []
+    for i in range(len(greater_equal)):
+        j = i ^ half
+        # Merging, a byte of the high half takes the low half's verdict if its own half is
+        # equal; a byte of the low half takes the high half's verdict unless that one is equal.
+        takes_other = merge & (equal[i] if i & half else ~equal[j])
+        merged_ge.append(Mux(takes_other, greater_equal[j], greater_equal[i]))
+        merged_eq.append(equal[i] & (~merge | equal[j]))
+    return merged_ge, merged_eq
 
 
 class LaneMax(wiring.Component):

