@@ -155,22 +155,24 @@ def assert_delayed(m, latency, actual, expected):
 
 
 class KeyMaxAgainstSpec(Elaboratable):
-    """KeyMax against a per-element unsigned maximum, the element size free every cycle
-    (any one-hot value, as LaneDecode produces)."""
+    """KeyMax against a per-element unsigned maximum (or ``b`` when ``take_b``), the element
+    size (any one-hot value, as LaneDecode produces) and ``take_b`` free every cycle."""
 
     def __init__(self, latency):
         self.latency = latency
         self.a = Signal(LANE_BITS)
         self.b = Signal(LANE_BITS)
         self.size = Signal(len(ELEMENT_SIZES))
+        self.take_b = Signal()
 
     def ports(self):
-        return [self.a, self.b, self.size]
+        return [self.a, self.b, self.size, self.take_b]
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.key_max = key_max = KeyMax(latency=self.latency)
-        m.d.comb += [key_max.a.eq(self.a), key_max.b.eq(self.b), key_max.size.eq(self.size)]
+        m.d.comb += [key_max.a.eq(self.a), key_max.b.eq(self.b), key_max.size.eq(self.size),
+                     key_max.take_b.eq(self.take_b)]
         m.d.comb += Assume(Cat(self.size == 1 << k for k in range(len(ELEMENT_SIZES))).any())
         expected = Signal(LANE_BITS)
         for k, nbytes in enumerate(ELEMENT_SIZES):
@@ -178,7 +180,8 @@ class KeyMaxAgainstSpec(Elaboratable):
                 for start in range(0, LANE_BITS, 8 * nbytes):
                     a = self.a[start:start + 8 * nbytes]
                     b = self.b[start:start + 8 * nbytes]
-                    m.d.comb += expected[start:start + 8 * nbytes].eq(Mux(a >= b, a, b))
+                    m.d.comb += expected[start:start + 8 * nbytes].eq(
+                        Mux(self.take_b, b, Mux(a >= b, a, b)))
         assert_delayed(m, self.latency, key_max.result, expected)
         return m
 

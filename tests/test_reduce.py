@@ -12,8 +12,7 @@ import zlib
 import numpy as np
 import pytest
 
-from maxaccel.hdl.lane import LANE_BYTES
-from maxaccel.hdl.lane import float_key
+from maxaccel.hdl.lane import LANE_BYTES, float_key
 from maxaccel.hdl.reduce import BeatKeys, LaneFold, ReductionTree, RunAccumulator, RunReducer
 from maxaccel.host.dtypes import FORMATS
 from maxaccel.sim import reference
