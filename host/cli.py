@@ -5,7 +5,11 @@
 virtual board by default), prints each output's shape and dtype, where each node ran, and
 whether the outputs are bit for bit those of the golden model. Inputs not given are generated
 (random values mixed with edge cases: NaNs, signed zeros, infinities, extremes) from a printed
-seed. ``maxaccel bench`` measures throughput and link efficiency on a device.
+seed.
+
+``maxaccel bench`` measures throughput and link efficiency on a device. ``maxaccel serve
+[--device URL] [--link PATH]`` exposes the virtual board on a pseudo-terminal, for pyserial or
+any terminal program.
 """
 
 import argparse
@@ -199,6 +203,44 @@ def _bench(args, out):
     return 0
 
 
+def _serve(args, out):
+    """Serve a virtual board on a pseudo-terminal until interrupted (Ctrl-C or SIGTERM).
+
+    Any serial client connects to it as to a board's serial port: the host driver with
+    open_device("serial:///dev/pts/N?baud=3000000") (the baud rate is ignored), pyserial, or a
+    terminal program.
+    """
+    import signal
+
+    from maxaccel.host.transport import open_transport
+    from maxaccel.sim.serve import PtyServer
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+    # Both explicitly: a shell starts a background job with SIGINT ignored.
+    previous = {number: signal.signal(number, interrupted)
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    board = open_transport(args.device)
+    try:
+        server = PtyServer(board, link=args.link)
+    except BaseException:
+        board.close()
+        raise
+    try:
+        print(f"serving {args.device} on {server.port}"
+              + (f" (link {server.link})" if server.link else ""), file=out)
+        print(f'connect with open_device("{server.url}"); Ctrl-C stops', file=out, flush=True)
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        server.close()
+    print("stopped", file=out, flush=True)
+    return 0
+
+
 def _not_available(what):
     def command(args, out):
         raise _Failure(f"'maxaccel {what}' is not available yet in this version")
@@ -232,8 +274,17 @@ def _parser():
     bench.add_argument("--dtype", default="float32", help="element type (default float32)")
     bench.set_defaults(handler=_bench)
 
-    for name, text in [("serve", "expose the virtual board on a pseudo-terminal"),
-                       ("boards", "list the supported FPGA boards"),
+    serve = commands.add_parser("serve", help="expose the virtual board on a pseudo-terminal",
+                                description=_serve.__doc__.split("\n\n")[0])
+    serve.add_argument("--device", default="sim", metavar="URL",
+                       help="the board to serve (default: sim, the virtual board; "
+                            "sim?lanes=4 and other options as for --device of run)")
+    serve.add_argument("--link", metavar="PATH",
+                       help="also make a symbolic link PATH to the pseudo-terminal (a stable "
+                            "name for scripts)")
+    serve.set_defaults(handler=_serve)
+
+    for name, text in [("boards", "list the supported FPGA boards"),
                        ("build", "build a bitstream for a board")]:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)

@@ -71,7 +71,7 @@ def test_run_with_inputs_from_files(tmp_path):
     (["run", str(EXAMPLE), "--device", "fake://", "--input", "x"], "--input takes NAME=FILE"),
     (["run", str(EXAMPLE), "--device", "fake://", "--input", "x=/nonexistent.npy"],
      "cannot load input 'x'"),
-    (["serve"], "'maxaccel serve' is not available yet"),
+    (["serve", "--device", "nowhere://x"], "unknown device URL 'nowhere://x'"),
 ])
 def test_errors_are_one_clear_line(capsys, argv, message):
     status, _ = run(*argv)

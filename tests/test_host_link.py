@@ -9,7 +9,6 @@ bounded in time (an alarm fails it instead of letting it hang).
 """
 
 import os
-import select
 import signal
 import threading
 import time
@@ -25,6 +24,7 @@ from maxaccel.host.protocol import FRAME_OVERHEAD, PARAMETERS, Command, Status
 from maxaccel.host.transport import TransportError, register_scheme
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
+from maxaccel.sim.serve import pump
 from maxaccel.sim.values import random_values
 
 
@@ -220,26 +220,6 @@ def test_refusals_raise_device_error_naming_the_status():
 def test_bad_device_urls_are_explained(url, error, message):
     with pytest.raises(error, match=message):
         open_device(url)
-
-
-def pump(board, read_fd, write_fd, stop):
-    """Move bytes between a pair of file descriptors and a fake board until ``stop``."""
-    pending = b""
-    while not stop.is_set():
-        readable, _, _ = select.select([read_fd], [], [], 0.005)
-        if readable:
-            try:
-                data = os.read(read_fd, 1 << 16)
-            except (BlockingIOError, OSError):
-                data = b""
-            if data:
-                board.write(data)
-        pending += board.read(1 << 16, 0.002)  # lets a simulated board run a little
-        while pending and not stop.is_set():
-            try:
-                pending = pending[os.write(write_fd, pending):]
-            except BlockingIOError:
-                select.select([], [write_fd], [], 0.005)
 
 
 def virtual_board():
