@@ -168,39 +168,45 @@ def _run(args, out):
 
 
 def _bench(args, out):
-    from maxaccel.host.device import open_device
-    from maxaccel.sim import reference
+    """Throughput, host overhead and link efficiency per device and tensor size, the CPU for
+    comparison; optionally a plot and the figures as JSON."""
+    import json
 
-    rng = np.random.default_rng(0)
-    dtype = np.dtype(args.dtype)
-    count = max(1, args.size // dtype.itemsize)
-    columns = 1 << max(0, int(math.log2(count)) // 2)
-    rows = max(1, count // columns)
-    a = rng.standard_normal((rows, columns)).astype(dtype)
-    b = rng.standard_normal((rows, columns)).astype(dtype)
-    row = rng.standard_normal((1, columns)).astype(dtype)
-    cases = [
-        ("reduce_max all axes", (a,), lambda m, x: m.reduce_max(x)),
-        ("reduce_max axis 1", (a,), lambda m, x: m.reduce_max(x, axes=[1])),
-        ("max same shape", (a, b), lambda m, x, y: m.max(x, y)),
-        ("max broadcast row", (a, row), lambda m, x, y: m.max(x, y)),
-    ]
-    with open_device(args.device, progress=ProgressBar()) as device:
-        print(f"{device!r}; tensors {dtype} [{rows}, {columns}] ({a.nbytes} bytes)", file=out)
-        link = device.link
-        for name, inputs, operation in cases:
-            before = link.bytes_written + link.bytes_read
-            started = time.monotonic()
-            result = operation(device, *inputs)
-            elapsed = time.monotonic() - started
-            wire = link.bytes_written + link.bytes_read - before
-            reference.assert_same_bits(result, operation(reference, *inputs), name)
-            payload = sum(x.nbytes for x in inputs) + result.nbytes
-            rate = payload / elapsed
-            print(f"  {name:<20} {elapsed * 1e3:9.1f} ms  {_amount(rate, rate) + '/s':>12}  "
-                  f"link efficiency {100 * payload / wire:.2f}%", file=out)
-        print(f"retries {link.retries}, stale replies {link.stale_replies}", file=out)
-    return 0
+    from maxaccel.host import bench
+    from maxaccel.host.device import open_device
+    from maxaccel.host.transport import TransportError
+
+    print(f"machine: {bench.machine_description()}", file=out)
+    measurements, failures, sizes = [], [], set()
+    for url in args.device or ["sim"]:
+        elements = args.elements or bench.default_elements(url)
+        sizes.update(elements)
+        try:
+            with open_device(url, progress=ProgressBar()) as device:
+                print(f"{device!r}", file=out, flush=True)
+                measurements += bench.measure_device(
+                    device, elements, dtype=args.dtype,
+                    progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} elements "
+                                             f"{m.elements_per_s:>12.0f} elements/s", file=out,
+                                             flush=True))
+        except (TransportError, RuntimeError) as error:
+            failures.append(f"{url}: {error}")
+            print(f"{url}: not measured: {error}", file=out)
+    if args.cpu:
+        cpu, note = bench.measure_cpu(sorted(sizes), dtype=args.dtype)
+        measurements += cpu
+        print(f"CPU: numpy {np.__version__}, {note}", file=out)
+    print(bench.format_table(measurements), file=out)
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"machine": bench.machine_description(),
+                       "measurements": [m.as_dict() for m in measurements],
+                       "not_measured": failures}, file, indent=1)
+        print(f"wrote {args.json}", file=out)
+    if args.plot:
+        bench.plot(measurements, args.plot, title=f"maxaccel, {args.dtype}")
+        print(f"wrote {args.plot}", file=out)
+    return 1 if failures else 0
 
 
 def _serve(args, out):
@@ -267,11 +273,18 @@ def _parser():
     run.add_argument("--seed", type=int, metavar="N", help="seed for generated inputs")
     run.set_defaults(handler=_run)
 
-    bench = commands.add_parser("bench", help="measure throughput and link efficiency")
-    bench.add_argument("--device", default="sim", metavar="URL", help=device_help)
-    bench.add_argument("--size", type=int, default=1 << 16, metavar="BYTES",
-                       help="bytes per input tensor (default 65536)")
+    bench = commands.add_parser("bench", help="measure throughput, host overhead and link "
+                                              "efficiency", description=_bench.__doc__)
+    bench.add_argument("--device", action="append", metavar="URL",
+                       help="a device to measure (repeatable; default: sim)")
+    bench.add_argument("--elements", type=int, nargs="+", metavar="N",
+                       help="tensor sizes in elements (default: 256 1024 4096 on sim, "
+                            "1024 to 1048576 elsewhere)")
     bench.add_argument("--dtype", default="float32", help="element type (default float32)")
+    bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
+                       help="also time numpy and onnxruntime on this CPU (default: yes)")
+    bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
+    bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     bench.set_defaults(handler=_bench)
 
     serve = commands.add_parser("serve", help="expose the virtual board on a pseudo-terminal",

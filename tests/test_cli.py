@@ -1,6 +1,7 @@
 """The ``maxaccel`` command, run in-process against the fake board (``fake://``, test only)."""
 
 import io
+import json
 import pathlib
 
 import numpy as np
@@ -88,10 +89,29 @@ def test_wrong_input_shape_is_reported(tmp_path, capsys):
     assert "input 'x' must have rank 4" in capsys.readouterr().err
 
 
-def test_bench_reports_throughput_and_efficiency():
-    status, text = run("bench", "--device", "fake://", "--size", "8192")
+def test_bench_reports_throughput_overhead_efficiency_and_the_cpu(tmp_path):
+    plot, figures = tmp_path / "bench.png", tmp_path / "bench.json"
+    status, text = run("bench", "--device", "fake://", "--elements", "1024", "4096",
+                       "--plot", str(plot), "--json", str(figures))
     assert status == 0
-    assert text.count("link efficiency") == 4
+    report = json.loads(figures.read_text())
+    places = {(m["where"], m["operation"], m["elements"]) for m in report["measurements"]}
+    for where in ("fake://", "cpu:numpy", "cpu:onnxruntime"):
+        for operation in ("reduce_max", "max same shape"):
+            for elements in (1024, 4096):
+                assert (where, operation, elements) in places
+    device = [m for m in report["measurements"] if m["where"] == "fake://"]
+    assert all(m["link_efficiency"] >= 0.95 for m in device if m["elements"] == 4096)
+    assert all(m["host_mb_per_s"] > 0 and m["host_s"] <= m["seconds"] for m in device)
+    assert "| fake:// | reduce_max | 4096 |" in text
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_names_a_device_it_cannot_measure():
+    status, text = run("bench", "--device", "serial:///dev/does-not-exist", "--no-cpu",
+                       "--elements", "16")
+    assert status == 1
+    assert "serial:///dev/does-not-exist: not measured: cannot open serial port" in text
 
 
 def test_progress_bar_appears_only_after_the_delay_and_is_throttled():

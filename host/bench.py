@@ -1,0 +1,295 @@
+"""Benchmarks behind ``maxaccel bench``: device throughput, host overhead, link efficiency, and
+the same operations on the CPU (numpy, onnxruntime) for comparison.
+
+Every device figure comes from one timed call of a public :class:`~maxaccel.host.device.Device`
+operation on a fresh random tensor, checked bit for bit against the golden model (a wrong
+answer is never reported as a speed). The time splits in two:
+
+* **transport time**: inside the transport's ``write`` and ``read`` (for a virtual board this is
+  where the simulator runs; for a real board, where the bytes cross the link);
+* **host time**: everything else: checking the inputs, planning, encoding tensors into frames
+  (CRC included) and decoding replies. ``host MB/s`` is the operation's tensor bytes (inputs and
+  output) over the host time: how fast the driver would go on an infinitely fast link.
+
+Link efficiency is the tensor bytes over all bytes on the wire, both directions.
+"""
+
+from dataclasses import asdict, dataclass
+import math
+import platform
+import statistics
+import time
+
+import numpy as np
+
+__all__ = ["OPERATIONS", "Measurement", "measure_device", "measure_cpu", "default_elements",
+           "format_table", "plot"]
+
+
+#: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about
+#: ``elements`` output or reduced elements, as square as powers of two allow.
+def _matrix(elements):
+    columns = 1 << max(0, int(math.log2(max(1, elements))) // 2)
+    return max(1, elements // columns), columns
+
+
+def _random(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+OPERATIONS = {
+    "reduce_max": (lambda rng, n, dt: (_random(rng, (n,), dt),),
+                   lambda m, x: m.reduce_max(x)),
+    "max same shape": (lambda rng, n, dt: (_random(rng, (n,), dt), _random(rng, (n,), dt)),
+                       lambda m, x, y: m.max(x, y)),
+    "max broadcast row": (lambda rng, n, dt: (_random(rng, _matrix(n), dt),
+                                              _random(rng, (1, _matrix(n)[1]), dt)),
+                          lambda m, x, y: m.max(x, y)),
+}
+
+
+@dataclass
+class Measurement:
+    """One timed operation.
+
+    ``where`` is the device URL, or ``cpu:numpy`` / ``cpu:onnxruntime``; ``elements`` counts the
+    elements of the largest input; times in seconds; ``host_s``, ``wire_bytes`` and
+    ``link_efficiency`` are None on the CPU.
+    """
+
+    where: str
+    operation: str
+    dtype: str
+    elements: int
+    seconds: float
+    tensor_bytes: int
+    host_s: float | None = None
+    wire_bytes: int | None = None
+
+    @property
+    def elements_per_s(self):
+        return self.elements / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def host_mb_per_s(self):
+        if self.host_s is None:
+            return None
+        return self.tensor_bytes / self.host_s / 1e6 if self.host_s > 0 else math.inf
+
+    @property
+    def link_efficiency(self):
+        return None if not self.wire_bytes else self.tensor_bytes / self.wire_bytes
+
+    def as_dict(self):
+        return dict(asdict(self), elements_per_s=self.elements_per_s,
+                    host_mb_per_s=self.host_mb_per_s, link_efficiency=self.link_efficiency)
+
+
+class _TimedTransport:
+    """A transport that adds up the time spent in its ``write`` and ``read``."""
+
+    def __init__(self, transport):
+        self._transport = transport
+        self.seconds = 0.0
+
+    def write(self, data):
+        started = time.perf_counter()
+        try:
+            return self._transport.write(data)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def read(self, size, timeout_s):
+        started = time.perf_counter()
+        try:
+            return self._transport.read(size, timeout_s)
+        finally:
+            self.seconds += time.perf_counter() - started
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+def default_elements(url):
+    """Tensor sizes (elements) worth timing on a device: the Python-simulated board does a few
+    thousand cycles a second, everything else is timed up to a million elements."""
+    if url == "sim" or url.startswith("sim?"):
+        return [256, 1024, 4096]
+    return [1024, 16384, 262144, 1 << 20]
+
+
+def measure_device(device, elements, *, dtype="float32", operations=None, seed=0,
+                   progress=None):
+    """Time ``operations`` (names of :data:`OPERATIONS`) on an open ``device`` for each size in
+    ``elements``; returns a list of :class:`Measurement`.
+
+    Raises AssertionError if a result differs from the golden model by a single bit.
+    """
+    from maxaccel.sim import reference
+    link = device.link
+    timed = link.transport = _TimedTransport(link.transport)
+    rng = np.random.default_rng(seed)
+    results = []
+    for count in elements:
+        for name in operations or OPERATIONS:
+            make, call = OPERATIONS[name]
+            inputs = make(rng, count, np.dtype(dtype))
+            wire_before = link.bytes_written + link.bytes_read
+            transport_before = timed.seconds
+            started = time.perf_counter()
+            result = call(device, *inputs)
+            elapsed = time.perf_counter() - started
+            reference.assert_same_bits(result, call(reference, *inputs), f"{name} [{count}]")
+            tensor_bytes = sum(x.nbytes for x in inputs) + result.nbytes
+            results.append(Measurement(
+                where=device.url, operation=name, dtype=str(np.dtype(dtype)),
+                elements=max(x.size for x in inputs), seconds=elapsed,
+                tensor_bytes=tensor_bytes, host_s=elapsed - (timed.seconds - transport_before),
+                wire_bytes=link.bytes_written + link.bytes_read - wire_before))
+            if progress is not None:
+                progress(results[-1])
+    return results
+
+
+def _onnx_model(name, inputs):
+    from onnx import helper
+    elem = helper.np_dtype_to_tensor_dtype(inputs[0].dtype)
+    names = [f"x{i}" for i in range(len(inputs))]
+    graph_inputs = [helper.make_tensor_value_info(n, elem, x.shape) for n, x in zip(names, inputs)]
+    if name == "reduce_max":
+        node = helper.make_node("ReduceMax", names, ["y"], keepdims=1)
+    else:
+        node = helper.make_node("Max", names, ["y"])
+    graph = helper.make_graph([node], name.replace(" ", "_"), graph_inputs,
+                              [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = min(model.ir_version, 9)    # what onnxruntime releases accept
+    return model.SerializeToString()
+
+
+def _best_of(call, repeats):
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def measure_cpu(elements, *, dtype="float32", operations=None, seed=0, repeats=5):
+    """The same operations with numpy and (if installed) onnxruntime, on this machine's CPU.
+
+    For speed only: neither follows the IEEE 754-2019 order on NaN and signed zero (see
+    ``docs/semantics.md``). Returns (measurements, note) where note says what was left out.
+    """
+    numpy_calls = {
+        "reduce_max": lambda x: np.max(x, keepdims=True),
+        "max same shape": np.maximum,
+        "max broadcast row": np.maximum,
+    }
+    try:
+        import onnxruntime
+    except ImportError:
+        onnxruntime, note = None, "onnxruntime is not installed: pip install 'maxaccel[bench]'"
+    else:
+        note = f"onnxruntime {onnxruntime.__version__}"
+    rng = np.random.default_rng(seed)
+    results = []
+    for count in elements:
+        for name in operations or OPERATIONS:
+            make, _ = OPERATIONS[name]
+            inputs = make(rng, count, np.dtype(dtype))
+            size = max(x.size for x in inputs)
+            result = numpy_calls[name](*inputs)
+            tensor_bytes = sum(x.nbytes for x in inputs) + result.nbytes
+            seconds = _best_of(lambda: numpy_calls[name](*inputs), repeats)
+            results.append(Measurement("cpu:numpy", name, str(np.dtype(dtype)), size, seconds,
+                                       tensor_bytes))
+            if onnxruntime is not None:
+                options = onnxruntime.SessionOptions()
+                options.log_severity_level = 3
+                session = onnxruntime.InferenceSession(_onnx_model(name, inputs), options,
+                                                       providers=["CPUExecutionProvider"])
+                feeds = {f"x{i}": x for i, x in enumerate(inputs)}
+                seconds = _best_of(lambda: session.run(None, feeds), repeats)
+                results.append(Measurement("cpu:onnxruntime", name, str(np.dtype(dtype)), size,
+                                           seconds, tensor_bytes))
+    return results, note
+
+
+def _si(value, unit):
+    if value is None:
+        return "-"
+    for scale, prefix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def format_table(measurements):
+    """A markdown table of ``measurements``."""
+    lines = ["| where | operation | elements | time | elements/s | host MB/s | link efficiency |",
+             "|---|---|---|---|---|---|---|"]
+    for m in measurements:
+        host = "-" if m.host_mb_per_s is None else f"{m.host_mb_per_s:.0f}"
+        efficiency = "-" if m.link_efficiency is None else f"{100 * m.link_efficiency:.2f}%"
+        lines.append(f"| {m.where} | {m.operation} | {m.elements} | {_si(m.seconds, 's')} | "
+                     f"{_si(m.elements_per_s, '')} | {host} | {efficiency} |")
+    return "\n".join(lines)
+
+
+def machine_description():
+    """One line naming the machine the figures came from."""
+    import os
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info
+                       if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"numpy {np.__version__}, {platform.system()} {platform.release()}")
+
+
+def plot(measurements, path, *, title=""):
+    """Elements per second against tensor size, one line per device or CPU library and
+    operation, log-log, and link efficiency against size; written as a PNG to ``path``."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise RuntimeError("plotting needs matplotlib: pip install 'maxaccel[bench]'") from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, (speed, efficiency) = pyplot.subplots(1, 2, figsize=(13, 5),
+                                                  gridspec_kw=dict(width_ratios=[2, 1]))
+    series = {}
+    for m in measurements:
+        series.setdefault((m.where, m.operation), []).append(m)
+    # One colour per device or library, one line style and marker per operation.
+    colours = {w: f"C{i}" for i, w in enumerate(dict.fromkeys(w for w, _ in sorted(series)))}
+    styles = {name: style for name, style in zip(OPERATIONS, [("-", "o"), ("--", "s"),
+                                                              (":", "^")])}
+    for (where, operation), points in sorted(series.items()):
+        points.sort(key=lambda m: m.elements)
+        line, marker = styles.get(operation, ("-", "o"))
+        drawing = dict(color=colours[where], linestyle=line, marker=marker,
+                       label=f"{where}: {operation}")
+        speed.plot([m.elements for m in points], [m.elements_per_s for m in points], **drawing)
+        if points[0].link_efficiency is not None:
+            efficiency.plot([m.elements for m in points],
+                            [100 * m.link_efficiency for m in points], **drawing)
+    speed.set(xscale="log", yscale="log", xlabel="elements per tensor",
+              ylabel="elements per second", title=title or "throughput")
+    speed.axhline(1e6, color="grey", linewidth=0.8, linestyle=":")
+    speed.grid(True, which="both", alpha=0.3)
+    speed.legend(fontsize=7, loc="lower right")
+    efficiency.set(xscale="log", xlabel="elements per tensor", ylabel="%",
+                   title="link efficiency (tensor bytes / wire bytes)")
+    efficiency.axhline(95, color="grey", linewidth=0.8, linestyle=":")
+    efficiency.grid(True, which="both", alpha=0.3)
+    efficiency.legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
