@@ -17,7 +17,9 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 :func:`open_transport` turns a device URL into a transport:
 
 ==============================  =====================================================
-``sim``                         the virtual board, in this process
+``sim``                         the virtual board, in this process (Amaranth's simulator)
+``verilator``                   the same board compiled with Verilator: about a thousand times
+                                faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters)
 ``serial://PORT?baud=N``        a serial port through pyserial (``serial:///dev/ttyUSB1``,
                                 ``serial://COM3``; any pyserial URL such as ``loop://``)
 ``xdma:///dev/xdma0``           Xilinx XDMA character devices ``/dev/xdma0_h2c_0`` (to the
@@ -35,7 +37,7 @@ __all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport", "S
 
 #: The device URL forms users may give, for error messages and ``--help``.
 URL_FORMS = ("sim", "serial://PORT?baud=N (e.g. serial:///dev/ttyUSB1?baud=3000000)",
-             "xdma:///dev/xdma0")
+             "xdma:///dev/xdma0", "verilator")
 
 
 class TransportError(OSError):
@@ -220,9 +222,11 @@ class XdmaTransport(Transport):
 
 
 class SimTransport(Transport):
-    """The virtual board (``maxaccel.sim.virtual_board.VirtualBoard``) in this process.
+    """A virtual board in this process: ``sim`` (``maxaccel.sim.virtual_board.VirtualBoard``,
+    Amaranth's simulator) or ``verilator`` (``maxaccel.sim.verilator_board.VerilatorBoard``,
+    the same gateware compiled).
 
-    The simulated gateware is far slower than a real link (some thousand cycles a second), but
+    A simulated board is slower than a real link (``sim``: some thousand cycles a second), but
     its ``read`` returns at once when the board is quiescent (nothing in flight, so nothing
     more can come): the reply timeout only bounds a simulation that is still busy, and is an
     hour.
@@ -230,14 +234,22 @@ class SimTransport(Transport):
 
     reply_timeout_s = 3600.0
 
-    def __init__(self, **options):
+    BOARDS = {"sim": ("maxaccel.sim.virtual_board", "VirtualBoard"),
+              "verilator": ("maxaccel.sim.verilator_board", "VerilatorBoard")}
+
+    def __init__(self, kind="sim", **options):
+        import importlib
+        module_name, class_name = self.BOARDS[kind]
         try:
-            from maxaccel.sim.virtual_board import VirtualBoard
+            board_class = getattr(importlib.import_module(module_name), class_name)
         except ImportError as error:
             raise TransportError(
-                f"the virtual board is not available ({error}); it needs "
-                f"maxaccel.sim.virtual_board and amaranth") from None
-        self.board = VirtualBoard(**options)
+                f"the {kind!r} virtual board is not available ({error}); it needs "
+                f"{module_name} and amaranth") from None
+        try:
+            self.board = board_class(**options)
+        except TypeError as error:
+            raise ValueError(f"{kind}: {error}") from None
 
     def write(self, data):
         self.board.write(data)
@@ -304,8 +316,9 @@ def open_transport(url):
     if not isinstance(url, str):
         raise TypeError(f"a device URL is a string, got {url!r}; accepted: "
                         f"{', '.join(URL_FORMS)}")
-    if url == "sim" or url.startswith("sim?"):
-        return SimTransport(**_options(url[4:], url))
+    for kind in SimTransport.BOARDS:
+        if url == kind or url.startswith(kind + "?"):
+            return SimTransport(kind, **_options(url[len(kind) + 1:], url))
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme in _HIDDEN_SCHEMES:
         return _HIDDEN_SCHEMES[parsed.scheme](url)

@@ -13,7 +13,13 @@ from amaranth.sim import Simulator
 from maxaccel.hdl.top import Core, UARTTop
 from maxaccel.host.protocol import MAX_COUNT
 
-__all__ = ["VirtualBoard"]
+__all__ = ["VirtualBoard", "CORE_DEFAULTS"]
+
+#: The virtual boards' :class:`~maxaccel.hdl.top.Core` parameters, unless given: a small core
+#: (2 lanes, a 64-beat replay buffer) that simulates fast, a 1 MHz nominal clock, and a short
+#: frame timeout (2 ms) to keep timeouts cheap in simulation.
+CORE_DEFAULTS = dict(lanes=2, replay_depth=64, max_dims=4, max_operands=4, max_count=MAX_COUNT,
+                     pool_channels=32, clock_hz=1_000_000, frame_timeout_cycles=2000)
 
 
 class VirtualBoard:
@@ -37,13 +43,11 @@ class VirtualBoard:
 
     Parameters
     ----------
-    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels :
-        Passed to :class:`~maxaccel.hdl.top.Core`.
+    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles :
+        Passed to :class:`~maxaccel.hdl.top.Core`; defaults in :data:`CORE_DEFAULTS`.
     clock_hz : int
         Nominal clock frequency: reported by ``IDENTIFY``, and one simulated cycle is
         ``1 / clock_hz`` seconds of simulated time.
-    frame_timeout_cycles : int
-        Small by default (2 ms at the default clock), to keep timeouts cheap in simulation.
     uart : bool
         Simulate at the UART pins.
     divisor : int
@@ -82,13 +86,15 @@ class VirtualBoard:
     mode with ``divisor=4``. Building the simulator takes about a second.
     """
 
-    def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
-                 max_count=MAX_COUNT, pool_channels=32, clock_hz=1_000_000,
-                 frame_timeout_cycles=2000, uart=False, divisor=4, timeout=None,
-                 wall_timeout=None):
-        parameters = dict(lanes=lanes, replay_depth=replay_depth, max_dims=max_dims,
-                          max_operands=max_operands, max_count=max_count,
-                          pool_channels=pool_channels, frame_timeout_cycles=frame_timeout_cycles)
+    def __init__(self, *, uart=False, divisor=4, timeout=None, wall_timeout=None,
+                 **parameters):
+        unknown = set(parameters) - set(CORE_DEFAULTS)
+        if unknown:
+            raise TypeError(f"unknown virtual board parameter(s) {', '.join(sorted(unknown))}; "
+                            f"accepted: {', '.join(CORE_DEFAULTS)}, uart, divisor, timeout, "
+                            f"wall_timeout")
+        parameters = {**CORE_DEFAULTS, **parameters}
+        clock_hz = parameters.pop("clock_hz")
         self.uart = uart
         if uart:
             self._top = UARTTop(clock_hz, clock_hz // divisor, **parameters)

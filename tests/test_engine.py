@@ -44,10 +44,19 @@ def dtype_name(dtype):
     return np.dtype(dtype).name
 
 
-@pytest.fixture(scope="module")
-def board():
-    """One virtual board for the module (building the simulator costs a fraction of a second)."""
-    with VirtualBoard(**BOARD) as board:
+def open_board(kind):
+    if kind == "verilator":
+        from maxaccel.sim.verilator_board import VerilatorBoard
+        return VerilatorBoard(**BOARD)
+    return VirtualBoard(**BOARD)
+
+
+@pytest.fixture(scope="module", params=["sim", "verilator"])
+def board(request):
+    """One virtual board for the module, in Amaranth's simulator and compiled with Verilator:
+    every test of the engine runs on both (building the simulator costs a fraction of a second,
+    the compiled model comes from the cache)."""
+    with open_board(request.param) as board:
         yield board
 
 
@@ -147,8 +156,9 @@ def test_identify_reports_the_gateware(clean_board):
     assert identity.frame_timeout_cycles == TIMEOUT_CYCLES
 
 
-def test_counters_count_link_errors():
-    with VirtualBoard(**BOARD) as board:
+@pytest.mark.parametrize("kind", ["sim", "verilator"])
+def test_counters_count_link_errors(kind):
+    with open_board(kind) as board:
         def counters():
             frame = exchange(board, Command.COUNTERS, seq=77)
             expect_status(frame, Status.OK, COUNTERS.size)

@@ -37,17 +37,19 @@ def tiny_device():
                   max_frame_bytes=64)
 
 
-def open_virtual_board():
+def open_virtual_board(kind="sim"):
     pytest.importorskip("maxaccel.sim.virtual_board")
     from maxaccel.host.device import open_device
-    return open_device("sim")
+    return open_device(kind)
 
 
-@pytest.fixture(scope="module", params=["fake", pytest.param("virtual", marks=pytest.mark.slow)])
+@pytest.fixture(scope="module", params=["fake", pytest.param("sim", marks=pytest.mark.slow),
+                                        "verilator"])
 def device(request):
-    """The fake board, and (slow: about 150 s for the whole corpus) the virtual board, the
-    real gateware in simulation."""
-    with (open_virtual_board() if request.param == "virtual" else make_device()) as dev:
+    """The fake board, the virtual board (the real gateware in Amaranth's simulator; slow:
+    about 150 s for the whole corpus) and the same gateware compiled with Verilator."""
+    with (make_device() if request.param == "fake" else open_virtual_board(request.param)) \
+            as dev:
         yield dev
 
 
@@ -338,11 +340,12 @@ def test_operations_scale_with_size():
     assert math.prod(x.shape) == 1 << 20
 
 
-def test_edge_corpus_on_the_virtual_board():
+@pytest.mark.parametrize("kind", ["sim", "verilator"])
+def test_edge_corpus_on_the_virtual_board(kind):
     """A digest of the corpus above through the real gateware, every dtype (the whole corpus
-    runs there too, marked slow)."""
+    runs there too: on the compiled board always, on the simulated one marked slow)."""
     rng = np.random.default_rng(500)
-    with open_virtual_board() as dev:
+    with open_virtual_board(kind) as dev:
         for fmt in ALL:
             data = random_values(rng, fmt, (3, 5), edge_fraction=0.5)
             assert_same_bits(dev.reduce_max(data, axes=[1], keepdims=False),

@@ -303,16 +303,17 @@ def test_the_example_model_runs_on_the_device(device):
         assert_same_bits(value, want)
 
 
-@pytest.fixture(scope="module")
-def virtual_board():
+@pytest.fixture(scope="module", params=["sim", "verilator"])
+def virtual_board(request):
     pytest.importorskip("maxaccel.sim.virtual_board")
     from maxaccel.host.device import open_device
-    with open_device("sim") as dev:
+    with open_device(request.param) as dev:
         yield dev
 
 
 def test_onnx_backend_node_cases_on_the_virtual_board(virtual_board):
-    """The same shipped cases through the real gateware, simulated behind the byte protocol."""
+    """The same shipped cases through the real gateware, simulated behind the byte protocol
+    (Amaranth's simulator and Verilator)."""
     for name, case in sorted(CASES.items()):
         session = OffloadSession(case.model, device=virtual_board)
         input_names = [i.name for i in case.model.graph.input]

@@ -1,0 +1,88 @@
+// C entry points of the compiled virtual board: the maxaccel Core (hdl/top.py) under Verilator,
+// driven a whole request at a time so that no Python runs per cycle.
+//
+// The cycle model is the one of sim/virtual_board.py's stream bench, cycle for cycle: request
+// bytes are offered on i back to back while any is pending (the first of a burst from the cycle
+// after it is seen), o is always ready, and a handshake is sampled before the rising edge. (Verilator spells Amaranth's `i__valid` as `i___05Fvalid`.) The board is quiescent once no byte is pending and, for `settle` consecutive cycles,
+// the core has been idle with nothing on o.
+#include <cstddef>
+#include <cstdint>
+#include "verilated.h"
+#include "Vmaxaccel_core.h"
+
+namespace {
+struct Board {
+    VerilatedContext context;
+    Vmaxaccel_core *top;
+    uint64_t cycles = 0;
+    uint32_t idle_cycles = 0;
+    bool offering = false;      // a request byte is on i this cycle
+    Board() : top(new Vmaxaccel_core{&context}) {}
+    ~Board() { top->final(); delete top; }
+    void tick() {
+        top->clk = 0;
+        top->eval();
+        top->clk = 1;
+        top->eval();
+        cycles++;
+    }
+};
+}  // namespace
+
+extern "C" {
+
+void *maxaccel_board_new(uint32_t reset_cycles) {
+    Board *board = new Board();
+    board->top->o___05Fready = 1;
+    board->top->i___05Fvalid = 0;
+    board->top->rst = 1;
+    for (uint32_t k = 0; k < reset_cycles; k++) board->tick();
+    board->top->rst = 0;
+    return board;
+}
+
+void maxaccel_board_delete(void *handle) { delete static_cast<Board *>(handle); }
+
+uint64_t maxaccel_board_cycles(void *handle) { return static_cast<Board *>(handle)->cycles; }
+
+// Runs until `out_capacity` bytes came out (returns 0), the board is quiescent (1) or
+// `max_cycles` cycles have run (2). `*in_taken` and `*out_length` are updated.
+int maxaccel_board_run(void *handle, const uint8_t *in, size_t in_length, size_t *in_taken,
+                       uint8_t *out, size_t out_capacity, size_t *out_length,
+                       uint64_t max_cycles, uint32_t settle) {
+    Board *board = static_cast<Board *>(handle);
+    Vmaxaccel_core *top = board->top;
+    size_t taken = *in_taken, produced = *out_length;
+    int verdict = 2;
+    board->idle_cycles = 0;
+    for (uint64_t n = 0;; n++) {
+        if (produced >= out_capacity) { verdict = 0; break; }
+        if (board->idle_cycles >= settle && taken == in_length) { verdict = 1; break; }
+        if (n >= max_cycles) { verdict = 2; break; }
+        bool offered = board->offering;
+        top->i___05Fvalid = offered;
+        if (offered) top->i___05Fpayload = in[taken];
+        top->clk = 0;
+        top->eval();
+        bool accepted = offered && top->i___05Fready;
+        bool output = top->o___05Fvalid;
+        uint8_t byte = top->o___05Fpayload;
+        bool idle = top->idle;
+        top->clk = 1;
+        top->eval();
+        board->cycles++;
+        if (output) out[produced++] = byte;
+        if (offered) {
+            board->idle_cycles = 0;
+            if (accepted) board->offering = ++taken < in_length;
+        } else {
+            board->idle_cycles = (idle && !output) ? board->idle_cycles + 1 : 0;
+            board->offering = taken < in_length;    // on the bus from the next cycle
+        }
+    }
+    *in_taken = taken;
+    *out_length = produced;
+    return verdict;
+}
+
+}  // extern "C"

