@@ -247,6 +247,20 @@ def _serve(args, out):
     return 0
 
 
+def _boards(args, out):
+    """The boards 'maxaccel build' knows, with device, link and default lanes and clock."""
+    from maxaccel.boards.targets import TARGETS
+    rows = [("board", "device", "link", "lanes", "clock", "description")]
+    for t in TARGETS.values():
+        link = f"UART {t.baud / 1e6:g} Mbaud" if t.link == "uart" else "PCIe (Xilinx XDMA)"
+        rows.append((t.name, t.device, link, str(t.lanes), f"{t.clock_mhz:g} MHz", t.title))
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip(),
+              file=out)
+    return 0
+
+
 def _not_available(what):
     def command(args, out):
         raise _Failure(f"'maxaccel {what}' is not available yet in this version")
@@ -297,8 +311,11 @@ def _parser():
                             "name for scripts)")
     serve.set_defaults(handler=_serve)
 
-    for name, text in [("boards", "list the supported FPGA boards"),
-                       ("build", "build a bitstream for a board")]:
+    boards = commands.add_parser("boards", help="list the FPGA boards maxaccel builds for",
+                                 description=_boards.__doc__)
+    boards.set_defaults(handler=_boards)
+
+    for name, text in [("build", "build a bitstream for a board")]:
         sub = commands.add_parser(name, help=text)
         sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
         sub.set_defaults(handler=_not_available(name))

@@ -138,3 +138,15 @@ def test_the_main_job_command_runs_on_the_virtual_board(capsys):
     assert status == 0, capsys.readouterr().err
     assert f"ran {EXAMPLE} on sim" in text
     assert "outputs match the golden model bit for bit" in text
+
+
+def test_boards_lists_every_target_with_device_link_lanes_and_clock():
+    from maxaccel.boards.targets import TARGETS
+    status, text = run("boards")
+    assert status == 0
+    lines = text.splitlines()
+    assert lines[0].split()[:5] == ["board", "device", "link", "lanes", "clock"]
+    for target in TARGETS.values():
+        (line,) = [l for l in lines if l.startswith(target.name + " ")]
+        assert target.device in line and f"{target.clock_mhz:g} MHz" in line
+        assert ("UART" if target.link == "uart" else "XDMA") in line

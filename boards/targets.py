@@ -1,0 +1,98 @@
+"""The boards ``maxaccel build`` knows: device, link, clock and core configuration of each.
+
+This module imports neither amaranth nor amaranth-boards, so ``maxaccel boards`` lists the
+targets on a machine without the toolchain extra; :meth:`Target.platform` imports the board's
+amaranth-boards platform when a build needs it.
+"""
+
+from dataclasses import dataclass, field
+import importlib
+
+__all__ = ["Target", "TARGETS", "target"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One board ``maxaccel build`` can make a bitstream (or a Vivado build plan) for.
+
+    Attributes
+    ----------
+    name : str
+        The name on the command line (``maxaccel build NAME``).
+    title : str
+        The board as its maker calls it.
+    family : str
+        ``"ice40"``, ``"ecp5"`` or ``"xilinx"``; Xilinx targets get a build plan, not a
+        bitstream (no Vivado here).
+    device : str
+        The FPGA, as its vendor spells it.
+    platform_class : str
+        ``"module:Class"`` of the amaranth-boards platform.
+    link : str
+        ``"uart"`` or ``"xdma"``: what the host's ``serial://`` or ``xdma://`` transport talks to.
+    link_bytes_per_s : float
+        Payload the link carries per second in one direction (a UART moves 8 data bits in 10
+        bit times).
+    lanes : int
+        Default 64-bit datapath lanes.
+    clock_mhz : float
+        Default core clock (a PLL makes it from the board's oscillator where they differ).
+    baud : int or None
+        UART bit rate, for UART links.
+    core : dict
+        Further :class:`~maxaccel.hdl.top.Core` parameters (``replay_depth``, ``max_dims``,
+        ``max_operands``, ``pool_channels``) chosen so the design fits the device.
+    """
+
+    name: str
+    title: str
+    family: str
+    device: str
+    platform_class: str
+    link: str
+    link_bytes_per_s: float
+    lanes: int
+    clock_mhz: float
+    baud: int | None = None
+    core: dict = field(default_factory=dict)
+
+    def platform(self, **options):
+        """An instance of the board's amaranth-boards platform."""
+        module_name, _, class_name = self.platform_class.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise RuntimeError(
+                f"building for {self.name} needs amaranth-boards and the YoWASP toolchain: "
+                f"pip install 'maxaccel[toolchain]' ({error})") from None
+        return getattr(module, class_name)(**options)
+
+
+TARGETS = {t.name: t for t in [
+    Target(name="icebreaker", title="1BitSquared iCEBreaker", family="ice40",
+           device="iCE40UP5K-SG48", platform_class="amaranth_boards.icebreaker:ICEBreakerPlatform",
+           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=1, clock_mhz=24.0,
+           core=dict(replay_depth=64, max_dims=2, max_operands=2, pool_channels=32)),
+    Target(name="ulx3s", title="Radiona ULX3S (ECP5 25F)", family="ecp5",
+           device="LFE5U-25F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_25F_Platform",
+           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=2, clock_mhz=50.0,
+           core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64)),
+    Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
+           device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
+           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=2, clock_mhz=100.0,
+           core=dict(replay_depth=512, max_dims=4, max_operands=4, pool_channels=128)),
+    Target(name="nitefury", title="RHS Research NiteFury II (Artix-7 M.2, PCIe Gen2 x4)",
+           family="xilinx", device="XC7A200T-FBG484-2",
+           platform_class="amaranth_boards.nitefury:NitefuryIIPlatform",
+           link="xdma", link_bytes_per_s=1.6e9, lanes=4, clock_mhz=125.0,
+           core=dict(replay_depth=1024, max_dims=4, max_operands=4, pool_channels=256)),
+]}
+
+
+def target(name):
+    """The :class:`Target` called ``name``; a :class:`ValueError` naming the known ones if
+    there is none."""
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise ValueError(f"unknown board {name!r}; known boards: {', '.join(TARGETS)}") from None
