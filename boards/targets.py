@@ -8,7 +8,7 @@ amaranth-boards platform when a build needs it.
 from dataclasses import dataclass, field
 import importlib
 
-__all__ = ["Target", "TARGETS", "target"]
+__all__ = ["Target", "TARGETS", "target", "report_markdown", "load_reports"]
 
 
 @dataclass(frozen=True)
@@ -71,11 +71,11 @@ class Target:
 TARGETS = {t.name: t for t in [
     Target(name="icebreaker", title="1BitSquared iCEBreaker", family="ice40",
            device="iCE40UP5K-SG48", platform_class="amaranth_boards.icebreaker:ICEBreakerPlatform",
-           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=1, clock_mhz=24.0,
+           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=1, clock_mhz=12.0,
            core=dict(replay_depth=64, max_dims=2, max_operands=2, pool_channels=32)),
     Target(name="ulx3s", title="Radiona ULX3S (ECP5 25F)", family="ecp5",
            device="LFE5U-25F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_25F_Platform",
-           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=2, clock_mhz=50.0,
+           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,
            core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64)),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
@@ -96,3 +96,31 @@ def target(name):
         return TARGETS[name]
     except KeyError:
         raise ValueError(f"unknown board {name!r}; known boards: {', '.join(TARGETS)}") from None
+
+
+def report_markdown(reports):
+    """A markdown table of build reports: the per-board table of ``docs/boards.md``."""
+    lines = ["| board | device | link | lanes | clock | Fmax | logic | FFs | BRAM | core peak "
+             "| link peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in reports:
+        fmax = "-" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f} MHz"
+        link = (f"UART {r['baud'] / 1e6:g} Mbaud" if r["link"] == "uart" else r["link"])
+        lines.append(
+            f"| {r['board']} | {r['device']} | {link} | {r['lanes']} | {r['clock_mhz']:g} MHz | "
+            f"{fmax} | {r['logic_cells'][0]} / {r['logic_cells'][1]} {r['logic_cell_type']} | "
+            f"{r['flip_flops']} | {r['block_rams'][0]} / {r['block_rams'][1]} | "
+            f"{r['core_bytes_per_s'] / 1e6:g} MB/s | {r['link_bytes_per_s'] / 1e6:g} MB/s |")
+    return "\n".join(lines)
+
+
+def load_reports(directory):
+    """The build reports (``report.json`` of ``maxaccel build``, saved as ``BOARD.json``) in
+    ``directory``, in :data:`TARGETS` order; an empty list if there is none."""
+    import json
+    import pathlib
+    reports = []
+    for name in TARGETS:
+        path = pathlib.Path(directory) / f"{name}.json"
+        if path.exists():
+            reports.append(json.loads(path.read_text()))
+    return reports

@@ -197,6 +197,11 @@ def _bench(args, out):
         measurements += cpu
         print(f"CPU: numpy {np.__version__}, {note}", file=out)
     print(bench.format_table(measurements), file=out)
+    from maxaccel.boards.targets import load_reports, report_markdown
+    reports = load_reports(args.reports)
+    if reports:
+        print(f"boards (build reports in {args.reports}):", file=out)
+        print(report_markdown(reports), file=out)
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"machine": bench.machine_description(),
@@ -261,10 +266,37 @@ def _boards(args, out):
     return 0
 
 
-def _not_available(what):
-    def command(args, out):
-        raise _Failure(f"'maxaccel {what}' is not available yet in this version")
-    return command
+def _toolchain():
+    try:
+        from maxaccel.boards import build
+    except ImportError as error:
+        raise _Failure(f"building needs the toolchain extra: pip install 'maxaccel[toolchain]' "
+                       f"({error})") from None
+    return build
+
+
+def _build(args, out):
+    """Build a board's bitstream with the YoWASP toolchain (Lattice) or its Vivado build plan
+    (Xilinx), and print and write its report (logic, flip-flops, block RAMs, Fmax)."""
+    build = _toolchain()
+    try:
+        build.build(args.board, lanes=args.lanes, clock_mhz=args.clock, out_dir=args.out,
+                    progress=lambda text: print(text, file=out, flush=True))
+    except build.BuildError as error:
+        raise _Failure(str(error)) from None
+    return 0
+
+
+def _program(args, out):
+    """Load the bitstream 'maxaccel build' made onto the board, with the programmer its
+    amaranth-boards platform names (iceprog, openFPGALoader)."""
+    build = _toolchain()
+    try:
+        build.program(args.board, out_dir=args.out,
+                      progress=lambda text: print(text, file=out, flush=True))
+    except build.BuildError as error:
+        raise _Failure(str(error)) from None
+    return 0
 
 
 def _parser():
@@ -299,6 +331,9 @@ def _parser():
                        help="also time numpy and onnxruntime on this CPU (default: yes)")
     bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
     bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    bench.add_argument("--reports", default="docs/boards", metavar="DIR",
+                       help="also print the per-board table of the build reports (BOARD.json) "
+                            "in DIR (default docs/boards)")
     bench.set_defaults(handler=_bench)
 
     serve = commands.add_parser("serve", help="expose the virtual board on a pseudo-terminal",
@@ -315,10 +350,19 @@ def _parser():
                                  description=_boards.__doc__)
     boards.set_defaults(handler=_boards)
 
-    for name, text in [("build", "build a bitstream for a board")]:
-        sub = commands.add_parser(name, help=text)
-        sub.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-        sub.set_defaults(handler=_not_available(name))
+    build = commands.add_parser("build", help="build a bitstream (or a Vivado build plan) for "
+                                              "a board", description=_build.__doc__)
+    build.add_argument("board", metavar="BOARD", help="a board 'maxaccel boards' lists")
+    build.add_argument("--lanes", type=int, metavar="N", help="64-bit datapath lanes")
+    build.add_argument("--clock", type=float, metavar="MHZ", help="core clock (a PLL makes it)")
+    build.add_argument("--out", metavar="DIR", help="build directory (default build/BOARD)")
+    build.set_defaults(handler=_build)
+
+    program = commands.add_parser("program", help="load a built bitstream onto a board",
+                                  description=_program.__doc__)
+    program.add_argument("board", metavar="BOARD")
+    program.add_argument("--out", metavar="DIR", help="build directory (default build/BOARD)")
+    program.set_defaults(handler=_program)
     return parser
 
 

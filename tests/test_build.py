@@ -1,0 +1,84 @@
+"""``maxaccel build`` and ``maxaccel program``: argument checks, the toolchain environment, the
+PLL, and real bitstreams from the YoWASP toolchain (marked synth)."""
+
+import json
+import os
+import stat
+
+import pytest
+
+from maxaccel.boards import build
+from maxaccel.host import cli
+
+
+def run(*argv, capsys):
+    status = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["build", "nosuch"], "unknown board 'nosuch'; known boards: icebreaker, ulx3s"),
+    (["build", "ulx3s", "--lanes", "3"], "--lanes must be a power of two"),
+    (["build", "icebreaker", "--clock", "24"],
+     "icebreaker runs from its 12 MHz oscillator (no PLL on this target"),
+    (["build", "ulx3s", "--clock", "40"], "cannot make 3000000 baud within 1%"),
+    (["program", "icebreaker", "--out", "/nonexistent"],
+     "no bitstream at /nonexistent/maxaccel.bin: run 'maxaccel build icebreaker --out"),
+    (["program", "arty_a7_35"], "programmed from Vivado's hardware manager"),
+])
+def test_impossible_builds_are_refused_with_a_reason(capsys, argv, message):
+    status, _, err = run(*argv, capsys=capsys)
+    assert status == 2
+    assert message in err and err.count("\n") == 1
+
+
+def test_toolchain_environment_points_at_the_yowasp_tools():
+    environment = build.toolchain_environment()
+    for variable in ("YOSYS", "NEXTPNR_ICE40", "ICEPACK", "NEXTPNR_ECP5", "ECPPACK"):
+        assert os.path.basename(environment[variable]).startswith("yowasp-")
+        assert os.access(environment[variable], os.X_OK)
+
+
+def test_ecp5_pll_parameters_come_from_ecppll():
+    parameters, attributes, achieved = build.ecp5_pll(25, 60)
+    assert achieved == 60
+    # VCO = 25 / CLKI_DIV * CLKFB_DIV * CLKOP_DIV, output = VCO / CLKOP_DIV
+    assert 25 / parameters["CLKI_DIV"] * parameters["CLKFB_DIV"] == pytest.approx(60)
+    assert 400 <= 60 * parameters["CLKOP_DIV"] <= 800
+    assert attributes["FREQUENCY_PIN_CLKI"] == "25"
+
+
+def test_program_runs_the_named_programmer(tmp_path, monkeypatch, capsys):
+    """No board here: a stand-in programmer records how it was called."""
+    (tmp_path / "maxaccel.bit").write_bytes(b"bitstream")
+    record = tmp_path / "called"
+    fake = tmp_path / "openFPGALoader"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {record}\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("OPENFPGALOADER", str(fake))
+    status, out, _ = run("program", "ulx3s", "--out", str(tmp_path), capsys=capsys)
+    assert status == 0, out
+    arguments = record.read_text().split()
+    assert arguments[:3] == ["-b", "ulx3s", "-m"] and arguments[3].endswith(".bit")
+
+
+def test_a_missing_programmer_is_named(tmp_path, monkeypatch, capsys):
+    (tmp_path / "maxaccel.bin").write_bytes(b"bitstream")
+    monkeypatch.setenv("ICEPROG", str(tmp_path / "no-iceprog"))
+    status, _, err = run("program", "icebreaker", "--out", str(tmp_path), capsys=capsys)
+    assert status == 2
+    assert "is not installed (or set ICEPROG to its path)" in err
+
+
+@pytest.mark.synth
+def test_ulx3s_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
+    """A real build (about 5 minutes on one core): bitstream, report, timing met at 60 MHz."""
+    status, out, err = run("build", "ulx3s", "--out", str(tmp_path), capsys=capsys)
+    assert status == 0, err[-2000:]
+    assert (tmp_path / "maxaccel.bit").stat().st_size > 100_000
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["clock_mhz"] == 60 and report["fmax_mhz"] >= 60
+    assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
+    assert report["flip_flops"] > 0 and report["bitstream"] == "maxaccel.bit"
+    assert "PLL: 25 MHz -> 60 MHz" in out and "| ulx3s | LFE5U-25F" in out
