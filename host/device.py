@@ -321,6 +321,15 @@ class Device:
             for axis, (n, m) in enumerate(zip(shape, largest.array.shape)):
                 if n > 1 and m == 1:
                     return axis, 1
+        spanned = [a for a, n in enumerate(shape) if n > 1 and any(
+            operands[o.index].array.shape[a] > 1 for o in plan.replayed)]
+        if plan.memory_beats > self.identity.replay_depth and spanned:
+            # The replayed operands overflow the buffer: tile along the innermost axis they
+            # span, so each tile's slice is loaded once and replayed for every outer row.
+            # (Tiling an outer axis first would reload the same slices for every tile.)
+            axis = spanned[-1]
+            pieces = max(2, -(-plan.memory_beats // self.identity.replay_depth))
+            return axis, max(1, shape[axis] // pieces)
         axis = next(a for a, n in enumerate(shape) if n > 1)
         pieces = max(2, -(-out.nbytes // self.max_frame_bytes),
                      -(-plan.memory_beats // self.identity.replay_depth),

@@ -231,6 +231,21 @@ def test_link_efficiency_is_at_least_95_percent_from_4_kib(fake_device, name, dt
     assert payload / wire >= 0.95, f"{name}: {payload} payload bytes in {wire} wire bytes"
 
 
+@pytest.mark.parametrize("shapes", [[(256, 512), (1, 512)], [(4, 64, 512), (4, 1, 512)],
+                                    [(8, 2048), (8, 1), (1, 2048)]])
+def test_operands_larger_than_the_buffer_are_loaded_once(shapes):
+    """Replayed operands beyond a 1 KiB buffer are tiled along their own axes: still >= 95%."""
+    rng = np.random.default_rng(12)
+    arrays = [random_values(rng, np.float32, s, edge_fraction=0.01) for s in shapes]
+    with make_device(lanes=2, replay_depth=64, max_dims=4, max_operands=4) as dev:
+        before = dev.link.bytes_written + dev.link.bytes_read
+        result = dev.max(*arrays)
+        wire = dev.link.bytes_written + dev.link.bytes_read - before
+    assert_same_bits(result, reference.max(*arrays))
+    payload = sum(a.nbytes for a in arrays) + result.nbytes
+    assert payload / wire >= 0.95, f"{payload} payload bytes in {wire} wire bytes"
+
+
 def test_link_efficiency_on_the_virtual_board():
     """The real gateware's capacities (a 1 KiB replay buffer by default): still >= 95%."""
     rng = np.random.default_rng(10)
