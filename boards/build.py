@@ -8,7 +8,7 @@ environment (no variables by hand), prints progress, and writes a report (``repo
 ``report.md``): LUT4s / logic cells, flip-flops, block RAMs, and Fmax against the clock. A build
 whose Fmax misses its clock fails, saying by how much.
 
-Xilinx targets get a Vivado build plan instead (:mod:`maxaccel.boards.xilinx`, when present).
+Xilinx targets get a Vivado build plan instead (:mod:`maxaccel.boards.xilinx`).
 """
 
 import json
@@ -75,6 +75,24 @@ def ecp5_pll(input_mhz, output_mhz):
         parameters[name] = value.strip('"') if value.startswith('"') else int(value)
     attributes = dict(re.findall(r'\(\* (\w+)="(\w+)" \*\)', verilog))
     return parameters, attributes, achieved
+
+
+def check_baud(target, clock_mhz):
+    """ValueError unless ``clock_mhz`` makes the target's baud rate within 1%."""
+    clock_hz = round(clock_mhz * 1e6)
+    divisor = clock_hz // target.baud
+    error = abs(clock_hz / divisor - target.baud) / target.baud if divisor else 1
+    if divisor < 4 or error > 0.01:
+        raise ValueError(f"{clock_mhz:g} MHz cannot make {target.baud} baud within 1% "
+                         f"({clock_hz / max(divisor, 1):.0f} baud with {divisor} cycles per "
+                         f"bit): choose a clock that is a multiple of {target.baud / 1e6:g} MHz")
+
+
+def uart_top(target, lanes, clock_mhz):
+    """The :class:`~maxaccel.hdl.top.UARTTop` a target is built with."""
+    from maxaccel.hdl.top import UARTTop
+    check_baud(target, clock_mhz)
+    return UARTTop(round(clock_mhz * 1e6), target.baud, lanes=lanes, **target.core)
 
 
 class BoardTop(Elaboratable):
@@ -168,15 +186,8 @@ def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
         progress(f"PLL: {oscillator_mhz:g} MHz -> {clock_mhz:g} MHz (ecppll)")
         pll = ecp5_pll(oscillator_mhz, clock_mhz)
         clock_mhz = pll[2]
-    clock_hz = round(clock_mhz * 1e6)
-    divisor = clock_hz // target.baud
-    error = abs(clock_hz / divisor - target.baud) / target.baud if divisor else 1
-    if divisor < 4 or error > 0.01:
-        raise ValueError(f"{clock_mhz:g} MHz cannot make {target.baud} baud within 1% "
-                         f"({clock_hz / max(divisor, 1):.0f} baud with {divisor} cycles per "
-                         f"bit): choose a clock that is a multiple of {target.baud / 1e6:g} MHz")
-    from maxaccel.hdl.top import UARTTop
-    top = UARTTop(clock_hz, target.baud, lanes=lanes, **target.core)
+    check_baud(target, clock_mhz)
+    top = uart_top(target, lanes, clock_mhz)
 
     out.mkdir(parents=True, exist_ok=True)
     progress(f"building {board} ({target.device}): {lanes} lane(s), {clock_mhz:g} MHz, "

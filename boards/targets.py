@@ -79,7 +79,7 @@ TARGETS = {t.name: t for t in [
            core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64)),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
-           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=2, clock_mhz=100.0,
+           link="uart", baud=4_000_000, link_bytes_per_s=400e3, lanes=2, clock_mhz=100.0,
            core=dict(replay_depth=512, max_dims=4, max_operands=4, pool_channels=128)),
     Target(name="nitefury", title="RHS Research NiteFury II (Artix-7 M.2, PCIe Gen2 x4)",
            family="xilinx", device="XC7A200T-FBG484-2",

@@ -26,6 +26,8 @@ def run(*argv, capsys):
     (["program", "icebreaker", "--out", "/nonexistent"],
      "no bitstream at /nonexistent/maxaccel.bin: run 'maxaccel build icebreaker --out"),
     (["program", "arty_a7_35"], "programmed from Vivado's hardware manager"),
+    (["build", "nitefury"], "the XDMA (PCIe) build plan is not available in this version"),
+    (["build", "arty_a7_35", "--clock", "50"], "runs from its 100 MHz oscillator"),
 ])
 def test_impossible_builds_are_refused_with_a_reason(capsys, argv, message):
     status, _, err = run(*argv, capsys=capsys)
@@ -82,3 +84,24 @@ def test_ulx3s_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
     assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
     assert report["flip_flops"] > 0 and report["bitstream"] == "maxaccel.bit"
     assert "PLL: 25 MHz -> 60 MHz" in out and "| ulx3s | LFE5U-25F" in out
+
+
+@pytest.mark.synth
+def test_arty_build_plan_and_resource_estimate(tmp_path, capsys):
+    """The Vivado plan amaranth-boards makes for the Arty, checked file by file, and a
+    synth_xilinx estimate that fits the XC7A35T (about 75 s)."""
+    status, out, err = run("build", "arty_a7_35", "--out", str(tmp_path), capsys=capsys)
+    assert status == 0, err[-2000:]
+    xdc = (tmp_path / "maxaccel.xdc").read_text()
+    assert 'LOC A9 [get_ports "uart_0__rx__io"]' in xdc      # FTDI UART, the board's pins
+    assert 'LOC D10 [get_ports "uart_0__tx__io"]' in xdc
+    assert "create_clock -name clk100_0__io -period 10.0" in xdc
+    tcl = (tmp_path / "maxaccel.tcl").read_text()
+    assert "create_project -force -name maxaccel -part xc7a35ticsg324-1L" in tcl
+    assert "add_files maxaccel.v" in tcl and "write_bitstream" in tcl
+    assert "module maxaccel(" in (tmp_path / "maxaccel.v").read_text()
+    assert "vivado" in (tmp_path / "build_maxaccel.sh").read_text().lower()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["fmax_mhz"] is None and report["baud"] == 4_000_000
+    assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
+    assert 0 < report["flip_flops"] and report["block_rams"][0] < report["block_rams"][1]

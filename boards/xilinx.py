@@ -1,0 +1,64 @@
+"""Xilinx targets: a complete Vivado build plan and a yosys resource estimate (no Vivado here).
+
+``maxaccel build arty_a7_35`` writes the plan amaranth-boards makes for the board (Verilog, XDC
+with the board's pins and clock constraint, the Tcl script and ``build_maxaccel.sh`` that runs
+Vivado in batch mode) and estimates the design's resources with ``yosys synth_xilinx``. Fmax
+needs Vivado: the report says so. ``docs/boards.md`` says how to build and program the board.
+
+The PCIe board (NiteFury, XDMA) has no plan yet.
+"""
+
+import json
+import pathlib
+import time
+
+from maxaccel.boards.targets import report_markdown
+
+__all__ = ["DEVICE_TOTALS", "build_plan"]
+
+#: LUTs, flip-flops and 36 Kb block RAMs of the devices (7-series data sheet, DS180).
+DEVICE_TOTALS = {"XC7A35TICSG324-1L": (20800, 41600, 50), "XC7A200T-FBG484-2": (133800, 267600, 365)}
+
+
+def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
+    """Write ``target``'s Vivado build plan into ``out_dir`` and return its report."""
+    from maxaccel.boards.build import BuildError, uart_top
+    from maxaccel.boards.resources import synthesize
+
+    if target.link != "uart":
+        raise BuildError(f"{target.name}: the XDMA (PCIe) build plan is not available in this "
+                         f"version; arty_a7_35 is the Xilinx board with a plan")
+    platform = target.platform()
+    oscillator_mhz = platform.lookup(platform.default_clk).clock.frequency / 1e6
+    if abs(clock_mhz - oscillator_mhz) > 1e-6:
+        raise ValueError(f"{target.name} runs from its {oscillator_mhz:g} MHz oscillator; "
+                         f"--clock {clock_mhz:g} is not available")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
+             f"{clock_mhz:g} MHz, UART {target.baud} baud -> {out}")
+    started = time.monotonic()
+    plan = platform.build(uart_top(target, lanes, clock_mhz), name="maxaccel", do_build=False)
+    plan.extract(str(out))
+    progress("estimating resources with yosys synth_xilinx")
+    top = uart_top(target, lanes, clock_mhz)
+    cells = synthesize(top, "xilinx", ports=[top.rx, top.tx, top.idle])
+    lut_total, ff_total, bram_total = DEVICE_TOTALS[target.device]
+    block_rams = (cells["cells"].get("RAMB36E1", 0)
+                  + cells["cells"].get("RAMB18E1", 0) / 2)
+    report = {
+        "board": target.name, "device": target.device, "family": target.family,
+        "lanes": lanes, "clock_mhz": clock_mhz, "fmax_mhz": None,
+        "logic_cells": [cells["lut"], lut_total], "logic_cell_type": "LUT (yosys estimate)",
+        "lut4": None, "flip_flops": cells["ff"], "carry4": cells["carry"],
+        "block_rams": [block_rams, bram_total], "bitstream": None,
+        "plan": sorted(plan.files), "link": target.link, "baud": target.baud,
+        "link_bytes_per_s": target.link_bytes_per_s, "core_bytes_per_s": clock_mhz * 1e6,
+        "build_seconds": round(time.monotonic() - started, 1),
+        "note": "Fmax needs Vivado: run build_maxaccel.sh (docs/boards.md)",
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "report.md").write_text(report_markdown([report]) + "\n")
+    progress(report_markdown([report]))
+    progress(f"plan written: cd {out} && sh build_maxaccel.sh (needs Vivado on PATH)")
+    return report
