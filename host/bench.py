@@ -110,6 +110,16 @@ class _TimedTransport:
         return getattr(self._transport, name)
 
 
+def _cases(elements, dtype, operations, seed):
+    """``(name, call, inputs)`` for each size and operation, inputs from one seeded stream, so
+    every place that times an operation times it on the same tensors."""
+    rng = np.random.default_rng(seed)
+    for count in elements:
+        for name in operations or OPERATIONS:
+            make, call = OPERATIONS[name]
+            yield name, call, make(rng, count, np.dtype(dtype))
+
+
 def default_elements(url):
     """Tensor sizes (elements) worth timing on a device: the Python-simulated board does a few
     thousand cycles a second, everything else is timed up to a million elements."""
@@ -128,26 +138,23 @@ def measure_device(device, elements, *, dtype="float32", operations=None, seed=0
     from maxaccel.sim import reference
     link = device.link
     timed = link.transport = _TimedTransport(link.transport)
-    rng = np.random.default_rng(seed)
     results = []
-    for count in elements:
-        for name in operations or OPERATIONS:
-            make, call = OPERATIONS[name]
-            inputs = make(rng, count, np.dtype(dtype))
-            wire_before = link.bytes_written + link.bytes_read
-            transport_before = timed.seconds
-            started = time.perf_counter()
-            result = call(device, *inputs)
-            elapsed = time.perf_counter() - started
-            reference.assert_same_bits(result, call(reference, *inputs), f"{name} [{count}]")
-            tensor_bytes = sum(x.nbytes for x in inputs) + result.nbytes
-            results.append(Measurement(
-                where=device.url, operation=name, dtype=str(np.dtype(dtype)),
-                elements=max(x.size for x in inputs), seconds=elapsed,
-                tensor_bytes=tensor_bytes, host_s=elapsed - (timed.seconds - transport_before),
-                wire_bytes=link.bytes_written + link.bytes_read - wire_before))
-            if progress is not None:
-                progress(results[-1])
+    for name, call, inputs in _cases(elements, dtype, operations, seed):
+        wire_before = link.bytes_written + link.bytes_read
+        transport_before = timed.seconds
+        started = time.perf_counter()
+        result = call(device, *inputs)
+        elapsed = time.perf_counter() - started
+        reference.assert_same_bits(result, call(reference, *inputs),
+                                   f"{name} {[x.shape for x in inputs]}")
+        tensor_bytes = sum(x.nbytes for x in inputs) + result.nbytes
+        results.append(Measurement(
+            where=device.url, operation=name, dtype=str(np.dtype(dtype)),
+            elements=max(x.size for x in inputs), seconds=elapsed,
+            tensor_bytes=tensor_bytes, host_s=elapsed - (timed.seconds - transport_before),
+            wire_bytes=link.bytes_written + link.bytes_read - wire_before))
+        if progress is not None:
+            progress(results[-1])
     return results
 
 
@@ -193,27 +200,23 @@ def measure_cpu(elements, *, dtype="float32", operations=None, seed=0, repeats=5
         onnxruntime, note = None, "onnxruntime is not installed: pip install 'maxaccel[bench]'"
     else:
         note = f"onnxruntime {onnxruntime.__version__}"
-    rng = np.random.default_rng(seed)
     results = []
-    for count in elements:
-        for name in operations or OPERATIONS:
-            make, _ = OPERATIONS[name]
-            inputs = make(rng, count, np.dtype(dtype))
-            size = max(x.size for x in inputs)
-            result = numpy_calls[name](*inputs)
-            tensor_bytes = sum(x.nbytes for x in inputs) + result.nbytes
-            seconds = _best_of(lambda: numpy_calls[name](*inputs), repeats)
-            results.append(Measurement("cpu:numpy", name, str(np.dtype(dtype)), size, seconds,
-                                       tensor_bytes))
-            if onnxruntime is not None:
-                options = onnxruntime.SessionOptions()
-                options.log_severity_level = 3
-                session = onnxruntime.InferenceSession(_onnx_model(name, inputs), options,
-                                                       providers=["CPUExecutionProvider"])
-                feeds = {f"x{i}": x for i, x in enumerate(inputs)}
-                seconds = _best_of(lambda: session.run(None, feeds), repeats)
-                results.append(Measurement("cpu:onnxruntime", name, str(np.dtype(dtype)), size,
-                                           seconds, tensor_bytes))
+    for name, _, inputs in _cases(elements, dtype, operations, seed):
+        size = max(x.size for x in inputs)
+        result = numpy_calls[name](*inputs)
+        tensor_bytes = sum(x.nbytes for x in inputs) + result.nbytes
+        seconds = _best_of(lambda: numpy_calls[name](*inputs), repeats)
+        results.append(Measurement("cpu:numpy", name, str(np.dtype(dtype)), size, seconds,
+                                   tensor_bytes))
+        if onnxruntime is not None:
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 3
+            session = onnxruntime.InferenceSession(_onnx_model(name, inputs), options,
+                                                   providers=["CPUExecutionProvider"])
+            feeds = {f"x{i}": x for i, x in enumerate(inputs)}
+            seconds = _best_of(lambda: session.run(None, feeds), repeats)
+            results.append(Measurement("cpu:onnxruntime", name, str(np.dtype(dtype)), size,
+                                       seconds, tensor_bytes))
     return results, note
 
 
