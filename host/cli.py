@@ -13,7 +13,6 @@ any terminal program.
 """
 
 import argparse
-import math
 import sys
 import time
 

@@ -38,7 +38,7 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.boards.resources import PlainFloatMax
 from maxaccel.hdl.lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
-                               LaneFormat, LaneMax, ToKey)
+                               LaneMax, ToKey)
 from maxaccel.host.dtypes import DType, FORMATS
 
 pytestmark = pytest.mark.formal
