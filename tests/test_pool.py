@@ -38,6 +38,15 @@ def golden(x):
     return reference.reduce_max(x, axes=tuple(range(2, x.ndim)), keepdims=True)
 
 
+def configure(dut, dtype, pixels, channels):
+    """The ``setup`` for :func:`run_streams`: the unit's dtype, pixels and channels."""
+    def setup(ctx):
+        ctx.set(dut.dtype, format_of(dtype).dtype)
+        ctx.set(dut.pixels, pixels)
+        ctx.set(dut.channels, channels)
+    return setup
+
+
 def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixels=None,
                expect_row_error=False):
     """Stream ``x`` channels-last through a ChannelsLastPool; compare with the golden model.
@@ -59,10 +68,7 @@ def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixe
                         for index in range(row_starts[(image + 1) * pixels - 1],
                                            row_starts[(image + 1) * pixels])]
 
-    def setup(ctx):
-        ctx.set(dut.dtype, fmt.dtype)
-        ctx.set(dut.pixels, pixels)
-        ctx.set(dut.channels, c if channels is None else channels)
+    setup = configure(dut, x.dtype, pixels, c if channels is None else channels)
 
     def status(ctx):
         assert ctx.get(dut.row_error) == expect_row_error, "row_error"
@@ -245,10 +251,7 @@ def test_partial_middle_beat_error(stalls):
                                    int.from_bytes(data[8:], "little")],
                           "nbytes": len(chunk), "first": index == 0, "last": index == 1})
 
-    def setup(ctx):
-        ctx.set(dut.dtype, format_of(np.float32).dtype)
-        ctx.set(dut.pixels, 3)
-        ctx.set(dut.channels, 6)
+    setup = configure(dut, np.float32, 3, 6)
     run = _run_status_only(dut, beats, 4, stalls, setup,
                            {"row_error": 1, "config_error": 0, "idle": 1})
     assert [b.nbytes for b in run.received["o"]] == [12, 8] * 2
@@ -261,10 +264,7 @@ def test_missing_first_error(stalls):
     beats = beats_from_rows(pixel_rows(np.ones((2, 6, 3), dtype=np.float32)), lanes)
     beats[2] = dict(beats[2], first=False)       # image 0, pixel 1: its first beat (of 2)
 
-    def setup(ctx):
-        ctx.set(dut.dtype, format_of(np.float32).dtype)
-        ctx.set(dut.pixels, 3)
-        ctx.set(dut.channels, 6)
+    setup = configure(dut, np.float32, 3, 6)
     run = _run_status_only(dut, beats, 4, stalls, setup,
                            {"row_error": 1, "config_error": 0, "idle": 1})
     # The unit frames its output by its own beat count, so the output stays well formed.
@@ -279,10 +279,7 @@ def test_rows_beyond_capacity(stalls):
     dut = ChannelsLastPool(lanes, 2)
     beats = beats_from_rows(pixel_rows(np.ones((3, 3, 2), dtype=np.float64)), lanes)
 
-    def setup(ctx):
-        ctx.set(dut.dtype, format_of(np.float64).dtype)
-        ctx.set(dut.pixels, 2)
-        ctx.set(dut.channels, 3)
+    setup = configure(dut, np.float64, 2, 3)
     run = _run_status_only(dut, beats, 9, stalls, setup,
                            {"row_error": 1, "config_error": 1, "idle": 1})
     assert [(b.nbytes, b.first, b.last) for b in run.received["o"]] == \
@@ -311,10 +308,7 @@ def test_config_error(config, error):
     dut = ChannelsLastPool(2, 5)
     assert dut.capacity(dtype) == 48 // np.dtype(dtype).itemsize
 
-    def setup(ctx):
-        ctx.set(dut.dtype, format_of(dtype).dtype)
-        ctx.set(dut.pixels, pixels)
-        ctx.set(dut.channels, channels)
+    setup = configure(dut, dtype, pixels, channels)
     _run_status_only(dut, [], 0, Stalls(), setup,
                      {"config_error": error, "row_error": 0, "idle": 1})
 
@@ -331,10 +325,7 @@ def test_clear_abandons_partial_image(stalls):
     aborted = beats_from_rows(first_image[:2] + [first_image[2][:2]], lanes)
     beats = beats_from_rows(second_image, lanes)
 
-    def setup(ctx):
-        ctx.set(dut.dtype, format_of(np.float16).dtype)
-        ctx.set(dut.pixels, 4)
-        ctx.set(dut.channels, 3)
+    setup = configure(dut, np.float16, 4, 3)
 
     async def clear_then_pool(ctx):
         assert ctx.get(dut.idle) == 0 and ctx.get(dut.row_error) == 1
