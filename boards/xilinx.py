@@ -5,7 +5,10 @@ with the board's pins and clock constraint, the Tcl script and ``build_maxaccel.
 Vivado in batch mode) and estimates the design's resources with ``yosys synth_xilinx``. Fmax
 needs Vivado: the report says so. ``docs/boards.md`` says how to build and program the board.
 
-The PCIe board (NiteFury, XDMA) has no plan yet.
+For the PCIe board (NiteFury II) the plan also creates the Xilinx XDMA IP
+(:data:`maxaccel.boards.xdma.XDMA_IP_TCL`) and instantiates it with the core on its AXI4-Stream
+channels (:class:`maxaccel.boards.xdma.XDMATop`); the estimate covers the core and adapters,
+not the IP.
 """
 
 import json
@@ -22,27 +25,44 @@ DEVICE_TOTALS = {"XC7A35TICSG324-1L": (20800, 41600, 50), "XC7A200T-FBG484-2": (
 
 def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
     """Write ``target``'s Vivado build plan into ``out_dir`` and return its report."""
-    from maxaccel.boards.build import BuildError, uart_top
+    from maxaccel.boards.build import uart_top
     from maxaccel.boards.resources import synthesize
 
-    if target.link != "uart":
-        raise BuildError(f"{target.name}: the XDMA (PCIe) build plan is not available in this "
-                         f"version; arty_a7_35 is the Xilinx board with a plan")
-    platform = target.platform()
-    oscillator_mhz = platform.lookup(platform.default_clk).clock.frequency / 1e6
-    if abs(clock_mhz - oscillator_mhz) > 1e-6:
-        raise ValueError(f"{target.name} runs from its {oscillator_mhz:g} MHz oscillator; "
-                         f"--clock {clock_mhz:g} is not available")
     out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
-             f"{clock_mhz:g} MHz, UART {target.baud} baud -> {out}")
     started = time.monotonic()
-    plan = platform.build(uart_top(target, lanes, clock_mhz), name="maxaccel", do_build=False)
-    plan.extract(str(out))
-    progress("estimating resources with yosys synth_xilinx")
-    top = uart_top(target, lanes, clock_mhz)
-    cells = synthesize(top, "xilinx", ports=[top.rx, top.tx, top.idle])
+    if target.link == "xdma":
+        from maxaccel.boards.xdma import (XDMA_IP_TCL, XDMA_WIDTH, XDMA_XDC, CoreOverAXIStream,
+                                          XDMATop, nitefury_platform)
+        platform = nitefury_platform()
+        if abs(clock_mhz - 125) > 1e-6:
+            raise ValueError(f"{target.name} runs from the XDMA IP's 125 MHz AXI clock; "
+                             f"--clock {clock_mhz:g} is not available")
+        core = dict(target.core, lanes=lanes, clock_hz=125_000_000)
+        out.mkdir(parents=True, exist_ok=True)
+        progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
+                 f"125 MHz, PCIe Gen2 x4 XDMA, AXI4-Stream {8 * XDMA_WIDTH}-bit -> {out}")
+        platform.add_file("xdma_clocks.xdc", XDMA_XDC)
+        plan = platform.build(XDMATop(**core), name="maxaccel", do_build=False,
+                              script_after_read=XDMA_IP_TCL)
+        plan.extract(str(out))
+        progress("estimating resources with yosys synth_xilinx (the XDMA IP excluded)")
+        top = CoreOverAXIStream(XDMA_WIDTH, **core)
+        cells = synthesize(top, "xilinx")
+    else:
+        platform = target.platform()
+        oscillator_mhz = platform.lookup(platform.default_clk).clock.frequency / 1e6
+        if abs(clock_mhz - oscillator_mhz) > 1e-6:
+            raise ValueError(f"{target.name} runs from its {oscillator_mhz:g} MHz oscillator; "
+                             f"--clock {clock_mhz:g} is not available")
+        out.mkdir(parents=True, exist_ok=True)
+        progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
+                 f"{clock_mhz:g} MHz, UART {target.baud} baud -> {out}")
+        plan = platform.build(uart_top(target, lanes, clock_mhz), name="maxaccel",
+                              do_build=False)
+        plan.extract(str(out))
+        progress("estimating resources with yosys synth_xilinx")
+        top = uart_top(target, lanes, clock_mhz)
+        cells = synthesize(top, "xilinx", ports=[top.rx, top.tx, top.idle])
     lut_total, ff_total, bram_total = DEVICE_TOTALS[target.device]
     block_rams = (cells["cells"].get("RAMB36E1", 0)
                   + cells["cells"].get("RAMB18E1", 0) / 2)

@@ -26,7 +26,7 @@ def run(*argv, capsys):
     (["program", "icebreaker", "--out", "/nonexistent"],
      "no bitstream at /nonexistent/maxaccel.bin: run 'maxaccel build icebreaker --out"),
     (["program", "arty_a7_35"], "programmed from Vivado's hardware manager"),
-    (["build", "nitefury"], "the XDMA (PCIe) build plan is not available in this version"),
+    (["build", "nitefury", "--clock", "250"], "runs from the XDMA IP's 125 MHz AXI clock"),
     (["build", "arty_a7_35", "--clock", "50"], "runs from its 100 MHz oscillator"),
 ])
 def test_impossible_builds_are_refused_with_a_reason(capsys, argv, message):
@@ -105,3 +105,34 @@ def test_arty_build_plan_and_resource_estimate(tmp_path, capsys):
     assert report["fmax_mhz"] is None and report["baud"] == 4_000_000
     assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
     assert 0 < report["flip_flops"] and report["block_rams"][0] < report["block_rams"][1]
+
+
+@pytest.mark.synth
+def test_nitefury_xdma_build_plan(tmp_path, capsys):
+    """The PCIe plan: the XDMA IP created by the Tcl, instantiated with the core on its
+    AXI4-Stream channels, the board's PCIe pins, and an estimate that fits (about 60 s)."""
+    status, out, err = run("build", "nitefury", "--out", str(tmp_path), capsys=capsys)
+    assert status == 0, err[-2000:]
+    tcl = (tmp_path / "maxaccel.tcl").read_text()
+    assert "create_project -force -name maxaccel -part xc7a200tfbg484-2" in tcl
+    create = tcl.index("create_ip -name xdma -vendor xilinx.com -library ip -module_name xdma_0")
+    assert create < tcl.index("synth_design -top maxaccel")
+    for setting in ("CONFIG.pl_link_cap_max_link_width {X4}",
+                    "CONFIG.pl_link_cap_max_link_speed {5.0_GT/s}",
+                    "CONFIG.axi_data_width {128_bit}", "CONFIG.axisten_freq {125}",
+                    "CONFIG.xdma_axi_intf_mm {AXI_Stream}"):
+        assert setting in tcl
+    assert 'read_xdc "xdma_clocks.xdc"' in tcl
+    verilog = (tmp_path / "maxaccel.v").read_text()
+    assert "IBUFDS_GTE2" in verilog and "xdma_0 xdma (" in verilog
+    for port in ("m_axis_h2c_tdata_0", "m_axis_h2c_tkeep_0", "m_axis_h2c_tready_0",
+                 "s_axis_c2h_tdata_0", "s_axis_c2h_tlast_0", "s_axis_c2h_tvalid_0",
+                 "pci_exp_txp", "pci_exp_rxn", "axi_aclk", "axi_aresetn", "sys_rst_n"):
+        assert f".{port}(" in verilog, port
+    xdc = (tmp_path / "maxaccel.xdc").read_text()
+    assert 'LOC F6 [get_ports "pcie_0__clk__p"]' in xdc and 'LOC J1 [get_ports' in xdc
+    assert "create_clock -name pcie_refclk -period 10.000 [get_ports pcie_0__clk__p]" in \
+        (tmp_path / "xdma_clocks.xdc").read_text()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["link"] == "xdma" and report["clock_mhz"] == 125
+    assert 0 < report["logic_cells"][0] < report["logic_cells"][1]

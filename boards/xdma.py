@@ -1,0 +1,283 @@
+"""The core behind the Xilinx XDMA IP's AXI4-Stream channels, for PCIe boards (NiteFury).
+
+The XDMA IP in AXI4-Stream mode gives one host-to-card (H2C) and one card-to-host (C2H)
+stream of ``width``-byte words with ``tkeep`` byte enables and ``tlast``. The host's
+``xdma://`` transport writes request bytes to ``/dev/xdma0_h2c_0`` and reads reply bytes from
+``/dev/xdma0_c2h_0``; these adapters turn the words into the core's byte streams and back.
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["axi_stream_signature", "WordsToBytes", "BytesToWords", "CoreOverAXIStream"]
+
+
+def axi_stream_signature(width):
+    """AXI4-Stream of ``width``-byte words, as the XDMA IP's ``m_axis_h2c`` (source side)."""
+    return wiring.Signature({
+        "tdata": Out(8 * width),
+        "tkeep": Out(width),
+        "tlast": Out(1),
+        "tvalid": Out(1),
+        "tready": In(1),
+    })
+
+
+class WordsToBytes(wiring.Component):
+    """H2C: AXI4-Stream words to a byte stream, the bytes ``tkeep`` marks, in address order.
+
+    Parameters
+    ----------
+    width : int
+        Bytes per word (8 for the XDMA's 64-bit interface).
+
+    Ports
+    -----
+    axis : In(axi_stream_signature(width))
+        Words from the XDMA IP. ``tlast`` is ignored: the byte stream carries frames that the
+        command engine delimits itself.
+    o : Out(stream.Signature(8))
+        Bytes to the core.
+
+    Latency and throughput
+    ----------------------
+    A word is taken when its last kept byte goes out (or at once if it keeps none); bytes
+    leave one per cycle, the first the cycle after its word is taken. So a stream of full words
+    moves ``width`` bytes per ``width`` cycles: the byte-wide core's rate.
+    """
+
+    def __init__(self, width=8):
+        self.width = width
+        super().__init__({"axis": In(axi_stream_signature(width)),
+                          "o": Out(stream.Signature(8))})
+
+    def elaborate(self, platform):
+        m = Module()
+        width = self.width
+        data = Signal(8 * width)
+        keep = Signal(width)           # bytes of the held word not yet sent
+        # The lowest kept byte goes next.
+        lowest = Signal(range(width))
+        for index in reversed(range(width)):
+            with m.If(keep[index]):
+                m.d.comb += lowest.eq(index)
+        remaining = Signal(width)
+        m.d.comb += remaining.eq(keep & ~(1 << lowest))
+
+        m.d.comb += [
+            self.o.valid.eq(keep.any()),
+            self.o.payload.eq(data.word_select(lowest, 8)),
+        ]
+        sent = self.o.valid & self.o.ready
+        with m.If(sent):
+            m.d.sync += keep.eq(remaining)
+        # Take the next word once the held one is (or is about to be) all sent.
+        m.d.comb += self.axis.tready.eq(~keep.any() | (sent & ~remaining.any()))
+        with m.If(self.axis.tvalid & self.axis.tready):
+            m.d.sync += [data.eq(self.axis.tdata), keep.eq(self.axis.tkeep)]
+        return m
+
+
+class BytesToWords(wiring.Component):
+    """C2H: a byte stream to AXI4-Stream words; a reply ends with ``tlast``.
+
+    Bytes fill a word from byte 0 up. A full word is held until the next byte shows that more
+    is coming, so the last word of a reply, full or not, can carry ``tlast``: when ``flush`` is
+    high (the core is idle: nothing more will come without a new request) and no byte is
+    arriving, the held bytes go out with ``tkeep`` marking them and ``tlast`` set, which ends the
+    host's read at once.
+
+    Parameters
+    ----------
+    width : int
+        Bytes per word.
+
+    Ports
+    -----
+    i : In(stream.Signature(8))
+        Bytes from the core.
+    flush : In(1)
+        The core is idle (``Core.idle``).
+    axis : Out(axi_stream_signature(width))
+        Words to the XDMA IP.
+
+    Latency and throughput
+    ----------------------
+    One byte per cycle in. A word goes out the cycle after the byte that follows it arrives,
+    or, at the end of a reply, the cycle after ``flush`` rises.
+    """
+
+    def __init__(self, width=8):
+        self.width = width
+        super().__init__({"i": In(stream.Signature(8)), "flush": In(1),
+                          "axis": Out(axi_stream_signature(width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        width = self.width
+        # The word being filled: `count` bytes of `data`.
+        data = Signal(8 * width)
+        count = Signal(range(width + 1))
+        full = count == width
+
+        out_busy = self.axis.tvalid & ~self.axis.tready
+        with m.If(self.axis.tready):
+            m.d.sync += self.axis.tvalid.eq(0)
+
+        # A byte is taken unless the word is full and cannot be handed over this cycle.
+        m.d.comb += self.i.ready.eq(~full | ~out_busy)
+        arriving = self.i.valid & self.i.ready
+        send_full = full & arriving           # more is coming: the full word is not the last
+        send_last = (count != 0) & self.flush & ~self.i.valid & ~out_busy
+        with m.If(send_full | send_last):
+            m.d.sync += [
+                self.axis.tvalid.eq(1),
+                self.axis.tdata.eq(data),
+                self.axis.tkeep.eq((1 << count) - 1),
+                self.axis.tlast.eq(send_last),
+            ]
+        with m.If(arriving):
+            with m.If(send_full):
+                m.d.sync += [data.eq(self.i.payload), count.eq(1)]
+            with m.Else():
+                m.d.sync += [data.word_select(count, 8).eq(self.i.payload),
+                             count.eq(count + 1)]
+        with m.Elif(send_last):
+            m.d.sync += count.eq(0)
+        return m
+
+
+class CoreOverAXIStream(wiring.Component):
+    """:class:`~maxaccel.hdl.top.Core` between the XDMA IP's H2C and C2H AXI4-Stream channels.
+
+    Parameters
+    ----------
+    width : int
+        Bytes per AXI4-Stream word (8: the XDMA's 64-bit interface).
+    **core_parameters
+        Passed to :class:`~maxaccel.hdl.top.Core`.
+
+    Ports
+    -----
+    h2c : In(axi_stream_signature(width))
+        Request words from the host (``m_axis_h2c`` of the IP).
+    c2h : Out(axi_stream_signature(width))
+        Reply words to the host (``s_axis_c2h`` of the IP); each reply ends with ``tlast``.
+
+    Latency and throughput
+    ----------------------
+    The core's: a byte per cycle each way, plus a cycle in each adapter and, at the end of a
+    reply, the cycles until the core reports idle.
+    """
+
+    def __init__(self, width=8, **core_parameters):
+        from maxaccel.hdl.top import Core
+        self.width = width
+        self.core = Core(**core_parameters)
+        self.identity = self.core.identity
+        super().__init__({"h2c": In(axi_stream_signature(width)),
+                          "c2h": Out(axi_stream_signature(width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self.core
+        m.submodules.h2c = h2c = WordsToBytes(self.width)
+        m.submodules.c2h = c2h = BytesToWords(self.width)
+        wiring.connect(m, wiring.flipped(self.h2c), h2c.axis)
+        wiring.connect(m, h2c.o, core.i)
+        wiring.connect(m, core.o, c2h.i)
+        wiring.connect(m, c2h.axis, wiring.flipped(self.c2h))
+        m.d.comb += c2h.flush.eq(core.idle)
+        return m
+
+
+#: Tcl that creates the XDMA IP the NiteFury top instantiates as ``xdma_0`` (PG195): PCIe Gen2
+#: x4, AXI4-Stream with one H2C and one C2H channel, 128-bit words at 125 MHz (Gen2 x4 moves
+#: 2 GB/s raw: 16 bytes at 125 MHz match it; 64-bit words would need 250 MHz).
+XDMA_IP_TCL = """\
+create_ip -name xdma -vendor xilinx.com -library ip -module_name xdma_0
+set_property -dict [list \\
+    CONFIG.mode_selection {Advanced} \\
+    CONFIG.pl_link_cap_max_link_width {X4} \\
+    CONFIG.pl_link_cap_max_link_speed {5.0_GT/s} \\
+    CONFIG.axi_data_width {128_bit} \\
+    CONFIG.axisten_freq {125} \\
+    CONFIG.xdma_axi_intf_mm {AXI_Stream} \\
+    CONFIG.xdma_rnum_chnl {1} \\
+    CONFIG.xdma_wnum_chnl {1} \\
+    CONFIG.pf0_device_id {7024} \\
+    CONFIG.pciebar2axibar_axist_bypass {0x0000000000000000} \\
+] [get_ips xdma_0]
+generate_target all [get_ips xdma_0]
+synth_ip [get_ips xdma_0]
+"""
+
+#: The PCIe reference clock (100 MHz from the M.2 slot) for timing analysis.
+XDMA_XDC = "create_clock -name pcie_refclk -period 10.000 [get_ports pcie_0__clk__p]\n"
+
+XDMA_WIDTH = 16     # bytes per AXI4-Stream word, as XDMA_IP_TCL configures
+
+
+class XDMATop(wiring.Component):
+    """The NiteFury top level: the XDMA IP (``xdma_0``, a black box created by
+    :data:`XDMA_IP_TCL`) on the board's PCIe lanes, and :class:`CoreOverAXIStream` on its
+    AXI4-Stream channels, clocked by the IP's ``axi_aclk`` (125 MHz) and held in reset while
+    ``axi_aresetn`` is low. The host reaches it with ``open_device("xdma:///dev/xdma0")``.
+    """
+
+    def __init__(self, **core_parameters):
+        self.adapter = CoreOverAXIStream(XDMA_WIDTH, **core_parameters)
+        self.identity = self.adapter.identity
+        super().__init__({})
+
+    def elaborate(self, platform):
+        from amaranth.hdl import ClockDomain, Instance
+        from amaranth.lib import io
+
+        m = Module()
+        m.domains.sync = sync = ClockDomain("sync")
+        m.submodules.adapter = adapter = self.adapter
+        pcie = platform.request("pcie", 0, dir="-")     # see nitefury_platform()
+        m.submodules.perst = perst_buffer = io.Buffer("i", pcie.rst)
+        refclk = Signal()
+        m.submodules.refclk = Instance("IBUFDS_GTE2", i_I=pcie.clk.p, i_IB=pcie.clk.n,
+                                       i_CEB=0, o_O=refclk)
+        aclk, aresetn, link_up = Signal(), Signal(), Signal()
+        h2c, c2h = adapter.h2c, adapter.c2h
+        m.submodules.xdma = Instance(
+            "xdma_0",
+            i_sys_clk=refclk, i_sys_rst_n=~perst_buffer.i,
+            o_pci_exp_txp=pcie.tx.p, o_pci_exp_txn=pcie.tx.n,
+            i_pci_exp_rxp=pcie.rx.p, i_pci_exp_rxn=pcie.rx.n,
+            o_axi_aclk=aclk, o_axi_aresetn=aresetn, o_user_lnk_up=link_up,
+            i_usr_irq_req=0,
+            o_m_axis_h2c_tdata_0=h2c.tdata, o_m_axis_h2c_tkeep_0=h2c.tkeep,
+            o_m_axis_h2c_tlast_0=h2c.tlast, o_m_axis_h2c_tvalid_0=h2c.tvalid,
+            i_m_axis_h2c_tready_0=h2c.tready,
+            i_s_axis_c2h_tdata_0=c2h.tdata, i_s_axis_c2h_tkeep_0=c2h.tkeep,
+            i_s_axis_c2h_tlast_0=c2h.tlast, i_s_axis_c2h_tvalid_0=c2h.tvalid,
+            o_s_axis_c2h_tready_0=c2h.tready)
+        m.d.comb += [sync.clk.eq(aclk), sync.rst.eq(~aresetn)]
+        return m
+
+
+def nitefury_platform():
+    """amaranth-boards' NiteFury II platform with its PCIe resource corrected for the XDMA top:
+    PERST# is an input to the card (the board file declares an output), and its pull-up is
+    written as Vivado wants it (the board file's integer attribute breaks the Tcl). The pins are
+    the board file's."""
+    from amaranth.build import Attrs, DiffPairs, PinsN, Resource, Subsignal
+    from amaranth_boards.nitefury import NitefuryIIPlatform
+
+    class NitefuryIIPCIePlatform(NitefuryIIPlatform):
+        resources = [r for r in NitefuryIIPlatform.resources if r.name != "pcie"] + [
+            Resource("pcie", 0,
+                     Subsignal("rst", PinsN("J1", dir="i"),
+                               Attrs(IOSTANDARD="LVCMOS33", PULLUP="TRUE")),
+                     Subsignal("clk", DiffPairs(p="F6", n="E6", dir="i")),
+                     Subsignal("rx", DiffPairs(p="B10 B8 D11 D9", n="A10 A8 C11 C9", dir="i")),
+                     Subsignal("tx", DiffPairs(p="B6 B4 D5 D7", n="A6 A4 C5 C7", dir="o"))),
+        ]
+
+    return NitefuryIIPCIePlatform()

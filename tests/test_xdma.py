@@ -1,0 +1,177 @@
+"""The XDMA adapters: AXI4-Stream words to the core's bytes and back, under stalls, and the
+core answering requests through them."""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from maxaccel.boards.xdma import BytesToWords, CoreOverAXIStream, WordsToBytes
+from maxaccel.host.dtypes import format_of
+from maxaccel.host.protocol import PARAMETERS, Command, FrameParser, Status, encode_frame
+from maxaccel.sim import reference
+from maxaccel.sim.streams import STALL_PATTERNS, run_streams
+from maxaccel.sim.values import random_values
+
+WIDTH = 8
+WORD = data.StructLayout({"tdata": 8 * WIDTH, "tkeep": WIDTH, "tlast": 1})
+
+
+def connect_words(m, words, axis, *, into_axis):
+    """A lib.stream of WORD structs as an AXI4-Stream (so run_streams can drive it)."""
+    if into_axis:
+        m.d.comb += [axis.tvalid.eq(words.valid), words.ready.eq(axis.tready),
+                     axis.tdata.eq(words.payload.tdata), axis.tkeep.eq(words.payload.tkeep),
+                     axis.tlast.eq(words.payload.tlast)]
+    else:
+        m.d.comb += [words.valid.eq(axis.tvalid), axis.tready.eq(words.ready),
+                     words.payload.tdata.eq(axis.tdata), words.payload.tkeep.eq(axis.tkeep),
+                     words.payload.tlast.eq(axis.tlast)]
+
+
+class RoundTrip(wiring.Component):
+    """Bytes -> BytesToWords -> WordsToBytes -> bytes, flushing whenever no byte arrives."""
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.pack = pack = BytesToWords(WIDTH)
+        m.submodules.unpack = unpack = WordsToBytes(WIDTH)
+        wiring.connect(m, wiring.flipped(self.i), pack.i)
+        wiring.connect(m, pack.axis, unpack.axis)
+        wiring.connect(m, unpack.o, wiring.flipped(self.o))
+        m.d.comb += pack.flush.eq(1)
+        return m
+
+
+class Unpack(wiring.Component):
+    words: In(stream.Signature(WORD))
+    o: Out(stream.Signature(8))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.unpack = unpack = WordsToBytes(WIDTH)
+        connect_words(m, self.words, unpack.axis, into_axis=True)
+        wiring.connect(m, unpack.o, wiring.flipped(self.o))
+        return m
+
+
+class OverWords(wiring.Component):
+    """CoreOverAXIStream with its AXI sides as lib.streams of WORD."""
+    h2c: In(stream.Signature(WORD))
+    c2h: Out(stream.Signature(WORD))
+
+    def __init__(self, **core):
+        self.dut = CoreOverAXIStream(WIDTH, **core)
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        connect_words(m, self.h2c, dut.h2c, into_axis=True)
+        connect_words(m, self.c2h, dut.c2h, into_axis=False)
+        return m
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 16, 61])
+def test_bytes_survive_words_both_ways(stalls, length):
+    payload = [int(b) for b in np.random.default_rng(length).integers(0, 256, length)]
+    dut = RoundTrip()
+    run = run_streams(dut, sources={dut.i: payload}, sinks={"o": (dut.o, length)},
+                      stalls=stalls)
+    assert run.received["o"] == payload
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+def test_only_kept_bytes_leave_in_order(stalls):
+    rng = random.Random(stalls.seed)
+    words, expected = [], []
+    for _ in range(20):
+        tdata = rng.getrandbits(64)
+        tkeep = rng.choice([0xFF, 0x01, 0x80, 0xA5, 0x00, 0x0F, rng.getrandbits(8)])
+        words.append({"tdata": tdata, "tkeep": tkeep, "tlast": 0})
+        expected += [tdata >> (8 * k) & 0xFF for k in range(8) if tkeep >> k & 1]
+    dut = Unpack()
+    run = run_streams(dut, sources={dut.words: words}, sinks={"o": (dut.o, len(expected))},
+                      stalls=stalls)
+    assert run.received["o"] == expected
+
+
+@pytest.mark.parametrize("length", [5, 8, 13, 16])
+def test_a_reply_ends_with_tlast_and_partial_tkeep(length):
+    dut = BytesToWords(WIDTH)
+    payload = bytes(range(1, length + 1))
+    words = []
+
+    async def bench(ctx):
+        ctx.set(dut.axis.tready, 1)
+        for byte in payload:                       # back to back, flush low
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, byte)
+            _, _, tvalid, tdata, tkeep, tlast = await ctx.tick().sample(
+                dut.axis.tvalid, dut.axis.tdata, dut.axis.tkeep, dut.axis.tlast)
+            if tvalid:
+                words.append((tdata, tkeep, tlast))
+        ctx.set(dut.i.valid, 0)
+        ctx.set(dut.flush, 1)
+        for _ in range(5):
+            _, _, tvalid, tdata, tkeep, tlast = await ctx.tick().sample(
+                dut.axis.tvalid, dut.axis.tdata, dut.axis.tkeep, dut.axis.tlast)
+            if tvalid:
+                words.append((tdata, tkeep, tlast))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    full, rest = divmod(length, WIDTH)
+    expected_keeps = [0xFF] * full if rest else [0xFF] * full
+    if rest:
+        expected_keeps.append((1 << rest) - 1)
+    assert [keep for _, keep, _ in words] == expected_keeps
+    assert [last for _, _, last in words] == [0] * (len(words) - 1) + [1]
+    got = b"".join(tdata.to_bytes(8, "little")[:bin(keep).count("1")]
+                   for tdata, keep, _ in words)
+    assert got == payload
+
+
+def request_words(frames):
+    stream_bytes = b"".join(frames)
+    words = []
+    for start in range(0, len(stream_bytes), WIDTH):
+        chunk = stream_bytes[start:start + WIDTH]
+        words.append({"tdata": int.from_bytes(chunk, "little"),
+                      "tkeep": (1 << len(chunk)) - 1, "tlast": start + WIDTH >= len(stream_bytes)})
+    return words
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS[::3], ids=str)
+@pytest.mark.parametrize("command", ["IDENTIFY", "REDUCE"])
+def test_the_core_answers_through_the_xdma_streams(stalls, command):
+    """One request in words, its reply out in words ending with tlast (the core going idle
+    flushes the last, partial word)."""
+    dut = OverWords(lanes=1, replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
+                    clock_hz=125_000_000, frame_timeout_cycles=10_000)
+    if command == "IDENTIFY":
+        request = encode_frame(Command.IDENTIFY, 1)
+        reply = encode_frame(Command.IDENTIFY, 1, dut.dut.identity.encode())
+    else:
+        x = random_values(np.random.default_rng(1), format_of(np.float32), (2, 5),
+                          edge_fraction=0.5)
+        request = encode_frame(Command.REDUCE, 2, PARAMETERS[Command.REDUCE].pack(
+            format_of(x.dtype).dtype, 2, 5) + x.tobytes())
+        reply = encode_frame(Command.REDUCE, 2,
+                             reference.reduce_max(x, axes=[1], keepdims=False).tobytes())
+    run = run_streams(dut, sources={dut.h2c: request_words([request])},
+                      sinks={"c2h": (dut.c2h, -(-len(reply) // WIDTH))}, stalls=stalls)
+    words = run.received["c2h"]
+    got = b"".join(w.tdata.to_bytes(8, "little")[:bin(w.tkeep).count("1")] for w in words)
+    (frame,) = FrameParser().feed(got)
+    assert Status(frame.status) == Status.OK and got == reply
+    assert [w.tlast for w in words] == [0] * (len(words) - 1) + [1]
