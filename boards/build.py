@@ -255,6 +255,7 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity):
         "block_rams": [bram_used, bram_total], "bitstream": bitstream,
         "link": target.link, "baud": target.baud, "link_bytes_per_s": target.link_bytes_per_s,
         "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
+        "units": list(target.core.get("units", ("reduce", "pool", "broadcast"))),
         "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
                        "max_operands": identity.max_operands,
                        "pool_channels": identity.pool_channels},
@@ -263,7 +264,8 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity):
 
 #: The programmer each Lattice board's amaranth-boards platform runs, and the variable that
 #: overrides it.
-PROGRAMMERS = {"icebreaker": ("iceprog", "ICEPROG"), "ulx3s": ("openFPGALoader", "OPENFPGALOADER")}
+PROGRAMMERS = {"icebreaker": ("iceprog", "ICEPROG"), "ice40_hx8k_breakout": ("iceprog", "ICEPROG"),
+               "ulx3s": ("openFPGALoader", "OPENFPGALOADER")}
 
 
 def program(board, *, out_dir=None, progress=print):
@@ -274,8 +276,8 @@ def program(board, *, out_dir=None, progress=print):
     target = find_target(board)
     out = pathlib.Path(out_dir or pathlib.Path("build") / board)
     if board not in PROGRAMMERS:
-        raise BuildError(f"{board} is programmed from Vivado's hardware manager: see "
-                         f"docs/xilinx.md")
+        raise BuildError(f"{board} is programmed from Vivado's hardware manager or "
+                         f"openFPGALoader after a Vivado build: see docs/boards.md")
     bitstream = out / ("maxaccel.bin" if target.family == "ice40" else "maxaccel.bit")
     if not bitstream.exists():
         raise BuildError(f"no bitstream at {bitstream}: run 'maxaccel build {board}"

@@ -41,7 +41,7 @@ class Target:
         UART bit rate, for UART links.
     core : dict
         Further :class:`~maxaccel.hdl.top.Core` parameters (``replay_depth``, ``max_dims``,
-        ``max_operands``, ``pool_channels``) chosen so the design fits the device.
+        ``max_operands``, ``pool_channels``, ``units``) chosen so the design fits the device.
     """
 
     name: str
@@ -73,6 +73,12 @@ TARGETS = {t.name: t for t in [
            device="iCE40UP5K-SG48", platform_class="amaranth_boards.icebreaker:ICEBreakerPlatform",
            link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=1, clock_mhz=12.0,
            core=dict(replay_depth=64, max_dims=2, max_operands=2, pool_channels=32)),
+    Target(name="ice40_hx8k_breakout", title="Lattice iCE40-HX8K Breakout Board", family="ice40",
+           device="iCE40HX8K-CT256",
+           platform_class="amaranth_boards.ice40_hx8k_b_evn:ICE40HX8KBEVNPlatform",
+           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=1, clock_mhz=12.0,
+           core=dict(replay_depth=64, max_dims=1, max_operands=1, pool_channels=1,
+                     units=("reduce",))),
     Target(name="ulx3s", title="Radiona ULX3S (ECP5 25F)", family="ecp5",
            device="LFE5U-25F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_25F_Platform",
            link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,

@@ -18,7 +18,42 @@ from .pool import ChannelsLastPool
 from .reduce import RunReducer
 from .uart import UARTReceiver, UARTTransmitter
 
-__all__ = ["Core", "UARTTop"]
+__all__ = ["Core", "UARTTop", "UNITS"]
+
+#: The datapath units a :class:`Core` may be built with; ``"reduce"`` is always needed.
+UNITS = ("reduce", "pool", "broadcast")
+
+
+class _AbsentBroadcast(BroadcastMax):
+    """Stands in for :class:`BroadcastMax` in a core built without it. It keeps the interface
+    the engine connects (one dimension, one operand) but reports no buffer (``depth`` 0) and no
+    row (``max_count`` 0), so the engine refuses every ``LOAD`` and ``MAX`` as ``TOO_LARGE``
+    and ``IDENTIFY`` reports a replay depth of 0; it drops anything offered and never outputs."""
+
+    def __init__(self, lanes):
+        super().__init__(lanes, 2, 1, 1, max_count=1)
+        self.depth = 0
+        self.max_count = 0
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.command.ready.eq(1), self.load.ready.eq(1), self.streamed.ready.eq(1)]
+        return m
+
+
+class _AbsentPool(ChannelsLastPool):
+    """Stands in for :class:`ChannelsLastPool` in a core built without it: a capacity of 0
+    bytes, so the engine refuses every ``POOL_CHANNELS_LAST`` and ``IDENTIFY`` reports 0
+    pooling channels; it drops anything offered and never outputs."""
+
+    def __init__(self, lanes):
+        super().__init__(lanes, 1)
+        self.capacity_bytes = 0
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.i.ready.eq(1), self.idle.eq(1)]
+        return m
 
 
 class Core(wiring.Component):
@@ -47,6 +82,13 @@ class Core(wiring.Component):
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional
         Default ``clock_hz // 100`` (10 ms).
+    units : tuple of str
+        The datapath units to build (:data:`UNITS`; ``"reduce"`` is required). Without
+        ``"broadcast"`` the core reports a replay depth of 0 and refuses ``LOAD`` and ``MAX``;
+        without ``"pool"`` it reports 0 pooling channels and refuses ``POOL_CHANNELS_LAST``
+        (both as ``TOO_LARGE``). The host then does everything through ``REDUCE``: ReduceMax,
+        GlobalMaxPool and same-shape Max as always, a broadcasting Max by expanding the
+        operands on the host (more bytes on the link). For devices too small for all three.
 
     Attributes
     ----------
@@ -79,11 +121,17 @@ class Core(wiring.Component):
 
     def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
                  max_count=MAX_COUNT, pool_channels=32, clock_hz=100_000_000,
-                 frame_timeout_cycles=None):
+                 frame_timeout_cycles=None, units=UNITS):
+        if "reduce" not in units or set(units) - set(UNITS):
+            raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
+                             f"not {units!r}")
+        self.units = tuple(u for u in UNITS if u in units)
         self.reducer = RunReducer(lanes)
-        self.pool = ChannelsLastPool(lanes, pool_channels)
-        self.broadcast = BroadcastMax(lanes, replay_depth, max_dims, max_operands,
-                                      max_count=max_count)
+        self.pool = (ChannelsLastPool(lanes, pool_channels) if "pool" in units
+                     else _AbsentPool(lanes))
+        self.broadcast = (BroadcastMax(lanes, replay_depth, max_dims, max_operands,
+                                       max_count=max_count) if "broadcast" in units
+                          else _AbsentBroadcast(lanes))
         self.engine = CommandEngine(reducer=self.reducer, pool=self.pool,
                                     broadcast=self.broadcast, clock_hz=clock_hz,
                                     frame_timeout_cycles=frame_timeout_cycles)

@@ -285,6 +285,11 @@ class Device:
     def _max_into(self, operands, out, fmt):
         """Write the Max of ``operands`` (aligned to ``out``'s rank) into ``out``."""
         identity = self.identity
+        if identity.replay_depth == 0 and any(o.array.shape != out.shape for o in operands):
+            # A board built without the broadcast unit: expand the operands here (more bytes
+            # on the link) and take the same-shape path below.
+            operands = [_Operand.new(np.broadcast_to(o.array, out.shape), out.ndim)
+                        for o in operands]
         if all(o.array.shape == out.shape for o in operands):
             # No broadcasting: the Max of k operands is a reduction of k-element runs, their
             # elements interleaved (host memory, not link). It streams with no buffer, no

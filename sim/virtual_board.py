@@ -10,7 +10,7 @@ import time
 
 from amaranth.sim import Simulator
 
-from maxaccel.hdl.top import Core, UARTTop
+from maxaccel.hdl.top import UNITS, Core, UARTTop
 from maxaccel.host.protocol import MAX_COUNT
 
 __all__ = ["VirtualBoard", "CORE_DEFAULTS"]
@@ -19,7 +19,8 @@ __all__ = ["VirtualBoard", "CORE_DEFAULTS"]
 #: (2 lanes, a 64-beat replay buffer) that simulates fast, a 1 MHz nominal clock, and a short
 #: frame timeout (2 ms) to keep timeouts cheap in simulation.
 CORE_DEFAULTS = dict(lanes=2, replay_depth=64, max_dims=4, max_operands=4, max_count=MAX_COUNT,
-                     pool_channels=32, clock_hz=1_000_000, frame_timeout_cycles=2000)
+                     pool_channels=32, clock_hz=1_000_000, frame_timeout_cycles=2000,
+                     units=UNITS)
 
 
 class VirtualBoard:
@@ -43,7 +44,7 @@ class VirtualBoard:
 
     Parameters
     ----------
-    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles :
+    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles, units :
         Passed to :class:`~maxaccel.hdl.top.Core`; defaults in :data:`CORE_DEFAULTS`.
     clock_hz : int
         Nominal clock frequency: reported by ``IDENTIFY``, and one simulated cycle is

@@ -18,7 +18,7 @@ def run(*argv, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["build", "nosuch"], "unknown board 'nosuch'; known boards: icebreaker, ulx3s"),
+    (["build", "nosuch"], "unknown board 'nosuch'; known boards: icebreaker, ice40_hx8k"),
     (["build", "ulx3s", "--lanes", "3"], "--lanes must be a power of two"),
     (["build", "icebreaker", "--clock", "24"],
      "icebreaker runs from its 12 MHz oscillator (no PLL on this target"),
@@ -136,3 +136,15 @@ def test_nitefury_xdma_build_plan(tmp_path, capsys):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["link"] == "xdma" and report["clock_mhz"] == 125
     assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
+
+
+@pytest.mark.synth
+def test_ice40_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
+    """The iCE40 build CI makes (HX8K breakout board, reduce-only core; about 3 minutes)."""
+    status, out, err = run("build", "ice40_hx8k_breakout", "--out", str(tmp_path),
+                           capsys=capsys)
+    assert status == 0, err[-2000:]
+    assert (tmp_path / "maxaccel.bin").stat().st_size > 100_000
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["units"] == ["reduce"] and report["capacities"]["replay_depth"] == 0
+    assert report["fmax_mhz"] >= 12 and report["logic_cells"][0] <= report["logic_cells"][1]

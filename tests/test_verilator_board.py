@@ -120,3 +120,31 @@ def test_unknown_parameters_are_named():
     with pytest.raises(ValueError, match=r"verilator: unknown virtual board parameter\(s\) "
                                          r"lane; accepted: lanes"):
         open_device("verilator?lane=2")
+
+
+def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_everything():
+    """Small devices build only the run reducer (Core(units=("reduce",))): IDENTIFY says so,
+    LOAD / MAX / POOL_CHANNELS_LAST are refused as TOO_LARGE, and the host does broadcasting
+    Max by expanding operands and pooling through REDUCE, bit for bit."""
+    from maxaccel.host.device import Device
+    from maxaccel.host.link import DeviceError
+    from maxaccel.host.transport import SimTransport
+    from maxaccel.sim import reference
+
+    with Device(SimTransport("verilator", lanes=1, units=("reduce",))) as device:
+        identity = device.identity
+        assert (identity.replay_depth, identity.pool_channels) == (0, 0)
+        for command, payload in [
+                (Command.LOAD, PARAMETERS[Command.LOAD].pack(1, 0, 1, 2) + bytes(8)),
+                (Command.POOL_CHANNELS_LAST,
+                 PARAMETERS[Command.POOL_CHANNELS_LAST].pack(1, 1, 1, 1) + bytes(4))]:
+            with pytest.raises(DeviceError, match="TOO_LARGE"):
+                device.link.request(command, payload)
+        rng = np.random.default_rng(8)
+        arrays = [random_values(rng, format_of(np.float32), s, edge_fraction=0.3)
+                  for s in [(3, 4, 5), (4, 1), (5,)]]
+        reference.assert_same_bits(device.max(*arrays), reference.max(*arrays))
+        x = random_values(rng, format_of(np.float16), (2, 3, 4, 4))
+        reference.assert_same_bits(device.global_max_pool(x), reference.global_max_pool(x))
+        reference.assert_same_bits(device.reduce_max(x, axes=[1, 3]),
+                                   reference.reduce_max(x, axes=[1, 3]))
