@@ -111,9 +111,9 @@ class BroadcastMax(wiring.Component):
     ``LOAD`` writes one beat per cycle. A ``RUN`` reads one replayed beat per cycle from the
     single read port, so it emits one output beat every ``max(M, 1)`` cycles: one per cycle for
     a streamed operand plus one replayed operand (or a replayed or streamed operand alone),
-    one every M cycles with M replayed operands. The first output beat is valid four cycles
-    after the ``RUN`` command is accepted (memory read; read data register; splat and key
-    transform; fold into the output register). ``streamed.ready`` depends combinationally on
+    one every M cycles with M replayed operands. The first output beat is valid five cycles
+    after the ``RUN`` command is accepted (memory read; read data register; splat and the
+    streamed beat registered; key transform; fold into the output register). ``streamed.ready`` depends combinationally on
     ``output.ready``; ``output.valid`` does not depend on any ``ready``.
 
     The fold runs in key space (see :mod:`maxaccel.hdl.lane`): per lane, the replayed beat and
@@ -263,10 +263,15 @@ class BroadcastMax(wiring.Component):
             issued.nbytes.eq(Mux(last_beat, config.last_nbytes, LANE_BYTES * lanes)),
         ]
         # 1: the memory's read register. 2: the read data registered (the memory's slow
-        # clock-to-output stays alone in its cycle). 3: order keys of the two values the slot
-        # compares. 4: the accumulator of keys, which is also the output register.
+        # clock-to-output stays alone in its cycle). 2b: the replayed beat splatted, and the
+        # streamed beat, registered (the splat's size mux and the key transform would not fit
+        # one cycle together). 3: order keys of the two values the slot compares. 4: the
+        # accumulator of keys, which is also the output register.
         s1, s2, s3 = Signal(tag, name="s1"), Signal(tag, name="s2"), Signal(tag, name="s3")
+        s2b = Signal(tag, name="s2b")
         s2_data = Signal(lane_array)
+        s2b_replayed = Signal(lane_array)
+        s2b_streamed = Signal(lane_array)
         s3_key_a = Signal(lane_array)        # the operand of this slot
         s3_key_first = Signal(lane_array)    # what slot 0 compares it with
         accumulator = Signal(lane_array)
@@ -303,7 +308,7 @@ class BroadcastMax(wiring.Component):
         replayed = Signal(lane_array)
         m.d.comb += replayed.eq(Mux(s2.splat, splatted, stored))
 
-        # Keys from stage 2 to 3; the fold from stage 3 to 4 is one compare and a select.
+        # Keys from stage 2b to 3; the fold from stage 3 to 4 is one compare and a select.
         key_a, key_first, results = (Signal(lane_array, name=n)
                                      for n in ("key_a", "key_first", "results"))
         for j in range(lanes):
@@ -312,9 +317,9 @@ class BroadcastMax(wiring.Component):
             m.submodules[f"compare{j}"] = compare = KeyMax()
             m.submodules[f"value{j}"] = value = FromKey()
             m.d.comb += [
-                replayed_key.format.eq(lane_format), replayed_key.value.eq(replayed[j]),
+                replayed_key.format.eq(lane_format), replayed_key.value.eq(s2b_replayed[j]),
                 streamed_key.format.eq(lane_format),
-                streamed_key.value.eq(self.streamed.payload.data[j]),
+                streamed_key.value.eq(s2b_streamed[j]),
                 key_a[j].eq(Mux(config.operands == 0, streamed_key.key, replayed_key.key)),
                 key_first[j].eq(Mux(config.streamed, streamed_key.key, key_a[j])),
                 compare.size.eq(lane_format.size),
@@ -327,8 +332,10 @@ class BroadcastMax(wiring.Component):
 
         with m.If(advance):
             m.d.sync += [
-                s1.eq(issued), s2.eq(s1), s3.eq(s2),
-                s2_data.eq(read.data), s3_key_a.eq(key_a), s3_key_first.eq(key_first),
+                s1.eq(issued), s2.eq(s1), s2b.eq(s2), s3.eq(s2b),
+                s2_data.eq(read.data), s2b_replayed.eq(replayed),
+                s2b_streamed.eq(self.streamed.payload.data),
+                s3_key_a.eq(key_a), s3_key_first.eq(key_first),
                 self.output.valid.eq(s3.valid & s3.last_slot),
                 out_first.eq(s3.first), out_last.eq(s3.last), out_nbytes.eq(s3.nbytes),
             ]
@@ -353,7 +360,8 @@ class BroadcastMax(wiring.Component):
         with m.Elif(self.output.ready):
             m.d.sync += self.output.valid.eq(0)
 
-        with m.If(running & ~issuing & ~s1.valid & ~s2.valid & ~s3.valid & output_free):
+        with m.If(running & ~issuing & ~s1.valid & ~s2.valid & ~s2b.valid & ~s3.valid
+                  & output_free):
             m.d.sync += running.eq(0)
 
         # ---- Commands (only accepted when idle, so nothing above is active).

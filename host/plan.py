@@ -215,7 +215,7 @@ class BroadcastPlan:
     def cycles(self):
         """Cycles of the ``RUN`` pass without stalls, from accepting the command to the
         last output beat (one replayed beat is read per cycle)."""
-        return 4 + self.output_beats * max(len(self.replayed), 1)
+        return 5 + self.output_beats * max(len(self.replayed), 1)
 
     def config(self, dtype):
         """The unit's ``config`` value for this pass, as nested dicts and lists of ints.
