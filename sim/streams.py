@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from amaranth.sim import Simulator
 
 __all__ = ["Stalls", "StreamTimeout", "send", "run_streams", "beats_from_rows",
-           "rows_from_beats", "lanes_to_bytes", "STALL_PATTERNS"]
+           "rows_from_beats", "lanes_to_bytes", "words_from_bytes", "bytes_from_words",
+           "STALL_PATTERNS"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,9 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
     sources : dict
         ``{stream: [payload, ...]}`` for the input streams.
     sinks : dict
-        ``{name: (stream, count)}`` for the output streams.
+        ``{name: (stream, count)}`` for the output streams; ``count`` is the number of beats
+        expected, or a function of the beats received so far that says they are complete (for
+        link words, whose number depends on how the bytes were split).
     stalls : Stalls
         Idle and backpressure probabilities and the seed.
     setup : callable, optional
@@ -155,7 +158,8 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
             arrivals = []
             waited = 0
             sink_rng = sink_rngs[name]
-            while len(received) < count:
+            complete = count if callable(count) else (lambda beats: len(beats) >= count)
+            while not complete(received):
                 ready = sink_rng.random() >= stalls.backpressure
                 ctx.set(stream.ready, ready)
                 _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
@@ -167,8 +171,8 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
                 else:
                     waited += 1
                     if waited > timeout:
-                        raise StreamTimeout(f"sink {name!r} received {len(received)} of {count} "
-                                            f"beats, then nothing for {timeout} cycles")
+                        raise StreamTimeout(f"sink {name!r} received {len(received)} beats "
+                                            f"(not complete), then nothing for {timeout} cycles")
             run.received[name] = received
             run.cycles[name] = edges
             run.arrivals[name] = arrivals
@@ -180,11 +184,13 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
                     break
                 _, _, valid = await ctx.tick().sample(stream.valid)
                 if valid:
-                    raise AssertionError(f"sink {name!r} got a beat beyond its {count}")
+                    raise AssertionError(f"sink {name!r} got a beat beyond the expected "
+                                         f"{len(received)}")
             for _ in range(drain_cycles):
                 _, _, valid = await ctx.tick().sample(stream.valid)
                 if valid:
-                    raise AssertionError(f"sink {name!r} got a beat beyond its {count}")
+                    raise AssertionError(f"sink {name!r} got a beat beyond the expected "
+                                         f"{len(received)}")
         sim.add_testbench(sink)
 
     if check is not None:
@@ -255,3 +261,24 @@ def rows_from_beats(beats):
     if current is not None:
         raise AssertionError("the last row has no beat with last set")
     return rows
+
+
+def words_from_bytes(data, width, rng):
+    """Split ``data`` into link word payloads (:func:`maxaccel.hdl.linkword.word_layout`) of
+    random counts from 1 to ``width``; plain bytes for ``width == 1``."""
+    if width == 1:
+        return list(data)
+    words, position = [], 0
+    while position < len(data):
+        count = min(rng.randint(1, width), len(data) - position)
+        chunk = data[position:position + count].ljust(width, b"\0")
+        words.append({"data": list(chunk), "count": count})
+        position += count
+    return words
+
+
+def bytes_from_words(words):
+    """The bytes of sampled link words (or of plain byte payloads)."""
+    if words and isinstance(words[0], int):
+        return bytes(words)
+    return b"".join(bytes(int(b) for b in word.data)[:word.count] for word in words)

@@ -1,0 +1,208 @@
+"""Link words: what the command engine's link streams carry, one or several bytes per cycle.
+
+A link of ``link_bytes`` bytes per cycle carries *link words*: ``link_bytes`` bytes of which the
+first ``count`` (at least one in every transfer) are valid, in stream order from byte 0. A link
+of one byte per cycle (a UART, the XDMA byte adapters) is a plain 8-bit stream, so
+:func:`link_signature` is ``stream.Signature(8)`` there; the engine's building blocks use the
+word layout in both cases.
+
+:class:`WordCRC` checks or generates the protocol's CRC over a variable number of bytes per
+cycle, so a frame need not be aligned to link words.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import crc, data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from maxaccel.host.protocol import CRC_ALGORITHM
+
+__all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "WordSplitter",
+           "WordCRC"]
+
+#: Bytes per cycle a link (and the engine behind it) may carry.
+LINK_WIDTHS = (1, 2, 4, 8, 16)
+
+
+def check_link_bytes(link_bytes):
+    if link_bytes not in LINK_WIDTHS:
+        raise ValueError(f"link_bytes must be one of {', '.join(map(str, LINK_WIDTHS))}, "
+                         f"not {link_bytes!r}")
+
+
+def word_layout(link_bytes):
+    """Layout of a link word of ``link_bytes`` bytes.
+
+    Fields
+    ------
+    data : ArrayLayout(8, link_bytes)
+        Bytes in stream order; bytes ``count`` and up are don't-care.
+    count : range(link_bytes + 1)
+        Valid bytes, from byte 0.
+    """
+    return data.StructLayout({"data": data.ArrayLayout(8, link_bytes),
+                              "count": range(link_bytes + 1)})
+
+
+def link_signature(link_bytes):
+    """The stream signature of a link of ``link_bytes`` bytes per cycle: bytes for 1, else
+    :func:`word_layout` words."""
+    check_link_bytes(link_bytes)
+    return stream.Signature(8 if link_bytes == 1 else word_layout(link_bytes))
+
+
+class WordSplitter(wiring.Component):
+    """Passes link words on in pieces of at most ``limit`` bytes.
+
+    A word used up in the cycle it arrives passes straight through (combinationally); a word
+    only partly taken is held in a register and its remaining bytes, moved down to byte 0, are
+    offered first, so a consumer can take a header byte by byte and the payload after it a
+    word at a time, whatever the alignment.
+
+    Parameters
+    ----------
+    width : int
+        Bytes per word (above 1).
+
+    Ports
+    -----
+    i : In(stream.Signature(word_layout(width)))
+        Words; each must carry at least one byte.
+    limit : In(range(1, width + 1))
+        The most bytes the consumer takes in the next transfer (may change every cycle).
+    o : Out(stream.Signature(word_layout(width)))
+        Pieces: ``count`` is the bytes the current word has left, at most ``limit``.
+    holding : Out(1)
+        A partly used word is held (its bytes are taken from ``i`` but not yet passed on).
+
+    Latency and throughput
+    ----------------------
+    No latency for a word that is not held; a word goes through in as many cycles as it takes
+    pieces. ``i.ready`` is ``o.ready`` while no word is held.
+    """
+
+    def __init__(self, width):
+        if width == 1:
+            self._MustUse__silence = True       # a failed construction must not warn as unused
+            raise ValueError("a WordSplitter needs words of more than one byte")
+        try:
+            check_link_bytes(width)
+        except ValueError:
+            self._MustUse__silence = True
+            raise
+        self.width = width
+        super().__init__({
+            "i": In(stream.Signature(word_layout(width))),
+            "limit": In(range(1, width + 1), init=width),
+            "o": Out(stream.Signature(word_layout(width))),
+            "holding": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width = self.width
+        held = self.holding
+        held_word = Signal(word_layout(width))
+        offset = Signal(range(width))
+        word = Signal(word_layout(width))
+        start = Mux(held, offset, 0)
+        available = Signal(range(width + 1))
+        m.d.comb += [
+            word.eq(Mux(held, held_word, self.i.payload)),
+            available.eq(word.count - start),
+            self.o.valid.eq(held | self.i.valid),
+            self.o.payload.data.as_value().eq(word.data.as_value() >> (start * 8)),
+            self.o.payload.count.eq(Mux(available < self.limit, available, self.limit)),
+            self.i.ready.eq(~held & self.o.ready),
+        ]
+        with m.If(self.o.valid & self.o.ready):
+            with m.If(self.o.payload.count == available):
+                m.d.sync += held.eq(0)
+            with m.Else():
+                m.d.sync += [held.eq(1), held_word.eq(word),
+                             offset.eq(start + self.o.payload.count)]
+        return m
+
+
+class WordCRC(wiring.Component):
+    """The protocol's CRC (``CRC_ALGORITHM``) over ``0 .. width`` bytes per cycle.
+
+    As :class:`amaranth.lib.crc.Processor`, but each cycle adds the first ``count`` bytes of
+    ``data`` (byte 0 first), so frames need not be aligned to link words. One update matrix
+    per possible count; the count selects which one loads the register.
+
+    Parameters
+    ----------
+    width : int
+        Bytes per cycle at most.
+
+    Ports
+    -----
+    start : In(1)
+        Restart from the initial value (before adding ``data`` if ``count`` is not 0).
+    data : In(ArrayLayout(8, width))
+    count : In(range(width + 1))
+        Bytes of ``data`` to add this cycle.
+    crc : Out(32)
+        The CRC of the bytes added so far, from a register.
+    match_detected : Out(1)
+        The bytes added so far end with their own CRC (the residue is in the register).
+
+    Latency
+    -------
+    ``crc`` includes a cycle's bytes from the next cycle on.
+    """
+
+    def __init__(self, width):
+        self.width = width
+        algorithm = getattr(crc.catalog, CRC_ALGORITHM)
+        self._parameters = [algorithm(data_width=8 * k) for k in range(1, width + 1)]
+        base = self._parameters[0]
+        self._crc_width = base._crc_width
+        super().__init__({
+            "start": In(1),
+            "data": In(data.ArrayLayout(8, width)),
+            "count": In(range(width + 1)),
+            "crc": Out(self._crc_width),
+            "match_detected": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        base = self._parameters[0]
+        crc_width = self._crc_width
+        initial = base._initial_crc
+        state = Signal(crc_width, init=initial)
+        source = Signal(crc_width)
+        m.d.comb += source.eq(Mux(self.start, initial, state))
+        raw = self.data.as_value()
+
+        if base._reflect_output:
+            m.d.comb += self.crc.eq(state[::-1] ^ base._xor_output)
+            m.d.comb += self.match_detected.eq(state[::-1] == base.residue())
+        else:
+            m.d.comb += self.crc.eq(state ^ base._xor_output)
+            m.d.comb += self.match_detected.eq(state == base.residue())
+
+        with m.Switch(self.count):
+            for k, parameters in enumerate(self._parameters, start=1):
+                # Amaranth's own update matrices for a word of k bytes (its Processor's);
+                # reflecting the whole little-endian word is reflecting byte by byte, byte 0 first.
+                f, g = parameters._matrices()
+
+                def word_bit(j):
+                    return raw[8 * k - 1 - j] if base._reflect_input else raw[j]
+
+                # One XOR reduction per bit, of bits indexed straight from the signals, assigned
+                # as a whole word: chains of `^` or slices of reversed slices take Amaranth
+                # minutes and gigabytes to convert at 16 bytes.
+                updated = Signal(crc_width, name=f"updated_{k}")
+                m.d.comb += updated.eq(Cat(
+                    Cat(*[source[j] for j in range(crc_width) if f[j][i]],
+                        *[word_bit(j) for j in range(8 * k) if g[j][i]]).xor()
+                    for i in range(crc_width)))
+                with m.Case(k):
+                    m.d.sync += state.eq(updated)
+            with m.Default():
+                with m.If(self.start):
+                    m.d.sync += state.eq(initial)
+        return m
