@@ -26,17 +26,18 @@ See ``docs/architecture.md``, "Command engine".
 import struct
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
-from amaranth.lib import crc, data, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.host.dtypes import FORMATS, DType
-from maxaccel.host.protocol import (COUNTERS, CRC_ALGORITHM, HEADER_SIZE, MAGIC, MAX_PAYLOAD,
+from maxaccel.host.protocol import (COUNTERS, HEADER_SIZE, MAGIC, MAX_PAYLOAD,
                                     PARAMETERS, TRAILER_SIZE, VERSION, Command, Identity,
                                     MaxParameters, Status)
 
 from .beat import beat_layout
 from .broadcast import BroadcastOp
 from .lane import LANE_BITS, LANE_BYTES
+from .linkword import WordCRC, WordSplitter, check_link_bytes, link_signature
 
 __all__ = ["header_layout", "trailer_layout", "FrameReceiver",
            "FrameTransmitter", "RowPacker", "RowUnpacker", "SaturatingMultiplier",
@@ -46,10 +47,6 @@ __all__ = ["header_layout", "trailer_layout", "FrameReceiver",
 header_layout = data.StructLayout({"command": 8, "seq": 8, "length": 32})
 #: Outcome of a received frame: the frame check passed, or bytes stopped arriving mid-frame.
 trailer_layout = data.StructLayout({"intact": 1, "timeout": 1})
-
-
-def _crc_processor():
-    return getattr(crc.catalog, CRC_ALGORITHM)(data_width=8).create()
 
 
 def _fields(parameter_struct):
@@ -70,7 +67,7 @@ def _fields(parameter_struct):
 
 
 class FrameReceiver(wiring.Component):
-    """Finds and checks request frames in a byte stream.
+    """Finds and checks request frames in a link stream.
 
     Hunting: the last 12 bytes received sit in a window; whenever the window starts with the
     magic, the receiver runs the 12 bytes through its CRC (12 cycles, the input stalled) and
@@ -80,22 +77,32 @@ class FrameReceiver(wiring.Component):
     inside its 12 bytes. A header, once offered on ``header`` and taken, is trusted: exactly
     ``length`` payload bytes follow on ``payload`` and then the 5 trailer bytes are checked.
 
+    Header, hunting and trailer go a byte per cycle; the payload goes up to ``link_bytes``
+    bytes per cycle. On a wider link a word the receiver has only partly used (a frame's
+    header and payload share a word) is held in a register and used up first; a word used up
+    in the cycle it arrives is never held, so on a link of one byte per cycle the payload is
+    passed through combinationally.
+
     Parameters
     ----------
     timeout_cycles : int
         Cycles without a byte while the receiver waits for one inside a frame (after the
         header was taken, before the trailer's last byte) after which it abandons the frame.
+    link_bytes : int
+        Bytes per cycle of ``i`` and ``payload`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`).
 
     Ports
     -----
-    i : In(stream.Signature(8))
+    i : In(link_signature(link_bytes))
         Link bytes.
     header : Out(stream.Signature(header_layout))
         One transfer per accepted header: ``command``, ``seq``, ``length``. The receiver waits
         for it to be taken before it passes the payload on.
-    payload : Out(stream.Signature(8))
-        The ``length`` payload bytes, passed through combinationally from ``i`` (``i.ready`` is
-        ``payload.ready``), fewer if the frame times out.
+    payload : Out(link_signature(link_bytes))
+        The ``length`` payload bytes, fewer if the frame times out. Each word carries as many
+        bytes as the receiver has, at most ``payload_limit``.
+    payload_limit : In(range(1, link_bytes + 1))
+        The most bytes the consumer takes in one transfer (ignored on a one-byte link).
     trailer : Out(stream.Signature(trailer_layout))
         One transfer per accepted header, after its last payload byte: ``intact`` if the frame
         check passed; ``timeout`` (and not ``intact``) if the frame was abandoned. The receiver
@@ -107,20 +114,23 @@ class FrameReceiver(wiring.Component):
 
     Latency and throughput
     ----------------------
-    One byte per cycle while hunting and inside a frame; a header check stalls the input 13
-    cycles. ``header`` is valid 13 cycles after the header's last byte was taken, ``trailer``
-    one cycle after the trailer's last byte.
+    One byte per cycle while hunting, ``link_bytes`` inside the payload; a header check stalls
+    the input 13 cycles. ``header`` is valid 13 cycles after the header's last byte was taken,
+    ``trailer`` one cycle after the trailer's last byte.
     """
 
-    def __init__(self, timeout_cycles):
+    def __init__(self, timeout_cycles, link_bytes=1):
         if not isinstance(timeout_cycles, int) or timeout_cycles < 1:
             self._MustUse__silence = True   # a failed construction must not warn as unused
             raise ValueError(f"timeout_cycles must be a positive integer, not {timeout_cycles!r}")
+        check_link_bytes(link_bytes)
         self.timeout_cycles = timeout_cycles
+        self.link_bytes = link_bytes
         super().__init__({
-            "i": In(stream.Signature(8)),
+            "i": In(link_signature(link_bytes)),
             "header": Out(stream.Signature(header_layout)),
-            "payload": Out(stream.Signature(8)),
+            "payload": Out(link_signature(link_bytes)),
+            "payload_limit": In(range(1, link_bytes + 1), init=link_bytes),
             "trailer": Out(stream.Signature(trailer_layout)),
             "header_check_failures": Out(32),
             "frame_check_failures": Out(32),
@@ -130,7 +140,8 @@ class FrameReceiver(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.crc = check = _crc_processor()
+        width = self.link_bytes
+        m.submodules.crc = check = WordCRC(1 if width == 1 else width)
 
         window = Signal(8 * HEADER_SIZE)
         fill = Signal(range(HEADER_SIZE + 1))
@@ -141,6 +152,25 @@ class FrameReceiver(wiring.Component):
         idle_cycles = Signal(range(self.timeout_cycles + 1))
         timed_out = Signal()
 
+        # The bytes the current state may use (`source_bytes`, from byte 0, `source_valid`), and
+        # how many it takes (`take`, 0 if none); `wanting` says the state waits for a byte (for
+        # the timeout). On a wide link a WordSplitter gives out at most `limit` bytes at a time.
+        take = Signal(range(width + 1))
+        wanting = Signal()
+        limit = Signal(range(1, width + 1), init=1)
+        holding = 0     # bytes taken from `i`, not yet used
+        if width == 1:
+            source_valid, source_bytes = self.i.valid, self.i.payload
+            m.d.comb += self.i.ready.eq(take != 0)
+        else:
+            m.submodules.splitter = splitter = WordSplitter(width)
+            wiring.connect(m, wiring.flipped(self.i), splitter.i)
+            source_valid = splitter.o.valid
+            source_bytes = splitter.o.payload.data.as_value()
+            holding = splitter.holding
+            m.d.comb += [splitter.limit.eq(limit), splitter.o.ready.eq(take != 0)]
+        byte = source_bytes[:8]
+
         magic = int.from_bytes(MAGIC, "little")
         candidate = (fill == HEADER_SIZE) & (window[:16] == magic) & ~checked
         length = window[32:64]
@@ -150,13 +180,17 @@ class FrameReceiver(wiring.Component):
             self.header.payload.length.eq(length),
             self.trailer.payload.intact.eq(check.match_detected & ~timed_out),
             self.trailer.payload.timeout.eq(timed_out),
+            check.data.as_value().eq(source_bytes),
         ]
+
+        def take_bytes(count):
+            m.d.comb += take.eq(Mux(source_valid, count, 0))
 
         def wait_for_byte():
             # Inside a frame: count the cycles in which a byte is wanted and none comes.
-            with m.If(self.i.valid & self.i.ready):
+            with m.If(take != 0):
                 m.d.sync += idle_cycles.eq(0)
-            with m.Elif(self.i.ready):
+            with m.Elif(wanting):
                 m.d.sync += idle_cycles.eq(idle_cycles + 1)
                 with m.If(idle_cycles == self.timeout_cycles - 1):
                     m.d.sync += [
@@ -167,24 +201,23 @@ class FrameReceiver(wiring.Component):
 
         with m.FSM():
             with m.State("HUNT"):
-                m.d.comb += [
-                    self.hunting.eq(~candidate),
-                    self.i.ready.eq(~candidate),
-                ]
+                m.d.comb += self.hunting.eq(~candidate & ~holding)
                 with m.If(candidate):
                     m.d.sync += index.eq(0)
                     m.next = "CHECK"
-                with m.Elif(self.i.valid):
+                with m.Else():
+                    take_bytes(1)
+                with m.If(take != 0):
                     m.d.sync += [
-                        window.eq(Cat(window[8:], self.i.payload)),
+                        window.eq(Cat(window[8:], byte)),
                         fill.eq(Mux(fill == HEADER_SIZE, HEADER_SIZE, fill + 1)),
                         checked.eq(0),
                     ]
             with m.State("CHECK"):
                 m.d.comb += [
                     check.start.eq(index == 0),
-                    check.valid.eq(1),
-                    check.data.eq(window.word_select(index, 8)),
+                    check.count.eq(1),
+                    check.data[0].eq(window.word_select(index, 8)),
                 ]
                 m.d.sync += index.eq(index + 1)
                 with m.If(index == HEADER_SIZE - 1):
@@ -214,24 +247,33 @@ class FrameReceiver(wiring.Component):
                         m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
                 m.d.comb += [
-                    self.payload.valid.eq(self.i.valid),
-                    self.payload.payload.eq(self.i.payload),
-                    self.i.ready.eq(self.payload.ready),
-                    check.data.eq(self.i.payload),
-                    check.valid.eq(self.i.valid & self.i.ready),
+                    self.payload.valid.eq(source_valid),
+                    wanting.eq(self.payload.ready),
+                    check.count.eq(take),
                 ]
-                with m.If(self.i.valid & self.i.ready):
-                    m.d.sync += remaining.eq(remaining - 1)
-                    with m.If(remaining == 1):
+                if width == 1:
+                    m.d.comb += self.payload.payload.eq(byte)
+                    offered = 1
+                else:
+                    # At most what the consumer takes and what is left of the frame.
+                    capped = Mux(remaining < width, remaining[:len(limit)], width)
+                    m.d.comb += [
+                        limit.eq(Mux(capped < self.payload_limit, capped, self.payload_limit)),
+                        self.payload.payload.data.as_value().eq(source_bytes),
+                        self.payload.payload.count.eq(splitter.o.payload.count),
+                    ]
+                    offered = splitter.o.payload.count
+                with m.If(self.payload.ready):
+                    take_bytes(offered)
+                with m.If(take != 0):
+                    m.d.sync += remaining.eq(remaining - take)
+                    with m.If(remaining == take):
                         m.next = "TRAILER"
                 wait_for_byte()
             with m.State("TRAILER"):
-                m.d.comb += [
-                    self.i.ready.eq(1),
-                    check.data.eq(self.i.payload),
-                    check.valid.eq(self.i.valid),
-                ]
-                with m.If(self.i.valid):
+                take_bytes(1)
+                m.d.comb += [wanting.eq(1), check.count.eq(take)]
+                with m.If(take != 0):
                     m.d.sync += trailer_left.eq(trailer_left - 1)
                     with m.If(trailer_left == 1):
                         m.next = "RESULT"
@@ -251,53 +293,75 @@ class FrameTransmitter(wiring.Component):
 
     The header (magic, command, sequence number, length, header CRC) goes out first; then
     ``length`` payload bytes taken from ``payload``, or zero bytes while ``pad`` is high; then
-    the status byte taken from ``status`` and the frame CRC of payload and status.
+    the status byte taken from ``status`` and the frame CRC of payload and status. Header,
+    status and CRC go a byte per transfer, the payload in the words it comes in.
+
+    Parameters
+    ----------
+    link_bytes : int
+        Bytes per cycle of ``payload`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`).
 
     Ports
     -----
     start : In(stream.Signature(header_layout))
         A reply to send; taken only when the previous reply is completely sent.
-    payload : In(stream.Signature(8))
+    payload : In(link_signature(link_bytes))
         Payload bytes; passed through combinationally to ``o`` (``payload.ready`` is
-        ``o.ready`` in the payload phase).
+        ``o.ready`` in the payload phase). Its words must not run past ``length``.
     pad : In(1)
         In the payload phase, send zero bytes instead of taking them from ``payload`` (the reply
         of an abandoned request is padded to its declared length).
     status : In(stream.Signature(8))
         The trailer's status, taken when the payload is complete.
-    o : Out(stream.Signature(8))
+    o : Out(link_signature(link_bytes))
         Frame bytes.
     idle : Out(1)
         No reply in progress.
 
     Latency and throughput
     ----------------------
-    One byte per cycle while ``o.ready`` is high: a reply of ``L`` payload bytes takes
-    ``L + 17`` cycles. The first header byte is valid the cycle after ``start`` is taken.
+    One transfer per cycle while ``o.ready`` is high: a reply of ``L`` payload bytes in full
+    words takes ``ceil(L / link_bytes) + 17`` cycles. The first header byte is valid the cycle
+    after ``start`` is taken.
     """
 
-    def __init__(self):
+    def __init__(self, link_bytes=1):
+        check_link_bytes(link_bytes)
+        self.link_bytes = link_bytes
         super().__init__({
             "start": In(stream.Signature(header_layout)),
-            "payload": In(stream.Signature(8)),
+            "payload": In(link_signature(link_bytes)),
             "pad": In(1),
             "status": In(stream.Signature(8)),
-            "o": Out(stream.Signature(8)),
+            "o": Out(link_signature(link_bytes)),
             "idle": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.crc = frame_check = _crc_processor()
+        width = self.link_bytes
+        m.submodules.crc = frame_check = WordCRC(width)
 
         header = Signal(64)
         remaining = Signal(32)
         index = Signal(range(HEADER_SIZE))
         sent = Signal()
+        sent_count = Signal(range(width + 1))     # bytes sent this cycle
         m.d.comb += [
             sent.eq(self.o.valid & self.o.ready),
-            frame_check.data.eq(self.o.payload),
+            frame_check.data.as_value().eq(self.o.payload if width == 1
+                                           else self.o.payload.data.as_value()),
         ]
+        if width == 1:
+            m.d.comb += sent_count.eq(sent)
+        else:
+            m.d.comb += sent_count.eq(Mux(sent, self.o.payload.count, 0))
+
+        def send_byte(value):
+            if width == 1:
+                m.d.comb += self.o.payload.eq(value)
+            else:
+                m.d.comb += [self.o.payload.data[0].eq(value), self.o.payload.count.eq(1)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -314,11 +378,11 @@ class FrameTransmitter(wiring.Component):
             with m.State("HEADER"):
                 m.d.comb += [
                     self.o.valid.eq(1),
-                    self.o.payload.eq(Mux(index < 8, header.word_select(index[:3], 8),
-                                          frame_check.crc.word_select(index[:2], 8))),
                     frame_check.start.eq(sent & ((index == 0) | (index == HEADER_SIZE - 1))),
-                    frame_check.valid.eq(sent & (index < 8)),
+                    frame_check.count.eq(sent & (index < 8)),
                 ]
+                send_byte(Mux(index < 8, header.word_select(index[:3], 8),
+                              frame_check.crc.word_select(index[:2], 8)))
                 with m.If(sent):
                     m.d.sync += index.eq(index + 1)
                     with m.If(index == HEADER_SIZE - 1):
@@ -329,32 +393,33 @@ class FrameTransmitter(wiring.Component):
             with m.State("PAYLOAD"):
                 with m.If(self.pad):
                     m.d.comb += self.o.valid.eq(1)
+                    if width > 1:
+                        m.d.comb += self.o.payload.count.eq(
+                            Mux(remaining < width, remaining[:len(sent_count)], width))
                 with m.Else():
                     m.d.comb += [
                         self.o.valid.eq(self.payload.valid),
                         self.o.payload.eq(self.payload.payload),
                         self.payload.ready.eq(self.o.ready),
                     ]
-                m.d.comb += frame_check.valid.eq(sent)
+                m.d.comb += frame_check.count.eq(sent_count)
                 with m.If(sent):
-                    m.d.sync += remaining.eq(remaining - 1)
-                    with m.If(remaining == 1):
+                    m.d.sync += remaining.eq(remaining - sent_count)
+                    with m.If(remaining == sent_count):
                         m.next = "STATUS"
             with m.State("STATUS"):
                 m.d.comb += [
                     self.o.valid.eq(self.status.valid),
-                    self.o.payload.eq(self.status.payload),
                     self.status.ready.eq(self.o.ready),
-                    frame_check.valid.eq(sent),
+                    frame_check.count.eq(sent),
                 ]
+                send_byte(self.status.payload)
                 with m.If(sent):
                     m.d.sync += index.eq(0)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.comb += [
-                    self.o.valid.eq(1),
-                    self.o.payload.eq(frame_check.crc.word_select(index[:2], 8)),
-                ]
+                m.d.comb += self.o.valid.eq(1)
+                send_byte(frame_check.crc.word_select(index[:2], 8))
                 with m.If(sent):
                     m.d.sync += index.eq(index + 1)
                     with m.If(index == 3):
@@ -363,7 +428,7 @@ class FrameTransmitter(wiring.Component):
 
 
 class RowPacker(wiring.Component):
-    """Packs dense little-endian bytes into row-aligned beats.
+    """Packs dense little-endian link bytes into row-aligned beats.
 
     After ``start``, ``rows`` rows of ``row_bytes`` bytes each are taken from ``i`` and sent as
     beats of :func:`~maxaccel.hdl.beat.beat_layout`: a row's first byte starts a beat at byte 0
@@ -382,6 +447,8 @@ class RowPacker(wiring.Component):
     ----------
     lanes : int
         64-bit lanes per beat.
+    link_bytes : int
+        Bytes per transfer of ``i`` at most; at most the ``8 * lanes`` bytes of a beat.
 
     Ports
     -----
@@ -389,8 +456,12 @@ class RowPacker(wiring.Component):
         Strobe: begin a command with the given ``rows`` and ``row_bytes`` (only while ``idle``).
     rows, row_bytes : In(32)
         Sampled with ``start``.
-    i : In(stream.Signature(8))
+    i : In(link_signature(link_bytes))
         Bytes; ``ready`` only while a row byte is wanted and the gathering register is free.
+        A word must carry at most ``limit`` bytes.
+    limit : Out(range(1, link_bytes + 1))
+        The most bytes the next word may carry (from registers): ``link_bytes``, or near a
+        row's end up to the row's end or the beat boundary before it.
     o : Out(stream.Signature(beat_layout(lanes)))
         Beats, from a register.
     idle : Out(1)
@@ -398,26 +469,34 @@ class RowPacker(wiring.Component):
 
     Latency and throughput
     ----------------------
-    A beat is valid the cycle after its last byte was taken (two cycles if the previous beat
-    was still waiting then). One byte per cycle as long as each beat is taken within its
-    successor's byte count minus one cycles -- always for a sink that is ready every cycle,
-    except between rows of one byte, which then take two cycles each; an empty row takes one
-    cycle.
+    A beat is valid the cycle after its last byte was taken, later if the output register is
+    still full then (a completed beat waits, and the input stalls, until it is free). One word
+    per cycle with a sink that takes a beat every cycle; an empty row takes one cycle. A word
+    may carry bytes of two beats of a row (``limit`` is ``link_bytes`` inside a row), but near
+    the row's end ``limit`` stops at the beat boundary, so a row whose last bytes straddle a
+    beat boundary costs one transfer more.
     """
 
-    def __init__(self, lanes):
+    def __init__(self, lanes, link_bytes=1):
+        check_link_bytes(link_bytes)
+        if link_bytes > LANE_BYTES * lanes:
+            raise ValueError(f"link_bytes ({link_bytes}) must not exceed the {LANE_BYTES * lanes} "
+                             f"bytes of a beat of {lanes} lanes")
         self.lanes = lanes
+        self.link_bytes = link_bytes
         super().__init__({
             "start": In(1),
             "rows": In(32),
             "row_bytes": In(32),
-            "i": In(stream.Signature(8)),
+            "i": In(link_signature(link_bytes)),
+            "limit": Out(range(1, link_bytes + 1)),
             "o": Out(stream.Signature(beat_layout(lanes))),
             "idle": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
+        width = self.link_bytes
         beat_bytes = LANE_BYTES * self.lanes
         rows_left = Signal(32)
         row_bytes = Signal(32)
@@ -427,14 +506,39 @@ class RowPacker(wiring.Component):
         # Registered conditions, to keep the wide compares off the byte path.
         active = Signal()              # rows_left != 0
         empty_rows = Signal()          # row_bytes == 0
-        last_of_row = Signal()         # bytes_left == 1
+        row_ends_soon = Signal()       # bytes_left <= width: the row ends within a word
+        tail = Signal(range(width + 1))   # bytes_left, when row_ends_soon
+        short_rows = Signal()          # row_bytes <= width
 
+        if width == 1:
+            count, chunk = 1, self.i.payload
+            m.d.comb += self.limit.eq(1)
+        else:
+            count, chunk = self.i.payload.count, self.i.payload.data.as_value()
+            # A word may run on into the next beat of its row, but not past the row's end.
+            to_beat_end = beat_bytes - position
+            m.d.comb += self.limit.eq(Mux(row_ends_soon,
+                                          Mux(tail < to_beat_end, tail, to_beat_end), width))
+
+        # The word's bytes in place at `position` in the beat being gathered; on a wide link
+        # the bytes beyond the beat (`spill`) start the next one.
         gather = Signal(8 * beat_bytes)
-        gathered = Signal(8 * beat_bytes)      # gather with the incoming byte in place
-        m.d.comb += gathered.eq(gather)
-        m.d.comb += gathered.word_select(position, 8).eq(self.i.payload)
-        # A completed beat waiting in `gather` for the output register.
+        gathered = Signal(8 * beat_bytes)
+        shifted = Signal(8 * (beat_bytes + width - 1))
+        byte_enable = Signal(beat_bytes)
+        spill = shifted[8 * beat_bytes:]
+        m.d.comb += [
+            shifted.eq(chunk << (position * 8)),
+            byte_enable.eq(((Const(1, width + 1) << count) - 1) << position),
+        ]
+        for b in range(beat_bytes):
+            m.d.comb += gathered.word_select(b, 8).eq(
+                Mux(byte_enable[b], shifted.word_select(b, 8), gather.word_select(b, 8)))
+        # A completed beat waiting for the output register: in `gather` itself on a byte link
+        # (which then takes no byte), in a register of its own on a wide one (where `gather`
+        # already holds the next beat's first bytes).
         waiting = Signal()
+        waiting_data = gather if width == 1 else Signal(8 * beat_bytes)
         waiting_nbytes = Signal.like(self.o.payload.nbytes)
         waiting_first = Signal()
         waiting_last = Signal()
@@ -449,17 +553,17 @@ class RowPacker(wiring.Component):
         with m.If(waiting & (~self.o.valid | self.o.ready)):
             m.d.sync += [
                 self.o.valid.eq(1),
-                self.o.payload.data.eq(gather),
+                self.o.payload.data.eq(waiting_data),
                 self.o.payload.nbytes.eq(waiting_nbytes),
                 self.o.payload.first.eq(waiting_first),
                 self.o.payload.last.eq(waiting_last),
                 waiting.eq(0),
             ]
 
-        # A completed beat goes to the output register if it is empty (a registered
-        # condition), else waits in `gather`.
+        # A completed beat goes to the output register if that is empty or being emptied, else
+        # waits.
         def complete(data, nbytes, first, last):
-            with m.If(~self.o.valid):
+            with m.If(~self.o.valid | self.o.ready):
                 m.d.sync += [
                     self.o.valid.eq(1),
                     self.o.payload.data.eq(data),
@@ -474,25 +578,37 @@ class RowPacker(wiring.Component):
                     waiting_first.eq(first),
                     waiting_last.eq(last),
                 ]
+                if width > 1:
+                    m.d.sync += waiting_data.eq(data)
 
         def next_row():
             m.d.sync += [rows_left.eq(rows_left - 1), active.eq(rows_left != 1)]
+
+        def row_left(value, ends_soon):
+            m.d.sync += [bytes_left.eq(value), row_ends_soon.eq(ends_soon),
+                         tail.eq(value[:len(tail)])]
 
         with m.If(active & empty_rows & ~waiting):
             complete(gather, 0, 1, 1)
             next_row()
         with m.If(self.i.valid & self.i.ready):
+            row_ends = row_ends_soon & (tail == count)
+            end = position + count
+            beat_done = end >= beat_bytes
             m.d.sync += gather.eq(gathered)
-            with m.If(last_of_row | (position == beat_bytes - 1)):
-                complete(gathered, position + 1, row_start, last_of_row)
-                m.d.sync += [position.eq(0), row_start.eq(last_of_row)]
+            with m.If(row_ends | beat_done):
+                complete(gathered, Mux(beat_done, beat_bytes, end), row_start, row_ends)
+                m.d.sync += [position.eq(Mux(row_ends, 0, end - beat_bytes)),
+                             row_start.eq(row_ends)]
+                if width > 1:
+                    m.d.sync += gather.eq(spill)
             with m.Else():
-                m.d.sync += position.eq(position + 1)
-            with m.If(last_of_row):
-                m.d.sync += [bytes_left.eq(row_bytes), last_of_row.eq(row_bytes == 1)]
+                m.d.sync += position.eq(end)
+            with m.If(row_ends):
+                row_left(row_bytes, short_rows)
                 next_row()
             with m.Else():
-                m.d.sync += [bytes_left.eq(bytes_left - 1), last_of_row.eq(bytes_left == 2)]
+                row_left(bytes_left - count, bytes_left - count <= width)
 
         with m.If(self.start):
             m.d.sync += [
@@ -500,51 +616,61 @@ class RowPacker(wiring.Component):
                 active.eq(self.rows != 0),
                 row_bytes.eq(self.row_bytes),
                 empty_rows.eq(self.row_bytes == 0),
-                bytes_left.eq(self.row_bytes),
-                last_of_row.eq(self.row_bytes == 1),
+                short_rows.eq(self.row_bytes <= width),
                 position.eq(0),
                 row_start.eq(1),
             ]
+            row_left(self.row_bytes, self.row_bytes <= width)
         return m
 
 
 class RowUnpacker(wiring.Component):
-    """Sends the valid bytes of each beat (bytes ``0 .. nbytes - 1``) as a dense byte stream.
+    """Sends the valid bytes of each beat (bytes ``0 .. nbytes - 1``) as a dense link stream.
 
     Empty beats (``nbytes == 0``) are taken and produce nothing. Besides the beat being sent the
     unpacker holds one spare beat, so ``i.ready`` (the spare is free) depends on registers only,
-    never combinationally on ``o.ready``, and beats still follow one another without a gap.
+    never combinationally on ``o.ready``, and beats still follow one another without a gap. An
+    empty beat takes an input cycle of its own, so one that comes right after a beat of a single
+    word leaves a one-cycle gap in ``o``.
 
     Parameters
     ----------
     lanes : int
         64-bit lanes per beat.
+    link_bytes : int
+        Bytes per transfer of ``o`` at most; at most the ``8 * lanes`` bytes of a beat.
 
     Ports
     -----
     i : In(stream.Signature(beat_layout(lanes)))
         Beats; ``first``/``last`` are ignored.
-    o : Out(stream.Signature(8))
-        Bytes, from a register.
+    o : Out(link_signature(link_bytes))
+        Bytes, from a register: ``link_bytes`` per word but at a beat's end.
     idle : Out(1)
         No beat held.
 
     Latency and throughput
     ----------------------
-    A beat's first byte is valid the cycle after the beat is taken, or right after its
-    predecessor's last byte; one byte per cycle.
+    A beat's first word is valid the cycle after the beat is taken, or right after its
+    predecessor's last word; one word per cycle.
     """
 
-    def __init__(self, lanes):
+    def __init__(self, lanes, link_bytes=1):
+        check_link_bytes(link_bytes)
+        if link_bytes > LANE_BYTES * lanes:
+            raise ValueError(f"link_bytes ({link_bytes}) must not exceed the {LANE_BYTES * lanes} "
+                             f"bytes of a beat of {lanes} lanes")
         self.lanes = lanes
+        self.link_bytes = link_bytes
         super().__init__({
             "i": In(stream.Signature(beat_layout(lanes))),
-            "o": Out(stream.Signature(8)),
+            "o": Out(link_signature(link_bytes)),
             "idle": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
+        width = self.link_bytes
         beat_bytes = LANE_BYTES * self.lanes
         holding = Signal()
         data = Signal(8 * beat_bytes)
@@ -553,18 +679,26 @@ class RowUnpacker(wiring.Component):
         spare = Signal(beat_layout(self.lanes))
         spare_full = Signal()
 
-        last_byte = position == last_position
-        finishing = self.o.ready & last_byte
+        words_left = last_position - position          # after this word's first byte
+        if width == 1:
+            last_word = position == last_position
+            m.d.comb += self.o.payload.eq(data.word_select(position, 8))
+        else:
+            last_word = words_left < width
+            m.d.comb += [
+                self.o.payload.data.as_value().eq(data >> (position * 8)),
+                self.o.payload.count.eq(Mux(last_word, words_left + 1, width)),
+            ]
+        finishing = self.o.ready & last_word
         free = ~holding | finishing            # the current beat is done (or there is none)
         incoming = self.i.valid & self.i.ready & (self.i.payload.nbytes != 0)
         m.d.comb += [
             self.o.valid.eq(holding),
-            self.o.payload.eq(data.word_select(position, 8)),
             self.i.ready.eq(~spare_full),
             self.idle.eq(~holding & ~spare_full),
         ]
         with m.If(self.o.valid & self.o.ready):
-            m.d.sync += position.eq(position + 1)
+            m.d.sync += position.eq(position + width)
         with m.If(free):
             with m.If(spare_full):
                 m.d.sync += [holding.eq(1), data.eq(spare.data),
@@ -720,6 +854,10 @@ class CommandEngine(wiring.Component):
     frame_timeout_cycles : int, optional
         Idle cycles after which a partial request is abandoned; default ``clock_hz // 100``
         (10 ms).
+    link_bytes : int
+        Bytes per cycle of ``i`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`, at
+        most ``8 * lanes``): 1 behind a UART, more behind a wide stream such as PCIe or the
+        compiled virtual board.
 
     Attributes
     ----------
@@ -731,9 +869,9 @@ class CommandEngine(wiring.Component):
 
     Ports
     -----
-    i : In(stream.Signature(8))
+    i : In(link_signature(link_bytes))
         Request bytes from the link.
-    o : Out(stream.Signature(8))
+    o : Out(link_signature(link_bytes))
         Reply bytes to the link.
     uart_framing_errors, uart_overruns : In(32)
         Link error counters reported by ``COUNTERS`` (tie to 0 without a UART).
@@ -766,9 +904,11 @@ class CommandEngine(wiring.Component):
 
     Latency and throughput
     ----------------------
-    One link byte per cycle in and out, whatever the command and dtype (the units take a beat
-    of ``8 * lanes`` bytes per cycle, so they are never the bottleneck behind a byte link).
-    Per request the input stalls 15 cycles at the header (its check and the handshake), and a
+    ``link_bytes`` link bytes per cycle in and out for the data, whatever the command and
+    dtype (the units take a beat of ``8 * lanes`` bytes per cycle, so they are never the
+    bottleneck); headers, parameter blocks, trailers and word replies go a byte per cycle. A
+    payload row that does not start on a link word boundary costs a word per beat more. Per
+    request the input stalls 15 cycles at the header (its check and the handshake), and a
     data command's checks stall it once more after the parameter block: about 9 cycles plus,
     per product, 3 plus the bit length of its second factor (measured: 17 cycles for a REDUCE,
     24 for a LOAD, 30 for a POOL_CHANNELS_LAST, 29 for a MAX with 4 dimensions, all with small
@@ -780,7 +920,8 @@ class CommandEngine(wiring.Component):
     ``8 * lanes`` cycles).
     """
 
-    def __init__(self, *, reducer, pool, broadcast, clock_hz, frame_timeout_cycles=None):
+    def __init__(self, *, reducer, pool, broadcast, clock_hz, frame_timeout_cycles=None,
+                 link_bytes=1):
         lanes = reducer.lanes
         if pool.lanes != lanes or broadcast.lanes != lanes:
             self._MustUse__silence = True
@@ -788,7 +929,13 @@ class CommandEngine(wiring.Component):
                              f"{pool.lanes}, {broadcast.lanes}")
         if frame_timeout_cycles is None:
             frame_timeout_cycles = max(clock_hz // 100, 1)
+        check_link_bytes(link_bytes)
+        if link_bytes > LANE_BYTES * lanes:
+            self._MustUse__silence = True
+            raise ValueError(f"link_bytes ({link_bytes}) must not exceed the {LANE_BYTES * lanes} "
+                             f"bytes of a beat of {lanes} lanes")
         self.lanes = lanes
+        self.link_bytes = link_bytes
         self.pool_capacity_bytes = pool.capacity_bytes
         self.depth = broadcast.depth
         self.max_dims = broadcast.max_dims
@@ -806,8 +953,8 @@ class CommandEngine(wiring.Component):
             frame_timeout_cycles=frame_timeout_cycles)
         beat = beat_layout(lanes)
         super().__init__({
-            "i": In(stream.Signature(8)),
-            "o": Out(stream.Signature(8)),
+            "i": In(link_signature(link_bytes)),
+            "o": Out(link_signature(link_bytes)),
             "uart_framing_errors": In(32),
             "uart_overruns": In(32),
             "abort": Out(1),
@@ -838,10 +985,11 @@ class CommandEngine(wiring.Component):
         if beat_bytes & (beat_bytes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes}")
 
-        m.submodules.receiver = receiver = FrameReceiver(self.frame_timeout_cycles)
-        m.submodules.transmitter = transmitter = FrameTransmitter()
+        width = self.link_bytes
+        m.submodules.receiver = receiver = FrameReceiver(self.frame_timeout_cycles, width)
+        m.submodules.transmitter = transmitter = FrameTransmitter(width)
         m.submodules.multiplier = multiplier = SaturatingMultiplier(32)
-        packer, unpacker = RowPacker(lanes), RowUnpacker(lanes)
+        packer, unpacker = RowPacker(lanes, width), RowUnpacker(lanes, width)
         m.submodules.packer = ResetInserter(self.abort)(packer)
         m.submodules.unpacker = ResetInserter(self.abort)(unpacker)
 
@@ -1042,10 +1190,12 @@ class CommandEngine(wiring.Component):
         word_reply = Signal()
         m.d.sync += word_reply.eq((command == Command.IDENTIFY) | (command == Command.COUNTERS))
         with streams.If(word_reply):
-            streams.d.comb += [
-                transmitter.payload.valid.eq(1),
-                transmitter.payload.payload.eq(reply_word[:8]),
-            ]
+            streams.d.comb += transmitter.payload.valid.eq(1)
+            if width == 1:
+                streams.d.comb += transmitter.payload.payload.eq(reply_word[:8])
+            else:
+                streams.d.comb += [transmitter.payload.payload.data[0].eq(reply_word[:8]),
+                                   transmitter.payload.payload.count.eq(1)]
         with streams.Else():
             wiring.connect(streams, unpacker.o, transmitter.payload)
         with m.If(word_reply & transmitter.payload.ready):
@@ -1090,9 +1240,13 @@ class CommandEngine(wiring.Component):
         streams.d.comb += [
             receiver.payload.ready.eq(taking_parameters | draining
                                       | (streaming & packer.i.ready)),
+            receiver.payload_limit.eq(Mux(taking_parameters, 1,
+                                          Mux(streaming, packer.limit, width))),
             packer.i.valid.eq(streaming & receiver.payload.valid),
             packer.i.payload.eq(receiver.payload.payload),
         ]
+        parameter_byte = (receiver.payload.payload if width == 1
+                          else receiver.payload.payload.data[0])
 
         # ---- The control FSM.
         def take_trailer(then):
@@ -1140,7 +1294,7 @@ class CommandEngine(wiring.Component):
                 m.d.comb += taking_parameters.eq(1)
                 with m.If(receiver.payload.valid):
                     m.d.sync += [
-                        block.eq(Cat(block[8:], receiver.payload.payload)),
+                        block.eq(Cat(block[8:], parameter_byte)),
                         received.eq(received + 1),
                     ]
                     with m.If(received == needed - 1):

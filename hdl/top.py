@@ -7,13 +7,14 @@ provides the clock.
 """
 
 from amaranth.hdl import Elaboratable, EnableInserter, Module, ResetInserter, Signal
-from amaranth.lib import fifo, io, stream, wiring
+from amaranth.lib import fifo, io, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.host.protocol import MAX_COUNT
 
 from .broadcast import BroadcastMax
 from .engine import CommandEngine
+from .linkword import link_signature
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
 from .uart import UARTReceiver, UARTTransmitter
@@ -89,6 +90,9 @@ class Core(wiring.Component):
         (both as ``TOO_LARGE``). The host then does everything through ``REDUCE``: ReduceMax,
         GlobalMaxPool and same-shape Max as always, a broadcasting Max by expanding the
         operands on the host (more bytes on the link). For devices too small for all three.
+    link_bytes : int
+        Bytes per cycle of ``i`` and ``o`` (1, 2, 4, 8 or 16, at most ``8 * lanes``): 1 behind
+        a UART, a beat's worth behind a wide stream (the compiled virtual board).
 
     Attributes
     ----------
@@ -98,9 +102,10 @@ class Core(wiring.Component):
 
     Ports
     -----
-    i : In(stream.Signature(8))
-        Request bytes.
-    o : Out(stream.Signature(8))
+    i : In(link_signature(link_bytes))
+        Request bytes (:func:`~maxaccel.hdl.linkword.link_signature`: plain bytes for one byte
+        per cycle, else words of ``link_bytes`` bytes with a count).
+    o : Out(link_signature(link_bytes))
         Reply bytes.
     uart_framing_errors, uart_overruns : In(32)
         Reported by ``COUNTERS``; 0 when unconnected.
@@ -109,19 +114,13 @@ class Core(wiring.Component):
 
     Latency and throughput
     ----------------------
-    Those of the engine: a byte per cycle in and out (see
+    Those of the engine: ``link_bytes`` bytes per cycle in and out (see
     :class:`~maxaccel.hdl.engine.CommandEngine`).
     """
 
-    i: In(stream.Signature(8))
-    o: Out(stream.Signature(8))
-    uart_framing_errors: In(32)
-    uart_overruns: In(32)
-    idle: Out(1)
-
     def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
                  max_count=MAX_COUNT, pool_channels=32, clock_hz=100_000_000,
-                 frame_timeout_cycles=None, units=UNITS):
+                 frame_timeout_cycles=None, units=UNITS, link_bytes=1):
         if "reduce" not in units or set(units) - set(UNITS):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
                              f"not {units!r}")
@@ -134,9 +133,17 @@ class Core(wiring.Component):
                           else _AbsentBroadcast(lanes))
         self.engine = CommandEngine(reducer=self.reducer, pool=self.pool,
                                     broadcast=self.broadcast, clock_hz=clock_hz,
-                                    frame_timeout_cycles=frame_timeout_cycles)
+                                    frame_timeout_cycles=frame_timeout_cycles,
+                                    link_bytes=link_bytes)
         self.identity = self.engine.identity
-        super().__init__()
+        self.link_bytes = link_bytes
+        super().__init__({
+            "i": In(link_signature(link_bytes)),
+            "o": Out(link_signature(link_bytes)),
+            "uart_framing_errors": In(32),
+            "uart_overruns": In(32),
+            "idle": Out(1),
+        })
 
     def elaborate(self, platform):
         m = Module()
@@ -221,6 +228,10 @@ class UARTTop(Elaboratable):
 
     def __init__(self, clock_hz, baud, *, rx_fifo_depth=512, **core_parameters):
         self.divisor = clock_hz // baud
+        if core_parameters.get("link_bytes", 1) != 1:
+            self._MustUse__silence = True
+            raise ValueError(f"a UART carries one byte per cycle: link_bytes must be 1, not "
+                             f"{core_parameters['link_bytes']!r}")
         if self.divisor < 4:
             self._MustUse__silence = True
             raise ValueError(f"clock_hz / baud = {clock_hz} / {baud} gives {self.divisor} cycles "

@@ -8,6 +8,7 @@ import collections
 import math
 import time
 
+from amaranth.hdl import Value
 from amaranth.sim import Simulator
 
 from maxaccel.hdl.top import UNITS, Core, UARTTop
@@ -20,7 +21,7 @@ __all__ = ["VirtualBoard", "CORE_DEFAULTS"]
 #: frame timeout (2 ms) to keep timeouts cheap in simulation.
 CORE_DEFAULTS = dict(lanes=2, replay_depth=64, max_dims=4, max_operands=4, max_count=MAX_COUNT,
                      pool_channels=32, clock_hz=1_000_000, frame_timeout_cycles=2000,
-                     units=UNITS)
+                     units=UNITS, link_bytes=1)
 
 
 class VirtualBoard:
@@ -44,8 +45,10 @@ class VirtualBoard:
 
     Parameters
     ----------
-    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles, units :
-        Passed to :class:`~maxaccel.hdl.top.Core`; defaults in :data:`CORE_DEFAULTS`.
+    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles, units, link_bytes :
+        Passed to :class:`~maxaccel.hdl.top.Core`; defaults in :data:`CORE_DEFAULTS`. With
+        ``link_bytes`` above 1 the bench offers that many pending bytes per cycle (a wide
+        stream, not a UART: ``uart=True`` needs 1).
     clock_hz : int
         Nominal clock frequency: reported by ``IDENTIFY``, and one simulated cycle is
         ``1 / clock_hz`` seconds of simulated time.
@@ -123,28 +126,45 @@ class VirtualBoard:
     async def _stream_bench(self, ctx):
         core = self._top
         pending, received = self._pending, self._received
-        i_valid, i_payload = core.i.valid, core.i.payload
+        width = core.link_bytes
+        i_valid, i_payload = core.i.valid, Value.cast(core.i.payload)
+        o_payload = Value.cast(core.o.payload)
         ctx.set(core.o.ready, 1)
-        offered = None      # the byte on core.i, taken from `pending`
+        if width == 1:
+            next_word, take_word = pending.popleft, received.append
+        else:
+            # A link word: the next pending bytes (up to `width`), their count above them.
+            data_bits = 8 * width
+
+            def next_word():
+                count = min(width, len(pending))
+                value = 0
+                for k in range(count):
+                    value |= pending.popleft() << (8 * k)
+                return value | count << data_bits
+
+            def take_word(word):
+                count = word >> data_bits
+                received.extend(word.to_bytes(width + 1, "little")[:count])
+        offering = False    # a word is on core.i
         async for _, _, ready, valid, payload, idle in ctx.tick().sample(
-                core.i.ready, core.o.valid, core.o.payload, core.idle):
+                core.i.ready, core.o.valid, o_payload, core.idle):
             self.cycles += 1
             if valid:
-                received.append(payload)
-            if offered is not None:
+                take_word(payload)
+            if offering:
                 self._idle_cycles = 0
                 if ready:
                     if pending:
-                        offered = pending.popleft()
-                        ctx.set(i_payload, offered)
+                        ctx.set(i_payload, next_word())
                     else:
-                        offered = None
+                        offering = False
                         ctx.set(i_valid, 0)
             else:
                 self._idle_cycles = self._idle_cycles + 1 if idle and not valid else 0
                 if pending:
-                    offered = pending.popleft()
-                    ctx.set(i_payload, offered)
+                    offering = True
+                    ctx.set(i_payload, next_word())
                     ctx.set(i_valid, 1)
 
     async def _uart_bench(self, ctx):

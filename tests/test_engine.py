@@ -19,6 +19,7 @@ from amaranth.sim import Simulator
 
 from maxaccel.hdl.beat import beat_layout
 from maxaccel.hdl.engine import FrameReceiver, RowPacker, RowUnpacker, SaturatingMultiplier
+from maxaccel.hdl.linkword import WordSplitter, link_signature
 from maxaccel.hdl.top import Core
 from maxaccel.host.dtypes import FORMATS, DType, format_of
 from maxaccel.host.plan import plan_broadcast
@@ -27,7 +28,8 @@ from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, MAX_COUNT, MAX_PAYL
                                     encode_frame)
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
-from maxaccel.sim.streams import STALL_PATTERNS, beats_from_rows, rows_from_beats, run_streams
+from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_words,
+                                  rows_from_beats, run_streams, words_from_bytes)
 from maxaccel.sim.values import random_values
 from maxaccel.sim.virtual_board import VirtualBoard
 
@@ -450,10 +452,12 @@ def test_back_to_back_requests(clean_board):
 # ---- the core under stalls (run_streams) -------------------------------------------------------
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-def test_core_under_idle_input_and_backpressure(stalls):
-    """Exact reply bytes, whatever the input gaps and output backpressure."""
+@pytest.mark.parametrize("link_bytes", [1, 16])
+def test_core_under_idle_input_and_backpressure(link_bytes, stalls):
+    """Exact reply bytes, whatever the input gaps, the split of the input into link words and
+    the output backpressure."""
     core = Core(**{k: v for k, v in BOARD.items() if k != "frame_timeout_cycles"},
-                frame_timeout_cycles=10_000)
+                frame_timeout_cycles=10_000, link_bytes=link_bytes)
     x = random_values(np.random.default_rng(3), format_of(np.float32), (3, 7))
     pooled = random_values(np.random.default_rng(4), format_of(np.int8), (2, 5, 3))
     request = (b"\x13MX" + encode_frame(Command.REDUCE, 1, reduce_payload(x))
@@ -465,20 +469,24 @@ def test_core_under_idle_input_and_backpressure(stalls):
                                reference.reduce_max(pooled, axes=[2], keepdims=False).tobytes())
                 + encode_frame(Command.IDENTIFY, 3, core.identity.encode())
                 + encode_frame(0x42, 4, status=Status.BAD_COMMAND))
-    run = run_streams(core, sources={core.i: list(request)},
-                      sinks={"o": (core.o, len(expected))}, stalls=stalls, timeout=5000)
-    assert bytes(run.received["o"]) == expected
+    words = words_from_bytes(request, link_bytes, random.Random(stalls.seed))
+    run = run_streams(core, sources={core.i: words},
+                      sinks={"o": (core.o, lambda words: len(bytes_from_words(words))
+                                   >= len(expected))},
+                      stalls=stalls, timeout=5000)
+    assert bytes_from_words(run.received["o"]) == expected
 
 
 # ---- building blocks ---------------------------------------------------------------------------
 
 class StartedPacker(wiring.Component):
-    """A RowPacker started with fixed ``rows`` and ``row_bytes`` in its first cycle."""
+    """A RowPacker started with fixed ``rows`` and ``row_bytes`` in its first cycle; on a wide
+    link a WordSplitter in front of it cuts the words to its ``limit``, as in the receiver."""
 
-    def __init__(self, lanes, rows, row_bytes):
-        self.packer = RowPacker(lanes)
+    def __init__(self, lanes, rows, row_bytes, link_bytes=1):
+        self.packer = RowPacker(lanes, link_bytes)
         self.rows, self.row_bytes = rows, row_bytes
-        super().__init__({"i": In(stream.Signature(8)),
+        super().__init__({"i": In(link_signature(link_bytes)),
                           "o": Out(stream.Signature(beat_layout(lanes)))})
 
     def elaborate(self, platform):
@@ -488,20 +496,33 @@ class StartedPacker(wiring.Component):
         m.d.sync += starting.eq(0)
         m.d.comb += [packer.start.eq(starting), packer.rows.eq(self.rows),
                      packer.row_bytes.eq(self.row_bytes)]
-        wiring.connect(m, wiring.flipped(self.i), packer.i)
+        if packer.link_bytes == 1:
+            wiring.connect(m, wiring.flipped(self.i), packer.i)
+        else:
+            m.submodules.splitter = splitter = WordSplitter(packer.link_bytes)
+            wiring.connect(m, wiring.flipped(self.i), splitter.i)
+            wiring.connect(m, splitter.o, packer.i)
+            m.d.comb += splitter.limit.eq(packer.limit)
         wiring.connect(m, packer.o, wiring.flipped(self.o))
         return m
 
 
+#: Link widths the building blocks are tested with, per lane count (up to a beat).
+LINK_WIDTHS = {1: [1, 4, 8], 2: [1, 4, 16]}
+
+
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-@pytest.mark.parametrize("lanes", [1, 2])
-@pytest.mark.parametrize("rows, row_bytes", [(3, 5), (3, 0), (2, 16), (2, 17), (0, 9), (5, 1)])
-def test_row_packer(lanes, rows, row_bytes, stalls):
+@pytest.mark.parametrize("lanes, link_bytes",
+                         [(lanes, w) for lanes, widths in LINK_WIDTHS.items() for w in widths])
+@pytest.mark.parametrize("rows, row_bytes", [(3, 5), (3, 0), (2, 16), (2, 17), (0, 9), (5, 1),
+                                             (2, 45)])
+def test_row_packer(lanes, link_bytes, rows, row_bytes, stalls):
     rng = random.Random(rows * 100 + row_bytes)
     data = [bytes(rng.choices(range(256), k=row_bytes)) for _ in range(rows)]
     expected = beats_from_rows(data, lanes)
-    dut = StartedPacker(lanes, rows, row_bytes)
-    run = run_streams(dut, sources={dut.i: list(b"".join(data))},
+    words = words_from_bytes(b"".join(data), link_bytes, rng)
+    dut = StartedPacker(lanes, rows, row_bytes, link_bytes)
+    run = run_streams(dut, sources={dut.i: words},
                       sinks={"o": (dut.o, len(expected))}, stalls=stalls,
                       check=lambda ctx: assert_idle(ctx, dut.packer))
     received = run.received["o"]
@@ -509,21 +530,27 @@ def test_row_packer(lanes, rows, row_bytes, stalls):
     assert [(b.nbytes, b.first, b.last) for b in received] == [
         (b["nbytes"], b["first"], b["last"]) for b in expected]
     if stalls.idle == stalls.backpressure == 0 and rows and row_bytes:
-        assert run.cycles["o"] == packer_cycles(rows, row_bytes, lanes)
+        assert run.cycles["o"] == packer_cycles(rows, row_bytes, lanes, link_bytes, words)
 
 
-def packer_cycles(rows, row_bytes, lanes):
-    """Edge at which a ready sink takes a started packer's last beat (no stalls): a byte per
-    cycle, a beat in the output register the edge its last byte is taken -- one edge later,
-    with the input stalled one cycle, if its predecessor entered the edge before."""
+def packer_cycles(rows, row_bytes, lanes, link_bytes, words):
+    """Edge at which a ready sink takes a started packer's last beat (no stalls): a transfer
+    per cycle from the first edge on, the last beat in the output register at the edge of the
+    last transfer. A transfer is a piece of a word: up to the word's end, and near a row's end
+    (``link_bytes`` or fewer bytes left) up to the row's end or the beat boundary before it."""
     beat = 8 * lanes
-    sizes = ([beat] * (row_bytes // beat) + [row_bytes % beat] * (row_bytes % beat > 0)) * rows
-    edge, entry = 1, None               # started at the first edge
-    for size in sizes:
-        last_byte = edge + size
-        entry = last_byte + 1 if entry == last_byte - 1 else last_byte
-        edge = entry
-    return entry + 1
+    counts = [1] * (rows * row_bytes) if link_bytes == 1 else [w["count"] for w in words]
+    transfers, position, left = 0, 0, row_bytes
+    for available in counts:
+        while available:
+            piece = (min(available, left, beat - position) if left <= link_bytes
+                     else available)
+            transfers += 1
+            available -= piece
+            left -= piece
+            position = 0 if left == 0 else (position + piece) % beat
+            left = left or row_bytes
+    return 1 + transfers + 1
 
 
 def assert_idle(ctx, unit):
@@ -531,20 +558,27 @@ def assert_idle(ctx, unit):
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-@pytest.mark.parametrize("lanes", [1, 2])
-def test_row_unpacker(lanes, stalls):
+@pytest.mark.parametrize("lanes, link_bytes",
+                         [(lanes, w) for lanes, widths in LINK_WIDTHS.items() for w in widths])
+def test_row_unpacker(lanes, link_bytes, stalls):
     rng = random.Random(lanes)
-    rows = [bytes(rng.choices(range(256), k=n)) for n in (5, 0, 8 * lanes, 8 * lanes + 3, 1, 0)]
-    dut = RowUnpacker(lanes)
+    sizes = (5, 0, 8 * lanes, 8 * lanes + 3, 1, 0, 8 * lanes - 1)
+    rows = [bytes(rng.choices(range(256), k=n)) for n in sizes]
+    dut = RowUnpacker(lanes, link_bytes)
     data = b"".join(rows)
     run = run_streams(dut, sources={dut.i: beats_from_rows(rows, lanes)},
-                      sinks={"o": (dut.o, len(data))}, stalls=stalls,
-                      check=lambda ctx: assert_idle(ctx, dut))
-    assert bytes(run.received["o"]) == data
+                      sinks={"o": (dut.o, lambda words: len(bytes_from_words(words)) >= len(data))},
+                      stalls=stalls, check=lambda ctx: assert_idle(ctx, dut))
+    assert bytes_from_words(run.received["o"]) == data
     if stalls.idle == stalls.backpressure == 0:
-        # The first byte the cycle after the first beat, then one byte per cycle: beats, the
-        # empty ones included, follow one another without a gap.
-        assert run.cycles["o"] == len(data) + 1
+        # The first word the cycle after the first beat, then one word per cycle: beats follow
+        # one another without a gap, except that an empty beat right after a one-word beat
+        # (with more to come) costs a cycle.
+        words = [-(-len(row[k:k + 8 * lanes]) // link_bytes)
+                 for row in rows for k in range(0, max(len(row), 1), 8 * lanes)]
+        gaps = sum(1 for before, empty in zip(words[:-2], words[1:-1])
+                   if empty == 0 and before == 1)
+        assert run.cycles["o"] == sum(words) + gaps + 1
 
 
 def test_saturating_multiplier():
@@ -585,7 +619,8 @@ def test_saturating_multiplier():
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-def test_frame_receiver_hunts_checks_and_times_out(stalls):
+@pytest.mark.parametrize("link_bytes", [1, 4, 16])
+def test_frame_receiver_hunts_checks_and_times_out(link_bytes, stalls):
     """Headers that pass their check come out, with their payload and the frame check result."""
     rng = random.Random(stalls.seed)
     frames = [encode_frame(3, 1, b"abc"), encode_frame(4, 2), encode_frame(5, 3, bytes(range(20)))]
@@ -601,16 +636,18 @@ def test_frame_receiver_hunts_checks_and_times_out(stalls):
     expected = [(3, 1, b"abc", 1), (4, 2, b"", 1), (6, 4, b"xxz", 0), (5, 3, bytes(range(20)), 1),
                 (9, 7, b"cu", None)]
     timeout = 40
-    dut = FrameReceiver(timeout)
-    run = run_streams(dut, sources={dut.i: list(stream_bytes)},
+    payload = b"".join(e[2] for e in expected)
+    dut = FrameReceiver(timeout, link_bytes)
+    run = run_streams(dut, sources={dut.i: words_from_bytes(stream_bytes, link_bytes, rng)},
                       sinks={"header": (dut.header, len(expected)),
-                             "payload": (dut.payload, sum(len(e[2]) for e in expected)),
+                             "payload": (dut.payload, lambda words: len(bytes_from_words(words))
+                                         >= len(payload)),
                              "trailer": (dut.trailer, len(expected))},
                       stalls=stalls, drain_cycles=2 * timeout,
                       check=lambda ctx: check_receiver_counters(ctx, dut))
     assert [(h.command, h.seq, h.length) for h in run.received["header"]] == [
         (3, 1, 3), (4, 2, 0), (6, 4, 3), (5, 3, 20), (9, 7, 3)]
-    assert bytes(run.received["payload"]) == b"".join(e[2] for e in expected)
+    assert bytes_from_words(run.received["payload"]) == payload
     outcomes = [(t.intact, t.timeout) for t in run.received["trailer"]]
     assert outcomes == [(1, 0), (1, 0), (0, 0), (1, 0), (0, 1)]
 

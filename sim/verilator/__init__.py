@@ -72,7 +72,7 @@ def require_verilator():
     return command, version or "unknown"
 
 
-def compile_model(elaboratable, harness, *, name, top="model"):
+def compile_model(elaboratable, harness, *, name, top="model", defines=None):
     """Compile ``elaboratable`` with the C++ ``harness`` and load it.
 
     Parameters
@@ -87,6 +87,8 @@ def compile_model(elaboratable, harness, *, name, top="model"):
         A readable name for the cache directory (``<name>-<hash>``).
     top : str
         The Verilog module name (the harness's ``V<top>`` class).
+    defines : dict, optional
+        Preprocessor macros for the harness (``-D NAME=VALUE``).
 
     Returns
     -------
@@ -108,18 +110,21 @@ def compile_model(elaboratable, harness, *, name, top="model"):
     harness_text = harness_path.read_text()
     # The key hashes Amaranth's RTLIL (deterministic, and no Yosys run on a cache hit).
     design = rtlil.convert(elaboratable, name=top)
+    flags = list(VERILATOR_FLAGS)
+    for macro, value in sorted((defines or {}).items()):
+        flags += ["-CFLAGS", f"-D{macro}={value}"]
     key = hashlib.sha256("\0".join(
-        [design, harness_text, version, " ".join(VERILATOR_FLAGS), MAKE_FLAGS]
+        [design, harness_text, version, " ".join(flags), MAKE_FLAGS]
     ).encode()).hexdigest()[:20]
     final = cache_dir() / f"{name}-{key}"
     library = final / f"lib{top}.so"
     if not library.exists():
-        _build(command, verilog.convert(elaboratable, name=top), harness_path.name,
+        _build(command, flags, verilog.convert(elaboratable, name=top), harness_path.name,
                harness_text, top, final)
     return ctypes.CDLL(str(library))
 
 
-def _build(command, verilog_text, harness_name, harness_text, top, final):
+def _build(command, flags, verilog_text, harness_name, harness_text, top, final):
     final.parent.mkdir(parents=True, exist_ok=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     (work / f"{top}.v").write_text(verilog_text)
@@ -127,7 +132,7 @@ def _build(command, verilog_text, harness_name, harness_text, top, final):
     log = work / "build.log"
     with open(log, "w") as output:
         result = subprocess.run(
-            [command, *VERILATOR_FLAGS, "-MAKEFLAGS", MAKE_FLAGS, "--top-module", top,
+            [command, *flags, "-MAKEFLAGS", MAKE_FLAGS, "--top-module", top,
              "--exe", harness_name, f"{top}.v", "-o", f"lib{top}.so",
              "-j", str(min(4, os.cpu_count() or 1))],
             cwd=work, stdout=output, stderr=subprocess.STDOUT)
