@@ -2,14 +2,16 @@
 :class:`~maxaccel.sim.virtual_board.VirtualBoard`, compiled with Verilator
 (:func:`maxaccel.sim.verilator.compile_model`), behind the same ``write``/``read`` of bytes.
 
-``open_device("verilator")`` opens it. The cycle model is the same (a request byte offered per
-cycle while any is pending, replies always taken, quiescence after two idle cycles), so both
-boards answer every request with the same bytes in the same number of cycles; only the speed
-differs (a few million cycles a second here, against a few thousand).
+``open_device("verilator")`` opens it. The cycle model is the same (a request word offered
+per cycle while any byte is pending, replies always taken, quiescence after two idle cycles),
+so with the same ``link_bytes`` both boards answer every request with the same bytes in the
+same number of cycles; only the speed differs (a few hundred thousand to a few million cycles
+a second here, against a few thousand). Its default link is a beat wide, not a byte.
 """
 
 import ctypes
 
+from maxaccel.hdl.lane import LANE_BYTES
 from maxaccel.hdl.top import Core
 from maxaccel.sim.verilator import compile_model, require_verilator
 from maxaccel.sim.virtual_board import CORE_DEFAULTS
@@ -22,7 +24,8 @@ _RESET_CYCLES = 2
 
 
 def _load(core):
-    library = compile_model(core, "core_harness.cpp", name="core", top="maxaccel_core")
+    library = compile_model(core, "core_harness.cpp", name="core", top="maxaccel_core",
+                            defines={"LINK_BYTES": core.link_bytes})
     size_p = ctypes.POINTER(ctypes.c_size_t)
     library.maxaccel_board_new.argtypes = [ctypes.c_uint32]
     library.maxaccel_board_new.restype = ctypes.c_void_p
@@ -43,8 +46,13 @@ class VerilatorBoard:
     Parameters
     ----------
     lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, clock_hz,
-    frame_timeout_cycles :
+    frame_timeout_cycles, units :
         As :class:`~maxaccel.sim.virtual_board.VirtualBoard` (same defaults).
+    link_bytes : int, optional
+        Bytes per cycle between the bench and the core; default a beat's worth,
+        ``min(16, 8 * lanes)``: a wide stream (as PCIe gives), so a compiled board moves a
+        beat per cycle instead of a byte. ``link_bytes=1`` is a byte link, cycle for cycle as
+        :class:`~maxaccel.sim.virtual_board.VirtualBoard`'s default.
     timeout : float, optional
         Default ``timeout`` of :meth:`read`, in seconds of simulated time (None: no limit).
 
@@ -72,11 +80,14 @@ class VerilatorBoard:
         if unknown:
             raise TypeError(f"unknown virtual board parameter(s) {', '.join(sorted(unknown))}; "
                             f"accepted: {', '.join(CORE_DEFAULTS)}, timeout")
-        parameters = {**CORE_DEFAULTS, **parameters}
+        parameters = {**CORE_DEFAULTS, "link_bytes": None, **parameters}
+        if parameters["link_bytes"] is None:
+            parameters["link_bytes"] = min(16, LANE_BYTES * parameters["lanes"])
         self.clock_hz = parameters["clock_hz"]
         require_verilator()     # before building anything: a missing tool is said at once
         core = Core(**parameters)
         self.identity = core.identity
+        self.link_bytes = core.link_bytes
         self.timeout = timeout
         self._library = _load(core)
         self._handle = self._library.maxaccel_board_new(_RESET_CYCLES)
@@ -131,7 +142,7 @@ class VerilatorBoard:
     def _run(self, out_capacity, max_cycles, settle):
         """One call into the compiled model, the pending bytes passed in place (no copy);
         returns the harness's verdict."""
-        out = ctypes.create_string_buffer(out_capacity)
+        out = ctypes.create_string_buffer(out_capacity + self.link_bytes)
         taken, produced = ctypes.c_size_t(0), ctypes.c_size_t(0)
         pending = (ctypes.c_char * len(self._pending)).from_buffer(self._pending)
         try:

@@ -60,9 +60,11 @@ def replay(board, requests):
     return transcript
 
 
-def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles():
+@pytest.mark.parametrize("link_bytes", [1, 8])
+def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
     rng = np.random.default_rng(42)
-    with VirtualBoard(**BOARD) as simulated, VerilatorBoard(**BOARD) as compiled:
+    board = dict(BOARD, link_bytes=link_bytes)
+    with VirtualBoard(**board) as simulated, VerilatorBoard(**board) as compiled:
         assert compiled.identity == simulated.identity
         requests = conversation(compiled.identity, rng)
         expected, got = replay(simulated, requests), replay(compiled, requests)
@@ -74,7 +76,8 @@ def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles():
 
 def test_a_large_request_through_open_device():
     x = np.random.default_rng(3).standard_normal((64, 4096)).astype(np.float32)  # 1 MiB
-    with open_device("verilator?lanes=1") as device:
+    with open_device("verilator?lanes=1") as device:    # a link of 8 bytes per cycle
+        assert device.link.transport.board.link_bytes == 8
         from maxaccel.sim import reference
         reference.assert_same_bits(device.reduce_max(x, axes=[1]),
                                    reference.reduce_max(x, axes=[1]))
