@@ -129,22 +129,23 @@ def _delay(m, name, enable, valid, tag, tag_shape, cycles):
     return valid, tag
 
 
-def _to_keys(m, enable, fmt, values, filled=None, registered=True):
-    """Two-stage :class:`ToKey` of each lane of ``values``: the NaN tests, then the key.
+def _to_keys(m, enable, fmt, values, filled=None, latency=2):
+    """:class:`ToKey` of each lane of ``values`` in ``latency`` register stages.
 
-    Both registers advance with ``enable``; ``fmt`` is the registered decode (of
-    :func:`_decode`), read in the second cycle; ``filled`` (a byte mask per lane) marks the
-    bytes that hold elements, the others get key 0. Not ``registered``: one combinational
-    :class:`ToKey` per lane, ``fmt`` read in the same cycle as ``values``.
+    ``latency=2``: the NaN tests, then the key; ``fmt`` is the registered decode (of
+    :func:`_decode`), read in the second cycle. ``latency=1``: the key is computed in the
+    cycle ``values`` come and registered; ``fmt`` (the unregistered decode) is read in that
+    cycle. The registers advance with ``enable``; ``filled`` (a byte mask per lane) marks the
+    bytes that hold elements, the others get key 0.
     """
     keys = []
     for j, value in enumerate(values):
-        to_key = ToKey(latency=1 if registered else 0)
-        m.submodules[f"key_{j}"] = EnableInserter(enable)(to_key) if registered else to_key
+        to_key = ToKey(latency=latency - 1)
+        m.submodules[f"key_{j}"] = EnableInserter(enable)(to_key)
         m.d.comb += [to_key.format.eq(fmt), to_key.value.eq(value)]
         if filled is not None:
             m.d.comb += to_key.filled.eq(filled[j])
-        keys.append(_register(m, enable, to_key.key, f"key_{j}", registered))
+        keys.append(_register(m, enable, to_key.key, f"key_{j}"))
     return keys
 
 
@@ -194,8 +195,8 @@ def _accumulate(m, advance, fmt, lane, valid, last, registered=True):
     """The loop and close of :class:`RunAccumulator`; returns (result keys, result valid).
 
     Not ``registered``: one accumulator register instead, loaded with ``max(partial, lane)``
-    (``max(least key, lane)`` for a run's first lane) through a combinational compare, whose
-    content is the result in the cycle after a run's last lane (latency 1, not 4).
+    (``max(least key, lane)`` for a run's first lane) through a combinational compare; it holds
+    the run's result in the cycle after its last lane (latency 1, not 4).
     """
     least_key = Signal(LANE_BITS)
     for index, spec in enumerate(FLOAT_FORMATS):
@@ -542,8 +543,7 @@ class RunReducer(wiring.Component):
 
     Both pipelines are the stages of the components of the same names, built by the same
     functions, in one pipeline with a single enable (``advance = ~o.valid | o.ready``, which is
-    ``i.ready``); they differ only in which stages have registers. ``pipeline="deep"``
-    (cycles)::
+    ``i.ready``); they differ in which stages have registers. ``pipeline="deep"`` (cycles)::
 
         i -> BeatKeys (2) -> ReductionTree (2 log2 lanes) -> LaneFold (5)
           -> RunAccumulator (4) -> FromKey, mask, register (1) -> o
@@ -551,19 +551,19 @@ class RunReducer(wiring.Component):
     Every register-to-register path is at most one half of a :class:`~maxaccel.hdl.lane.KeyMax`
     or of a :class:`~maxaccel.hdl.lane.ToKey`; the run accumulation, which must take a beat per
     cycle whatever the run lengths, goes round a two-cycle loop holding two interleaved partial
-    maxima (:class:`RunAccumulator`). For fast clocks: about 130 MHz on an iCE40 HX8K.
+    maxima (:class:`RunAccumulator`). For fast clocks: 130 MHz on an iCE40 HX8K at one lane.
 
     ``pipeline="shallow"``, for slow clocks on small devices (a 12 MHz iCE40)::
 
-        i -> ToKey, tree, fold, max with the run's partial -> accumulator (1)
-          -> FromKey, mask, register (1) -> o
+        i -> ToKey, register (1) -> tree, fold, max with the run's partial,
+          accumulator register (1) -> FromKey, mask -> o
 
-    The same stages without their registers: a beat's keys, the max across its lanes and
-    inside its lane and the max with its run's partial (the least key for a run's first beat)
-    are one combinational path into a single accumulator register, so a run needs no second
-    partial and no closing compare. About half the LUT4s and an eighth of the flip-flops of
-    ``"deep"`` at one lane; the long path costs Fmax, which falls as ``lanes`` grows (see
-    ``docs/resources.md``).
+    The same stages with two registers: the keys, and one accumulator that takes the max of
+    its partial (the least key for a run's first beat) and the beat's tree and fold, all
+    combinational, so a run needs no second partial and no closing compare; ``o`` is the
+    accumulator through :class:`~maxaccel.hdl.lane.FromKey` and the element-0 mask. About half
+    the LUT4s and an eighth of the flip-flops of ``"deep"`` at one lane, for a long path that
+    costs Fmax and grows with ``lanes`` (see ``docs/resources.md``).
 
     GlobalMaxPool of an ``N x C x D1..Dn`` tensor in channel-first order is ``N*C`` runs of
     ``prod(D)`` elements, so it uses this unit directly.
@@ -574,7 +574,7 @@ class RunReducer(wiring.Component):
         Lanes per input beat, a power of two (``ValueError`` otherwise).
     pipeline : str
         ``"deep"`` (default) or ``"shallow"`` (:data:`PIPELINES`; ``ValueError`` otherwise).
-        The results are the same bits; only the latency, the size and the Fmax differ.
+        The results are the same bits; the latency, the size and the Fmax differ.
 
     Ports
     -----
@@ -605,11 +605,13 @@ class RunReducer(wiring.Component):
                              f"not {pipeline!r}")
         self.lanes = lanes
         self.pipeline = pipeline
+        # Register stages: key conversion, tree, fold, accumulation, output.
         if pipeline == "deep":
-            self.latency = (BeatKeys.LATENCY + 2 * (lanes.bit_length() - 1)
-                            + LaneFold.FOLD_LATENCY + RunAccumulator.LATENCY + 1)
+            self._stages = (BeatKeys.LATENCY, 2 * (lanes.bit_length() - 1),
+                            LaneFold.FOLD_LATENCY, RunAccumulator.LATENCY, 1)
         else:
-            self.latency = 2    # the accumulator, then the output register
+            self._stages = (1, 0, 0, 1, 0)
+        self.latency = sum(self._stages)
         super().__init__({
             "i": In(stream.Signature(beat_layout(lanes))),
             "o": Out(stream.Signature(LANE_BITS)),
@@ -619,7 +621,8 @@ class RunReducer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         deep = self.pipeline == "deep"
-        # "shallow" converts keys in the cycle a beat is accepted: the decode is unregistered
+        key_latency, tree_latency, fold_latency, _, output_latency = self._stages
+        # "shallow" computes keys in the cycle a beat is accepted: the decode is unregistered
         # so that dtype still only has to be valid with the first beat.
         fmt = _decode(m, self.dtype, registered=deep)
         # One pipeline, one enable: i.ready depends on o.ready through one gate, not through
@@ -632,11 +635,10 @@ class RunReducer(wiring.Component):
         beat = self.i.payload
         filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
                   for j in range(self.lanes)]
-        keys = _to_keys(m, advance, fmt, list(beat.data), filled, deep)
+        keys = _to_keys(m, advance, fmt, list(beat.data), filled, key_latency)
         lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys, deep), deep)
-        accumulate_latency = RunAccumulator.LATENCY if deep else 1
         valid, last = _delay(m, "beat", advance, self.i.valid, beat.last, 1,
-                             self.latency - accumulate_latency - 1)
+                             key_latency + tree_latency + fold_latency)
         result, result_valid = _accumulate(m, advance, fmt, lane, valid, last, deep)
 
         element0 = Signal(LANE_BITS)
@@ -644,8 +646,9 @@ class RunReducer(wiring.Component):
             with m.If(fmt.size[k]):
                 m.d.comb += element0.eq((1 << (8 * size)) - 1)
         value = _from_key(m, "value", fmt, result)
-        with m.If(advance):
-            m.d.sync += [
+        output = m.d.sync if output_latency else m.d.comb
+        with m.If(advance if output_latency else 1):
+            output += [
                 self.o.valid.eq(result_valid),
                 self.o.payload.eq(value & element0),
             ]
