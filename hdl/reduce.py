@@ -10,8 +10,8 @@ Stream components, each usable on its own, and the ReduceMax unit built from the
   loop that interleaves two partial maxima.
 * :class:`RunReducer` -- ReduceMax over runs (rows) of any length, one result per run:
   ``BeatKeys -> ReductionTree -> LaneFold -> RunAccumulator -> FromKey``, pipelined for Fmax
-  (``pipeline="deep"``) or, for slow clocks on small devices, the same stages without their
-  registers into one accumulator register (``pipeline="shallow"``, latency 2).
+  (``pipeline="deep"``) or, for slow clocks on small devices, the same stages with only two
+  registers, the keys and one accumulator (``pipeline="shallow"``, latency 2).
 
 The comparisons run in *key space* (:mod:`maxaccel.hdl.lane`): values are mapped to order keys
 once on entry (:class:`~maxaccel.hdl.lane.ToKey`, every NaN gets the canonical NaN's key, the
@@ -80,7 +80,7 @@ def _decode(m, dtype, registered=True):
     m.d.comb += decode.dtype.eq(dtype)
     if not registered:
         return decode.format
-    format_registered = Signal(LaneFormat)
+    format_registered = Signal(LaneFormat, name="registered")
     m.d.sync += format_registered.eq(decode.format)
     return format_registered
 
@@ -95,15 +95,10 @@ def _stall_control(m, unit):
     return advance
 
 
-def _register(m, enable, value, name, registered=True):
-    """``value`` in a register that loads with ``enable``, or if not ``registered`` in a
-    combinational signal of the same name (a signal, not the expression, so that later stages
-    refer to it rather than copy it: the simulator compiles it once)."""
+def _register(m, enable, value, name):
+    """``value`` in a register named ``name`` that loads with ``enable``."""
     value = Value.cast(value)
     held = Signal(len(value), name=name, reset_less=True)
-    if not registered:
-        m.d.comb += held.eq(value)
-        return held
     with m.If(enable):
         m.d.sync += held.eq(value)
     return held
@@ -185,9 +180,17 @@ def _fold_stages(m, advance, fmt, lane, registered=True):
         for level in levels:
             flags = key_compare_level(flags, level, at_least[level])
         folds = ~at_least[width.bit_length()]   # elements of at most `width` bytes
-        folded = Cat(*(Mux(folds & ~flags[0][i], _byte(lane, i + width), _byte(lane, i))
-                       for i in range(width)), lane[8 * width:])
-        lane = _register(m, advance, folded, f"fold_{index}_result", registered)
+        # A signal even when combinational: later stages then refer to it instead of copying
+        # the expression into every use (which made the simulator compile the shallow
+        # pipeline six times slower).
+        folded = Signal(LANE_BITS, name=f"fold_{index}_result", reset_less=True)
+        stage = m.d.sync if registered else m.d.comb
+        with m.If(advance if registered else 1):
+            stage += folded.eq(lane)
+            for i in range(width):
+                with m.If(folds & ~flags[0][i]):
+                    stage += _byte(folded, i).eq(_byte(lane, i + width))
+        lane = folded
     return lane
 
 
@@ -563,7 +566,7 @@ class RunReducer(wiring.Component):
     combinational, so a run needs no second partial and no closing compare; ``o`` is the
     accumulator through :class:`~maxaccel.hdl.lane.FromKey` and the element-0 mask. At one lane
     two thirds of the LUT4s and an eighth of the flip-flops of ``"deep"``, for a long path that
-    costs Fmax (16.6 MHz on an iCE40 UP5K) and grows with ``lanes`` (``docs/resources.md``).
+    costs Fmax (16.9 MHz on an iCE40 UP5K) and grows with ``lanes`` (``docs/resources.md``).
 
     GlobalMaxPool of an ``N x C x D1..Dn`` tensor in channel-first order is ``N*C`` runs of
     ``prod(D)`` elements, so it uses this unit directly.
