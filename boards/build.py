@@ -256,6 +256,7 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity):
         "link": target.link, "baud": target.baud, "link_bytes_per_s": target.link_bytes_per_s,
         "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
         "units": list(target.core.get("units", ("reduce", "pool", "broadcast"))),
+        "reduce_pipeline": target.core.get("reduce_pipeline", "deep"),
         "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
                        "max_operands": identity.max_operands,
                        "pool_channels": identity.pool_channels},

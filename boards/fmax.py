@@ -73,6 +73,11 @@ def _reducer(lanes):
     return RunReducer(lanes)
 
 
+def _shallow_reducer(lanes):
+    from maxaccel.hdl.reduce import RunReducer
+    return RunReducer(lanes, "shallow")
+
+
 def _tree(lanes):
     from maxaccel.hdl.reduce import ReductionTree
     return ReductionTree(lanes)
@@ -92,6 +97,7 @@ def _broadcast(lanes):
 #: ``lanes``, the parameters in words). Pool and broadcast use ``hdl/top.py``'s defaults.
 UNITS = {
     "RunReducer": (_reducer, "RunReducer(lanes)"),
+    "RunReducer-shallow": (_shallow_reducer, 'RunReducer(lanes, pipeline="shallow")'),
     "ReductionTree": (_tree, "ReductionTree(lanes), values in and out"),
     "ChannelsLastPool": (_pool, "ChannelsLastPool(lanes, max_channels=32)"),
     "BroadcastMax": (_broadcast, "BroadcastMax(lanes, depth=64, max_dims=4, max_operands=4)"),

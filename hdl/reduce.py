@@ -9,7 +9,9 @@ Stream components, each usable on its own, and the ReduceMax unit built from the
 * :class:`RunAccumulator` -- max over each run of lanes, one lane per cycle, through a two-cycle
   loop that interleaves two partial maxima.
 * :class:`RunReducer` -- ReduceMax over runs (rows) of any length, one result per run:
-  ``BeatKeys -> ReductionTree -> LaneFold -> RunAccumulator -> FromKey``.
+  ``BeatKeys -> ReductionTree -> LaneFold -> RunAccumulator -> FromKey``, pipelined for Fmax
+  (``pipeline="deep"``) or, for slow clocks on small devices, the same stages with only two
+  registers, the keys and one accumulator (``pipeline="shallow"``, latency 2).
 
 The comparisons run in *key space* (:mod:`maxaccel.hdl.lane`): values are mapped to order keys
 once on entry (:class:`~maxaccel.hdl.lane.ToKey`, every NaN gets the canonical NaN's key, the
@@ -25,7 +27,7 @@ cycle. :class:`RunReducer` builds the stages of the others into one pipeline wit
 ``advance``. See ``docs/architecture.md``, "Reduction tree and run reducer".
 """
 
-from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal
+from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,7 +38,10 @@ from .lane import (ELEMENT_SIZES, FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey,
                    LaneDecode, LaneFormat, ToKey, float_key, key_compare_level, splat_constant)
 
 __all__ = ["BeatKeys", "ReductionTree", "LaneFold", "RunAccumulator", "RunReducer",
-           "FRAMING", "tree_layout", "lane_layout"]
+           "FRAMING", "PIPELINES", "tree_layout", "lane_layout"]
+
+#: The pipelines :class:`RunReducer` can be built with (see its ``pipeline`` parameter).
+PIPELINES = ("deep", "shallow")
 
 #: Tag of a beat's row framing, carried alongside its keys.
 FRAMING = data.StructLayout({"first": 1, "last": 1})
@@ -60,19 +65,24 @@ def _check_lanes(unit, lanes):
                          f"...), not {lanes!r}")
 
 
-def _decode(m, dtype):
-    """The format of ``dtype``, registered (one cycle after ``dtype``).
+def _decode(m, dtype, registered=True):
+    """The format of ``dtype``, registered (one cycle after ``dtype``) unless ``registered`` is
+    false.
 
-    Every stage that needs the format runs at least one cycle after its beat was accepted (the
-    key conversion's NaN tests need none), so ``dtype`` only has to be valid with the first
-    beat, and the decode is never on a datapath timing path (``dtype`` is static during a
-    command, so the register agrees with it whenever a beat is there).
+    In a pipelined unit every stage that needs the format runs at least one cycle after its
+    beat was accepted (the key conversion's NaN tests need none), so ``dtype`` only has to be
+    valid with the first beat, and the decode is never on a datapath timing path (``dtype`` is
+    static during a command, so the register agrees with it whenever a beat is there). A
+    unit that converts keys combinationally in the cycle a beat is accepted needs the decode
+    unregistered for ``dtype`` to keep that contract.
     """
     m.submodules.decode = decode = LaneDecode()
-    registered = Signal(LaneFormat)
     m.d.comb += decode.dtype.eq(dtype)
-    m.d.sync += registered.eq(decode.format)
-    return registered
+    if not registered:
+        return decode.format
+    format_registered = Signal(LaneFormat, name="registered")
+    m.d.sync += format_registered.eq(decode.format)
+    return format_registered
 
 
 def _stall_control(m, unit):
@@ -85,10 +95,20 @@ def _stall_control(m, unit):
     return advance
 
 
-def _key_max(m, name, enable, size, a, b):
-    """A two-stage :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``."""
-    key_max = KeyMax(latency=2)
-    m.submodules[name] = EnableInserter(enable)(key_max)
+def _register(m, enable, value, name):
+    """``value`` in a register named ``name`` that loads with ``enable``."""
+    value = Value.cast(value)
+    held = Signal(len(value), name=name, reset_less=True)
+    with m.If(enable):
+        m.d.sync += held.eq(value)
+    return held
+
+
+def _key_max(m, name, enable, size, a, b, registered=True):
+    """A two-stage :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``
+    (combinational, ``latency=0``, if not ``registered``)."""
+    key_max = KeyMax(latency=2 if registered else 0)
+    m.submodules[name] = EnableInserter(enable)(key_max) if registered else key_max
     m.d.comb += [key_max.size.eq(size), key_max.a.eq(a), key_max.b.eq(b)]
     return key_max.result
 
@@ -104,24 +124,23 @@ def _delay(m, name, enable, valid, tag, tag_shape, cycles):
     return valid, tag
 
 
-def _to_keys(m, enable, fmt, values, filled=None):
-    """Two-stage :class:`ToKey` of each lane of ``values``: the NaN tests, then the key.
+def _to_keys(m, enable, fmt, values, filled=None, latency=2):
+    """:class:`ToKey` of each lane of ``values`` in ``latency`` register stages.
 
-    Both registers advance with ``enable``; ``fmt`` is the registered decode (of
-    :func:`_decode`), read in the second cycle; ``filled`` (a byte mask per lane) marks the
+    ``latency=2``: the NaN tests, then the key; ``fmt`` is the registered decode (of
+    :func:`_decode`), read in the second cycle. ``latency=1``: the key is computed in the
+    cycle ``values`` come and registered; ``fmt`` (the unregistered decode) is read in that
+    cycle. The registers advance with ``enable``; ``filled`` (a byte mask per lane) marks the
     bytes that hold elements, the others get key 0.
     """
     keys = []
     for j, value in enumerate(values):
-        to_key = ToKey(latency=1)
+        to_key = ToKey(latency=latency - 1)
         m.submodules[f"key_{j}"] = EnableInserter(enable)(to_key)
         m.d.comb += [to_key.format.eq(fmt), to_key.value.eq(value)]
         if filled is not None:
             m.d.comb += to_key.filled.eq(filled[j])
-        key = Signal(LANE_BITS, name=f"key_{j}", reset_less=True)
-        with m.If(enable):
-            m.d.sync += key.eq(to_key.key)
-        keys.append(key)
+        keys.append(_register(m, enable, to_key.key, f"key_{j}"))
     return keys
 
 
@@ -135,50 +154,72 @@ def _from_key(m, name, fmt, key):
     return from_key.value
 
 
-def _tree_stages(m, advance, fmt, level):
-    """The levels of :class:`ReductionTree`: ``lanes`` key lanes to one, 2 cycles a level."""
+def _tree_stages(m, advance, fmt, level, registered=True):
+    """The levels of :class:`ReductionTree`: ``lanes`` key lanes to one, 2 cycles a level
+    (combinational if not ``registered``)."""
     for depth in range((len(level) - 1).bit_length()):
         level = [_key_max(m, f"max_{depth}_{pair}", advance, fmt.size,
-                          level[2 * pair], level[2 * pair + 1])
+                          level[2 * pair], level[2 * pair + 1], registered)
                  for pair in range(len(level) // 2)]
     return level[0]
 
 
-def _fold_stages(m, advance, fmt, lane):
-    """The stages of :class:`LaneFold` (:attr:`LaneFold.FOLD_LATENCY` cycles)."""
+def _fold_stages(m, advance, fmt, lane, registered=True):
+    """The stages of :class:`LaneFold` (:attr:`LaneFold.FOLD_LATENCY` cycles; combinational
+    if not ``registered``)."""
     at_least = Cat(fmt.size[k:].any() for k in range(len(ELEMENT_SIZES)))
     for index, (width, cycles) in enumerate(LaneFold.STAGES):
         flags = ([_byte(lane, i) >= _byte(lane, i + width) for i in range(width)],
                  [_byte(lane, i) == _byte(lane, i + width) for i in range(width)])
         levels = list(range(1, width.bit_length()))
-        if cycles == 2:
+        if cycles == 2 and registered:
             flags = key_compare_level(flags, levels.pop(0), at_least[1])
-            held = Signal(LANE_BITS, name=f"fold_{index}_lane", reset_less=True)
-            low_wins = Signal(width, name=f"fold_{index}_ge", reset_less=True)
-            low_equal = Signal(width, name=f"fold_{index}_eq", reset_less=True)
-            with m.If(advance):
-                m.d.sync += [held.eq(lane), low_wins.eq(Cat(flags[0])),
-                             low_equal.eq(Cat(flags[1]))]
-            lane, flags = held, (list(low_wins), list(low_equal))
+            lane = _register(m, advance, lane, f"fold_{index}_lane")
+            flags = (list(_register(m, advance, Cat(flags[0]), f"fold_{index}_ge")),
+                     list(_register(m, advance, Cat(flags[1]), f"fold_{index}_eq")))
         for level in levels:
             flags = key_compare_level(flags, level, at_least[level])
         folds = ~at_least[width.bit_length()]   # elements of at most `width` bytes
+        # A signal even when combinational: later stages then refer to it instead of copying
+        # the expression into every use (which made the simulator compile the shallow
+        # pipeline six times slower).
         folded = Signal(LANE_BITS, name=f"fold_{index}_result", reset_less=True)
-        with m.If(advance):
-            m.d.sync += folded.eq(lane)
+        stage = m.d.sync if registered else m.d.comb
+        with m.If(advance if registered else 1):
+            stage += folded.eq(lane)
             for i in range(width):
                 with m.If(folds & ~flags[0][i]):
-                    m.d.sync += _byte(folded, i).eq(_byte(lane, i + width))
+                    stage += _byte(folded, i).eq(_byte(lane, i + width))
         lane = folded
     return lane
 
 
-def _accumulate(m, advance, fmt, lane, valid, last):
-    """The loop and close of :class:`RunAccumulator`; returns (result keys, result valid)."""
+def _accumulate(m, advance, fmt, lane, valid, last, registered=True):
+    """The loop and close of :class:`RunAccumulator`; returns (result keys, result valid).
+
+    Not ``registered``: one accumulator register instead, loaded with ``max(partial, lane)``
+    (``max(least key, lane)`` for a run's first lane) through a combinational compare; it holds
+    the run's result in the cycle after its last lane (latency 1, not 4).
+    """
     least_key = Signal(LANE_BITS)
     for index, spec in enumerate(FLOAT_FORMATS):
         with m.If(fmt.float_format[index]):
             m.d.comb += least_key.eq(splat_constant(float_key(spec, spec.lowest), spec.bits))
+
+    if not registered:
+        live = Signal()                          # the accumulator holds a partial of this run
+        step = Signal()
+        m.d.comb += step.eq(advance & valid)
+        loop = KeyMax(latency=1)
+        m.submodules.loop = EnableInserter(step)(loop)
+        m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(Mux(live, loop.result, least_key)),
+                     loop.b.eq(lane)]
+        result_valid = Signal()
+        with m.If(step):
+            m.d.sync += live.eq(~last)
+        with m.If(advance):
+            m.d.sync += result_valid.eq(valid & last)
+        return loop.result, result_valid
 
     ends = valid & last
     fed_live, fed_final = Signal(), Signal()     # tags of the partial in the first stage
@@ -503,8 +544,9 @@ class RunReducer(wiring.Component):
     empty run (one beat, ``nbytes == 0``, ``first = last = 1``). Runs may be of any length and
     number; the unit looks at nothing but ``first``, ``last`` and ``nbytes``.
 
-    Pipeline (cycles), the stages of the components of the same names in one pipeline with a
-    single enable (``advance = ~o.valid | o.ready``, which is ``i.ready``)::
+    Both pipelines are the stages of the components of the same names, built by the same
+    functions, in one pipeline with a single enable (``advance = ~o.valid | o.ready``, which is
+    ``i.ready``); they differ in which stages have registers. ``pipeline="deep"`` (cycles)::
 
         i -> BeatKeys (2) -> ReductionTree (2 log2 lanes) -> LaneFold (5)
           -> RunAccumulator (4) -> FromKey, mask, register (1) -> o
@@ -512,7 +554,19 @@ class RunReducer(wiring.Component):
     Every register-to-register path is at most one half of a :class:`~maxaccel.hdl.lane.KeyMax`
     or of a :class:`~maxaccel.hdl.lane.ToKey`; the run accumulation, which must take a beat per
     cycle whatever the run lengths, goes round a two-cycle loop holding two interleaved partial
-    maxima (:class:`RunAccumulator`).
+    maxima (:class:`RunAccumulator`). For fast clocks: 130 MHz on an iCE40 HX8K at one lane.
+
+    ``pipeline="shallow"``, for slow clocks on small devices (a 12 MHz iCE40)::
+
+        i -> ToKey, register (1) -> tree, fold, max with the run's partial,
+          accumulator register (1) -> FromKey, mask -> o
+
+    The same stages with two registers: the keys, and one accumulator that takes the max of
+    its partial (the least key for a run's first beat) and the beat's tree and fold, all
+    combinational, so a run needs no second partial and no closing compare; ``o`` is the
+    accumulator through :class:`~maxaccel.hdl.lane.FromKey` and the element-0 mask. At one lane
+    two thirds of the LUT4s and an eighth of the flip-flops of ``"deep"``, for a long path that
+    costs Fmax (16.9 MHz on an iCE40 UP5K) and grows with ``lanes`` (``docs/resources.md``).
 
     GlobalMaxPool of an ``N x C x D1..Dn`` tensor in channel-first order is ``N*C`` runs of
     ``prod(D)`` elements, so it uses this unit directly.
@@ -521,6 +575,9 @@ class RunReducer(wiring.Component):
     ----------
     lanes : int
         Lanes per input beat, a power of two (``ValueError`` otherwise).
+    pipeline : str
+        ``"deep"`` (default) or ``"shallow"`` (:data:`PIPELINES`; ``ValueError`` otherwise).
+        The results are the same bits; the latency, the size and the Fmax differ.
 
     Ports
     -----
@@ -535,18 +592,29 @@ class RunReducer(wiring.Component):
 
     Latency and throughput
     ----------------------
-    :attr:`latency` ``= 12 + 2 * log2(lanes)`` cycles from the last beat of a run accepted to
-    its result valid: 12, 14, 16, 18 for 1, 2, 4, 8 lanes. One beat per cycle in steady state
-    while ``o.ready`` is high, for any mix of run lengths; a run costs
+    :attr:`latency` cycles from the last beat of a run accepted to its result valid:
+    ``12 + 2 * log2(lanes)`` for ``"deep"`` (12, 14, 16, 18 for 1, 2, 4, 8 lanes), ``2`` for
+    ``"shallow"`` whatever the lanes. Either way one beat per cycle in steady state while
+    ``o.ready`` is high, for any mix of run lengths; a run costs
     ``max(1, ceil(R * itemsize / (8 * lanes)))`` beats. While a result waits
     (``o.valid & ~o.ready``) the pipeline behind it stalls.
     """
 
-    def __init__(self, lanes):
+    def __init__(self, lanes, pipeline="deep"):
         _check_lanes(self, lanes)
+        if pipeline not in PIPELINES:
+            self._MustUse__silence = True
+            raise ValueError(f"RunReducer: pipeline must be one of {', '.join(PIPELINES)}, "
+                             f"not {pipeline!r}")
         self.lanes = lanes
-        self.latency = (BeatKeys.LATENCY + 2 * (lanes.bit_length() - 1)
-                        + LaneFold.FOLD_LATENCY + RunAccumulator.LATENCY + 1)
+        self.pipeline = pipeline
+        # Register stages: key conversion, tree, fold, accumulation, output.
+        if pipeline == "deep":
+            self._stages = (BeatKeys.LATENCY, 2 * (lanes.bit_length() - 1),
+                            LaneFold.FOLD_LATENCY, RunAccumulator.LATENCY, 1)
+        else:
+            self._stages = (1, 0, 0, 1, 0)
+        self.latency = sum(self._stages)
         super().__init__({
             "i": In(stream.Signature(beat_layout(lanes))),
             "o": Out(stream.Signature(LANE_BITS)),
@@ -555,7 +623,11 @@ class RunReducer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        fmt = _decode(m, self.dtype)
+        deep = self.pipeline == "deep"
+        key_latency, tree_latency, fold_latency, _, output_latency = self._stages
+        # "shallow" computes keys in the cycle a beat is accepted: the decode is unregistered
+        # so that dtype still only has to be valid with the first beat.
+        fmt = _decode(m, self.dtype, registered=deep)
         # One pipeline, one enable: i.ready depends on o.ready through one gate, not through
         # the handshakes of five chained components.
         advance = Signal()
@@ -566,19 +638,20 @@ class RunReducer(wiring.Component):
         beat = self.i.payload
         filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
                   for j in range(self.lanes)]
-        keys = _to_keys(m, advance, fmt, list(beat.data), filled)
-        lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys))
+        keys = _to_keys(m, advance, fmt, list(beat.data), filled, key_latency)
+        lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys, deep), deep)
         valid, last = _delay(m, "beat", advance, self.i.valid, beat.last, 1,
-                             self.latency - RunAccumulator.LATENCY - 1)
-        result, result_valid = _accumulate(m, advance, fmt, lane, valid, last)
+                             key_latency + tree_latency + fold_latency)
+        result, result_valid = _accumulate(m, advance, fmt, lane, valid, last, deep)
 
         element0 = Signal(LANE_BITS)
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fmt.size[k]):
                 m.d.comb += element0.eq((1 << (8 * size)) - 1)
         value = _from_key(m, "value", fmt, result)
-        with m.If(advance):
-            m.d.sync += [
+        output = m.d.sync if output_latency else m.d.comb
+        with m.If(advance if output_latency else 1):
+            output += [
                 self.o.valid.eq(result_valid),
                 self.o.payload.eq(value & element0),
             ]

@@ -71,6 +71,9 @@ class Core(wiring.Component):
     ----------
     lanes : int
         64-bit lanes per datapath beat, a power of two.
+    reduce_pipeline : str
+        The :class:`~maxaccel.hdl.reduce.RunReducer`'s pipeline: ``"deep"`` (pipelined for
+        Fmax) or ``"shallow"`` (far fewer cells, for slow clocks on small devices).
     replay_depth : int
         Beats of the broadcast replay buffer.
     max_dims, max_operands, max_count : int
@@ -119,13 +122,14 @@ class Core(wiring.Component):
     """
 
     def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
+                 reduce_pipeline="deep",
                  max_count=MAX_COUNT, pool_channels=32, clock_hz=100_000_000,
                  frame_timeout_cycles=None, units=UNITS, link_bytes=1):
         if "reduce" not in units or set(units) - set(UNITS):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
                              f"not {units!r}")
         self.units = tuple(u for u in UNITS if u in units)
-        self.reducer = RunReducer(lanes)
+        self.reducer = RunReducer(lanes, reduce_pipeline)
         self.pool = (ChannelsLastPool(lanes, pool_channels) if "pool" in units
                      else _AbsentPool(lanes))
         self.broadcast = (BroadcastMax(lanes, replay_depth, max_dims, max_operands,

@@ -5,9 +5,12 @@ import json
 import os
 import stat
 
+import numpy as np
 import pytest
+from amaranth.hdl import Fragment
 
 from maxaccel.boards import build
+from maxaccel.boards.targets import TARGETS
 from maxaccel.host import cli
 
 
@@ -71,6 +74,47 @@ def test_a_missing_programmer_is_named(tmp_path, monkeypatch, capsys):
     status, _, err = run("program", "icebreaker", "--out", str(tmp_path), capsys=capsys)
     assert status == 2
     assert "is not installed (or set ICEPROG to its path)" in err
+
+
+def test_the_ice40_boards_build_a_reduce_only_core_with_the_shallow_reducer():
+    """Both iCE40 boards run at 12 MHz from their oscillator: the same reduce-only core with
+    the shallow RunReducer (latency 2), so the HX8K bitstream CI builds is the iCEBreaker's
+    design; the faster boards keep the deep one."""
+    ice40 = [t for t in TARGETS.values() if t.family == "ice40"]
+    assert [t.name for t in ice40] == ["icebreaker", "ice40_hx8k_breakout"]
+    assert ice40[0].core == ice40[1].core and ice40[0].lanes == ice40[1].lanes
+    for t in ice40:
+        top = build.uart_top(t, t.lanes, t.clock_mhz)
+        core = top.core
+        assert core.units == ("reduce",) and core.identity.replay_depth == 0
+        assert (core.reducer.pipeline, core.reducer.latency) == ("shallow", 2)
+        Fragment.get(top, platform=None).prepare()    # the design elaborates (a second)
+    assert all(t.core.get("reduce_pipeline", "deep") == "deep"
+               for t in TARGETS.values() if t.family != "ice40")
+
+
+def test_the_icebreaker_core_computes_through_the_host(monkeypatch):
+    """The iCEBreaker's core, simulated, behind the host: REDUCE-only, bit for bit."""
+    from maxaccel.host.device import Device
+    from maxaccel.host.dtypes import format_of
+    from maxaccel.host.transport import SimTransport
+    from maxaccel.sim import reference, virtual_board
+    from maxaccel.sim.values import random_values
+
+    icebreaker = TARGETS["icebreaker"]
+    # The virtual board accepts only the Core parameters it knows defaults for.
+    monkeypatch.setitem(virtual_board.CORE_DEFAULTS, "reduce_pipeline", "deep")
+    with Device(SimTransport("sim", lanes=icebreaker.lanes, **icebreaker.core)) as device:
+        assert (device.identity.replay_depth, device.identity.pool_channels) == (0, 0)
+        rng = np.random.default_rng(5)
+        arrays = [random_values(rng, format_of(np.float32), s, edge_fraction=0.3)
+                  for s in [(2, 3), (3,)]]
+        reference.assert_same_bits(device.max(*arrays), reference.max(*arrays))
+        x = random_values(rng, format_of(np.float16), (2, 3, 2, 3), edge_fraction=0.3)
+        reference.assert_same_bits(device.global_max_pool(x), reference.global_max_pool(x))
+        y = random_values(rng, format_of(np.int8), (3, 5))
+        reference.assert_same_bits(device.reduce_max(y, axes=[0]),
+                                   reference.reduce_max(y, axes=[0]))
 
 
 @pytest.mark.synth
@@ -140,11 +184,16 @@ def test_nitefury_xdma_build_plan(tmp_path, capsys):
 
 @pytest.mark.synth
 def test_ice40_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
-    """The iCE40 build CI makes (HX8K breakout board, reduce-only core; about 3 minutes)."""
+    """The iCE40 build CI makes (HX8K breakout board, the iCEBreaker's reduce-only core with
+    the shallow reducer; about a minute)."""
     status, out, err = run("build", "ice40_hx8k_breakout", "--out", str(tmp_path),
                            capsys=capsys)
     assert status == 0, err[-2000:]
     assert (tmp_path / "maxaccel.bin").stat().st_size > 100_000
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["units"] == ["reduce"] and report["capacities"]["replay_depth"] == 0
+    assert report["reduce_pipeline"] == "shallow"
     assert report["fmax_mhz"] >= 12 and report["logic_cells"][0] <= report["logic_cells"][1]
+    # The iCEBreaker builds this design: it packs into as many logic cells on the UP5K (its
+    # Fmax there, 15.3 MHz, is in docs/boards/icebreaker.json).
+    assert report["logic_cells"][0] <= 5280

@@ -3,7 +3,8 @@
 Every stream test goes through ``run_streams`` (random idle cycles and backpressure, nothing left
 over). The dtype x lanes x stall-pattern cross product is sampled so that every dtype meets every
 lane count (1, 2, 4; 8 for some) and every stall pattern is used many times; each simulation
-batches many runs back to back.
+batches many runs back to back. RunReducer's tests run for both of its pipelines, "deep" and
+"shallow", which must give the same bits at their own latency.
 """
 
 import itertools
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 from maxaccel.hdl.lane import LANE_BYTES, float_key
-from maxaccel.hdl.reduce import BeatKeys, LaneFold, ReductionTree, RunAccumulator, RunReducer
+from maxaccel.hdl.reduce import PIPELINES, BeatKeys, LaneFold, ReductionTree, RunAccumulator, \
+    RunReducer
 from maxaccel.host.dtypes import FORMATS
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, beats_from_rows, lanes_to_bytes, \
@@ -152,9 +154,9 @@ def _element0(received, fmt, what):
     return bits.view(np.bool_) if fmt.kind == "bool" else bits.view(fmt.numpy_dtype)
 
 
-def reduce_runs(fmt, lanes, runs, stalls, seed=0):
+def reduce_runs(fmt, lanes, runs, stalls, seed=0, pipeline="deep"):
     """Send ``runs`` through a RunReducer; return (results, StreamRun, beats sent, unit)."""
-    dut = RunReducer(lanes)
+    dut = RunReducer(lanes, pipeline)
     beats = beats_from_rows([np.ascontiguousarray(run).tobytes() for run in runs], lanes)
     _garbage_padding(beats, _rng("padding", fmt.dtype, lanes, seed))
     run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(runs))},
@@ -179,44 +181,52 @@ def _reducer_cases():
     return cases
 
 
+@pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("fmt, lanes, stalls", _reducer_cases(), ids=_id)
-def test_run_reducer_matches_reference(fmt, lanes, stalls):
+def test_run_reducer_matches_reference(fmt, lanes, stalls, pipeline):
     runs = reduction_runs(fmt, lanes)
-    actual, *_ = reduce_runs(fmt, lanes, runs, stalls)
+    actual, *_ = reduce_runs(fmt, lanes, runs, stalls, pipeline=pipeline)
     reference.assert_same_bits(actual, expected_maxima(runs),
-                               f"RunReducer({lanes}) {fmt.numpy_dtype} {stalls}")
+                               f"RunReducer({lanes}, {pipeline}) {fmt.numpy_dtype} {stalls}")
 
 
+#: RunReducer's latency by pipeline, from the last beat of a run accepted to its result valid.
+REDUCER_LATENCY = {"deep": lambda lanes: 12 + 2 * (lanes.bit_length() - 1),
+                   "shallow": lambda lanes: 2}
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("lanes", [1, 2, 4, 8])
 @pytest.mark.parametrize("fmt", [FORMATS[1], FORMATS[2]], ids=_id)   # float32, uint8
-def test_run_reducer_latency_and_throughput(fmt, lanes):
+def test_run_reducer_latency_and_throughput(fmt, lanes, pipeline):
     """No stalls: one beat per cycle, each result exactly ``latency`` after its last beat."""
     rng = _rng("timing", fmt.dtype, lanes)
     per_beat = _elements_per_beat(fmt, lanes)
     runs = [_ordinary(rng, fmt, int(n)) for n in
             [0, 1, 0, 0, per_beat, per_beat + 1, 3 * per_beat, 1, 1, 2, 5 * per_beat - 1]
             + list(rng.integers(0, 3 * per_beat, size=20))]
-    actual, run, beats, dut = reduce_runs(fmt, lanes, runs, NO_STALLS)
+    actual, run, beats, dut = reduce_runs(fmt, lanes, runs, NO_STALLS, pipeline=pipeline)
     reference.assert_same_bits(actual, expected_maxima(runs))
-    latency = 12 + 2 * (lanes.bit_length() - 1)
+    latency = REDUCER_LATENCY[pipeline](lanes)
     assert dut.latency == latency
     last_beats = [index + 1 for index, beat in enumerate(beats) if beat["last"]]
     assert run.arrivals["o"] == [edge + latency for edge in last_beats]
     assert run.cycles["o"] == len(beats) + latency
 
 
+@pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("fmt, lanes, stalls", [
     (fmt, (1, 2, 4, 8)[i % 4], STALL_PATTERNS[i % len(STALL_PATTERNS)])
     for i, fmt in enumerate(FLOAT_FORMATS)
 ], ids=_id)
-def test_global_max_pool_channel_first(fmt, lanes, stalls):
+def test_global_max_pool_channel_first(fmt, lanes, stalls, pipeline):
     """GlobalMaxPool N x C x D1..Dn is N*C runs of prod(D) elements, fed to RunReducer as is."""
     rng = _rng("pool", fmt.dtype, lanes)
     shapes = [(2, 3, 5), (1, 2, 3, 4), (2, 1, 2, 1, 3), (1, 3, 0, 2), (3, 2, 1), (1, 1, 4, 4, 2)]
     tensors = [random_values(rng, fmt, shape, edge_fraction=0.05) for shape in shapes]
     tensors.append(_from_bits(np.full((1, 2, 3), fmt.sign_mask, dtype=fmt.uint_dtype), fmt))
     runs = [row for x in tensors for row in x.reshape(x.shape[0] * x.shape[1], -1)]
-    actual, *_ = reduce_runs(fmt, lanes, runs, stalls)
+    actual, *_ = reduce_runs(fmt, lanes, runs, stalls, pipeline=pipeline)
     offset = 0
     for x in tensors:
         count = x.shape[0] * x.shape[1]
@@ -231,6 +241,12 @@ def test_lanes_must_be_a_power_of_two(lanes):
     for unit in (BeatKeys, ReductionTree, RunReducer):
         with pytest.raises(ValueError, match=f"{unit.__name__}: lanes must be a power of two"):
             unit(lanes)
+
+
+def test_pipeline_must_be_deep_or_shallow():
+    with pytest.raises(ValueError, match="RunReducer: pipeline must be one of deep, shallow, "
+                                         "not 'fast'"):
+        RunReducer(1, "fast")
 
 
 # --- ReductionTree ------------------------------------------------------------------------------
