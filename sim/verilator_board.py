@@ -46,7 +46,7 @@ class VerilatorBoard:
     Parameters
     ----------
     lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, clock_hz,
-    frame_timeout_cycles, units :
+    frame_timeout_cycles, units, reduce_pipeline :
         As :class:`~maxaccel.sim.virtual_board.VirtualBoard` (same defaults).
     link_bytes : int, optional
         Bytes per cycle between the bench and the core; default a beat's worth,

@@ -21,7 +21,7 @@ __all__ = ["VirtualBoard", "CORE_DEFAULTS"]
 #: frame timeout (2 ms) to keep timeouts cheap in simulation.
 CORE_DEFAULTS = dict(lanes=2, replay_depth=64, max_dims=4, max_operands=4, max_count=MAX_COUNT,
                      pool_channels=32, clock_hz=1_000_000, frame_timeout_cycles=2000,
-                     units=UNITS, link_bytes=1)
+                     units=UNITS, link_bytes=1, reduce_pipeline="deep")
 
 
 class VirtualBoard:
@@ -45,7 +45,7 @@ class VirtualBoard:
 
     Parameters
     ----------
-    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles, units, link_bytes :
+    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles, units, link_bytes, reduce_pipeline :
         Passed to :class:`~maxaccel.hdl.top.Core`; defaults in :data:`CORE_DEFAULTS`. With
         ``link_bytes`` above 1 the bench offers that many pending bytes per cycle (a wide
         stream, not a UART: ``uart=True`` needs 1).

@@ -93,17 +93,15 @@ def test_the_ice40_boards_build_a_reduce_only_core_with_the_shallow_reducer():
                for t in TARGETS.values() if t.family != "ice40")
 
 
-def test_the_icebreaker_core_computes_through_the_host(monkeypatch):
+def test_the_icebreaker_core_computes_through_the_host():
     """The iCEBreaker's core, simulated, behind the host: REDUCE-only, bit for bit."""
     from maxaccel.host.device import Device
     from maxaccel.host.dtypes import format_of
     from maxaccel.host.transport import SimTransport
-    from maxaccel.sim import reference, virtual_board
+    from maxaccel.sim import reference
     from maxaccel.sim.values import random_values
 
     icebreaker = TARGETS["icebreaker"]
-    # The virtual board accepts only the Core parameters it knows defaults for.
-    monkeypatch.setitem(virtual_board.CORE_DEFAULTS, "reduce_pipeline", "deep")
     with Device(SimTransport("sim", lanes=icebreaker.lanes, **icebreaker.core)) as device:
         assert (device.identity.replay_depth, device.identity.pool_channels) == (0, 0)
         rng = np.random.default_rng(5)
