@@ -3,11 +3,12 @@
 The XDMA IP in AXI4-Stream mode gives one host-to-card (H2C) and one card-to-host (C2H)
 stream of ``width``-byte words with ``tkeep`` byte enables and ``tlast``. The host's
 ``xdma://`` transport writes request bytes to ``/dev/xdma0_h2c_0`` and reads reply bytes from
-``/dev/xdma0_c2h_0``; these adapters turn the words into the core's byte streams and back.
+``/dev/xdma0_c2h_0``; these adapters turn the words into the core's link stream (bytes, or
+link words of a whole AXI word) and back.
 """
 
-from amaranth.hdl import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["axi_stream_signature", "WordsToBytes", "BytesToWords", "CoreOverAXIStream"]
@@ -25,36 +26,58 @@ def axi_stream_signature(width):
 
 
 class WordsToBytes(wiring.Component):
-    """H2C: AXI4-Stream words to a byte stream, the bytes ``tkeep`` marks, in address order.
+    """H2C: AXI4-Stream words to the core's link stream, the bytes ``tkeep`` marks, in order.
 
     Parameters
     ----------
     width : int
-        Bytes per word (8 for the XDMA's 64-bit interface).
+        Bytes per word (16 for the XDMA's 128-bit interface as the NiteFury configures it).
+    link_bytes : int
+        Bytes per transfer of ``o``: 1 (a byte stream, any ``tkeep``) or ``width`` (the word
+        itself, as a :func:`~maxaccel.hdl.linkword.link_signature` word of as many bytes as
+        ``tkeep`` marks; ``tkeep`` must mark bytes from 0 up, which is what the XDMA's H2C
+        channel gives: every byte, or the low bytes of a transfer's last beat. A word with a
+        gap would reach the core with its bytes shifted, and the frame check would refuse it).
 
     Ports
     -----
     axis : In(axi_stream_signature(width))
-        Words from the XDMA IP. ``tlast`` is ignored: the byte stream carries frames that the
+        Words from the XDMA IP. ``tlast`` is ignored: the link stream carries frames that the
         command engine delimits itself.
-    o : Out(stream.Signature(8))
+    o : Out(link_signature(link_bytes))
         Bytes to the core.
 
     Latency and throughput
     ----------------------
-    A word is taken when its last kept byte goes out (or at once if it keeps none); bytes
-    leave one per cycle, the first the cycle after its word is taken. So a stream of full words
-    moves ``width`` bytes per ``width`` cycles: the byte-wide core's rate.
+    ``link_bytes == width``: none; a word per cycle, a word keeping no byte is dropped.
+    ``link_bytes == 1``: a word is taken when its last kept byte goes out (or at once if it
+    keeps none); bytes leave one per cycle, the first the cycle after its word is taken.
     """
 
-    def __init__(self, width=8):
+    def __init__(self, width=8, link_bytes=1):
+        from maxaccel.hdl.linkword import link_signature
+        if link_bytes not in (1, width):
+            self._MustUse__silence = True
+            raise ValueError(f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
         self.width = width
+        self.link_bytes = link_bytes
         super().__init__({"axis": In(axi_stream_signature(width)),
-                          "o": Out(stream.Signature(8))})
+                          "o": Out(link_signature(link_bytes))})
 
     def elaborate(self, platform):
         m = Module()
         width = self.width
+        if self.link_bytes == width:
+            kept = Signal(range(width + 1))
+            m.d.comb += [
+                kept.eq(sum(self.axis.tkeep[k] for k in range(width))),
+                self.o.valid.eq(self.axis.tvalid & (kept != 0)),
+                self.o.payload.data.as_value().eq(self.axis.tdata),
+                self.o.payload.count.eq(kept),
+                self.axis.tready.eq(self.o.ready | (kept == 0)),
+            ]
+            return m
+
         data = Signal(8 * width)
         keep = Signal(width)           # bytes of the held word not yet sent
         # The lowest kept byte goes next.
@@ -80,22 +103,27 @@ class WordsToBytes(wiring.Component):
 
 
 class BytesToWords(wiring.Component):
-    """C2H: a byte stream to AXI4-Stream words; a reply ends with ``tlast``.
+    """C2H: the core's link stream to AXI4-Stream words; a reply ends with ``tlast``.
 
-    Bytes fill a word from byte 0 up. A full word is held until the next byte shows that more
-    is coming, so the last word of a reply, full or not, can carry ``tlast``: when ``flush`` is
-    high (the core is idle: nothing more will come without a new request) and no byte is
-    arriving, the held bytes go out with ``tkeep`` marking them and ``tlast`` set, which ends the
+    Link words (or bytes) are appended to a buffer of two AXI words; every word but a reply's
+    last goes out full (the XDMA's C2H channel wants every ``tkeep`` bit set but on the last
+    beat). A full word is held until more bytes show that more is coming, so the last word of
+    a reply, full or not, can carry ``tlast``: when ``flush`` is high (the core is idle:
+    nothing more will come without a new request) and nothing is arriving, the held bytes go
+    out, the last word with ``tkeep`` marking its bytes and ``tlast`` set, which ends the
     host's read at once.
 
     Parameters
     ----------
     width : int
-        Bytes per word.
+        Bytes per AXI word.
+    link_bytes : int
+        Bytes per transfer of ``i``: 1 (a byte stream) or ``width``
+        (:func:`~maxaccel.hdl.linkword.link_signature` words).
 
     Ports
     -----
-    i : In(stream.Signature(8))
+    i : In(link_signature(link_bytes))
         Bytes from the core.
     flush : In(1)
         The core is idle (``Core.idle``).
@@ -104,47 +132,65 @@ class BytesToWords(wiring.Component):
 
     Latency and throughput
     ----------------------
-    One byte per cycle in. A word goes out the cycle after the byte that follows it arrives,
-    or, at the end of a reply, the cycle after ``flush`` rises.
+    One link transfer per cycle in. A full word goes out the cycle after the transfer that
+    follows it arrives, or, at the end of a reply, the cycles after ``flush`` rises (two if the
+    buffer holds more than a word).
     """
 
-    def __init__(self, width=8):
+    def __init__(self, width=8, link_bytes=1):
+        from maxaccel.hdl.linkword import link_signature
+        if link_bytes not in (1, width):
+            self._MustUse__silence = True
+            raise ValueError(f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
         self.width = width
-        super().__init__({"i": In(stream.Signature(8)), "flush": In(1),
+        self.link_bytes = link_bytes
+        super().__init__({"i": In(link_signature(link_bytes)), "flush": In(1),
                           "axis": Out(axi_stream_signature(width))})
 
     def elaborate(self, platform):
         m = Module()
         width = self.width
-        # The word being filled: `count` bytes of `data`.
-        data = Signal(8 * width)
-        count = Signal(range(width + 1))
-        full = count == width
+        # The bytes not yet sent: `count` of `data`, from byte 0; up to two words.
+        data = Signal(16 * width)
+        count = Signal(range(2 * width))
+        full = count >= width
+
+        if self.link_bytes == 1:
+            incoming, incoming_count = self.i.payload, 1
+        else:
+            incoming = self.i.payload.data.as_value()
+            incoming_count = self.i.payload.count
 
         out_busy = self.axis.tvalid & ~self.axis.tready
         with m.If(self.axis.tready):
             m.d.sync += self.axis.tvalid.eq(0)
 
-        # A byte is taken unless the word is full and cannot be handed over this cycle.
+        # Taken unless a full word is waiting and cannot be handed over this cycle (the
+        # buffer then has room for a whole transfer more, whatever `count`).
         m.d.comb += self.i.ready.eq(~full | ~out_busy)
         arriving = self.i.valid & self.i.ready
-        send_full = full & arriving           # more is coming: the full word is not the last
-        send_last = (count != 0) & self.flush & ~self.i.valid & ~out_busy
+        ending = self.flush & ~self.i.valid & ~out_busy & (count != 0)
+        send_full = full & (arriving | ending)      # a full word: the last only if exactly full
+        send_last = ending & (count <= width)
+        sent = Mux(send_full, width, Mux(send_last, count, 0))
         with m.If(send_full | send_last):
             m.d.sync += [
                 self.axis.tvalid.eq(1),
-                self.axis.tdata.eq(data),
-                self.axis.tkeep.eq((1 << count) - 1),
+                self.axis.tdata.eq(data[:8 * width]),
+                self.axis.tkeep.eq(Mux(send_full, (1 << width) - 1,
+                                       (Const(1, width + 1) << count) - 1)),
                 self.axis.tlast.eq(send_last),
             ]
+        kept = Signal.like(data)
+        position = Signal.like(count)           # where the arriving bytes go
+        m.d.comb += [kept.eq(data >> (sent * 8)), position.eq(count - sent)]
         with m.If(arriving):
-            with m.If(send_full):
-                m.d.sync += [data.eq(self.i.payload), count.eq(1)]
-            with m.Else():
-                m.d.sync += [data.word_select(count, 8).eq(self.i.payload),
-                             count.eq(count + 1)]
-        with m.Elif(send_last):
-            m.d.sync += count.eq(0)
+            m.d.sync += [
+                data.eq(kept | (incoming << (position * 8))),
+                count.eq(position + incoming_count),
+            ]
+        with m.Elif(send_full | send_last):
+            m.d.sync += [data.eq(kept), count.eq(position)]
         return m
 
 
@@ -154,7 +200,10 @@ class CoreOverAXIStream(wiring.Component):
     Parameters
     ----------
     width : int
-        Bytes per AXI4-Stream word (8: the XDMA's 64-bit interface).
+        Bytes per AXI4-Stream word (16: the XDMA's 128-bit interface on the NiteFury).
+    link_bytes : int
+        The core's link width: 1 (bytes) or ``width`` (an AXI word per cycle each way; needs
+        ``8 * lanes >= width``).
     **core_parameters
         Passed to :class:`~maxaccel.hdl.top.Core`.
 
@@ -167,14 +216,16 @@ class CoreOverAXIStream(wiring.Component):
 
     Latency and throughput
     ----------------------
-    The core's: a byte per cycle each way, plus a cycle in each adapter and, at the end of a
-    reply, the cycles until the core reports idle.
+    The core's: ``link_bytes`` bytes per cycle each way for the data, plus a cycle in the C2H
+    adapter (and in the H2C one for a byte link) and, at the end of a reply, the cycles until
+    the core reports idle.
     """
 
-    def __init__(self, width=8, **core_parameters):
+    def __init__(self, width=8, link_bytes=1, **core_parameters):
         from maxaccel.hdl.top import Core
         self.width = width
-        self.core = Core(**core_parameters)
+        self.link_bytes = link_bytes
+        self.core = Core(link_bytes=link_bytes, **core_parameters)
         self.identity = self.core.identity
         super().__init__({"h2c": In(axi_stream_signature(width)),
                           "c2h": Out(axi_stream_signature(width))})
@@ -182,8 +233,8 @@ class CoreOverAXIStream(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.core = core = self.core
-        m.submodules.h2c = h2c = WordsToBytes(self.width)
-        m.submodules.c2h = c2h = BytesToWords(self.width)
+        m.submodules.h2c = h2c = WordsToBytes(self.width, self.link_bytes)
+        m.submodules.c2h = c2h = BytesToWords(self.width, self.link_bytes)
         wiring.connect(m, wiring.flipped(self.h2c), h2c.axis)
         wiring.connect(m, h2c.o, core.i)
         wiring.connect(m, core.o, c2h.i)
@@ -223,11 +274,13 @@ class XDMATop(wiring.Component):
     """The NiteFury top level: the XDMA IP (``xdma_0``, a black box created by
     :data:`XDMA_IP_TCL`) on the board's PCIe lanes, and :class:`CoreOverAXIStream` on its
     AXI4-Stream channels, clocked by the IP's ``axi_aclk`` (125 MHz) and held in reset while
-    ``axi_aresetn`` is low. The host reaches it with ``open_device("xdma:///dev/xdma0")``.
+    ``axi_aresetn`` is low. The core's link is an AXI word (16 bytes) wide, so it keeps up
+    with PCIe Gen2 x4 (2 GB/s at 125 MHz against the link's 1.6 GB/s); that needs ``lanes >=
+    2``. The host reaches it with ``open_device("xdma:///dev/xdma0")``.
     """
 
     def __init__(self, **core_parameters):
-        self.adapter = CoreOverAXIStream(XDMA_WIDTH, **core_parameters)
+        self.adapter = CoreOverAXIStream(XDMA_WIDTH, link_bytes=XDMA_WIDTH, **core_parameters)
         self.identity = self.adapter.identity
         super().__init__({})
 

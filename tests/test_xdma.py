@@ -5,16 +5,18 @@ import random
 
 import numpy as np
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import ClockDomain, Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from maxaccel.boards.xdma import BytesToWords, CoreOverAXIStream, WordsToBytes
+from maxaccel.hdl.linkword import link_signature
 from maxaccel.host.dtypes import format_of
 from maxaccel.host.protocol import PARAMETERS, Command, FrameParser, Status, encode_frame
 from maxaccel.sim import reference
-from maxaccel.sim.streams import STALL_PATTERNS, run_streams
+from maxaccel.sim.streams import (STALL_PATTERNS, bytes_from_words, run_streams,
+                                  words_from_bytes)
 from maxaccel.sim.values import random_values
 
 WIDTH = 8
@@ -34,14 +36,17 @@ def connect_words(m, words, axis, *, into_axis):
 
 
 class RoundTrip(wiring.Component):
-    """Bytes -> BytesToWords -> WordsToBytes -> bytes, flushing whenever no byte arrives."""
-    i: In(stream.Signature(8))
-    o: Out(stream.Signature(8))
+    """Link -> BytesToWords -> WordsToBytes -> link, flushing whenever nothing arrives."""
+
+    def __init__(self, link_bytes):
+        self.link_bytes = link_bytes
+        super().__init__({"i": In(link_signature(link_bytes)),
+                          "o": Out(link_signature(link_bytes))})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.pack = pack = BytesToWords(WIDTH)
-        m.submodules.unpack = unpack = WordsToBytes(WIDTH)
+        m.submodules.pack = pack = BytesToWords(WIDTH, self.link_bytes)
+        m.submodules.unpack = unpack = WordsToBytes(WIDTH, self.link_bytes)
         wiring.connect(m, wiring.flipped(self.i), pack.i)
         wiring.connect(m, pack.axis, unpack.axis)
         wiring.connect(m, unpack.o, wiring.flipped(self.o))
@@ -50,12 +55,15 @@ class RoundTrip(wiring.Component):
 
 
 class Unpack(wiring.Component):
-    words: In(stream.Signature(WORD))
-    o: Out(stream.Signature(8))
+    def __init__(self, link_bytes):
+        self.link_bytes = link_bytes
+        super().__init__({"words": In(stream.Signature(WORD)),
+                          "o": Out(link_signature(link_bytes))})
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.unpack = unpack = WordsToBytes(WIDTH)
+        m.domains.sync = ClockDomain()      # the word link's adapter is combinational
+        m.submodules.unpack = unpack = WordsToBytes(WIDTH, self.link_bytes)
         connect_words(m, self.words, unpack.axis, into_axis=True)
         wiring.connect(m, unpack.o, wiring.flipped(self.o))
         return m
@@ -66,8 +74,8 @@ class OverWords(wiring.Component):
     h2c: In(stream.Signature(WORD))
     c2h: Out(stream.Signature(WORD))
 
-    def __init__(self, **core):
-        self.dut = CoreOverAXIStream(WIDTH, **core)
+    def __init__(self, link_bytes, **core):
+        self.dut = CoreOverAXIStream(WIDTH, link_bytes, **core)
         super().__init__()
 
     def elaborate(self, platform):
@@ -80,40 +88,55 @@ class OverWords(wiring.Component):
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
 @pytest.mark.parametrize("length", [1, 7, 8, 9, 16, 61])
-def test_bytes_survive_words_both_ways(stalls, length):
-    payload = [int(b) for b in np.random.default_rng(length).integers(0, 256, length)]
-    dut = RoundTrip()
-    run = run_streams(dut, sources={dut.i: payload}, sinks={"o": (dut.o, length)},
+@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+def test_bytes_survive_words_both_ways(stalls, length, link_bytes):
+    """Link transfers of random sizes (1 to a word) in, the same bytes out, none left over."""
+    payload = bytes(int(b) for b in np.random.default_rng(length).integers(0, 256, length))
+    dut = RoundTrip(link_bytes)
+    run = run_streams(dut, sources={dut.i: words_from_bytes(payload, link_bytes,
+                                                            random.Random(length))},
+                      sinks={"o": (dut.o, lambda got: len(bytes_from_words(got)) >= length)},
                       stalls=stalls)
-    assert run.received["o"] == payload
+    assert bytes_from_words(run.received["o"]) == payload
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-def test_only_kept_bytes_leave_in_order(stalls):
+@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+def test_only_kept_bytes_leave_in_order(stalls, link_bytes):
+    """Any tkeep on a byte link; on a word link the XDMA's tkeep (bytes from 0 up, or none)."""
     rng = random.Random(stalls.seed)
     words, expected = [], []
     for _ in range(20):
         tdata = rng.getrandbits(64)
-        tkeep = rng.choice([0xFF, 0x01, 0x80, 0xA5, 0x00, 0x0F, rng.getrandbits(8)])
+        if link_bytes == 1:
+            tkeep = rng.choice([0xFF, 0x01, 0x80, 0xA5, 0x00, 0x0F, rng.getrandbits(8)])
+        else:
+            tkeep = (1 << rng.choice([8, 8, 0, 1, 5, 7])) - 1
         words.append({"tdata": tdata, "tkeep": tkeep, "tlast": 0})
         expected += [tdata >> (8 * k) & 0xFF for k in range(8) if tkeep >> k & 1]
-    dut = Unpack()
-    run = run_streams(dut, sources={dut.words: words}, sinks={"o": (dut.o, len(expected))},
+    dut = Unpack(link_bytes)
+    run = run_streams(dut, sources={dut.words: words},
+                      sinks={"o": (dut.o, lambda got: len(bytes_from_words(got))
+                                   >= len(expected))},
                       stalls=stalls)
-    assert run.received["o"] == expected
+    assert bytes_from_words(run.received["o"]) == bytes(expected)
 
 
-@pytest.mark.parametrize("length", [5, 8, 13, 16])
-def test_a_reply_ends_with_tlast_and_partial_tkeep(length):
-    dut = BytesToWords(WIDTH)
+@pytest.mark.parametrize("length", [5, 8, 13, 16, 23])
+@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+def test_a_reply_ends_with_tlast_and_partial_tkeep(length, link_bytes):
+    """Every word full but the last, which carries tlast (the C2H channel's rule), whatever
+    sizes the link transfers had."""
+    dut = BytesToWords(WIDTH, link_bytes)
     payload = bytes(range(1, length + 1))
+    transfers = words_from_bytes(payload, link_bytes, random.Random(length))
     words = []
 
     async def bench(ctx):
         ctx.set(dut.axis.tready, 1)
-        for byte in payload:                       # back to back, flush low
+        for transfer in transfers:                 # back to back, flush low
             ctx.set(dut.i.valid, 1)
-            ctx.set(dut.i.payload, byte)
+            ctx.set(dut.i.payload, transfer)
             _, _, tvalid, tdata, tkeep, tlast = await ctx.tick().sample(
                 dut.axis.tvalid, dut.axis.tdata, dut.axis.tkeep, dut.axis.tlast)
             if tvalid:
@@ -131,7 +154,7 @@ def test_a_reply_ends_with_tlast_and_partial_tkeep(length):
     sim.add_testbench(bench)
     sim.run()
     full, rest = divmod(length, WIDTH)
-    expected_keeps = [0xFF] * full if rest else [0xFF] * full
+    expected_keeps = [0xFF] * full
     if rest:
         expected_keeps.append((1 << rest) - 1)
     assert [keep for _, keep, _ in words] == expected_keeps
@@ -153,10 +176,11 @@ def request_words(frames):
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS[::3], ids=str)
 @pytest.mark.parametrize("command", ["IDENTIFY", "REDUCE"])
-def test_the_core_answers_through_the_xdma_streams(stalls, command):
+@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+def test_the_core_answers_through_the_xdma_streams(stalls, command, link_bytes):
     """One request in words, its reply out in words ending with tlast (the core going idle
     flushes the last, partial word)."""
-    dut = OverWords(lanes=1, replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
+    dut = OverWords(link_bytes, lanes=1, replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
                     clock_hz=125_000_000, frame_timeout_cycles=10_000)
     if command == "IDENTIFY":
         request = encode_frame(Command.IDENTIFY, 1)
