@@ -99,7 +99,7 @@ TARGETS = {t.name: t for t in [
     Target(name="nitefury", title="RHS Research NiteFury II (Artix-7 M.2, PCIe Gen2 x4)",
            family="xilinx", device="XC7A200T-FBG484-2",
            platform_class="amaranth_boards.nitefury:NitefuryIIPlatform",
-           link="xdma", link_bytes_per_s=1.6e9, lanes=1, clock_mhz=125.0,
+           link="xdma", link_bytes_per_s=1.6e9, lanes=2, clock_mhz=125.0,
            core=dict(replay_depth=1024, max_dims=4, max_operands=4, pool_channels=256)),
 ]}
 

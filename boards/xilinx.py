@@ -37,6 +37,9 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
         if abs(clock_mhz - 125) > 1e-6:
             raise ValueError(f"{target.name} runs from the XDMA IP's 125 MHz AXI clock; "
                              f"--clock {clock_mhz:g} is not available")
+        if 8 * lanes < XDMA_WIDTH:
+            raise ValueError(f"{target.name}: the core takes a {XDMA_WIDTH}-byte AXI word per "
+                             f"cycle, which needs --lanes {XDMA_WIDTH // 8} or more, not {lanes}")
         core = dict(target.core, lanes=lanes, clock_hz=125_000_000)
         out.mkdir(parents=True, exist_ok=True)
         progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
@@ -46,7 +49,8 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
                               script_after_read=XDMA_IP_TCL)
         plan.extract(str(out))
         progress("estimating resources with yosys synth_xilinx (the XDMA IP excluded)")
-        top = CoreOverAXIStream(XDMA_WIDTH, **core)
+        top = CoreOverAXIStream(XDMA_WIDTH, link_bytes=XDMA_WIDTH, **core)
+        core_link_bytes = XDMA_WIDTH        # the core takes an AXI word per cycle
         cells = synthesize(top, "xilinx")
     else:
         platform = target.platform()
@@ -63,6 +67,7 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
         progress("estimating resources with yosys synth_xilinx")
         top = uart_top(target, lanes, clock_mhz)
         cells = synthesize(top, "xilinx", ports=[top.rx, top.tx, top.idle])
+        core_link_bytes = 1                 # behind a UART, a byte per cycle
     lut_total, ff_total, bram_total = DEVICE_TOTALS[target.device]
     block_rams = (cells["cells"].get("RAMB36E1", 0)
                   + cells["cells"].get("RAMB18E1", 0) / 2)
@@ -73,7 +78,7 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
         "lut4": None, "flip_flops": cells["ff"], "carry4": cells["carry"],
         "block_rams": [block_rams, bram_total], "bitstream": None,
         "plan": sorted(plan.files), "link": target.link, "baud": target.baud,
-        "link_bytes_per_s": target.link_bytes_per_s, "core_bytes_per_s": clock_mhz * 1e6,
+        "link_bytes_per_s": target.link_bytes_per_s, "core_bytes_per_s": clock_mhz * 1e6 * core_link_bytes,
         "build_seconds": round(time.monotonic() - started, 1),
         "note": "Fmax needs Vivado: run build_maxaccel.sh (docs/boards.md)",
     }

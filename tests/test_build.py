@@ -30,6 +30,8 @@ def run(*argv, capsys):
      "no bitstream at /nonexistent/maxaccel.bin: run 'maxaccel build icebreaker --out"),
     (["program", "arty_a7_35"], "programmed from Vivado's hardware manager"),
     (["build", "nitefury", "--clock", "250"], "runs from the XDMA IP's 125 MHz AXI clock"),
+    (["build", "nitefury", "--lanes", "1"],
+     "nitefury: the core takes a 16-byte AXI word per cycle, which needs --lanes 2 or more"),
     (["build", "arty_a7_35", "--clock", "50"], "runs from its 100 MHz oscillator"),
 ])
 def test_impossible_builds_are_refused_with_a_reason(capsys, argv, message):
@@ -152,7 +154,7 @@ def test_arty_build_plan_and_resource_estimate(tmp_path, capsys):
 @pytest.mark.synth
 def test_nitefury_xdma_build_plan(tmp_path, capsys):
     """The PCIe plan: the XDMA IP created by the Tcl, instantiated with the core on its
-    AXI4-Stream channels, the board's PCIe pins, and an estimate that fits (about 60 s)."""
+    AXI4-Stream channels, the board's PCIe pins, and an estimate that fits (about 2 min)."""
     status, out, err = run("build", "nitefury", "--out", str(tmp_path), capsys=capsys)
     assert status == 0, err[-2000:]
     tcl = (tmp_path / "maxaccel.tcl").read_text()
@@ -177,6 +179,8 @@ def test_nitefury_xdma_build_plan(tmp_path, capsys):
         (tmp_path / "xdma_clocks.xdc").read_text()
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["link"] == "xdma" and report["clock_mhz"] == 125
+    # A 16-byte AXI word per cycle: the core is no longer the PCIe board's limit.
+    assert report["core_bytes_per_s"] == 16 * 125e6 > report["link_bytes_per_s"]
     assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
 
 
