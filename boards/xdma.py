@@ -11,6 +11,8 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from maxaccel.hdl.linkword import link_signature, word_fields
+
 __all__ = ["axi_stream_signature", "WordsToBytes", "BytesToWords", "CoreOverAXIStream"]
 
 
@@ -23,6 +25,12 @@ def axi_stream_signature(width):
         "tvalid": Out(1),
         "tready": In(1),
     })
+
+
+def _check_adapter_link(adapter, width, link_bytes):
+    if link_bytes not in (1, width):
+        adapter._MustUse__silence = True    # a failed construction must not warn as unused
+        raise ValueError(f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
 
 
 class WordsToBytes(wiring.Component):
@@ -55,10 +63,7 @@ class WordsToBytes(wiring.Component):
     """
 
     def __init__(self, width=8, link_bytes=1):
-        from maxaccel.hdl.linkword import link_signature
-        if link_bytes not in (1, width):
-            self._MustUse__silence = True
-            raise ValueError(f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
+        _check_adapter_link(self, width, link_bytes)
         self.width = width
         self.link_bytes = link_bytes
         super().__init__({"axis": In(axi_stream_signature(width)),
@@ -138,10 +143,7 @@ class BytesToWords(wiring.Component):
     """
 
     def __init__(self, width=8, link_bytes=1):
-        from maxaccel.hdl.linkword import link_signature
-        if link_bytes not in (1, width):
-            self._MustUse__silence = True
-            raise ValueError(f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
+        _check_adapter_link(self, width, link_bytes)
         self.width = width
         self.link_bytes = link_bytes
         super().__init__({"i": In(link_signature(link_bytes)), "flush": In(1),
@@ -155,11 +157,7 @@ class BytesToWords(wiring.Component):
         count = Signal(range(2 * width))
         full = count >= width
 
-        if self.link_bytes == 1:
-            incoming, incoming_count = self.i.payload, 1
-        else:
-            incoming = self.i.payload.data.as_value()
-            incoming_count = self.i.payload.count
+        incoming, incoming_count = word_fields(self.i.payload, self.link_bytes)
 
         out_busy = self.axis.tvalid & ~self.axis.tready
         with m.If(self.axis.tready):

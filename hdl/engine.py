@@ -37,7 +37,8 @@ from maxaccel.host.protocol import (COUNTERS, HEADER_SIZE, MAGIC, MAX_PAYLOAD,
 from .beat import beat_layout
 from .broadcast import BroadcastOp
 from .lane import LANE_BITS, LANE_BYTES
-from .linkword import WordCRC, WordSplitter, check_link_bytes, link_signature
+from .linkword import (WordCRC, WordSplitter, check_link_bytes, link_signature, one_byte,
+                       word_fields)
 
 __all__ = ["header_layout", "trailer_layout", "FrameReceiver",
            "FrameTransmitter", "RowPacker", "RowUnpacker", "SaturatingMultiplier",
@@ -123,7 +124,7 @@ class FrameReceiver(wiring.Component):
         if not isinstance(timeout_cycles, int) or timeout_cycles < 1:
             self._MustUse__silence = True   # a failed construction must not warn as unused
             raise ValueError(f"timeout_cycles must be a positive integer, not {timeout_cycles!r}")
-        check_link_bytes(link_bytes)
+        check_link_bytes(link_bytes, unit=self)
         self.timeout_cycles = timeout_cycles
         self.link_bytes = link_bytes
         super().__init__({
@@ -141,7 +142,7 @@ class FrameReceiver(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = self.link_bytes
-        m.submodules.crc = check = WordCRC(1 if width == 1 else width)
+        m.submodules.crc = check = WordCRC(width)
 
         window = Signal(8 * HEADER_SIZE)
         fill = Signal(range(HEADER_SIZE + 1))
@@ -326,7 +327,7 @@ class FrameTransmitter(wiring.Component):
     """
 
     def __init__(self, link_bytes=1):
-        check_link_bytes(link_bytes)
+        check_link_bytes(link_bytes, unit=self)
         self.link_bytes = link_bytes
         super().__init__({
             "start": In(stream.Signature(header_layout)),
@@ -347,21 +348,15 @@ class FrameTransmitter(wiring.Component):
         index = Signal(range(HEADER_SIZE))
         sent = Signal()
         sent_count = Signal(range(width + 1))     # bytes sent this cycle
+        out_bytes, out_count = word_fields(self.o.payload, width)
         m.d.comb += [
             sent.eq(self.o.valid & self.o.ready),
-            frame_check.data.as_value().eq(self.o.payload if width == 1
-                                           else self.o.payload.data.as_value()),
+            sent_count.eq(Mux(sent, out_count, 0)),
+            frame_check.data.as_value().eq(out_bytes),
         ]
-        if width == 1:
-            m.d.comb += sent_count.eq(sent)
-        else:
-            m.d.comb += sent_count.eq(Mux(sent, self.o.payload.count, 0))
 
         def send_byte(value):
-            if width == 1:
-                m.d.comb += self.o.payload.eq(value)
-            else:
-                m.d.comb += [self.o.payload.data[0].eq(value), self.o.payload.count.eq(1)]
+            m.d.comb += one_byte(self.o.payload, width, value)
 
         with m.FSM():
             with m.State("IDLE"):
@@ -478,10 +473,7 @@ class RowPacker(wiring.Component):
     """
 
     def __init__(self, lanes, link_bytes=1):
-        check_link_bytes(link_bytes)
-        if link_bytes > LANE_BYTES * lanes:
-            raise ValueError(f"link_bytes ({link_bytes}) must not exceed the {LANE_BYTES * lanes} "
-                             f"bytes of a beat of {lanes} lanes")
+        check_link_bytes(link_bytes, lanes=lanes, unit=self)
         self.lanes = lanes
         self.link_bytes = link_bytes
         super().__init__({
@@ -510,11 +502,10 @@ class RowPacker(wiring.Component):
         tail = Signal(range(width + 1))   # bytes_left, when row_ends_soon
         short_rows = Signal()          # row_bytes <= width
 
+        chunk, count = word_fields(self.i.payload, width)
         if width == 1:
-            count, chunk = 1, self.i.payload
             m.d.comb += self.limit.eq(1)
         else:
-            count, chunk = self.i.payload.count, self.i.payload.data.as_value()
             # A word may run on into the next beat of its row, but not past the row's end.
             to_beat_end = beat_bytes - position
             m.d.comb += self.limit.eq(Mux(row_ends_soon,
@@ -656,10 +647,7 @@ class RowUnpacker(wiring.Component):
     """
 
     def __init__(self, lanes, link_bytes=1):
-        check_link_bytes(link_bytes)
-        if link_bytes > LANE_BYTES * lanes:
-            raise ValueError(f"link_bytes ({link_bytes}) must not exceed the {LANE_BYTES * lanes} "
-                             f"bytes of a beat of {lanes} lanes")
+        check_link_bytes(link_bytes, lanes=lanes, unit=self)
         self.lanes = lanes
         self.link_bytes = link_bytes
         super().__init__({
@@ -929,11 +917,7 @@ class CommandEngine(wiring.Component):
                              f"{pool.lanes}, {broadcast.lanes}")
         if frame_timeout_cycles is None:
             frame_timeout_cycles = max(clock_hz // 100, 1)
-        check_link_bytes(link_bytes)
-        if link_bytes > LANE_BYTES * lanes:
-            self._MustUse__silence = True
-            raise ValueError(f"link_bytes ({link_bytes}) must not exceed the {LANE_BYTES * lanes} "
-                             f"bytes of a beat of {lanes} lanes")
+        check_link_bytes(link_bytes, lanes=lanes, unit=self)
         self.lanes = lanes
         self.link_bytes = link_bytes
         self.pool_capacity_bytes = pool.capacity_bytes
@@ -1190,12 +1174,8 @@ class CommandEngine(wiring.Component):
         word_reply = Signal()
         m.d.sync += word_reply.eq((command == Command.IDENTIFY) | (command == Command.COUNTERS))
         with streams.If(word_reply):
-            streams.d.comb += transmitter.payload.valid.eq(1)
-            if width == 1:
-                streams.d.comb += transmitter.payload.payload.eq(reply_word[:8])
-            else:
-                streams.d.comb += [transmitter.payload.payload.data[0].eq(reply_word[:8]),
-                                   transmitter.payload.payload.count.eq(1)]
+            streams.d.comb += [transmitter.payload.valid.eq(1),
+                               *one_byte(transmitter.payload.payload, width, reply_word[:8])]
         with streams.Else():
             wiring.connect(streams, unpacker.o, transmitter.payload)
         with m.If(word_reply & transmitter.payload.ready):
@@ -1245,8 +1225,7 @@ class CommandEngine(wiring.Component):
             packer.i.valid.eq(streaming & receiver.payload.valid),
             packer.i.payload.eq(receiver.payload.payload),
         ]
-        parameter_byte = (receiver.payload.payload if width == 1
-                          else receiver.payload.payload.data[0])
+        parameter_byte = word_fields(receiver.payload.payload, width)[0][:8]
 
         # ---- The control FSM.
         def take_trailer(then):

@@ -10,23 +10,51 @@ word layout in both cases.
 cycle, so a frame need not be aligned to link words.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import crc, data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.host.protocol import CRC_ALGORITHM
 
-__all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "WordSplitter",
-           "WordCRC"]
+from .lane import LANE_BYTES
+
+__all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "word_fields",
+           "one_byte", "WordSplitter", "WordCRC"]
 
 #: Bytes per cycle a link (and the engine behind it) may carry.
 LINK_WIDTHS = (1, 2, 4, 8, 16)
 
 
-def check_link_bytes(link_bytes):
+def check_link_bytes(link_bytes, *, lanes=None, unit=None):
+    """Raise a :class:`ValueError` unless ``link_bytes`` is one of :data:`LINK_WIDTHS` and, if
+    ``lanes`` is given, at most the ``8 * lanes`` bytes of a beat. ``unit``: the component
+    being constructed, which then must not also warn that it was never elaborated."""
     if link_bytes not in LINK_WIDTHS:
-        raise ValueError(f"link_bytes must be one of {', '.join(map(str, LINK_WIDTHS))}, "
-                         f"not {link_bytes!r}")
+        problem = (f"link_bytes must be one of {', '.join(map(str, LINK_WIDTHS))}, "
+                   f"not {link_bytes!r}")
+    elif lanes is not None and link_bytes > LANE_BYTES * lanes:
+        problem = (f"link_bytes ({link_bytes}) must not exceed the {LANE_BYTES * lanes} bytes "
+                   f"of a beat of {lanes} lanes")
+    else:
+        return
+    if unit is not None:
+        unit._MustUse__silence = True
+    raise ValueError(problem)
+
+
+def word_fields(payload, link_bytes):
+    """``(data, count)`` of a link stream's payload: its bytes as one value from byte 0, and
+    how many are valid (``1`` on a byte link)."""
+    if link_bytes == 1:
+        return Value.cast(payload), 1
+    return payload.data.as_value(), payload.count
+
+
+def one_byte(payload, link_bytes, value):
+    """The assignments that put the single byte ``value`` on a link stream's payload."""
+    if link_bytes == 1:
+        return [payload.eq(value)]
+    return [payload.data[0].eq(value), payload.count.eq(1)]
 
 
 def word_layout(link_bytes):
@@ -84,11 +112,7 @@ class WordSplitter(wiring.Component):
         if width == 1:
             self._MustUse__silence = True       # a failed construction must not warn as unused
             raise ValueError("a WordSplitter needs words of more than one byte")
-        try:
-            check_link_bytes(width)
-        except ValueError:
-            self._MustUse__silence = True
-            raise
+        check_link_bytes(width, unit=self)
         self.width = width
         super().__init__({
             "i": In(stream.Signature(word_layout(width))),
