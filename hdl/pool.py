@@ -7,16 +7,16 @@ keeping one running maximum per channel in on-chip memory, so the tensor never n
 transposed.
 """
 
-from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.host.dtypes import DType, format_of
 
 from .beat import beat_layout
-from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode, LaneFormat,
-                   ToKey)
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax
+from .reduce import _decode, _register, _to_keys
 
 __all__ = ["ChannelsLastPool"]
 
@@ -119,7 +119,7 @@ class ChannelsLastPool(wiring.Component):
     data.
     """
 
-    LATENCY = 3
+    LATENCY = 7
 
     def __init__(self, lanes, max_channels, *, pixel_bits=32):
         if not isinstance(lanes, int) or lanes < 1:
@@ -156,170 +156,176 @@ class ChannelsLastPool(wiring.Component):
         m = Module()
         lanes, depth, beat_bytes = self.lanes, self.depth, self.beat_bytes
 
-        def lane_of(value, lane):
-            return value[LANE_BITS * lane:LANE_BITS * (lane + 1)]
-
-        m.submodules.decode = decode = LaneDecode()
-        m.d.comb += decode.dtype.eq(self.dtype)
-        row_bytes_expected = Signal(range(8 * self.capacity_bytes + 1))
+        # The registered decode: every stage that needs the format runs at least a cycle after
+        # acceptance. The configuration check reads it too, and is registered twice more.
+        fmt = _decode(m, self.dtype)
+        row_bytes_configured = Signal(range(8 * self.capacity_bytes + 1))
         for k, size in enumerate(ELEMENT_SIZES):
-            with m.If(decode.format.size[k]):
-                m.d.comb += row_bytes_expected.eq(self.channels * size)
-        m.d.comb += self.config_error.eq(
+            with m.If(fmt.size[k]):
+                m.d.comb += row_bytes_configured.eq(self.channels * size)
+        row_bytes_expected = _register(m, 1, row_bytes_configured, "row_bytes_expected")
+        m.d.sync += self.config_error.eq(
             (self.pixels == 0) | (row_bytes_expected > self.capacity_bytes))
 
-        # The accumulators hold order keys (see maxaccel.hdl.lane): the loop is then only a
-        # key compare and a select; values are keyed on entry and mapped back on exit.
-        m.submodules.accumulators = memory = Memory(
-            shape=LANE_BITS * lanes, depth=depth, init=[])
-        read = memory.read_port()              # synchronous, not transparent
-        write = memory.write_port()
-
-        # --- Stage A: position of the incoming beat; its keys; memory read on acceptance. ---
-        beat = self.i.payload
+        # One enable for every stage: the pipeline moves when the output register is free.
+        advance = Signal()
         accept = Signal()
-        m.d.comb += accept.eq(self.i.valid & self.i.ready)
-        beat_index = Signal(range(depth + 1))  # saturates at depth (a row too long: row_error)
-        pixel_index = Signal(self.pixel_bits)
-        first_pixel = Signal()
-        last_pixel = Signal()
         m.d.comb += [
-            first_pixel.eq(pixel_index == 0),
-            last_pixel.eq(pixel_index + 1 == self.pixels),
+            advance.eq(~self.o.valid | self.o.ready),
+            self.i.ready.eq(advance & ~self.clear),
+            accept.eq(self.i.valid & self.i.ready),
         ]
 
+        # --- Stage 0: the beat's place in its row and image; row framing checks. -------------
+        beat = self.i.payload
+        beat_index = Signal(range(depth + 1))  # saturates at depth (a row too long: row_error)
+        # The pixel count runs down, so that the last pixel is a zero test, not a compare.
+        first_pixel = Signal(init=1)
+        second_pixel = Signal()
+        pixels_after = Signal(self.pixel_bits)  # pixels of the image after this one
+        last_pixel = Signal()
+        m.d.comb += last_pixel.eq(Mux(first_pixel, self.pixels == 1, pixels_after == 0))
         with m.If(accept):
             with m.If(beat.last):
-                m.d.sync += beat_index.eq(0)
-                m.d.sync += pixel_index.eq(Mux(last_pixel, 0, pixel_index + 1))
+                m.d.sync += [
+                    beat_index.eq(0),
+                    first_pixel.eq(last_pixel),
+                    second_pixel.eq(first_pixel & ~last_pixel),
+                    pixels_after.eq(Mux(first_pixel, self.pixels - 2, pixels_after - 1)),
+                ]
             with m.Elif(beat_index != depth):
                 m.d.sync += beat_index.eq(beat_index + 1)
-            row_bytes = beat_index * beat_bytes + beat.nbytes
-            with m.If((beat.first != (beat_index == 0))
-                      | (beat_index == depth)
-                      | (~beat.last & (beat.nbytes != beat_bytes))
-                      | (beat.last & (row_bytes != row_bytes_expected))):
-                m.d.sync += self.row_error.eq(1)
 
-        beat_key = Signal(LANE_BITS * lanes)
-        for lane in range(lanes):
-            to_key = m.submodules[f"to_key{lane}"] = ToKey()
-            m.d.comb += [
-                to_key.format.eq(decode.format),
-                to_key.value.eq(beat.data[lane]),
-                lane_of(beat_key, lane).eq(to_key.key),
-            ]
-
+        # What travels with a beat through stages 1 to 6.
+        tag_layout = data.StructLayout({
+            "valid": 1,
+            "entry": range(depth + 1),       # depth: beyond the memory, not stored
+            "first_pixel": 1, "second_pixel": 1, "last_pixel": 1,
+            "nbytes": range(beat_bytes + 1), "first": 1, "last": 1,
+        })
+        entering = Signal(tag_layout)
         m.d.comb += [
-            read.en.eq(accept),
-            read.addr.eq(Mux(beat_index != depth, beat_index, 0)),
+            entering.valid.eq(accept),
+            entering.entry.eq(beat_index),
+            entering.first_pixel.eq(first_pixel),
+            entering.second_pixel.eq(second_pixel),
+            entering.last_pixel.eq(last_pixel),
+            entering.nbytes.eq(beat.nbytes),
+            entering.first.eq(beat.first),
+            entering.last.eq(beat.last),
         ]
+        tags = [entering]
+        for stage in range(1, 7):
+            tag = Signal(tag_layout, name=f"tag_{stage}")
+            with m.If(advance):
+                m.d.sync += tag.eq(tags[-1])
+            tags.append(tag)
 
-        # --- Stage B: the beat and its accumulator entry; max, then to memory or stage C. ---
-        b_valid = Signal()
-        b_key = Signal(LANE_BITS * lanes)
-        b_format = Signal(LaneFormat)
-        b_nbytes = Signal.like(beat.nbytes)
-        b_first = Signal()
-        b_last = Signal()
-        b_index = Signal.like(beat_index)
-        b_first_pixel = Signal()
-        b_last_pixel = Signal()
-        # The memory is not transparent: if stage B writes the entry stage A reads in the same
-        # cycle (one-beat pixels), the read returns the old value and the written one is used.
-        b_forward = Signal()
-        b_forwarded = Signal(LANE_BITS * lanes)
+        # The framing checks, in stages 1 to 3 (row_error is only status).
+        checked = tags[1]
+        misframed = _register(m, advance, (checked.first != (checked.entry == 0))
+                              | (checked.entry == depth)
+                              | (~checked.last & (checked.nbytes != beat_bytes)), "misframed")
+        row_bytes = _register(m, advance, checked.entry * beat_bytes + checked.nbytes,
+                              "row_bytes")
+        misframed_3 = _register(
+            m, advance, misframed | tags[2].last & (row_bytes != row_bytes_expected),
+            "misframed_3")
+        with m.If(tags[3].valid & misframed_3):
+            m.d.sync += self.row_error.eq(1)
 
-        # The first pixel of an image meets key 0, below every key: max(x, 0) = x.
-        accumulator = Mux(b_first_pixel, 0, Mux(b_forward, b_forwarded, read.data))
-        result = Signal(LANE_BITS * lanes)
-        for lane in range(lanes):
-            key_max = m.submodules[f"key_max{lane}"] = KeyMax()
-            m.d.comb += [
-                key_max.size.eq(b_format.size),
-                key_max.a.eq(lane_of(b_key, lane)),
-                key_max.b.eq(lane_of(accumulator, lane)),
-                lane_of(result, lane).eq(key_max.result),
-            ]
+        def same_entry(later, earlier):
+            """The beats now in stages ``later`` and ``earlier`` (> later) update one entry."""
+            return tags[earlier].valid & (tags[later].entry == tags[earlier].entry)
 
-        # --- Stage C: a last pixel's result keys, mapped back to values into the output. ----
-        c_valid = Signal()
-        c_key = Signal(LANE_BITS * lanes)
-        c_format = Signal(LaneFormat)
-        c_nbytes = Signal.like(beat.nbytes)
-        c_first = Signal()
-        c_last = Signal()
+        # --- Stages 1-2: order keys (NaN tests, then keys), each registered. -----------------
+        keys = Signal(LANE_BITS * lanes)
+        m.d.comb += keys.eq(Cat(_to_keys(m, advance, fmt, list(beat.data))))
+        keys_3 = _register(m, advance, keys, "keys_3")  # the key of the beat in stage 3
 
-        b_done = Signal()
-        c_done = Signal()
+        # --- Stages 2-4: each beat's key merged with the previous beat's if both update the
+        # same entry (one-beat pixels): that beat's update is still in the loop when this beat
+        # enters it, so it would be lost; taking its key here keeps every result complete.
+        combine = _register(m, advance, same_entry(1, 2) & ~tags[1].first_pixel, "combine")
+        merged = _lanes_key_max(m, "merge", advance, fmt.size, keys_3, keys, take_b=~combine)
+
+        # --- Stages 2-4: the entry's last complete update, from memory or forwarded. ----------
+        # The loop (stages 4-6) writes a result in stage 6; the beat in stage 4 needs the latest
+        # result of its entry at least two beats ahead: two ahead is in stage 6 now; three and
+        # four ahead were written too late for this beat's memory read (issued in stage 2),
+        # so they are forwarded into `prior` in stage 3; the memory has the rest.
+        m.submodules.accumulators = memory = Memory(
+            shape=LANE_BITS * lanes, depth=depth, init=[])
+        write = memory.write_port()
+        read = memory.read_port(transparent_for=(write,))
+        stored = tags[2].entry != depth
         m.d.comb += [
-            c_done.eq(c_valid & (~self.o.valid | self.o.ready)),
-            b_done.eq(b_valid & (~b_last_pixel | ~c_valid | c_done)),
-            self.i.ready.eq(~self.clear & (~b_valid | b_done)),
-            write.en.eq(b_done & ~b_last_pixel & (b_index != depth)),
-            write.addr.eq(b_index),
+            read.en.eq(advance),
+            read.addr.eq(Mux(stored, tags[2].entry, 0)),
+        ]
+        result = Signal(LANE_BITS * lanes)         # stage 6: the loop's output register
+        from_3 = _register(m, advance, same_entry(2, 5), "from_3_ahead")
+        prior = _register(m, advance, Mux(from_3, result, read.data), "prior")
+        from_2 = _register(m, advance, same_entry(3, 5), "from_2_ahead")
+        # Pixel 0 has no prior; pixel 1 neither when its key merged pixel 0's.
+        has_prior = _register(m, advance, _register(
+            m, advance, ~tags[2].first_pixel & ~(tags[2].second_pixel & combine), "has_prior_3"),
+            "has_prior")
+
+        # --- Stages 4-6: the loop, max(prior, merged key), two cycles. -----------------------
+        m.d.comb += result.eq(_lanes_key_max(m, "loop", advance, fmt.size,
+                                             Mux(from_2, result, prior), merged,
+                                             take_b=~has_prior))
+        m.d.comb += [
+            write.en.eq(advance & tags[6].valid & (tags[6].entry != depth)),
+            write.addr.eq(tags[6].entry),
             write.data.eq(result),
         ]
 
-        with m.If(b_done):
-            m.d.sync += b_valid.eq(0)
-        with m.If(accept):
-            m.d.sync += [
-                b_valid.eq(1),
-                b_key.eq(beat_key),
-                b_format.eq(decode.format),
-                b_nbytes.eq(beat.nbytes),
-                b_first.eq(beat_index == 0),
-                b_last.eq(beat.last),
-                b_index.eq(beat_index),
-                b_first_pixel.eq(first_pixel),
-                b_last_pixel.eq(last_pixel),
-                b_forward.eq(write.en & (b_index == beat_index)),
-                b_forwarded.eq(result),
-            ]
-
-        with m.If(c_done):
-            m.d.sync += c_valid.eq(0)
-        with m.If(b_done & b_last_pixel):
-            m.d.sync += [
-                c_valid.eq(1),
-                c_key.eq(result),
-                c_format.eq(b_format),
-                c_nbytes.eq(b_nbytes),
-                c_first.eq(b_first),
-                c_last.eq(b_last),
-            ]
-
+        # --- Stage 7: a last pixel's result keys, mapped back to values, are the output. -----
         output = Signal(LANE_BITS * lanes)
         for lane in range(lanes):
             from_key = m.submodules[f"from_key{lane}"] = FromKey()
             m.d.comb += [
-                from_key.format.eq(c_format),
-                from_key.key.eq(lane_of(c_key, lane)),
-                lane_of(output, lane).eq(from_key.value),
+                from_key.format.eq(fmt),
+                from_key.key.eq(result[LANE_BITS * lane:LANE_BITS * (lane + 1)]),
+                output[LANE_BITS * lane:LANE_BITS * (lane + 1)].eq(from_key.value),
             ]
-
-        with m.If(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
-        with m.If(c_done):
+        with m.If(advance):
             m.d.sync += [
-                self.o.valid.eq(1),
+                self.o.valid.eq(tags[6].valid & tags[6].last_pixel),
                 self.o.payload.data.eq(output),
-                self.o.payload.nbytes.eq(c_nbytes),
-                self.o.payload.first.eq(c_first),
-                self.o.payload.last.eq(c_last),
+                self.o.payload.nbytes.eq(tags[6].nbytes),
+                self.o.payload.first.eq(tags[6].first),
+                self.o.payload.last.eq(tags[6].last),
             ]
 
-        m.d.comb += self.idle.eq(~b_valid & ~c_valid & ~self.o.valid
-                                 & (pixel_index == 0) & (beat_index == 0))
+        m.d.comb += self.idle.eq(~Cat(tag.valid for tag in tags[1:]).any() & ~self.o.valid
+                                 & first_pixel & (beat_index == 0))
 
         with m.If(self.clear):
             m.d.sync += [
                 beat_index.eq(0),
-                pixel_index.eq(0),
-                b_valid.eq(0),
-                c_valid.eq(0),
+                first_pixel.eq(1),
+                second_pixel.eq(0),
                 self.o.valid.eq(0),
                 self.row_error.eq(0),
             ]
+            m.d.sync += [tag.valid.eq(0) for tag in tags[1:]]
         return m
+
+
+def _lanes_key_max(m, name, enable, size, a, b, *, take_b):
+    """``KeyMax(latency=2)`` of each lane of ``a`` and ``b`` (``lanes`` lanes of keys each),
+    advancing with ``enable``; the result is ``b`` where ``take_b`` is set."""
+    results = []
+    for lane in range(len(a) // LANE_BITS):
+        key_max = m.submodules[f"{name}{lane}"] = EnableInserter(enable)(KeyMax(latency=2))
+        m.d.comb += [
+            key_max.size.eq(size),
+            key_max.a.eq(a[LANE_BITS * lane:LANE_BITS * (lane + 1)]),
+            key_max.b.eq(b[LANE_BITS * lane:LANE_BITS * (lane + 1)]),
+            key_max.take_b.eq(take_b),
+        ]
+        results.append(key_max.result)
+    return Cat(results)

@@ -84,7 +84,7 @@ def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixe
     if stalls.idle == 0 and stalls.backpressure == 0:
         # One beat in per cycle from edge 1, and every output beat exactly LATENCY edges after
         # its input beat: no bubble anywhere, whatever the row length or pixel count.
-        assert ChannelsLastPool.LATENCY == 3
+        assert ChannelsLastPool.LATENCY == 7
         assert run.arrivals["o"] == [i + 1 + ChannelsLastPool.LATENCY for i in last_pixel_beats]
         assert run.cycles["o"] == len(beats) + ChannelsLastPool.LATENCY
     if not expect_row_error:
@@ -215,6 +215,24 @@ def test_one_beat_pixels_running_max(order, stalls):
     x[1] = -x[1]
     x[2, :, pixels // 2:] += 1000
     check_pool(x.astype(np.int32), lanes=1, max_channels=2, stalls=stalls)
+
+
+@pytest.mark.parametrize("beats_per_pixel", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("stalls", [Stalls(0.0, 0.0, 11), Stalls(0.3, 0.0, 12),
+                                    Stalls(0.6, 0.2, 13), Stalls(0.2, 0.5, 14)], ids=str)
+def test_every_update_distance(beats_per_pixel, stalls):
+    # An entry's next update comes beats_per_pixel beats later, plus whatever gaps the stalls
+    # leave: 1 (merged before the loop), 2 (the loop's own result), 3 and 4 (forwarded) and 5
+    # or more (from memory) all occur. Each channel of each image is a shuffled ramp, so its
+    # maximum sits at a random pixel of either parity, and a lost or stale update shows.
+    channels = max(2, 2 * beats_per_pixel - 1)      # int32, one lane: 2 channels a beat
+    images, pixels = 4, 9
+    rng = np.random.default_rng(beats_per_pixel)
+    ramp = np.arange(pixels) * 1000
+    x = np.stack([rng.permutation(ramp) * rng.choice([-1, 1])
+                  for _ in range(images * channels)]).reshape(images, channels, pixels)
+    x = (x + rng.integers(-500, 500, size=x.shape)).astype(np.int32)
+    check_pool(x, lanes=1, max_channels=beats_per_pixel, stalls=stalls)
 
 
 # --- status ----------------------------------------------------------------------------------
