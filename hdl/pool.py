@@ -88,7 +88,8 @@ class ChannelsLastPool(wiring.Component):
         stored). The unit keeps streaming (it never blocks on bad data
         and still sends exactly one row per ``P`` rows in) but the results are unspecified.
     config_error : Out(1)
-        Combinational: ``pixels == 0``, or ``channels * itemsize > capacity_bytes``.
+        Registered, two cycles behind the configuration: ``pixels == 0``, or
+        ``channels * itemsize > capacity_bytes``.
 
     Attributes
     ----------
@@ -97,26 +98,30 @@ class ChannelsLastPool(wiring.Component):
     capacity_bytes : int
         ``8 * lanes * depth``: the longest pixel row the accumulators hold.
     LATENCY : int
-        3, see below.
+        7, see below.
 
     Latency and throughput
     ----------------------
-    ``LATENCY = 3``: an input beat of an image's last pixel taken at clock edge ``t`` is the
-    output beat a ready sink takes at edge ``t + 3``. Stage A keys the beat
-    (:class:`~maxaccel.hdl.lane.ToKey`) and reads its accumulator entry; stage B takes the
-    larger key (:class:`~maxaccel.hdl.lane.KeyMax`) and writes it back, or, on the last pixel,
-    passes it to stage C, which maps it back to values (:class:`~maxaccel.hdl.lane.FromKey`)
+    ``LATENCY = 7``: an input beat of an image's last pixel taken at clock edge ``t`` is the
+    output beat a ready sink takes at edge ``t + 7``. Stages 1-2 key the beat
+    (:class:`~maxaccel.hdl.lane.ToKey` in two steps); stages 2-4 merge its key with the
+    previous beat's when both update the same entry (``KeyMax(latency=2)``), while the entry's
+    last complete update is read from memory and forwarded; stages 4-6 are the loop, a bare
+    ``KeyMax(latency=2)`` of that update and the merged key, whose result goes back to memory;
+    stage 7 maps a last pixel's result back to values (:class:`~maxaccel.hdl.lane.FromKey`)
     into the output register. So with no stalls an image of ``B`` beats in total is all in by
-    edge ``B`` and its result row's last beat is out at edge ``B + 3``.
+    edge ``B`` and its result row's last beat is out at edge ``B + 7``.
 
     One beat is accepted per cycle in steady state, whatever the dtype, row length or number of
-    pixels, one-beat pixels included: there the same entry is read, updated and read again on
-    consecutive cycles, and the key being written is forwarded to the next beat. Backpressure on
-    ``o`` stalls the input only while a last-pixel beat waits for stage C (``i.ready`` depends
-    combinationally on ``o.ready``; ``o.valid`` and ``o.payload`` are registered). The
-    read-modify-write loop is one cycle long: memory data, the forwarding mux, one
-    :class:`~maxaccel.hdl.lane.KeyMax` (byte compares, a prefix tree, a select), memory write
-    data.
+    pixels, one-beat pixels included. The loop takes two cycles, yet an entry may be updated by
+    consecutive beats (one-beat pixels): the beat in the loop takes the latest update of its
+    entry made at least two beats earlier (the loop's own result, or one forwarded from a beat
+    three ahead, or the memory, whose read is transparent to the write of the same cycle), and
+    a beat that is one behind another of the same entry merges that beat's key before the loop,
+    so each result is the maximum of every pixel so far whatever gaps the input leaves. Every
+    stage moves with one enable, ``~o.valid | o.ready``: backpressure on ``o`` stalls the whole
+    unit (``i.ready`` depends combinationally on ``o.ready``; ``o.valid`` and ``o.payload`` are
+    registered).
     """
 
     LATENCY = 7
@@ -258,11 +263,10 @@ class ChannelsLastPool(wiring.Component):
             shape=LANE_BITS * lanes, depth=depth, init=[])
         write = memory.write_port()
         read = memory.read_port(transparent_for=(write,))
-        stored = tags[2].entry != depth
-        m.d.comb += [
-            read.en.eq(advance),
-            read.addr.eq(Mux(stored, tags[2].entry, 0)),
-        ]
+        # The read runs every cycle, so its wide data register needs no enable: while the unit
+        # stalls it reads again the entry of the beat in stage 3, which nothing writes then.
+        read_entry = Mux(advance, tags[2].entry, tags[3].entry)
+        m.d.comb += read.addr.eq(Mux(read_entry != depth, read_entry, 0))
         result = Signal(LANE_BITS * lanes)         # stage 6: the loop's output register
         from_3 = _register(m, advance, same_entry(2, 5), "from_3_ahead")
         prior = _register(m, advance, Mux(from_3, result, read.data), "prior")
