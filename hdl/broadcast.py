@@ -26,8 +26,9 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.host.dtypes import DType
 
 from .beat import beat_layout
-from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
-                   LaneFormat, ToKey)
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
+from .reduce import (RunAccumulator, _accumulate, _delay, _from_key, _key_max, _register,
+                     _to_keys)
 
 __all__ = ["BroadcastOp", "BroadcastMax"]
 
@@ -111,19 +112,36 @@ class BroadcastMax(wiring.Component):
     ``LOAD`` writes one beat per cycle. A ``RUN`` reads one replayed beat per cycle from the
     single read port, so it emits one output beat every ``max(M, 1)`` cycles: one per cycle for
     a streamed operand plus one replayed operand (or a replayed or streamed operand alone),
-    one every M cycles with M replayed operands. The first output beat is valid five cycles
-    after the ``RUN`` command is accepted (memory read; read data register; splat and the
-    streamed beat registered; key transform; fold into the output register). ``streamed.ready`` depends combinationally on
-    ``output.ready``; ``output.valid`` does not depend on any ``ready``.
+    one every M cycles with M replayed operands. The first output beat is valid
+    :attr:`LATENCY` ``= 11`` cycles after the ``RUN`` command is accepted (memory read; read
+    data register; splat and the streamed beat registered; key transform, two cycles; the
+    slot-0 compare with the streamed beat, two; the fold of the slots, four), so a pass without
+    stalls takes ``11 + N * max(M, 1)`` cycles for N output beats. ``streamed.ready`` depends
+    combinationally on ``output.ready``; ``output.valid`` does not depend on any ``ready``.
 
-    The fold runs in key space (see :mod:`maxaccel.hdl.lane`): per lane, the replayed beat and
-    the streamed beat go through :class:`ToKey` into registers; one :class:`KeyMax` folds them
-    into a register of keys that is both the accumulator and the output register; and
-    :class:`FromKey` turns that register into the output data (canonical NaNs). The first slot
-    of an output beat compares replayed operand 0 with the streamed beat (or with itself, so
-    that a single operand still has its NaNs canonicalised); slot k > 0 compares replayed
-    operand k with the accumulator. The element format is decoded when the ``RUN`` is accepted.
+    The fold runs in key space (see :mod:`maxaccel.hdl.lane`), per lane, with every
+    register-to-register path about one half of a :class:`KeyMax` or of a :class:`ToKey`:
+
+    * the slot's beat (the replayed beat, splatted; the streamed beat when M = 0) and the
+      streamed beat go through :class:`ToKey` in two register stages;
+    * a two-stage *first* :class:`KeyMax` takes, for slot 0 of an output beat, the max of its
+      operand and the streamed beat; it passes the slot's operand through (``take_b``) for
+      slots k > 0, and for slot 0 when nothing streams (the key of a value is already that of
+      the max of the value with itself, NaNs canonical);
+    * the slots of each output beat are then folded as
+      :class:`~maxaccel.hdl.reduce.RunAccumulator` folds a run, a two-cycle loop of two
+      interleaved partial maxima and a two-stage close, whose result register is the output
+      register;
+    * :class:`FromKey` turns that register into the output data (canonical NaNs).
+
+    The element format is decoded when the ``RUN`` is accepted. The address generator's end
+    tests (last slot, last beat of a row, each outer counter at 0) are registers, set when
+    their counters are loaded, and ``advance`` (the one enable of the pass) only enables the
+    counters' loads.
     """
+
+    #: Cycles from a ``RUN`` accepted to its first output beat valid.
+    LATENCY = 11
 
     def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=65535):
         for name, value, least in [("lanes", lanes, 1), ("depth", depth, 2),
@@ -187,9 +205,8 @@ class BroadcastMax(wiring.Component):
         read = buffer.read_port(domain="sync")
 
         loading = Signal()
-        running = Signal()
-        idle = ~loading & ~running
-        m.d.comb += [self.command.ready.eq(idle), self.busy.eq(~idle)]
+        busy = Signal()         # a LOAD or a RUN is executing
+        m.d.comb += [self.command.ready.eq(~busy), self.busy.eq(busy)]
 
         # ---- LOAD: consecutive writes from the load stream.
         load_address = Signal(self.addr_bits)
@@ -203,26 +220,40 @@ class BroadcastMax(wiring.Component):
         with m.If(self.load.valid & loading):
             m.d.sync += [load_address.eq(load_address + 1), load_left.eq(load_left - 1)]
             with m.If(load_left == 1):
-                m.d.sync += loading.eq(0)
+                m.d.sync += [loading.eq(0), busy.eq(0)]
 
         # ---- RUN, stage 0: the address generator walks (outer indices, beat, slot).
         operand_count = self.max_operands
         issuing = Signal()
-        slot = Signal(range(operand_count))
-        beat = Signal(range(self.max_count))
-        # Outer counters count down to 0 so that their end is a zero test.
-        left = [Signal(range(self.max_count), name=f"left{d}") for d in range(self.max_dims)]
-        row_address = Signal(data.ArrayLayout(self.addr_bits, operand_count))
+        # The registers below are all loaded when a RUN is accepted, so they need no reset
+        # (which would keep their enables out of the flip-flops' clock enables).
+        slot = Signal(range(operand_count), reset_less=True)
+        beat = Signal(range(self.max_count), reset_less=True)
+        # Outer counters count down to 0; ``at_end[d]`` (left[d] == 0), ``last_slot`` and
+        # ``last_beat`` are registers, set when their counter is loaded, so no compare sits on
+        # the paths through the counters and the row addresses.
+        left = [Signal(range(self.max_count), name=f"left{d}", reset_less=True)
+                for d in range(self.max_dims)]
+        at_end = [Signal(name=f"at_end{d}", reset_less=True) for d in range(self.max_dims)]
+        row_address = Signal(data.ArrayLayout(self.addr_bits, operand_count), reset_less=True)
         # Registered when the RUN is accepted, to keep subtractions off the counter paths.
-        final_slot = Signal(range(operand_count))
-        final_beat = Signal(range(self.max_count))
+        before_final_slot = Signal(range(operand_count), reset_less=True)   # operands - 2
+        single_slot = Signal(reset_less=True)                               # operands <= 1
+        before_final_beat = Signal(range(self.max_count), reset_less=True)  # row_beats - 2
+        single_beat = Signal(reset_less=True)                               # row_beats == 1
 
         current = config.operand[slot]
-        last_slot = Signal()
-        last_beat = Signal()
+        advance = Signal()      # the enable of the whole RUN pipeline (below)
+        # Registered when the RUN is accepted: the element format, decoded once per RUN so the
+        # decode is off the datapath, and "no operand is replayed" (the streamed beat is then
+        # every slot's operand).
+        m.submodules.decode = decode = LaneDecode()
+        m.d.comb += decode.dtype.eq(config.dtype)
+        lane_format = Signal(LaneFormat, reset_less=True)
+        stream_only = Signal(reset_less=True)
+        last_slot = Signal(reset_less=True)
+        last_beat = Signal(reset_less=True)
         m.d.comb += [
-            last_slot.eq(slot == final_slot),
-            last_beat.eq(beat == final_beat),
             read.addr.eq(row_address[slot] + Mux(current.splat, 0, beat)),
         ]
 
@@ -230,9 +261,8 @@ class BroadcastMax(wiring.Component):
         advances, wraps = [], []
         carry = Const(1)
         for d in reversed(range(self.max_dims)):
-            at_end = left[d] == 0
             advance_d, wrap_d = Signal(name=f"advance{d}"), Signal(name=f"wrap{d}")
-            m.d.comb += [advance_d.eq(carry & ~at_end), wrap_d.eq(carry & at_end)]
+            m.d.comb += [advance_d.eq(carry & ~at_end[d]), wrap_d.eq(carry & at_end[d])]
             advances.insert(0, advance_d)
             wraps.insert(0, wrap_d)
             carry = wrap_d
@@ -246,123 +276,129 @@ class BroadcastMax(wiring.Component):
                     m.d.comb += step.eq(config.operand[k].steps[d])
             steps.append(step)
 
-        # ---- RUN, stages 1 to 4. Each stage carries this metadata along with its data.
+        # ---- RUN, the pipeline behind the address generator. Each stage carries this tag
+        # along with its data; ``valid`` travels beside it.
         nbytes_shape = range(LANE_BYTES * lanes + 1)
         tag = data.StructLayout({
-            "valid": 1, "first_slot": 1, "last_slot": 1, "splat": 1,
+            "stream": 1,        # a valid slot 0 of a pass with a streamed operand
+            "last_slot": 1, "splat": 1,
             "first": 1, "last": 1, "nbytes": nbytes_shape,
+            "final": 1,         # the pass's last slot
         })
         issued = Signal(tag)
         m.d.comb += [
-            issued.valid.eq(issuing),
-            issued.first_slot.eq(slot == 0),
+            issued.stream.eq(issuing & (slot == 0) & config.streamed),
             issued.last_slot.eq(last_slot),
             issued.splat.eq(current.splat),
             issued.first.eq(beat == 0),
             issued.last.eq(last_beat),
             issued.nbytes.eq(Mux(last_beat, config.last_nbytes, LANE_BYTES * lanes)),
-        ]
-        # 1: the memory's read register. 2: the read data registered (the memory's slow
-        # clock-to-output stays alone in its cycle). 2b: the replayed beat splatted, and the
-        # streamed beat, registered (the splat's size mux and the key transform would not fit
-        # one cycle together). 3: order keys of the two values the slot compares. 4: the
-        # accumulator of keys, which is also the output register.
-        s1, s2, s3 = Signal(tag, name="s1"), Signal(tag, name="s2"), Signal(tag, name="s3")
-        s2b = Signal(tag, name="s2b")
-        s2_data = Signal(lane_array)
-        s2b_replayed = Signal(lane_array)
-        s2b_streamed = Signal(lane_array)
-        s3_key_a = Signal(lane_array)        # the operand of this slot
-        s3_key_first = Signal(lane_array)    # what slot 0 compares it with
-        accumulator = Signal(lane_array)
-        out_first, out_last = Signal(), Signal()
-        out_nbytes = Signal(nbytes_shape)
-        m.d.comb += [
-            self.output.payload.first.eq(out_first),
-            self.output.payload.last.eq(out_last),
-            self.output.payload.nbytes.eq(out_nbytes),
+            issued.final.eq(last_slot & last_beat & finished),
         ]
 
-        # The whole pipeline moves together: when the output register is free or being taken,
-        # and the streamed beat is there if stage 2 holds a slot 0 that needs it.
-        needs_stream = s2.valid & s2.first_slot & config.streamed
+        # The whole pipeline moves together (one enable, ``advance``): when the output register
+        # is free or being taken, and the streamed beat is there if stage 2 holds a slot that
+        # needs it. Stage 1 is the memory's read register.
+        s1_valid, s1 = _delay(m, "s1", advance, issuing, issued, tag, 1)
+        needs_stream = Signal()
         output_free = ~self.output.valid | self.output.ready
-        advance = Signal()
         m.d.comb += [
             advance.eq(output_free & (~needs_stream | self.streamed.valid)),
             self.streamed.ready.eq(needs_stream & output_free),
             read.en.eq(advance),
         ]
 
-        # The element format, decoded once per RUN so the decode is off the datapath.
-        m.submodules.decode = decode = LaneDecode()
-        m.d.comb += decode.dtype.eq(config.dtype)
-        lane_format = Signal(LaneFormat)
+        # 2: the read data registered (the memory's slow clock-to-output stays alone in its
+        # cycle).
+        s2_valid, s2 = _delay(m, "s2", advance, s1_valid, s1, tag, 1)
+        s2_data = _register(m, advance, read.data, "s2_data")
+        m.d.comb += needs_stream.eq(s2.stream)
 
-        # Splat: replicate element 0 of lane 0 across the beat for the run-time element size.
-        stored = s2_data.as_value()
+        # 2b: the slot's beat (the replayed beat, splatted: element 0 of lane 0 replicated
+        # across the beat for the run-time element size; the streamed beat when no operand is
+        # replayed) and the streamed beat, registered.
         splatted = Signal(LANE_BITS * lanes)
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(lane_format.size[k]):
-                m.d.comb += splatted.eq(stored[:8 * size].replicate(LANE_BYTES * lanes // size))
-        replayed = Signal(lane_array)
-        m.d.comb += replayed.eq(Mux(s2.splat, splatted, stored))
-
-        # Keys from stage 2b to 3; the fold from stage 3 to 4 is one compare and a select.
-        key_a, key_first, results = (Signal(lane_array, name=n)
-                                     for n in ("key_a", "key_first", "results"))
-        for j in range(lanes):
-            m.submodules[f"replayed_key{j}"] = replayed_key = ToKey()
-            m.submodules[f"streamed_key{j}"] = streamed_key = ToKey()
-            m.submodules[f"compare{j}"] = compare = KeyMax()
-            m.submodules[f"value{j}"] = value = FromKey()
-            m.d.comb += [
-                replayed_key.format.eq(lane_format), replayed_key.value.eq(s2b_replayed[j]),
-                streamed_key.format.eq(lane_format),
-                streamed_key.value.eq(s2b_streamed[j]),
-                key_a[j].eq(Mux(config.operands == 0, streamed_key.key, replayed_key.key)),
-                key_first[j].eq(Mux(config.streamed, streamed_key.key, key_a[j])),
-                compare.size.eq(lane_format.size),
-                compare.a.eq(s3_key_a[j]),
-                compare.b.eq(Mux(s3.first_slot, s3_key_first[j], accumulator[j])),
-                results[j].eq(compare.result),
-                value.format.eq(lane_format), value.key.eq(accumulator[j]),
-                self.output.payload.data[j].eq(value.value),
-            ]
-
+                m.d.comb += splatted.eq(s2_data[:8 * size].replicate(LANE_BYTES * lanes // size))
+        slot_value = Signal(LANE_BITS * lanes)
+        with m.If(stream_only):
+            m.d.comb += slot_value.eq(self.streamed.payload.data)
+        with m.Elif(s2.splat):
+            m.d.comb += slot_value.eq(splatted)
+        with m.Else():
+            m.d.comb += slot_value.eq(s2_data)
+        s2b_valid, s2b = _delay(m, "s2b", advance, s2_valid, s2, tag, 1)
+        s2b_slot = Signal(lane_array)
+        s2b_streamed = Signal(lane_array)
         with m.If(advance):
-            m.d.sync += [
-                s1.eq(issued), s2.eq(s1), s2b.eq(s2), s3.eq(s2b),
-                s2_data.eq(read.data), s2b_replayed.eq(replayed),
-                s2b_streamed.eq(self.streamed.payload.data),
-                s3_key_a.eq(key_a), s3_key_first.eq(key_first),
-                self.output.valid.eq(s3.valid & s3.last_slot),
-                out_first.eq(s3.first), out_last.eq(s3.last), out_nbytes.eq(s3.nbytes),
-            ]
-            with m.If(s3.valid):
-                m.d.sync += accumulator.eq(results)
-            with m.If(issuing):
-                with m.If(~last_slot):
-                    m.d.sync += slot.eq(slot + 1)
-                with m.Elif(~last_beat):
-                    m.d.sync += [slot.eq(0), beat.eq(beat + 1)]
-                with m.Else():
-                    m.d.sync += [slot.eq(0), beat.eq(0)]
-                    for d in range(self.max_dims):
-                        with m.If(advances[d]):
-                            m.d.sync += left[d].eq(left[d] - 1)
-                        with m.If(wraps[d]):
-                            m.d.sync += left[d].eq(config.counts[d] - 1)
-                    m.d.sync += [row_address[k].eq(row_address[k] + steps[k])
-                                 for k in range(operand_count)]
-                    with m.If(finished):
-                        m.d.sync += issuing.eq(0)
-        with m.Elif(self.output.ready):
-            m.d.sync += self.output.valid.eq(0)
+            m.d.sync += [s2b_slot.eq(slot_value), s2b_streamed.eq(self.streamed.payload.data)]
 
-        with m.If(running & ~issuing & ~s1.valid & ~s2.valid & ~s2b.valid & ~s3.valid
-                  & output_free):
-            m.d.sync += running.eq(0)
+        # 3, 4: both beats' order keys, in two stages (ToKey's NaN tests, then the key).
+        slot_keys = _to_keys(m, advance, lane_format, list(s2b_slot), name="slot_key")
+        streamed_keys = _to_keys(m, advance, lane_format, list(s2b_streamed),
+                                 name="streamed_key")
+        keys_valid, keys_tag = _delay(m, "keys", advance, s2b_valid, s2b, tag, 2)
+
+        # 5, 6: the slot's operand, max'ed with the streamed beat in slot 0 (KeyMax.take_b
+        # passes it through otherwise, or when nothing streams; max(x, x) would be x).
+        firsts = [_key_max(m, f"first_{j}", advance, lane_format.size, streamed_key, slot_key,
+                           take_b=~keys_tag.stream)
+                  for j, (slot_key, streamed_key) in enumerate(zip(slot_keys, streamed_keys))]
+        first_valid, first_tag = _delay(m, "first", advance, keys_valid, keys_tag, tag, 2)
+
+        # 7 to 10: the slots of each output beat folded, as RunAccumulator folds a run (two
+        # interleaved partial maxima, then their max); its result register is the output
+        # register, turned into values by FromKey.
+        results, result_valid = _accumulate(m, advance, lane_format, firsts, first_valid,
+                                            first_tag.last_slot)
+        _, out = _delay(m, "out", advance, first_valid, first_tag, tag,
+                        RunAccumulator.LATENCY)
+        m.d.comb += [
+            self.output.valid.eq(result_valid),
+            self.output.payload.first.eq(out.first),
+            self.output.payload.last.eq(out.last),
+            self.output.payload.nbytes.eq(out.nbytes),
+        ]
+        # A beat taken while the pipeline waits for the streamed beat leaves the register.
+        with m.If(~advance & self.output.ready):
+            m.d.sync += result_valid.eq(0)
+        for j, result in enumerate(results):
+            m.d.comb += self.output.payload.data[j].eq(
+                _from_key(m, f"value_{j}", lane_format, result))
+
+        # Each counter's next value is formed from registers alone; ``advance`` only enables
+        # the load (it arrives last: it depends on the output and streamed handshakes).
+        step_slot, step_row = Signal(), Signal()
+        m.d.comb += [step_slot.eq(advance & issuing), step_row.eq(step_slot & last_slot)]
+        with m.If(step_slot):
+            with m.If(~last_slot):
+                m.d.sync += [slot.eq(slot + 1), last_slot.eq(slot == before_final_slot)]
+            with m.Else():
+                m.d.sync += [slot.eq(0), last_slot.eq(single_slot)]
+        with m.If(step_row):
+            with m.If(~last_beat):
+                m.d.sync += [beat.eq(beat + 1), last_beat.eq(beat == before_final_beat)]
+            with m.Else():
+                m.d.sync += [beat.eq(0), last_beat.eq(single_beat)]
+        # The outer counters and the row addresses move when a row ends.
+        row_ends = Signal()
+        m.d.comb += row_ends.eq(step_row & last_beat)
+        for d in range(self.max_dims):
+            with m.If(row_ends & (advances[d] | wraps[d])):
+                m.d.sync += [
+                    left[d].eq(Mux(advances[d], left[d] - 1, config.counts[d] - 1)),
+                    at_end[d].eq(Mux(advances[d], left[d] == 1, config.counts[d] == 1)),
+                ]
+        with m.If(row_ends):
+            m.d.sync += [row_address[k].eq(row_address[k] + steps[k])
+                         for k in range(operand_count)]
+            with m.If(finished):
+                m.d.sync += issuing.eq(0)
+
+        # The pass ends when its last output beat is taken.
+        with m.If(self.output.valid & self.output.ready & out.final):
+            m.d.sync += busy.eq(0)
 
         # ---- Commands (only accepted when idle, so nothing above is active).
         with m.If(self.command.valid & self.command.ready):
@@ -372,14 +408,22 @@ class BroadcastMax(wiring.Component):
                     load_address.eq(command.base),
                     load_left.eq(command.count),
                     loading.eq(command.count != 0),
+                    busy.eq(command.count != 0),
                 ]
             with m.Else():
-                m.d.sync += [running.eq(1), issuing.eq(1), slot.eq(0), beat.eq(0),
-                             lane_format.eq(decode.format)]
-                m.d.sync += [left[d].eq(config.counts[d] - 1) for d in range(self.max_dims)]
+                m.d.sync += [busy.eq(1), issuing.eq(1), slot.eq(0), beat.eq(0),
+                             lane_format.eq(decode.format),
+                             stream_only.eq(config.operands == 0)]
+                for d in range(self.max_dims):
+                    m.d.sync += [left[d].eq(config.counts[d] - 1),
+                                 at_end[d].eq(config.counts[d] == 1)]
                 m.d.sync += [
-                    final_slot.eq(Mux(config.operands == 0, 0, config.operands - 1)),
-                    final_beat.eq(config.row_beats - 1),
+                    before_final_slot.eq(config.operands - 2),
+                    single_slot.eq(config.operands <= 1),
+                    last_slot.eq(config.operands <= 1),
+                    before_final_beat.eq(config.row_beats - 2),
+                    single_beat.eq(config.row_beats == 1),
+                    last_beat.eq(config.row_beats == 1),
                 ]
                 m.d.sync += [row_address[k].eq(config.operand[k].base)
                              for k in range(operand_count)]

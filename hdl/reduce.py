@@ -104,12 +104,15 @@ def _register(m, enable, value, name):
     return held
 
 
-def _key_max(m, name, enable, size, a, b, registered=True):
+def _key_max(m, name, enable, size, a, b, registered=True, take_b=None):
     """A two-stage :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``
-    (combinational, ``latency=0``, if not ``registered``)."""
+    (combinational, ``latency=0``, if not ``registered``); the result is ``b`` where
+    ``take_b`` (if given) is set with the operands."""
     key_max = KeyMax(latency=2 if registered else 0)
     m.submodules[name] = EnableInserter(enable)(key_max) if registered else key_max
     m.d.comb += [key_max.size.eq(size), key_max.a.eq(a), key_max.b.eq(b)]
+    if take_b is not None:
+        m.d.comb += key_max.take_b.eq(take_b)
     return key_max.result
 
 
@@ -124,23 +127,24 @@ def _delay(m, name, enable, valid, tag, tag_shape, cycles):
     return valid, tag
 
 
-def _to_keys(m, enable, fmt, values, filled=None, latency=2):
+def _to_keys(m, enable, fmt, values, filled=None, latency=2, name="key"):
     """:class:`ToKey` of each lane of ``values`` in ``latency`` register stages.
 
     ``latency=2``: the NaN tests, then the key; ``fmt`` is the registered decode (of
     :func:`_decode`), read in the second cycle. ``latency=1``: the key is computed in the
     cycle ``values`` come and registered; ``fmt`` (the unregistered decode) is read in that
     cycle. The registers advance with ``enable``; ``filled`` (a byte mask per lane) marks the
-    bytes that hold elements, the others get key 0.
+    bytes that hold elements, the others get key 0. The submodules and key registers are
+    named ``{name}_{lane}``.
     """
     keys = []
     for j, value in enumerate(values):
         to_key = ToKey(latency=latency - 1)
-        m.submodules[f"key_{j}"] = EnableInserter(enable)(to_key)
+        m.submodules[f"{name}_{j}"] = EnableInserter(enable)(to_key)
         m.d.comb += [to_key.format.eq(fmt), to_key.value.eq(value)]
         if filled is not None:
             m.d.comb += to_key.filled.eq(filled[j])
-        keys.append(_register(m, enable, to_key.key, f"key_{j}"))
+        keys.append(_register(m, enable, to_key.key, f"{name}_{j}"))
     return keys
 
 
@@ -194,47 +198,50 @@ def _fold_stages(m, advance, fmt, lane, registered=True):
     return lane
 
 
-def _accumulate(m, advance, fmt, lane, valid, last, registered=True):
-    """The loop and close of :class:`RunAccumulator`; returns (result keys, result valid).
+def _accumulate(m, advance, fmt, lanes, valid, last, registered=True):
+    """The loop and close of :class:`RunAccumulator` for each key lane of ``lanes`` (a list);
+    returns (list of result keys, result valid).
 
-    Not ``registered``: one accumulator register instead, loaded with ``max(partial, lane)``
-    (``max(least key, lane)`` for a run's first lane) through a combinational compare; it holds
-    the run's result in the cycle after its last lane (latency 1, not 4).
+    The lanes advance together: one set of control registers (the partials' tags, ``step``),
+    one loop :class:`KeyMax` and one close :class:`KeyMax` per lane.
+
+    Not ``registered``: one accumulator register per lane instead, loaded with ``max(partial,
+    lane)`` (``max(least key, lane)`` for a run's first lane) through a combinational compare;
+    it holds the run's result in the cycle after its last lane (latency 1, not 4).
     """
     least_key = Signal(LANE_BITS)
     for index, spec in enumerate(FLOAT_FORMATS):
         with m.If(fmt.float_format[index]):
             m.d.comb += least_key.eq(splat_constant(float_key(spec, spec.lowest), spec.bits))
 
+    def name(base, j):
+        return base if len(lanes) == 1 else f"{base}_{j}"
+
     if not registered:
         live = Signal()                          # the accumulator holds a partial of this run
         step = Signal()
         m.d.comb += step.eq(advance & valid)
-        loop = KeyMax(latency=1)
-        m.submodules.loop = EnableInserter(step)(loop)
-        m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(Mux(live, loop.result, least_key)),
-                     loop.b.eq(lane)]
+        results = []
+        for j, lane in enumerate(lanes):
+            loop = KeyMax(latency=1)
+            m.submodules[name("loop", j)] = EnableInserter(step)(loop)
+            m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(Mux(live, loop.result, least_key)),
+                         loop.b.eq(lane)]
+            results.append(loop.result)
         result_valid = Signal()
         with m.If(step):
             m.d.sync += live.eq(~last)
         with m.If(advance):
             m.d.sync += result_valid.eq(valid & last)
-        return loop.result, result_valid
+        return results, result_valid
 
     ends = valid & last
     fed_live, fed_final = Signal(), Signal()     # tags of the partial in the first stage
     head_live, head_final = Signal(), Signal()   # tags of the partial at the head
     head_joins = Signal()                        # a lane now joins the head's partial
     drain = Signal()                             # the previous step took a run's last lane
-    saved = Signal(LANE_BITS, reset_less=True)  # the other partial, or the least key
     step = Signal()
     m.d.comb += step.eq(advance & (valid | fed_final | head_final))
-
-    loop = KeyMax(latency=2)
-    m.submodules.loop = EnableInserter(step)(loop)
-    head = loop.result
-    m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(head), loop.b.eq(lane),
-                 loop.take_b.eq(~head_joins)]
     with m.If(step):
         m.d.sync += [
             fed_live.eq(valid & ~ends),
@@ -244,14 +251,23 @@ def _accumulate(m, advance, fmt, lane, valid, last, registered=True):
             head_joins.eq(fed_live & ~ends),
             drain.eq(ends),
         ]
-        with m.If(drain):
-            m.d.sync += saved.eq(Mux(head_live, head, least_key))
 
-    result = _key_max(m, "close", advance, fmt.size, head, saved)
+    results = []
+    for j, lane in enumerate(lanes):
+        # The other partial, or the least key.
+        saved = Signal(LANE_BITS, name=name("saved", j), reset_less=True)
+        loop = KeyMax(latency=2)
+        m.submodules[name("loop", j)] = EnableInserter(step)(loop)
+        head = loop.result
+        m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(head), loop.b.eq(lane),
+                     loop.take_b.eq(~head_joins)]
+        with m.If(step & drain):
+            m.d.sync += saved.eq(Mux(head_live, head, least_key))
+        results.append(_key_max(m, name("close", j), advance, fmt.size, head, saved))
     closing, result_valid = Signal(), Signal()
     with m.If(advance):
         m.d.sync += [closing.eq(head_final), result_valid.eq(closing)]
-    return result, result_valid
+    return results, result_valid
 
 
 class BeatKeys(wiring.Component):
@@ -527,8 +543,8 @@ class RunAccumulator(wiring.Component):
         m = Module()
         fmt = _decode(m, self.dtype)
         advance = _stall_control(m, self)
-        result, result_valid = _accumulate(m, advance, fmt, self.i.payload.data, self.i.valid,
-                                           self.i.payload.tag.last)
+        (result,), result_valid = _accumulate(m, advance, fmt, [self.i.payload.data],
+                                              self.i.valid, self.i.payload.tag.last)
         m.d.comb += self.o.valid.eq(result_valid)
         m.d.comb += self.o.payload.eq(result)
         return m
@@ -642,7 +658,7 @@ class RunReducer(wiring.Component):
         lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys, deep), deep)
         valid, last = _delay(m, "beat", advance, self.i.valid, beat.last, 1,
                              key_latency + tree_latency + fold_latency)
-        result, result_valid = _accumulate(m, advance, fmt, lane, valid, last, deep)
+        (result,), result_valid = _accumulate(m, advance, fmt, [lane], valid, last, deep)
 
         element0 = Signal(LANE_BITS)
         for k, size in enumerate(ELEMENT_SIZES):
