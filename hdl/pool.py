@@ -7,7 +7,7 @@ keeping one running maximum per channel in on-chip memory, so the tensor never n
 transposed.
 """
 
-from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -15,8 +15,8 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.host.dtypes import DType, format_of
 
 from .beat import beat_layout
-from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax
-from .reduce import _decode, _register, _to_keys
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey
+from .reduce import _decode, _key_max, _register, _to_keys
 
 __all__ = ["ChannelsLastPool"]
 
@@ -252,7 +252,7 @@ class ChannelsLastPool(wiring.Component):
         # same entry (one-beat pixels): that beat's update is still in the loop when this beat
         # enters it, so it would be lost; taking its key here keeps every result complete.
         combine = _register(m, advance, same_entry(1, 2) & ~tags[1].first_pixel, "combine")
-        merged = _lanes_key_max(m, "merge", advance, fmt.size, keys_3, keys, take_b=~combine)
+        merged = _lanes_key_max(m, "merge", advance, fmt.size, keys_3, keys, ~combine)
 
         # --- Stages 2-4: the entry's last complete update, from memory or forwarded. ----------
         # The loop (stages 4-6) writes a result in stage 6; the beat in stage 4 needs the latest
@@ -278,8 +278,7 @@ class ChannelsLastPool(wiring.Component):
 
         # --- Stages 4-6: the loop, max(prior, merged key), two cycles. -----------------------
         m.d.comb += result.eq(_lanes_key_max(m, "loop", advance, fmt.size,
-                                             Mux(from_2, result, prior), merged,
-                                             take_b=~has_prior))
+                                             Mux(from_2, result, prior), merged, ~has_prior))
         m.d.comb += [
             write.en.eq(advance & tags[6].valid & (tags[6].entry != depth)),
             write.addr.eq(tags[6].entry),
@@ -319,17 +318,10 @@ class ChannelsLastPool(wiring.Component):
         return m
 
 
-def _lanes_key_max(m, name, enable, size, a, b, *, take_b):
-    """``KeyMax(latency=2)`` of each lane of ``a`` and ``b`` (``lanes`` lanes of keys each),
-    advancing with ``enable``; the result is ``b`` where ``take_b`` is set."""
-    results = []
-    for lane in range(len(a) // LANE_BITS):
-        key_max = m.submodules[f"{name}{lane}"] = EnableInserter(enable)(KeyMax(latency=2))
-        m.d.comb += [
-            key_max.size.eq(size),
-            key_max.a.eq(a[LANE_BITS * lane:LANE_BITS * (lane + 1)]),
-            key_max.b.eq(b[LANE_BITS * lane:LANE_BITS * (lane + 1)]),
-            key_max.take_b.eq(take_b),
-        ]
-        results.append(key_max.result)
-    return Cat(results)
+
+def _lanes_key_max(m, name, enable, size, a, b, take_b):
+    """:func:`~maxaccel.hdl.reduce._key_max` of each 64-bit lane of ``a`` and ``b``."""
+    def lane(value, j):
+        return value[LANE_BITS * j:LANE_BITS * (j + 1)]
+    return Cat(_key_max(m, f"{name}{j}", enable, size, lane(a, j), lane(b, j), take_b=take_b)
+               for j in range(len(a) // LANE_BITS))
