@@ -15,8 +15,8 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.host.dtypes import DType, format_of
 
 from .beat import beat_layout
-from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey
-from .reduce import _decode, _key_max, _register, _to_keys
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES
+from .reduce import _decode, _from_key, _key_max, _register, _to_keys
 
 __all__ = ["ChannelsLastPool"]
 
@@ -256,9 +256,10 @@ class ChannelsLastPool(wiring.Component):
 
         # --- Stages 2-4: the entry's last complete update, from memory or forwarded. ----------
         # The loop (stages 4-6) writes a result in stage 6; the beat in stage 4 needs the latest
-        # result of its entry at least two beats ahead: two ahead is in stage 6 now; three and
-        # four ahead were written too late for this beat's memory read (issued in stage 2),
-        # so they are forwarded into `prior` in stage 3; the memory has the rest.
+        # result of its entry at least two beats ahead: two ahead is in stage 6 now; three
+        # ahead is written too late for this beat's memory read (issued in stage 2), so it is
+        # forwarded into `prior` in stage 3; four ahead is written in the cycle of that read,
+        # which is transparent to it; the memory has the rest.
         m.submodules.accumulators = memory = Memory(
             shape=LANE_BITS * lanes, depth=depth, init=[])
         write = memory.write_port()
@@ -286,14 +287,7 @@ class ChannelsLastPool(wiring.Component):
         ]
 
         # --- Stage 7: a last pixel's result keys, mapped back to values, are the output. -----
-        output = Signal(LANE_BITS * lanes)
-        for lane in range(lanes):
-            from_key = m.submodules[f"from_key{lane}"] = FromKey()
-            m.d.comb += [
-                from_key.format.eq(fmt),
-                from_key.key.eq(result[LANE_BITS * lane:LANE_BITS * (lane + 1)]),
-                output[LANE_BITS * lane:LANE_BITS * (lane + 1)].eq(from_key.value),
-            ]
+        output = Cat(_from_key(m, f"from_key{j}", fmt, _lane(result, j)) for j in range(lanes))
         with m.If(advance):
             m.d.sync += [
                 self.o.valid.eq(tags[6].valid & tags[6].last_pixel),
@@ -318,10 +312,12 @@ class ChannelsLastPool(wiring.Component):
         return m
 
 
+def _lane(value, j):
+    """Lane ``j`` (64 bits) of a beat-wide value."""
+    return value[LANE_BITS * j:LANE_BITS * (j + 1)]
+
 
 def _lanes_key_max(m, name, enable, size, a, b, take_b):
     """:func:`~maxaccel.hdl.reduce._key_max` of each 64-bit lane of ``a`` and ``b``."""
-    def lane(value, j):
-        return value[LANE_BITS * j:LANE_BITS * (j + 1)]
-    return Cat(_key_max(m, f"{name}{j}", enable, size, lane(a, j), lane(b, j), take_b=take_b)
+    return Cat(_key_max(m, f"{name}{j}", enable, size, _lane(a, j), _lane(b, j), take_b=take_b)
                for j in range(len(a) // LANE_BITS))
