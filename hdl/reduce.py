@@ -239,7 +239,6 @@ def _accumulate(m, advance, fmt, lanes, valid, last, registered=True):
     fed_live, fed_final = Signal(), Signal()     # tags of the partial in the first stage
     head_live, head_final = Signal(), Signal()   # tags of the partial at the head
     head_joins = Signal()                        # a lane now joins the head's partial
-    drain = Signal()                             # the previous step took a run's last lane
     step = Signal()
     m.d.comb += step.eq(advance & (valid | fed_final | head_final))
     with m.If(step):
@@ -249,7 +248,6 @@ def _accumulate(m, advance, fmt, lanes, valid, last, registered=True):
             head_live.eq(fed_live),
             head_final.eq(fed_final),
             head_joins.eq(fed_live & ~ends),
-            drain.eq(ends),
         ]
 
     results = []
@@ -261,7 +259,9 @@ def _accumulate(m, advance, fmt, lanes, valid, last, registered=True):
         head = loop.result
         m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(head), loop.b.eq(lane),
                      loop.take_b.eq(~head_joins)]
-        with m.If(step & drain):
+        # When the previous step took a run's last lane (``fed_final``, which makes this cycle
+        # a step whenever it advances).
+        with m.If(advance & fed_final):
             m.d.sync += saved.eq(Mux(head_live, head, least_key))
         results.append(_key_max(m, name("close", j), advance, fmt.size, head, saved))
     closing, result_valid = Signal(), Signal()
