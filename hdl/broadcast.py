@@ -10,7 +10,8 @@ coalesced output shape is a row, sent as ``row_beats`` beats; the rows are enume
   buffer (a ``LOAD`` command), then read back by a strided address generator during the ``RUN``
   pass, as many times as broadcasting needs. Dimensions along which the operand is broadcast
   have stride 0; an operand whose innermost size is 1 (a *splat* operand) stores one beat per
-  row and its element 0 is replicated across the beat for the run-time dtype.
+  row, replayed for every beat of the row, which the host fills with the row's element
+  (:func:`~maxaccel.host.plan.pack_operand`), so the unit has no replication logic.
 
 The host plans all of this (:func:`maxaccel.host.plan.plan_broadcast`): it coalesces axes,
 chooses the streamed operand, places the replayed ones in the buffer and fills the
@@ -20,6 +21,7 @@ with broadcasting".
 
 from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -65,9 +67,12 @@ class BroadcastMax(wiring.Component):
     Ports
     -----
     command : In(stream.Signature(command_layout))
-        ``{op: BroadcastOp, base, count}``. Accepted only when idle (``ready == ~busy``).
-        ``LOAD`` writes the next ``count`` beats of ``load`` at ``base, base + 1, ...``
-        (``count == 0`` does nothing); ``RUN`` makes one pass described by ``config``.
+        ``{op: BroadcastOp, base, count, fill}``. Accepted only when idle (``ready ==
+        ~busy``). ``LOAD`` writes the next ``count`` beats of ``load`` at ``base, base + 1,
+        ...`` (``count == 0`` does nothing); with ``fill`` set, each beat's first element (of
+        ``config.dtype``, sampled when the ``LOAD`` is accepted) is written repeated across the
+        whole beat, which is how a splat operand's rows are stored. ``RUN`` makes one pass
+        described by ``config``.
     config : In(config_layout)
         The pass description (see :attr:`config_layout`), sampled while a ``RUN`` is busy: it
         must be stable from the cycle the ``RUN`` command is offered until ``busy`` falls.
@@ -86,7 +91,8 @@ class BroadcastMax(wiring.Component):
         ``operand[k].base``
             Buffer address of the first beat of replayed operand k.
         ``operand[k].splat``
-            Operand k stores one beat per row; element 0 is replicated across the beat.
+            Operand k stores one beat per row, replayed for every beat of the row (the host
+            fills it with the row's element, repeated).
         ``operand[k].steps[d]``
             Change of operand k's row address when counter d advances (and the counters
             inside it wrap), modulo ``2**addr_bits``: ``stride[d] - sum over d' > d of
@@ -113,17 +119,17 @@ class BroadcastMax(wiring.Component):
     single read port, so it emits one output beat every ``max(M, 1)`` cycles: one per cycle for
     a streamed operand plus one replayed operand (or a replayed or streamed operand alone),
     one every M cycles with M replayed operands. The first output beat is valid
-    :attr:`LATENCY` ``= 11`` cycles after the ``RUN`` command is accepted (memory read; read
-    data register; splat and the streamed beat registered; key transform, two cycles; the
-    slot-0 compare with the streamed beat, two; the fold of the slots, four), so a pass without
+    :attr:`LATENCY` ``= 11`` cycles after the ``RUN`` command is accepted (the address queue;
+    memory read; read data register; key transform, two cycles; the slot-0 compare with the
+    streamed beat, two; the fold of the slots, four), so a pass without
     stalls takes ``11 + N * max(M, 1)`` cycles for N output beats. ``streamed.ready`` depends
     combinationally on ``output.ready``; ``output.valid`` does not depend on any ``ready``.
 
     The fold runs in key space (see :mod:`maxaccel.hdl.lane`), per lane, with every
     register-to-register path about one half of a :class:`KeyMax` or of a :class:`ToKey`:
 
-    * the slot's beat (the replayed beat, splatted; the streamed beat when M = 0) and the
-      streamed beat go through :class:`ToKey` in two register stages;
+    * the replayed beat (all padding, key 0, when M = 0, so that the max below is the
+      streamed beat) and the streamed beat go through :class:`ToKey` in two register stages;
     * a two-stage *first* :class:`KeyMax` takes, for slot 0 of an output beat, the max of its
       operand and the streamed beat; it passes the slot's operand through (``take_b``) for
       slots k > 0, and for slot 0 when nothing streams (the key of a value is already that of
@@ -134,10 +140,14 @@ class BroadcastMax(wiring.Component):
       register;
     * :class:`FromKey` turns that register into the output data (canonical NaNs).
 
-    The element format is decoded when the ``RUN`` is accepted. The address generator's end
-    tests (last slot, last beat of a row, each outer counter at 0) are registers, set when
-    their counters are loaded, and ``advance`` (the one enable of the pass) only enables the
-    counters' loads.
+    The address generator runs ahead of the pipeline into a two-entry queue
+    (:class:`amaranth.lib.fifo.SyncFIFO`) of buffer addresses and slot tags, so its counters
+    load on the queue's ``w_rdy`` alone: no path runs from the output or streamed handshakes,
+    or from ``advance`` (the one enable of the pipeline), into the counters. Their end tests
+    (last slot, last beat of a row, each outer counter at 0) are registers, set when the
+    counters are loaded. The element format is decoded when the ``RUN`` is accepted, and
+    every pipeline stage carries its own copy of it, so no format register fans out to the
+    whole datapath.
     """
 
     #: Cycles from a ``RUN`` accepted to its first output beat valid.
@@ -164,6 +174,7 @@ class BroadcastMax(wiring.Component):
             "op": BroadcastOp,
             "base": address,
             "count": range(depth + 1),
+            "fill": 1,
         })
         #: Layout of ``config`` (field meanings in the class docstring).
         self.config_layout = data.StructLayout({
@@ -211,18 +222,30 @@ class BroadcastMax(wiring.Component):
         # ---- LOAD: consecutive writes from the load stream.
         load_address = Signal(self.addr_bits)
         load_left = Signal(range(self.depth + 1))
+        # A filling LOAD repeats the beat's first element (of ``fill_size`` bytes, one-hot).
+        fill_size = Signal(len(ELEMENT_SIZES), reset_less=True)
+        first_element = self.load.payload.data[0]
+        filled = Signal(LANE_BITS)
+        for k, size in enumerate(ELEMENT_SIZES):
+            with m.If(fill_size[k]):
+                m.d.comb += filled.eq(first_element[:8 * size].replicate(LANE_BYTES // size))
         m.d.comb += [
             self.load.ready.eq(loading),
             write.addr.eq(load_address),
             write.data.eq(self.load.payload.data),
             write.en.eq(self.load.valid & loading),
         ]
+        with m.If(fill_size.any()):
+            m.d.comb += write.data.eq(filled.replicate(lanes))
         with m.If(self.load.valid & loading):
             m.d.sync += [load_address.eq(load_address + 1), load_left.eq(load_left - 1)]
             with m.If(load_left == 1):
                 m.d.sync += [loading.eq(0), busy.eq(0)]
 
-        # ---- RUN, stage 0: the address generator walks (outer indices, beat, slot).
+        # ---- RUN, the address generator: walks (outer indices, beat, slot) and queues, for
+        # each slot, the buffer address to read and the slot's tag. It runs ahead of the
+        # pipeline as far as the two-entry queue lets it, so its counters load on registers
+        # alone (``queue.w_rdy``) and never wait on the output or streamed handshakes.
         operand_count = self.max_operands
         issuing = Signal()
         # The registers below are all loaded when a RUN is accepted, so they need no reset
@@ -241,21 +264,17 @@ class BroadcastMax(wiring.Component):
         single_slot = Signal(reset_less=True)                               # operands <= 1
         before_final_beat = Signal(range(self.max_count), reset_less=True)  # row_beats - 2
         single_beat = Signal(reset_less=True)                               # row_beats == 1
-
+        last_slot = Signal(reset_less=True)
+        last_beat = Signal(reset_less=True)
         current = config.operand[slot]
-        advance = Signal()      # the enable of the whole RUN pipeline (below)
+
         # Registered when the RUN is accepted: the element format, decoded once per RUN so the
         # decode is off the datapath, and "no operand is replayed" (the streamed beat is then
-        # every slot's operand).
+        # the only operand).
         m.submodules.decode = decode = LaneDecode()
         m.d.comb += decode.dtype.eq(config.dtype)
         lane_format = Signal(LaneFormat, reset_less=True)
         stream_only = Signal(reset_less=True)
-        last_slot = Signal(reset_less=True)
-        last_beat = Signal(reset_less=True)
-        m.d.comb += [
-            read.addr.eq(row_address[slot] + Mux(current.splat, 0, beat)),
-        ]
 
         # Innermost counter that does not wrap advances; the ones inside it wrap.
         advances, wraps = [], []
@@ -276,102 +295,36 @@ class BroadcastMax(wiring.Component):
                     m.d.comb += step.eq(config.operand[k].steps[d])
             steps.append(step)
 
-        # ---- RUN, the pipeline behind the address generator. Each stage carries this tag
-        # along with its data; ``valid`` travels beside it.
+        # Each queued slot carries this tag down the pipeline; ``valid`` travels beside it.
         nbytes_shape = range(LANE_BYTES * lanes + 1)
-        tag = data.StructLayout({
+        slot_tag = data.StructLayout({
             "stream": 1,        # a valid slot 0 of a pass with a streamed operand
-            "last_slot": 1, "splat": 1,
+            "last_slot": 1,
             "first": 1, "last": 1, "nbytes": nbytes_shape,
             "final": 1,         # the pass's last slot
         })
-        issued = Signal(tag)
+        entry = data.StructLayout({"address": self.addr_bits, "tag": slot_tag})
+        m.submodules.queue = queue = SyncFIFO(width=entry.size, depth=2)
+        queued = Signal(entry)
+        issue = Signal()
         m.d.comb += [
-            issued.stream.eq(issuing & (slot == 0) & config.streamed),
-            issued.last_slot.eq(last_slot),
-            issued.splat.eq(current.splat),
-            issued.first.eq(beat == 0),
-            issued.last.eq(last_beat),
-            issued.nbytes.eq(Mux(last_beat, config.last_nbytes, LANE_BYTES * lanes)),
-            issued.final.eq(last_slot & last_beat & finished),
+            issue.eq(issuing & queue.w_rdy),
+            queue.w_en.eq(issue),
+            queue.w_data.eq(queued.as_value()),
+            queued.address.eq(row_address[slot] + Mux(current.splat, 0, beat)),
+            queued.tag.stream.eq((slot == 0) & config.streamed),
+            queued.tag.last_slot.eq(last_slot),
+            queued.tag.first.eq(beat == 0),
+            queued.tag.last.eq(last_beat),
+            queued.tag.nbytes.eq(Mux(last_beat, config.last_nbytes, LANE_BYTES * lanes)),
+            queued.tag.final.eq(last_slot & last_beat & finished),
         ]
 
-        # The whole pipeline moves together (one enable, ``advance``): when the output register
-        # is free or being taken, and the streamed beat is there if stage 2 holds a slot that
-        # needs it. Stage 1 is the memory's read register.
-        s1_valid, s1 = _delay(m, "s1", advance, issuing, issued, tag, 1)
-        needs_stream = Signal()
-        output_free = ~self.output.valid | self.output.ready
-        m.d.comb += [
-            advance.eq(output_free & (~needs_stream | self.streamed.valid)),
-            self.streamed.ready.eq(needs_stream & output_free),
-            read.en.eq(advance),
-        ]
-
-        # 2: the read data registered (the memory's slow clock-to-output stays alone in its
-        # cycle).
-        s2_valid, s2 = _delay(m, "s2", advance, s1_valid, s1, tag, 1)
-        s2_data = _register(m, advance, read.data, "s2_data")
-        m.d.comb += needs_stream.eq(s2.stream)
-
-        # 2b: the slot's beat (the replayed beat, splatted: element 0 of lane 0 replicated
-        # across the beat for the run-time element size; the streamed beat when no operand is
-        # replayed) and the streamed beat, registered.
-        splatted = Signal(LANE_BITS * lanes)
-        for k, size in enumerate(ELEMENT_SIZES):
-            with m.If(lane_format.size[k]):
-                m.d.comb += splatted.eq(s2_data[:8 * size].replicate(LANE_BYTES * lanes // size))
-        slot_value = Signal(LANE_BITS * lanes)
-        with m.If(stream_only):
-            m.d.comb += slot_value.eq(self.streamed.payload.data)
-        with m.Elif(s2.splat):
-            m.d.comb += slot_value.eq(splatted)
-        with m.Else():
-            m.d.comb += slot_value.eq(s2_data)
-        s2b_valid, s2b = _delay(m, "s2b", advance, s2_valid, s2, tag, 1)
-        s2b_slot = Signal(lane_array)
-        s2b_streamed = Signal(lane_array)
-        with m.If(advance):
-            m.d.sync += [s2b_slot.eq(slot_value), s2b_streamed.eq(self.streamed.payload.data)]
-
-        # 3, 4: both beats' order keys, in two stages (ToKey's NaN tests, then the key).
-        slot_keys = _to_keys(m, advance, lane_format, list(s2b_slot), name="slot_key")
-        streamed_keys = _to_keys(m, advance, lane_format, list(s2b_streamed),
-                                 name="streamed_key")
-        keys_valid, keys_tag = _delay(m, "keys", advance, s2b_valid, s2b, tag, 2)
-
-        # 5, 6: the slot's operand, max'ed with the streamed beat in slot 0 (KeyMax.take_b
-        # passes it through otherwise, or when nothing streams; max(x, x) would be x).
-        firsts = [_key_max(m, f"first_{j}", advance, lane_format.size, streamed_key, slot_key,
-                           take_b=~keys_tag.stream)
-                  for j, (slot_key, streamed_key) in enumerate(zip(slot_keys, streamed_keys))]
-        first_valid, first_tag = _delay(m, "first", advance, keys_valid, keys_tag, tag, 2)
-
-        # 7 to 10: the slots of each output beat folded, as RunAccumulator folds a run (two
-        # interleaved partial maxima, then their max); its result register is the output
-        # register, turned into values by FromKey.
-        results, result_valid = _accumulate(m, advance, lane_format, firsts, first_valid,
-                                            first_tag.last_slot)
-        _, out = _delay(m, "out", advance, first_valid, first_tag, tag,
-                        RunAccumulator.LATENCY)
-        m.d.comb += [
-            self.output.valid.eq(result_valid),
-            self.output.payload.first.eq(out.first),
-            self.output.payload.last.eq(out.last),
-            self.output.payload.nbytes.eq(out.nbytes),
-        ]
-        # A beat taken while the pipeline waits for the streamed beat leaves the register.
-        with m.If(~advance & self.output.ready):
-            m.d.sync += result_valid.eq(0)
-        for j, result in enumerate(results):
-            m.d.comb += self.output.payload.data[j].eq(
-                _from_key(m, f"value_{j}", lane_format, result))
-
-        # Each counter's next value is formed from registers alone; ``advance`` only enables
-        # the load (it arrives last: it depends on the output and streamed handshakes).
-        step_slot, step_row = Signal(), Signal()
-        m.d.comb += [step_slot.eq(advance & issuing), step_row.eq(step_slot & last_slot)]
-        with m.If(step_slot):
+        # Each counter's next value is formed from registers alone, and ``issue`` only enables
+        # the load.
+        step_row = Signal()
+        m.d.comb += step_row.eq(issue & last_slot)
+        with m.If(issue):
             with m.If(~last_slot):
                 m.d.sync += [slot.eq(slot + 1), last_slot.eq(slot == before_final_slot)]
             with m.Else():
@@ -396,6 +349,81 @@ class BroadcastMax(wiring.Component):
             with m.If(finished):
                 m.d.sync += issuing.eq(0)
 
+        # ---- RUN, the pipeline behind the queue. It moves together (one enable, ``advance``):
+        # when the output register is free or being taken, and the streamed beat is there if
+        # stage 2 holds a slot that needs it. Stage 0 is the queue's head, whose address the
+        # memory reads; stage 1 is the memory's read register.
+        # Every stage's tag holds its own copy of the element format, loaded with the slot at
+        # stage 1, so each stage's logic reads a register of its own instead of all stages one
+        # register with a fanout of thousands. A stage may read the copy of an earlier stage:
+        # every slot behind a valid one entered after the RUN was accepted (the pipeline is
+        # empty then), so it carries the same format.
+        tag = data.StructLayout({**{name: field.shape for name, field in slot_tag},
+                                 "format": LaneFormat})
+        advance = Signal()
+        head = data.View(entry, queue.r_data)
+        head_tag = Signal(tag)
+        m.d.comb += [
+            head_tag.as_value()[:slot_tag.size].eq(head.tag),    # the fields in common
+            head_tag.stream.eq(head.tag.stream & queue.r_rdy),
+            head_tag.format.eq(lane_format),
+            read.addr.eq(head.address),
+            read.en.eq(advance),
+            queue.r_en.eq(advance),
+        ]
+        s1_valid, s1 = _delay(m, "s1", advance, queue.r_rdy, head_tag, tag, 1)
+        needs_stream = Signal()
+        output_free = ~self.output.valid | self.output.ready
+        m.d.comb += [
+            advance.eq(output_free & (~needs_stream | self.streamed.valid)),
+            self.streamed.ready.eq(needs_stream & output_free),
+        ]
+
+        # 2: the read data registered (the memory's slow clock-to-output stays alone in its
+        # cycle); the streamed beat is taken here.
+        s2_valid, s2 = _delay(m, "s2", advance, s1_valid, s1, tag, 1)
+        s2_data = _register(m, advance, read.data, "s2_data")
+        m.d.comb += needs_stream.eq(s2.stream)
+
+        # 3, 4: the replayed beat's and the streamed beat's order keys, in two stages (ToKey's
+        # NaN tests, then the key). With no replayed operand the replayed beat is all padding,
+        # key 0, below every value's key, so the max with the streamed beat below is that beat.
+        keys_valid, keys_tag = _delay(m, "keys", advance, s2_valid, s2, tag, 1)
+        filled = Mux(stream_only, 0, (1 << LANE_BYTES) - 1)
+        slot_keys = _to_keys(m, advance, keys_tag.format,
+                             [s2_data[LANE_BITS * j:LANE_BITS * (j + 1)] for j in range(lanes)],
+                             filled=[filled] * lanes, name="slot_key")
+        streamed_keys = _to_keys(m, advance, s2.format, list(self.streamed.payload.data),
+                                 name="streamed_key")
+        keys_valid, keys_tag = _delay(m, "keys_2", advance, keys_valid, keys_tag, tag, 1)
+
+        # 5, 6: the slot's operand, max'ed with the streamed beat in slot 0 (KeyMax.take_b
+        # passes it through otherwise; max(x, x) would be x).
+        firsts = [_key_max(m, f"first_{j}", advance, keys_tag.format.size, streamed_key,
+                           slot_key, take_b=~keys_tag.stream)
+                  for j, (slot_key, streamed_key) in enumerate(zip(slot_keys, streamed_keys))]
+        first_valid, first_tag = _delay(m, "first", advance, keys_valid, keys_tag, tag, 2)
+
+        # 7 to 10: the slots of each output beat folded, as RunAccumulator folds a run (two
+        # interleaved partial maxima, then their max); its result register is the output
+        # register, turned into values by FromKey.
+        results, result_valid = _accumulate(m, advance, first_tag.format, firsts, first_valid,
+                                            first_tag.last_slot)
+        _, out = _delay(m, "out", advance, first_valid, first_tag, tag,
+                        RunAccumulator.LATENCY)
+        m.d.comb += [
+            self.output.valid.eq(result_valid),
+            self.output.payload.first.eq(out.first),
+            self.output.payload.last.eq(out.last),
+            self.output.payload.nbytes.eq(out.nbytes),
+        ]
+        # A beat taken while the pipeline waits for the streamed beat leaves the register.
+        with m.If(~advance & self.output.ready):
+            m.d.sync += result_valid.eq(0)
+        for j, result in enumerate(results):
+            m.d.comb += self.output.payload.data[j].eq(
+                _from_key(m, f"value_{j}", out.format, result))
+
         # The pass ends when its last output beat is taken.
         with m.If(self.output.valid & self.output.ready & out.final):
             m.d.sync += busy.eq(0)
@@ -407,6 +435,7 @@ class BroadcastMax(wiring.Component):
                 m.d.sync += [
                     load_address.eq(command.base),
                     load_left.eq(command.count),
+                    fill_size.eq(Mux(command.fill, decode.format.size, 0)),
                     loading.eq(command.count != 0),
                     busy.eq(command.count != 0),
                 ]

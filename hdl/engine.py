@@ -1162,6 +1162,8 @@ class CommandEngine(wiring.Component):
         checks.d.comb += [
             self.broadcast_command.payload.base.eq(load_fields["base"]),
             self.broadcast_command.payload.count.eq(beats),
+            # Rows of one element are a splat operand's: stored repeated across their beat.
+            self.broadcast_command.payload.fill.eq(load_fields["row_length"] == 1),
         ]
 
         # ---- Reply payload sources: a word shifted out (IDENTIFY, COUNTERS) or the unpacker.

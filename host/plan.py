@@ -401,7 +401,8 @@ def pack_operand(plan, index, array):
     -------
     numpy.ndarray
         ``uint8`` of shape ``(beats, 8 * lanes)``: beat i is the i-th ``LOAD`` (or ``streamed``)
-        beat, lane j in bytes ``8*j .. 8*j+7``; padding bytes are zero.
+        beat, lane j in bytes ``8*j .. 8*j+7``; padding bytes are zero. A splat operand's beat
+        (one per row) holds the row's element repeated across the whole beat.
     """
     operand = plan.operands[index]
     array = _little_endian(array)
@@ -415,6 +416,10 @@ def pack_operand(plan, index, array):
         return np.zeros((0, plan.beat_bytes), np.uint8)
     row_length = operand.groups[-1]
     rows = array.reshape(-1, row_length).view(np.uint8)
+    if operand.splat:
+        # The unit replays the stored beat for every beat of the row as it is: the element
+        # fills it.
+        return np.tile(rows, plan.beat_bytes // plan.itemsize)
     padded = np.zeros((rows.shape[0], operand.row_beats * plan.beat_bytes), np.uint8)
     padded[:, :rows.shape[1]] = rows
     return padded.reshape(-1, plan.beat_bytes)

@@ -243,6 +243,8 @@ class FakeBoard:
             raise _Refuse(Status.TOO_LARGE)
         stored = np.full((rows, row_beats * self.beat_bytes), 0xA5, np.uint8)  # padding: garbage
         stored[:, :row_length * fmt.nbytes] = values.view(np.uint8).reshape(rows, -1)
+        if row_length == 1:     # a splat operand's row: the element fills its beat
+            stored = np.tile(stored[:, :fmt.nbytes], self.beat_bytes // fmt.nbytes)
         self.memory[base:base + rows * row_beats] = stored.reshape(-1, self.beat_bytes)
         return b""
 
@@ -285,12 +287,9 @@ class FakeBoard:
             beats = 1 if operand.splat else row_beats
             beat_addresses = (addresses[:, None] + np.arange(beats)) % modulus
             stored = memory[beat_addresses].reshape(rows, -1)
-            if operand.splat:
-                element = stored[:, :fmt.nbytes].copy().view(fmt.numpy_dtype)
-                operands.append(np.broadcast_to(element, (rows, row_length)))
-            else:
-                operands.append(stored[:, :row_length * fmt.nbytes].copy()
-                                .view(fmt.numpy_dtype))
+            if operand.splat:   # one stored beat replayed for each beat of the row
+                stored = np.tile(stored, row_beats)
+            operands.append(stored[:, :row_length * fmt.nbytes].copy().view(fmt.numpy_dtype))
         return self._bytes(reference.max(*operands), fmt)
 
 

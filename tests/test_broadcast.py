@@ -79,9 +79,12 @@ def beat_payloads(beats, row_beats, last_nbytes):
 class Batch:
     """Cases to run one after the other in one simulation of one unit."""
 
-    def __init__(self, lanes, depth=256, max_dims=3, max_operands=5, **limits):
+    def __init__(self, lanes, depth=256, max_dims=3, max_operands=5, *, fill=True, **limits):
         self.unit = BroadcastMax(lanes, depth, max_dims, max_operands, **limits)
         self.harness = Harness(self.unit)
+        # A splat operand's rows are loaded as the engine sends them, element 0 then junk, with
+        # ``fill`` set (the unit repeats the element); else already repeated, as stored.
+        self.fill = fill
         self.cases = []
         self.commands, self.loads, self.streamed = [], [], []
 
@@ -91,11 +94,15 @@ class Batch:
         plan = plan_broadcast([a.shape for a in arrays], fmt.nbytes, **self.unit.limits)
         config = plan.config(fmt.dtype)
         for index, base, beats in plan.loads:
-            self.commands.append({"command": {"op": BroadcastOp.LOAD, "base": base,
-                                              "count": beats}, "config": config})
             operand = plan.operands[index]
-            self.loads += beat_payloads(pack_operand(plan, index, arrays[index]),
-                                        operand.row_beats, plan.beat_bytes)
+            stored = pack_operand(plan, index, arrays[index])
+            fill = self.fill and operand.splat
+            if fill:
+                stored = stored.copy()
+                stored[:, fmt.nbytes:] = 0xA5
+            self.commands.append({"command": {"op": BroadcastOp.LOAD, "base": base,
+                                              "count": beats, "fill": fill}, "config": config})
+            self.loads += beat_payloads(stored, operand.row_beats, plan.beat_bytes)
         self.commands.append({"command": {"op": BroadcastOp.RUN, "base": 0, "count": 0},
                               "config": config})
         if plan.streamed is not None:
@@ -255,10 +262,11 @@ def test_single_operand_canonicalises_nan():
     batch.run()
 
 
-def test_every_dtype_splat():
-    """A splat operand replicates element 0 for every element size."""
+@pytest.mark.parametrize("fill", [True, False], ids=["filled by the unit", "filled by the host"])
+def test_every_dtype_splat(fill):
+    """A splat operand's element fills its beat, for every element size."""
     rng = np.random.default_rng(7)
-    batch = Batch(2)
+    batch = Batch(2, fill=fill)
     for fmt in MAX_DTYPES:
         batch.add([finite(rng, fmt, (3, 9)), finite(rng, fmt, (3, 1))], "splat")
         batch.add([finite(rng, fmt, (1, 9)), finite(rng, fmt, (3, 1))], "splat, memory only")
