@@ -119,10 +119,10 @@ class BroadcastMax(wiring.Component):
     single read port, so it emits one output beat every ``max(M, 1)`` cycles: one per cycle for
     a streamed operand plus one replayed operand (or a replayed or streamed operand alone),
     one every M cycles with M replayed operands. The first output beat is valid
-    :attr:`LATENCY` ``= 11`` cycles after the ``RUN`` command is accepted (the address queue;
-    memory read; read data register; key transform, two cycles; the slot-0 compare with the
-    streamed beat, two; the fold of the slots, four), so a pass without
-    stalls takes ``11 + N * max(M, 1)`` cycles for N output beats. ``streamed.ready`` depends
+    :attr:`LATENCY` ``= 12`` cycles after the ``RUN`` command is accepted (the address queue;
+    memory read; read data registered twice; key transform, two cycles; the slot-0 compare
+    with the streamed beat, two; the fold of the slots, four), so a pass without stalls takes
+    ``12 + N * max(M, 1)`` cycles for N output beats. ``streamed.ready`` depends
     combinationally on ``output.ready``; ``output.valid`` does not depend on any ``ready``.
 
     The fold runs in key space (see :mod:`maxaccel.hdl.lane`), per lane, with every
@@ -151,7 +151,7 @@ class BroadcastMax(wiring.Component):
     """
 
     #: Cycles from a ``RUN`` accepted to its first output beat valid.
-    LATENCY = 11
+    LATENCY = 12
 
     def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=65535):
         for name, value, least in [("lanes", lanes, 1), ("depth", depth, 2),
@@ -259,6 +259,9 @@ class BroadcastMax(wiring.Component):
                 for d in range(self.max_dims)]
         at_end = [Signal(name=f"at_end{d}", reset_less=True) for d in range(self.max_dims)]
         row_address = Signal(data.ArrayLayout(self.addr_bits, operand_count), reset_less=True)
+        # Each operand's address of the current beat (row address + beat, + 0 for a splat
+        # operand), kept in registers so that queueing a slot is a select, not an add.
+        beat_address = Signal(data.ArrayLayout(self.addr_bits, operand_count), reset_less=True)
         # Registered when the RUN is accepted, to keep subtractions off the counter paths.
         before_final_slot = Signal(range(operand_count), reset_less=True)   # operands - 2
         single_slot = Signal(reset_less=True)                               # operands <= 1
@@ -266,7 +269,6 @@ class BroadcastMax(wiring.Component):
         single_beat = Signal(reset_less=True)                               # row_beats == 1
         last_slot = Signal(reset_less=True)
         last_beat = Signal(reset_less=True)
-        current = config.operand[slot]
 
         # Registered when the RUN is accepted: the element format, decoded once per RUN so the
         # decode is off the datapath, and "no operand is replayed" (the streamed beat is then
@@ -311,7 +313,7 @@ class BroadcastMax(wiring.Component):
             issue.eq(issuing & queue.w_rdy),
             queue.w_en.eq(issue),
             queue.w_data.eq(queued.as_value()),
-            queued.address.eq(row_address[slot] + Mux(current.splat, 0, beat)),
+            queued.address.eq(beat_address[slot]),
             queued.tag.stream.eq((slot == 0) & config.streamed),
             queued.tag.last_slot.eq(last_slot),
             queued.tag.first.eq(beat == 0),
@@ -343,15 +345,19 @@ class BroadcastMax(wiring.Component):
                     left[d].eq(Mux(advances[d], left[d] - 1, config.counts[d] - 1)),
                     at_end[d].eq(Mux(advances[d], left[d] == 1, config.counts[d] == 1)),
                 ]
+        for k in range(operand_count):
+            with m.If(row_ends):
+                next_row = row_address[k] + steps[k]
+                m.d.sync += [row_address[k].eq(next_row), beat_address[k].eq(next_row)]
+            with m.Elif(step_row):
+                m.d.sync += beat_address[k].eq(beat_address[k] + ~config.operand[k].splat)
         with m.If(row_ends):
-            m.d.sync += [row_address[k].eq(row_address[k] + steps[k])
-                         for k in range(operand_count)]
             with m.If(finished):
                 m.d.sync += issuing.eq(0)
 
         # ---- RUN, the pipeline behind the queue. It moves together (one enable, ``advance``):
         # when the output register is free or being taken, and the streamed beat is there if
-        # stage 2 holds a slot that needs it. Stage 0 is the queue's head, whose address the
+        # stage 3 holds a slot that needs it. Stage 0 is the queue's head, whose address the
         # memory reads; stage 1 is the memory's read register.
         # Every stage's tag holds its own copy of the element format, loaded with the slot at
         # stage 1, so each stage's logic reads a register of its own instead of all stages one
@@ -379,32 +385,35 @@ class BroadcastMax(wiring.Component):
             self.streamed.ready.eq(needs_stream & output_free),
         ]
 
-        # 2: the read data registered (the memory's slow clock-to-output stays alone in its
-        # cycle); the streamed beat is taken here.
+        # 2, 3: the read data registered twice: the memory's slow clock-to-output (5.6 ns on
+        # the ECP5) stays alone in its cycle, into a register that feeds only the next one, so
+        # that it can sit next to the block RAM. The streamed beat is taken in stage 3.
         s2_valid, s2 = _delay(m, "s2", advance, s1_valid, s1, tag, 1)
         s2_data = _register(m, advance, read.data, "s2_data")
-        m.d.comb += needs_stream.eq(s2.stream)
+        s3_valid, s3 = _delay(m, "s3", advance, s2_valid, s2, tag, 1)
+        s3_data = _register(m, advance, s2_data, "s3_data")
+        m.d.comb += needs_stream.eq(s3.stream)
 
-        # 3, 4: the replayed beat's and the streamed beat's order keys, in two stages (ToKey's
+        # 4, 5: the replayed beat's and the streamed beat's order keys, in two stages (ToKey's
         # NaN tests, then the key). With no replayed operand the replayed beat is all padding,
         # key 0, below every value's key, so the max with the streamed beat below is that beat.
-        keys_valid, keys_tag = _delay(m, "keys", advance, s2_valid, s2, tag, 1)
+        keys_valid, keys_tag = _delay(m, "keys", advance, s3_valid, s3, tag, 1)
         filled = Mux(stream_only, 0, (1 << LANE_BYTES) - 1)
         slot_keys = _to_keys(m, advance, keys_tag.format,
-                             [s2_data[LANE_BITS * j:LANE_BITS * (j + 1)] for j in range(lanes)],
+                             [s3_data[LANE_BITS * j:LANE_BITS * (j + 1)] for j in range(lanes)],
                              filled=[filled] * lanes, name="slot_key")
-        streamed_keys = _to_keys(m, advance, s2.format, list(self.streamed.payload.data),
+        streamed_keys = _to_keys(m, advance, s3.format, list(self.streamed.payload.data),
                                  name="streamed_key")
         keys_valid, keys_tag = _delay(m, "keys_2", advance, keys_valid, keys_tag, tag, 1)
 
-        # 5, 6: the slot's operand, max'ed with the streamed beat in slot 0 (KeyMax.take_b
+        # 6, 7: the slot's operand, max'ed with the streamed beat in slot 0 (KeyMax.take_b
         # passes it through otherwise; max(x, x) would be x).
         firsts = [_key_max(m, f"first_{j}", advance, keys_tag.format.size, streamed_key,
                            slot_key, take_b=~keys_tag.stream)
                   for j, (slot_key, streamed_key) in enumerate(zip(slot_keys, streamed_keys))]
         first_valid, first_tag = _delay(m, "first", advance, keys_valid, keys_tag, tag, 2)
 
-        # 7 to 10: the slots of each output beat folded, as RunAccumulator folds a run (two
+        # 8 to 11: the slots of each output beat folded, as RunAccumulator folds a run (two
         # interleaved partial maxima, then their max); its result register is the output
         # register, turned into values by FromKey.
         results, result_valid = _accumulate(m, advance, first_tag.format, firsts, first_valid,
@@ -455,5 +464,7 @@ class BroadcastMax(wiring.Component):
                     last_beat.eq(config.row_beats == 1),
                 ]
                 m.d.sync += [row_address[k].eq(config.operand[k].base)
+                             for k in range(operand_count)]
+                m.d.sync += [beat_address[k].eq(config.operand[k].base)
                              for k in range(operand_count)]
         return m

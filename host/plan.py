@@ -215,8 +215,8 @@ class BroadcastPlan:
     def cycles(self):
         """Cycles of the ``RUN`` pass without stalls, from accepting the command to the
         last output beat (one replayed beat is read per cycle; the first output beat is valid
-        11 cycles after the command is accepted, ``BroadcastMax`` latency)."""
-        return 11 + self.output_beats * max(len(self.replayed), 1)
+        12 cycles after the command is accepted, ``BroadcastMax`` latency)."""
+        return 12 + self.output_beats * max(len(self.replayed), 1)
 
     def config(self, dtype):
         """The unit's ``config`` value for this pass, as nested dicts and lists of ints.

@@ -290,8 +290,8 @@ def test_throughput_streamed_and_replayed(lanes):
     arrays = [finite(rng, fmt, (6, 20)), finite(rng, fmt, (20,))]
     plan, run_taken, arrivals = run_cycles(lanes, arrays)
     assert len(plan.replayed) == 1 and plan.streamed is not None
-    # One output beat per cycle; the first is offered 11 cycles after the RUN is accepted.
-    assert arrivals == [run_taken + 12 + i for i in range(plan.output_beats)]
+    # One output beat per cycle; the first is offered 12 cycles after the RUN is accepted.
+    assert arrivals == [run_taken + 13 + i for i in range(plan.output_beats)]
     assert arrivals[-1] - run_taken == plan.cycles
 
 
@@ -306,7 +306,7 @@ def test_throughput_replayed_operands(shapes):
     slots = max(len(plan.replayed), 1)
     assert slots == max(len(shapes) - 1, 1) if plan.streamed else slots == len(shapes)
     # One replayed beat read per cycle: an output beat every ``slots`` cycles.
-    assert arrivals == [run_taken + 11 + slots * (i + 1) for i in range(plan.output_beats)]
+    assert arrivals == [run_taken + 12 + slots * (i + 1) for i in range(plan.output_beats)]
     assert arrivals[-1] - run_taken == plan.cycles
 
 
