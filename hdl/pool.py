@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.host.dtypes import DType, format_of
 
 from .beat import beat_layout
-from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneFormat
 from .reduce import _decode, _from_key, _key_max, _register, _to_keys
 
 __all__ = ["ChannelsLastPool"]
@@ -119,9 +119,11 @@ class ChannelsLastPool(wiring.Component):
     three ahead, or the memory, whose read is transparent to the write of the same cycle), and
     a beat that is one behind another of the same entry merges that beat's key before the loop,
     so each result is the maximum of every pixel so far whatever gaps the input leaves. Every
-    stage moves with one enable, ``~o.valid | o.ready``: backpressure on ``o`` stalls the whole
-    unit (``i.ready`` depends combinationally on ``o.ready``; ``o.valid`` and ``o.payload`` are
-    registered).
+    stage moves with one enable, a register that is high unless the *skid* register behind the
+    output register holds a result: a result that finds the output register waiting goes to
+    the skid, and the unit stalls until the output register is taken. So ``i.ready`` is a
+    register (with ``~clear``), never a function of ``o.ready``, and ``o.valid`` and
+    ``o.payload`` are registered.
     """
 
     LATENCY = 7
@@ -164,6 +166,7 @@ class ChannelsLastPool(wiring.Component):
         # The registered decode: every stage that needs the format runs at least a cycle after
         # acceptance. The configuration check reads it too, and is registered twice more.
         fmt = _decode(m, self.dtype)
+        decoded = m.submodules.decode.format      # the same, unregistered (for stage 1's tag)
         row_bytes_configured = Signal(range(8 * self.capacity_bytes + 1))
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fmt.size[k]):
@@ -172,11 +175,12 @@ class ChannelsLastPool(wiring.Component):
         m.d.sync += self.config_error.eq(
             (self.pixels == 0) | (row_bytes_expected > self.capacity_bytes))
 
-        # One enable for every stage: the pipeline moves when the output register is free.
-        advance = Signal()
+        # One enable for every stage, a register: high unless the skid register behind the
+        # output register holds a beat (stage 7), so that it reaches every stage without logic
+        # in front of its fanout and ``o.ready`` only steers the two output registers.
+        advance = Signal(init=1)
         accept = Signal()
         m.d.comb += [
-            advance.eq(~self.o.valid | self.o.ready),
             self.i.ready.eq(advance & ~self.clear),
             accept.eq(self.i.valid & self.i.ready),
         ]
@@ -207,6 +211,8 @@ class ChannelsLastPool(wiring.Component):
             "entry": range(depth + 1),       # depth: beyond the memory, not stored
             "first_pixel": 1, "second_pixel": 1, "last_pixel": 1,
             "nbytes": range(beat_bytes + 1), "first": 1, "last": 1,
+            # The beat's format: each stage reads its own copy, not all of them ``fmt``.
+            "format": LaneFormat,
         })
         entering = Signal(tag_layout)
         m.d.comb += [
@@ -218,6 +224,7 @@ class ChannelsLastPool(wiring.Component):
             entering.nbytes.eq(beat.nbytes),
             entering.first.eq(beat.first),
             entering.last.eq(beat.last),
+            entering.format.eq(decoded),
         ]
         tags = [entering]
         for stage in range(1, 7):
@@ -245,14 +252,18 @@ class ChannelsLastPool(wiring.Component):
 
         # --- Stages 1-2: order keys (NaN tests, then keys), each registered. -----------------
         keys = Signal(LANE_BITS * lanes)
-        m.d.comb += keys.eq(Cat(_to_keys(m, advance, fmt, list(beat.data))))
+        # The key stage reads the format in stage 1: half the lanes read the registered decode,
+        # half stage 1's copy (two registers, each with half the fanout).
+        key_formats = [fmt if j < lanes // 2 else tags[1].format for j in range(lanes)]
+        m.d.comb += keys.eq(Cat(_to_keys(m, advance, key_formats, list(beat.data))))
         keys_3 = _register(m, advance, keys, "keys_3")  # the key of the beat in stage 3
 
         # --- Stages 2-4: each beat's key merged with the previous beat's if both update the
         # same entry (one-beat pixels): that beat's update is still in the loop when this beat
         # enters it, so it would be lost; taking its key here keeps every result complete.
         combine = _register(m, advance, same_entry(1, 2) & ~tags[1].first_pixel, "combine")
-        merged = _lanes_key_max(m, "merge", advance, fmt.size, keys_3, keys, ~combine)
+        merged = _lanes_key_max(m, "merge", advance, tags[2].format.size, keys_3, keys,
+                                ~combine)
 
         # --- Stages 2-4: the entry's last complete update, from memory or forwarded. ----------
         # The loop (stages 4-6) writes a result in stage 6; the beat in stage 4 needs the latest
@@ -278,7 +289,7 @@ class ChannelsLastPool(wiring.Component):
             "has_prior")
 
         # --- Stages 4-6: the loop, max(prior, merged key), two cycles. -----------------------
-        m.d.comb += result.eq(_lanes_key_max(m, "loop", advance, fmt.size,
+        m.d.comb += result.eq(_lanes_key_max(m, "loop", advance, tags[4].format.size,
                                              Mux(from_2, result, prior), merged, ~has_prior))
         m.d.comb += [
             write.en.eq(advance & tags[6].valid & (tags[6].entry != depth)),
@@ -287,18 +298,35 @@ class ChannelsLastPool(wiring.Component):
         ]
 
         # --- Stage 7: a last pixel's result keys, mapped back to values, are the output. -----
-        output = Cat(_from_key(m, f"from_key{j}", fmt, _lane(result, j)) for j in range(lanes))
-        with m.If(advance):
+        output = Cat(_from_key(m, f"from_key{j}", tags[6].format, _lane(result, j))
+                     for j in range(lanes))
+        # The beat goes into the output register if that is free or being taken, else into
+        # the skid register (empty whenever the pipeline advances), which refills the output
+        # register when it is taken.
+        arriving = Signal(self.o.payload.shape())
+        arriving_valid = Signal()
+        skid = Signal(self.o.payload.shape())
+        skid_valid = Signal()
+        m.d.comb += [
+            arriving_valid.eq(advance & tags[6].valid & tags[6].last_pixel),
+            arriving.data.eq(output),
+            arriving.nbytes.eq(tags[6].nbytes),
+            arriving.first.eq(tags[6].first),
+            arriving.last.eq(tags[6].last),
+        ]
+        output_free = ~self.o.valid | self.o.ready
+        with m.If(output_free):
             m.d.sync += [
-                self.o.valid.eq(tags[6].valid & tags[6].last_pixel),
-                self.o.payload.data.eq(output),
-                self.o.payload.nbytes.eq(tags[6].nbytes),
-                self.o.payload.first.eq(tags[6].first),
-                self.o.payload.last.eq(tags[6].last),
+                self.o.valid.eq(skid_valid | arriving_valid),
+                self.o.payload.eq(Mux(skid_valid, skid.as_value(), arriving.as_value())),
+                skid_valid.eq(0),
             ]
+        with m.Elif(arriving_valid):
+            m.d.sync += [skid_valid.eq(1), skid.eq(arriving)]
+        m.d.sync += advance.eq(output_free | ~(skid_valid | arriving_valid))
 
         m.d.comb += self.idle.eq(~Cat(tag.valid for tag in tags[1:]).any() & ~self.o.valid
-                                 & first_pixel & (beat_index == 0))
+                                 & ~skid_valid & first_pixel & (beat_index == 0))
 
         with m.If(self.clear):
             m.d.sync += [
@@ -306,6 +334,8 @@ class ChannelsLastPool(wiring.Component):
                 first_pixel.eq(1),
                 second_pixel.eq(0),
                 self.o.valid.eq(0),
+                skid_valid.eq(0),
+                advance.eq(1),
                 self.row_error.eq(0),
             ]
             m.d.sync += [tag.valid.eq(0) for tag in tags[1:]]

@@ -135,13 +135,15 @@ def _to_keys(m, enable, fmt, values, filled=None, latency=2, name="key"):
     cycle ``values`` come and registered; ``fmt`` (the unregistered decode) is read in that
     cycle. The registers advance with ``enable``; ``filled`` (a byte mask per lane) marks the
     bytes that hold elements, the others get key 0. The submodules and key registers are
-    named ``{name}_{lane}``.
+    named ``{name}_{lane}``. ``fmt`` may also be a list, a format per lane: copies of the
+    format in distinct registers, to split its fanout over many lanes.
     """
     keys = []
+    formats = fmt if isinstance(fmt, list) else [fmt] * len(values)
     for j, value in enumerate(values):
         to_key = ToKey(latency=latency - 1)
         m.submodules[f"{name}_{j}"] = EnableInserter(enable)(to_key)
-        m.d.comb += [to_key.format.eq(fmt), to_key.value.eq(value)]
+        m.d.comb += [to_key.format.eq(formats[j]), to_key.value.eq(value)]
         if filled is not None:
             m.d.comb += to_key.filled.eq(filled[j])
         keys.append(_register(m, enable, to_key.key, f"{name}_{j}"))
