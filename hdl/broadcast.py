@@ -10,8 +10,9 @@ coalesced output shape is a row, sent as ``row_beats`` beats; the rows are enume
   buffer (a ``LOAD`` command), then read back by a strided address generator during the ``RUN``
   pass, as many times as broadcasting needs. Dimensions along which the operand is broadcast
   have stride 0; an operand whose innermost size is 1 (a *splat* operand) stores one beat per
-  row, replayed for every beat of the row, which the host fills with the row's element
-  (:func:`~maxaccel.host.plan.pack_operand`), so the unit has no replication logic.
+  row, replayed for every beat of the row and filled with the row's element: by the host
+  (:func:`~maxaccel.host.plan.pack_operand`), or by the unit as it writes a ``LOAD`` with
+  ``fill`` set, so the ``RUN`` pipeline has no replication logic.
 
 The host plans all of this (:func:`maxaccel.host.plan.plan_broadcast`): it coalesces axes,
 chooses the streamed operand, places the replayed ones in the buffer and fills the
