@@ -30,8 +30,8 @@ from maxaccel.host.dtypes import DType
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
-from .reduce import (RunAccumulator, _accumulate, _delay, _from_key, _key_max, _register,
-                     _to_keys)
+from .reduce import (RunAccumulator, _accumulate, _delay, _from_key, _key_max, _lane,
+                     _register, _to_keys)
 
 __all__ = ["BroadcastOp", "BroadcastMax"]
 
@@ -226,10 +226,10 @@ class BroadcastMax(wiring.Component):
         # A filling LOAD repeats the beat's first element (of ``fill_size`` bytes, one-hot).
         fill_size = Signal(len(ELEMENT_SIZES), reset_less=True)
         first_element = self.load.payload.data[0]
-        filled = Signal(LANE_BITS)
+        repeated = Signal(LANE_BITS)
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fill_size[k]):
-                m.d.comb += filled.eq(first_element[:8 * size].replicate(LANE_BYTES // size))
+                m.d.comb += repeated.eq(first_element[:8 * size].replicate(LANE_BYTES // size))
         m.d.comb += [
             self.load.ready.eq(loading),
             write.addr.eq(load_address),
@@ -237,7 +237,7 @@ class BroadcastMax(wiring.Component):
             write.en.eq(self.load.valid & loading),
         ]
         with m.If(fill_size.any()):
-            m.d.comb += write.data.eq(filled.replicate(lanes))
+            m.d.comb += write.data.eq(repeated.replicate(lanes))
         with m.If(self.load.valid & loading):
             m.d.sync += [load_address.eq(load_address + 1), load_left.eq(load_left - 1)]
             with m.If(load_left == 1):
@@ -401,7 +401,7 @@ class BroadcastMax(wiring.Component):
         keys_valid, keys_tag = _delay(m, "keys", advance, s3_valid, s3, tag, 1)
         filled = Mux(stream_only, 0, (1 << LANE_BYTES) - 1)
         slot_keys = _to_keys(m, advance, keys_tag.format,
-                             [s3_data[LANE_BITS * j:LANE_BITS * (j + 1)] for j in range(lanes)],
+                             [_lane(s3_data, j) for j in range(lanes)],
                              filled=[filled] * lanes, name="slot_key")
         streamed_keys = _to_keys(m, advance, s3.format, list(self.streamed.payload.data),
                                  name="streamed_key")

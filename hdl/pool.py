@@ -16,7 +16,7 @@ from maxaccel.host.dtypes import DType, format_of
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneFormat
-from .reduce import _decode, _from_key, _key_max, _register, _to_keys
+from .reduce import _decode, _from_key, _key_max, _lane, _register, _to_keys
 
 __all__ = ["ChannelsLastPool"]
 
@@ -340,11 +340,6 @@ class ChannelsLastPool(wiring.Component):
             ]
             m.d.sync += [tag.valid.eq(0) for tag in tags[1:]]
         return m
-
-
-def _lane(value, j):
-    """Lane ``j`` (64 bits) of a beat-wide value."""
-    return value[LANE_BITS * j:LANE_BITS * (j + 1)]
 
 
 def _lanes_key_max(m, name, enable, size, a, b, take_b):

@@ -154,6 +154,11 @@ def _byte(value, i):
     return value[8 * i:8 * i + 8]
 
 
+def _lane(value, j):
+    """Lane ``j`` (64 bits) of a beat-wide value."""
+    return value[LANE_BITS * j:LANE_BITS * (j + 1)]
+
+
 def _from_key(m, name, fmt, key):
     from_key = m.submodules[name] = FromKey()
     m.d.comb += [from_key.format.eq(fmt), from_key.key.eq(key)]
