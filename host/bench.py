@@ -296,3 +296,183 @@ def plot(measurements, path, *, title=""):
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     pyplot.close(figure)
+
+
+# --- whole models: OffloadSession against onnxruntime --------------------------------------------
+
+#: The Device methods an OffloadSession calls; their time is the device's, not the session's.
+DEVICE_METHODS = ("max", "reduce_max", "global_max_pool", "max_pool")
+
+
+class _TimedDevice:
+    """A device whose operator calls add up their time (``seconds``) and count (``calls``)."""
+
+    def __init__(self, device):
+        self._device = device
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __getattr__(self, name):
+        attribute = getattr(self._device, name)
+        if name not in DEVICE_METHODS:
+            return attribute
+
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return attribute(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.calls += 1
+        return timed
+
+
+def conv_model(size=192, channels=8, classes=10, seed=0):
+    """The small CNN of issue 16: ``1 x 3 x size x size`` float32 through two 3x3 Convs with
+    ReLU, a ReduceMax over the spatial axes (to the device) and a Gemm. Returns
+    ``(model, feeds)``."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+
+    def weights(*shape):
+        return numpy_helper.from_array(
+            (rng.standard_normal(shape) / math.sqrt(math.prod(shape[1:]))).astype(np.float32))
+
+    initializers = {"w1": weights(channels, 3, 3, 3), "w2": weights(channels, channels, 3, 3),
+                    "wg": weights(classes, channels),
+                    "b1": numpy_helper.from_array(np.zeros(channels, np.float32)),
+                    "b2": numpy_helper.from_array(np.zeros(channels, np.float32)),
+                    "bg": numpy_helper.from_array(np.zeros(classes, np.float32)),
+                    "axes": numpy_helper.from_array(np.array([2, 3], np.int64))}
+    for name, tensor in initializers.items():
+        tensor.name = name
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("ReduceMax", ["r2", "axes"], ["features"], name="reduce_max",
+                         keepdims=0),
+        helper.make_node("Gemm", ["features", "wg", "bg"], ["logits"], name="gemm", transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes, "two_convs_reducemax_gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
+        initializer=list(initializers.values()))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                              ir_version=10, producer_name="maxaccel bench")
+    feeds = {"x": rng.standard_normal((1, 3, size, size)).astype(np.float32)}
+    return model, feeds
+
+
+@dataclass
+class ModelMeasurement:
+    """One model run by :class:`~maxaccel.host.offload.OffloadSession` on a device and by
+    onnxruntime alone, side by side (medians over the repeats, seconds).
+
+    ``session_s`` is the whole ``OffloadSession.run``; ``device_s`` the time inside the device's
+    operator calls during it; ``outside_s = session_s - device_s`` the session's own cost (CPU
+    partitions, glue); ``onnxruntime_s`` the whole model on onnxruntime with
+    ``intra_op_num_threads=1``. ``ratio`` is ``outside_s / onnxruntime_s``.
+    """
+
+    model: str
+    where: str
+    nodes: int
+    device_nodes: int
+    session_s: float
+    device_s: float
+    outside_s: float
+    onnxruntime_s: float
+
+    @property
+    def ratio(self):
+        return self.outside_s / self.onnxruntime_s if self.onnxruntime_s > 0 else math.inf
+
+    def as_dict(self):
+        return dict(asdict(self), ratio=self.ratio)
+
+
+def _single_thread_options():
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return options
+
+
+def load_model(path_or_model):
+    """``(name, model, feeds)`` for a model file (random normal float32 inputs, symbolic sizes
+    set to 1, seed 0) or for one of the built-in models by name (``"conv"``)."""
+    import os
+
+    import onnx
+    if path_or_model == "conv":
+        model, feeds = conv_model()
+        return "two Convs, ReduceMax, Gemm (1x3x192x192)", model, feeds
+    model = onnx.load(path_or_model)
+    rng = np.random.default_rng(0)
+    initialized = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in initialized:
+            continue
+        tensor = value.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+        feeds[value.name] = rng.standard_normal(shape).astype(dtype)
+    return os.path.basename(os.fspath(path_or_model)), model, feeds
+
+
+def measure_model(device, name, model, feeds, *, repeats=5):
+    """Time ``model`` on ``feeds`` with an :class:`~maxaccel.host.offload.OffloadSession` on
+    ``device`` and with onnxruntime alone on one thread, alternating, after one warm-up run of
+    each; returns a :class:`ModelMeasurement` (medians).
+
+    Raises AssertionError if the session's outputs differ from onnxruntime's by more than
+    float rounding (the inputs are random normals: no NaN or signed-zero ties for the
+    contract to decide differently).
+    """
+    import onnxruntime
+
+    from maxaccel.host.offload import OffloadSession
+    timed = _TimedDevice(device)
+    session = OffloadSession(model, _single_thread_options(), device=timed)
+    runtime = onnxruntime.InferenceSession(model.SerializeToString(), _single_thread_options(),
+                                           providers=["CPUExecutionProvider"])
+    got, want = session.run(None, feeds), runtime.run(None, feeds)
+    for value, expected in zip(got, want):
+        np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-6,
+                                   err_msg=f"{name}: OffloadSession differs from onnxruntime")
+    totals, inside, alone = [], [], []
+    for _ in range(repeats):
+        before = timed.seconds
+        started = time.perf_counter()
+        session.run(None, feeds)
+        totals.append(time.perf_counter() - started)
+        inside.append(timed.seconds - before)
+        started = time.perf_counter()
+        runtime.run(None, feeds)
+        alone.append(time.perf_counter() - started)
+    outside = [t - d for t, d in zip(totals, inside)]
+    return ModelMeasurement(
+        model=name, where=getattr(device, "url", type(device).__name__),
+        nodes=len(model.graph.node),
+        device_nodes=sum(1 for *_, where in session.placements if where == "device"),
+        session_s=statistics.median(totals), device_s=statistics.median(inside),
+        outside_s=statistics.median(outside), onnxruntime_s=statistics.median(alone))
+
+
+def format_model_table(measurements):
+    """A markdown table of :class:`ModelMeasurement` s."""
+    lines = ["| model | device | nodes (on device) | session | in device calls | outside | "
+             "onnxruntime, 1 thread | outside / onnxruntime |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m in measurements:
+        lines.append(f"| {m.model} | {m.where} | {m.nodes} ({m.device_nodes}) | "
+                     f"{_si(m.session_s, 's')} | {_si(m.device_s, 's')} | "
+                     f"{_si(m.outside_s, 's')} | {_si(m.onnxruntime_s, 's')} | "
+                     f"{m.ratio:.2f}x |")
+    return "\n".join(lines)

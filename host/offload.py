@@ -1,69 +1,143 @@
 """Run a whole ONNX model with its Max, ReduceMax and GlobalMaxPool nodes on a maxaccel board.
 
-:class:`OffloadSession` is used like onnxruntime's ``InferenceSession``::
+:class:`OffloadSession` is a drop-in for onnxruntime's ``InferenceSession``: swap the
+constructor (and give a ``device``), keep the rest of the script::
 
     from maxaccel.host import open_device, OffloadSession
     with open_device("sim") as dev:
-        session = OffloadSession("model.onnx", device=dev)
+        session = OffloadSession("model.onnx", device=dev)   # was onnxruntime.InferenceSession
         outputs = session.run(None, {"x": x})
-        session.last_run  # [(node name, op_type, "device" | "cpu"), ...]
+        session.last_run    # [(node name, op_type, "device" | "onnxruntime" | ...), ...]
+        session.last_steps  # [StepTiming(name, where, nodes, seconds), ...]
 
-Nodes run one by one in the graph's (topological) order. Every opset version of the three
-operators goes to the device (Max 1, 6, 8, 12, 13; ReduceMax 1, 11, 12, 13, 18, 20;
-GlobalMaxPool 1, 22); every other node runs on the CPU with ``onnx.reference``, node by node.
-An offloaded node whose element type the board does not support runs on the CPU with the golden
-model (``maxaccel.sim.reference``), so the bits are the same either way.
+At creation the graph is split once (:mod:`maxaccel.host.partition`) into device steps and the
+fewest CPU partitions the data dependencies allow; each partition is one onnxruntime
+``InferenceSession`` (the user's ``SessionOptions`` and providers), created once and reused. At
+:meth:`OffloadSession.run` the steps run in order and values pass between them as the numpy
+arrays onnxruntime and the device return.
+
+Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
+
+``"device"``
+    Every opset version of Max (1, 6, 8, 12, 13), ReduceMax (1, 11, 12, 13, 18, 20) and
+    GlobalMaxPool (1, 22) of the default domain, with the contract's bits (``docs/semantics.md``).
+    A Transpose feeding only a GlobalMaxPool or a ReduceMax over known axes runs with it: the
+    reduction is done on the untransposed tensor, so a channels-last (NHWC) tensor reaches the
+    device's channels-last pooling unit without a transpose on the host or the link.
+``"golden"``
+    A max-family node whose element type the device does not support: the golden model
+    (``maxaccel.sim.reference``) on the CPU, the same bits.
+``"onnxruntime"``
+    Every other node, in CPU partitions: onnxruntime's bits.
+``"onnx.reference"``
+    A node whose subgraphs (If, Loop, Scan) hold max-family nodes: ``onnx.reference`` runs it,
+    with those nodes sent to the device (or the golden model), so they keep the contract. Also a
+    CPU partition onnxruntime cannot load (an operator it lacks): then the reason is in
+    :attr:`OffloadSession.fallbacks`.
+
+Model-local functions holding max-family nodes are inlined first, so their nodes run on the
+device like any other. Windowed MaxPool has no device path yet and runs in the CPU partitions.
 
 Max-1 and Max-6 require same-shape inputs; this session broadcasts them as Max-8 does (a
-superset). Results follow the semantics contract of ``docs/semantics.md``, which is where they
-can differ from onnxruntime or ``onnx.reference`` (NaN and signed-zero handling).
+superset). Results differ from running the whole model on onnxruntime only in max-family nodes
+and only for NaN and signed zeros (``docs/semantics.md``).
 """
 
 import os
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import onnx
-from onnx import TypeProto, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from maxaccel.host.dtypes import dtype_of
+from maxaccel.host.partition import (FAMILY, MAX_IR_VERSION, OFFLOADED, CpuPartition,
+                                     DeviceStep, SubgraphStep, partition)
 
-__all__ = ["OffloadSession", "TensorSpec", "OFFLOADED"]
-
-#: Operator types sent to the device, with the opset versions that define them.
-OFFLOADED = {"Max": (1, 6, 8, 12, 13), "ReduceMax": (1, 11, 12, 13, 18, 20),
-             "GlobalMaxPool": (1, 22)}
+__all__ = ["OffloadSession", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
+           "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE"]
 
 DEVICE = "device"
-CPU = "cpu"
+GOLDEN = "golden"
+ONNXRUNTIME = "onnxruntime"
+ONNX_REFERENCE = "onnx.reference"
+
+
+def _type_text(type_proto):
+    """onnxruntime's name of a type: ``tensor(float)``, ``seq(tensor(int64))``, ..."""
+    kind = type_proto.WhichOneof("value")
+    if kind in ("tensor_type", "sparse_tensor_type"):
+        elem = getattr(type_proto, kind).elem_type
+        name = TensorProto.DataType.Name(elem).lower() if elem else "undefined"
+        return f"{kind[:-5]}({name})"
+    if kind == "sequence_type":
+        return f"seq({_type_text(type_proto.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(type_proto.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = TensorProto.DataType.Name(type_proto.map_type.key_type).lower()
+        return f"map({key},{_type_text(type_proto.map_type.value_type)})"
+    return "undefined"
 
 
 class TensorSpec:
-    """A graph input or output: name, numpy dtype (None if unknown) and shape.
-
-    ``shape`` is None when the graph declares no shape; otherwise a tuple whose entries are
-    ints (fixed sizes), strings (symbolic sizes) or None (unknown sizes).
+    """A graph input or output, as onnxruntime's ``NodeArg``: ``name``, ``type``
+    (``'tensor(float)'``) and ``shape`` (a list of ints, strings for symbolic sizes and None
+    for unknown ones; ``[]`` when the graph declares no shape), plus ``dtype`` (numpy, None if
+    not a tensor or unknown) and ``dims`` (the shape as a tuple, None when undeclared).
     """
 
-    __slots__ = ("name", "dtype", "shape")
+    __slots__ = ("name", "type", "dtype", "dims")
 
-    def __init__(self, name, dtype, shape):
-        self.name, self.dtype, self.shape = name, dtype, shape
+    def __init__(self, name, type_text, dtype, dims):
+        self.name, self.type, self.dtype, self.dims = name, type_text, dtype, dims
+
+    @property
+    def shape(self):
+        return [] if self.dims is None else list(self.dims)
 
     @classmethod
     def of(cls, value_info):
-        tensor = value_info.type.tensor_type
-        dtype = (helper.tensor_dtype_to_np_dtype(tensor.elem_type) if tensor.elem_type
-                 else None)
-        shape = None
-        if tensor.HasField("shape"):
-            shape = tuple(d.dim_value if d.HasField("dim_value")
-                          else (d.dim_param or None) for d in tensor.shape.dim)
-        return cls(value_info.name, dtype, shape)
+        kind = value_info.type.WhichOneof("value")
+        dtype, dims = None, None
+        if kind == "tensor_type":
+            tensor = value_info.type.tensor_type
+            if tensor.elem_type:
+                dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+            if tensor.HasField("shape"):
+                dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                             for d in tensor.shape.dim)
+        return cls(value_info.name, _type_text(value_info.type), dtype, dims)
 
     def __repr__(self):
-        shape = "?" if self.shape is None else "[" + ", ".join(
-            "?" if d is None else str(d) for d in self.shape) + "]"
-        return f"{self.name}: {self.dtype or '?'} {shape}"
+        shape = "?" if self.dims is None else "[" + ", ".join(
+            "?" if d is None else str(d) for d in self.dims) + "]"
+        return f"{self.name}: {self.dtype or self.type} {shape}"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """The model's metadata, as onnxruntime's ``ModelMetadata``."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict = field(default_factory=dict)
+
+
+class StepTiming(NamedTuple):
+    """One step of the latest run: a CPU partition (``"partition N"``), a device node or a node
+    run on ``onnx.reference``; ``nodes`` names the nodes it ran, ``seconds`` its wall time."""
+
+    name: str
+    where: str
+    nodes: tuple
+    seconds: float
 
 
 def _load(model_or_path):
@@ -88,49 +162,74 @@ def _load(model_or_path):
                     f"not {type(model_or_path).__name__}")
 
 
-def _subgraph_names(graph):
-    """Names a (sub)graph reads but does not define: its outer-scope references."""
-    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    used = set()
-    for node in graph.node:
-        used.update(n for n in node.input if n)
-        for attribute in node.attribute:
-            subgraphs = list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else [])
-            for subgraph in subgraphs:
-                used |= _subgraph_names(subgraph)
-        defined.update(node.output)
-    return used - defined
+def _for_onnxruntime(model):
+    """``model`` serialized with an IR version onnxruntime reads."""
+    if model.ir_version > MAX_IR_VERSION:
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        model.ir_version = MAX_IR_VERSION
+    return model.SerializeToString()
 
 
-class _Step:
-    __slots__ = ("node", "name", "where", "version", "evaluator")
+def _onnxruntime_accepts(model):
+    """Whether onnxruntime loads ``model`` (an operator it has no kernel for counts as loaded:
+    the graph was valid; that node may run on the device)."""
+    import onnxruntime
+    from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as Missing
+    try:
+        onnxruntime.InferenceSession(_for_onnxruntime(model),
+                                     providers=["CPUExecutionProvider"])
+    except Missing:
+        return True
+    except Exception:
+        return False
+    return True
 
-    def __init__(self, node, name, where, version, evaluator=None):
-        self.node, self.name, self.where = node, name, where
-        self.version, self.evaluator = version, evaluator
+
+def _reduce_max_arguments(attributes, inputs):
+    """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax of any opset version: axes
+    from the attribute (before 18) or the optional second input (18 and later)."""
+    axes = attributes.get("axes")
+    if axes is None and len(inputs) > 1 and inputs[1] is not None:
+        axes = inputs[1]
+    return axes, attributes.get("keepdims", 1), attributes.get("noop_with_empty_axes", 0)
 
 
 class OffloadSession:
-    """An ONNX model whose max-family nodes run on a maxaccel device.
+    """An ONNX model whose max-family nodes run on a maxaccel device and whose other nodes run
+    on onnxruntime: onnxruntime's ``InferenceSession`` API.
 
     Parameters
     ----------
-    model_or_path : onnx.ModelProto, str, os.PathLike or bytes
-        The model; checked with ``onnx.checker`` (full check, with shape inference).
+    path_or_bytes : str, os.PathLike, bytes or onnx.ModelProto
+        The model. It must pass ``onnx.checker`` or load in onnxruntime (no stricter check
+        than onnxruntime's).
+    sess_options : onnxruntime.SessionOptions, optional
+        Used for every CPU partition.
+    providers, provider_options : optional
+        onnxruntime execution providers for the CPU partitions (default
+        ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
     device : Device, optional
         Where Max, ReduceMax and GlobalMaxPool run: a :class:`~maxaccel.host.device.Device` or
-        anything with the same three methods (the golden model module ``maxaccel.sim.reference``
-        works too). Default: the virtual board, ``open_device("sim")``, opened at the first
-        :meth:`run` that needs it, owned and closed by the session.
+        anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (the golden model
+        module ``maxaccel.sim.reference`` works too). Default: the virtual board,
+        ``open_device("sim")``, opened at the first :meth:`run` that needs it, owned and closed
+        by the session.
+    **kwargs
+        Passed to each partition's ``onnxruntime.InferenceSession``.
 
     Attributes
     ----------
     inputs, outputs : list of TensorSpec
         The graph's inputs (those without an initializer) and outputs.
     placements : list of (str, str, str)
-        ``(node name, op_type, "device" or "cpu")`` for every node, in run order, as planned.
+        ``(node name, op_type, where)`` for every node, in run order, as planned (``where``:
+        see the module docstring).
     last_run : list of (str, str, str)
         The same for the latest :meth:`run`, as it happened.
+    last_steps : list of StepTiming
+        Each step of the latest :meth:`run` with its wall time.
+    fallbacks : dict
+        Partition name -> why onnxruntime could not run it (it ran on ``onnx.reference``).
 
     Raises
     ------
@@ -138,45 +237,49 @@ class OffloadSession:
         The model is not valid ONNX (the checker's message is included).
     """
 
-    def __init__(self, model_or_path, device=None):
-        model = _load(model_or_path)
+    def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
+                 *, device=None, **kwargs):
+        model = _load(path_or_bytes)
         try:
-            onnx.checker.check_model(model, full_check=True)
-        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-            raise ValueError(f"not a valid ONNX model: {error}") from None
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as error:
+            if not _onnxruntime_accepts(model):
+                raise ValueError(f"not a valid ONNX model: {error}") from None
         self.model = model
         graph = model.graph
-        self._opsets = {(i.domain or "ai.onnx"): i.version for i in model.opset_import}
-        self._initializers = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-        self.inputs = [TensorSpec.of(i) for i in graph.input
-                       if i.name not in self._initializers]
-        self._overridable = {i.name: TensorSpec.of(i) for i in graph.input
-                             if i.name in self._initializers}
+        initialized = {t.name for t in graph.initializer}
+        self.inputs = [TensorSpec.of(i) for i in graph.input if i.name not in initialized]
+        self._overridable = [TensorSpec.of(i) for i in graph.input if i.name in initialized]
         self.outputs = [TensorSpec.of(o) for o in graph.output]
-        self._steps = [self._plan_node(index, node) for index, node in enumerate(graph.node)]
-        self.placements = [(s.name, s.node.op_type, s.where) for s in self._steps]
-        self.last_run = []
+        try:
+            plan = partition(model, lambda index, node: node.name or f"{node.op_type}_{index}")
+        except ValueError as error:
+            raise ValueError(f"not a valid ONNX model: {error}") from None
+        self._steps = plan.steps
+        self._sess_options, self._providers = sess_options, providers
+        self._provider_options, self._ort_kwargs = provider_options, kwargs
+        self.fallbacks = {}
+        self._engines = {}
+        for step in self._steps:
+            if isinstance(step, CpuPartition) and not step.untyped:
+                self._engines[step.index] = self._engine(step, step.model)
+            elif isinstance(step, SubgraphStep):
+                from onnx.reference import ReferenceEvaluator
+                self._engines[id(step)] = ReferenceEvaluator(step.model,
+                                                             new_ops=self._reference_ops())
+        # Initializers a device step, a subgraph step or the graph's outputs read as arrays.
+        wanted = {n for s in self._steps if not isinstance(s, CpuPartition) for n in s.inputs}
+        wanted |= {o.name for o in self.outputs}
+        self._initializers = {t.name: numpy_helper.to_array(t) for t in plan.model.graph.initializer
+                              if t.name in wanted}
+        self.placements = [(name, node.op_type, self._where(step))
+                           for step in self._steps for name, node in step.nodes]
+        self._needs_device = any(not isinstance(s, CpuPartition) for s in self._steps)
+        self.last_run, self.last_steps = [], []
         self._owns_device = False
         self.device = device
 
-    def _plan_node(self, index, node):
-        domain = node.domain or "ai.onnx"
-        name = node.name or f"{node.op_type}_{index}"
-        version = self._opsets.get(domain)
-        if domain == "ai.onnx" and node.op_type in OFFLOADED:
-            return _Step(node, name, DEVICE, version)
-        outer = _subgraph_names(helper.make_graph([node], "outer", [], []))
-        inputs = list(dict.fromkeys([n for n in node.input if n] + sorted(outer)))
-        graph = helper.make_graph(
-            [node], name, [helper.make_value_info(n, TypeProto()) for n in inputs],
-            [helper.make_value_info(n, TypeProto()) for n in node.output if n])
-        single = helper.make_model(graph, opset_imports=self.model.opset_import,
-                                   functions=self.model.functions,
-                                   ir_version=self.model.ir_version)
-        from onnx.reference import ReferenceEvaluator
-        return _Step(node, name, CPU, version, ReferenceEvaluator(single))
-
-    # --- running -------------------------------------------------------------------------------
+    # --- the onnxruntime API -------------------------------------------------------------------
 
     def get_inputs(self):
         """The graph inputs to feed (as onnxruntime's ``get_inputs``)."""
@@ -185,15 +288,45 @@ class OffloadSession:
     def get_outputs(self):
         return list(self.outputs)
 
-    def run(self, output_names, feeds):
+    def get_overridable_initializers(self):
+        """Initializers that are also graph inputs, which a feed may replace."""
+        return list(self._overridable)
+
+    def get_modelmeta(self):
+        model = self.model
+        return ModelMetadata(
+            producer_name=model.producer_name, graph_name=model.graph.name,
+            domain=model.domain, description=model.doc_string,
+            graph_description=model.graph.doc_string, version=model.model_version,
+            custom_metadata_map={p.key: p.value for p in model.metadata_props})
+
+    def get_providers(self):
+        """The onnxruntime providers of the CPU partitions (the device is :attr:`device`)."""
+        for engine in self._engines.values():
+            if hasattr(engine, "get_providers"):
+                return engine.get_providers()
+        return [p if isinstance(p, str) else p[0]
+                for p in (self._providers or ["CPUExecutionProvider"])]
+
+    def get_session_options(self):
+        if self._sess_options is None:
+            import onnxruntime
+            self._sess_options = onnxruntime.SessionOptions()
+        return self._sess_options
+
+    # --- running -------------------------------------------------------------------------------
+
+    def run(self, output_names, input_feed, run_options=None):
         """Run the model.
 
         Parameters
         ----------
         output_names : list of str or None
-            Outputs to return, in this order; None for all graph outputs.
-        feeds : dict of str to array_like
+            Outputs to return, in this order; None (or empty) for all graph outputs.
+        input_feed : dict of str to array_like
             One array per graph input (inputs with an initializer may be overridden).
+        run_options : onnxruntime.RunOptions, optional
+            Passed to every CPU partition.
 
         Returns
         -------
@@ -206,71 +339,154 @@ class OffloadSession:
         TypeError
             Feeds whose dtype differs from the graph's.
         """
-        values = dict(self._initializers)
-        values.update(self._check_feeds(feeds))
+        feeds = self._check_feeds(input_feed)
         known = {o.name for o in self.outputs}
-        if output_names is None:
+        if not output_names:
             output_names = [o.name for o in self.outputs]
         else:
             unknown = [n for n in output_names if n not in known]
             if unknown:
                 raise ValueError(f"unknown output(s) {', '.join(map(repr, unknown))}; the "
                                  f"model's outputs: {', '.join(sorted(known))}")
-        if self.device is None and any(s.where == DEVICE for s in self._steps):
+        if self.device is None and self._needs_device:
             from maxaccel.host.device import open_device
             self.device = open_device("sim")
             self._owns_device = True
-        record = []
+        values = dict(self._initializers)
+        values.update(feeds)
+        record, timings = [], []
+        clock = time.perf_counter
         for step in self._steps:
-            if step.where == DEVICE:
-                results, where = self._offload(step, values)
+            started = clock()
+            if isinstance(step, CpuPartition):
+                where = self._run_partition(step, values, feeds, run_options)
+            elif isinstance(step, DeviceStep):
+                where = self._run_device(step, values)
             else:
-                inputs = step.evaluator.input_names
-                results = step.evaluator.run(None, {n: values[n] for n in inputs})
-                where = CPU
-            for name, result in zip(step.node.output, results):
-                if name:
-                    values[name] = np.asarray(result)
-            record.append((step.name, step.node.op_type, where))
-        self.last_run = record
+                where = self._run_subgraph(step, values)
+            timings.append(StepTiming(step.name, where, tuple(n for n, _ in step.nodes),
+                                      clock() - started))
+            record += [(name, node.op_type, where) for name, node in step.nodes]
+        self.last_run, self.last_steps = record, timings
         return [values[name] for name in output_names]
 
-    def _offload(self, step, values):
-        node, version = step.node, step.version
-        inputs = [values[n] if n else None for n in node.input]
-        device, where = self.device, DEVICE
-        if not self._supports(inputs[0].dtype):
-            # Same bits on the CPU: the golden model.
-            from maxaccel.sim import reference as device
-            where = CPU
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "Max":
-            return [device.max(*[x for x in inputs if x is not None])], where
-        if node.op_type == "GlobalMaxPool":
-            return [device.global_max_pool(inputs[0])], where
-        keepdims = attributes.get("keepdims", 1)
-        if version is not None and version >= 18:
-            axes = inputs[1] if len(inputs) > 1 and inputs[1] is not None else None
-            noop = attributes.get("noop_with_empty_axes", 0)
-        else:
-            axes = attributes.get("axes")
-            noop = 0
-        return [device.reduce_max(inputs[0], axes=axes, keepdims=keepdims,
-                                  noop_with_empty_axes=noop)], where
+    def _where(self, step):
+        if isinstance(step, CpuPartition):
+            engine = self._engines.get(step.index)
+            return ONNXRUNTIME if engine is None or hasattr(engine, "get_providers") \
+                else ONNX_REFERENCE
+        return DEVICE if isinstance(step, DeviceStep) else ONNX_REFERENCE
 
-    def _supports(self, dtype):
+    def _engine(self, step, model):
+        """An onnxruntime session for a partition, or ``onnx.reference`` if it cannot load."""
+        import onnxruntime
+        try:
+            return onnxruntime.InferenceSession(
+                _for_onnxruntime(model), self._sess_options,
+                providers=self._providers or ["CPUExecutionProvider"],
+                provider_options=self._provider_options, **self._ort_kwargs)
+        except Exception as error:  # onnxruntime's own exception types, by status
+            from onnx.reference import ReferenceEvaluator
+            try:
+                engine = ReferenceEvaluator(model, new_ops=self._reference_ops())
+            except Exception as second:
+                raise ValueError(f"{step.name} ({len(step.nodes)} nodes) runs neither on "
+                                 f"onnxruntime ({error}) nor on onnx.reference ({second})") \
+                    from None
+            self.fallbacks[step.name] = str(error)
+            return engine
+
+    def _run_partition(self, step, values, feeds, run_options):
+        engine = self._engines.get(step.index)
+        feed = {name: values[name] for name in step.inputs}
+        for name in step.overridable:
+            if name in feeds:
+                feed[name] = feeds[name]
+        if engine is None:  # inputs shape inference could not type: type them from this run
+            model = onnx.ModelProto()
+            model.CopyFrom(step.model)
+            for value in model.graph.input:
+                if value.name in step.untyped:
+                    value.type.CopyFrom(helper.make_tensor_type_proto(
+                        helper.np_dtype_to_tensor_dtype(np.asarray(feed[value.name]).dtype),
+                        None))
+            engine = self._engines[step.index] = self._engine(step, model)
+        if hasattr(engine, "get_providers"):
+            results = engine.run(step.outputs, feed, run_options)
+            where = ONNXRUNTIME
+        else:
+            results = engine.run(step.outputs, feed)
+            where = ONNX_REFERENCE
+        values.update(zip(step.outputs, results))
+        return where
+
+    def _run_device(self, step, values):
+        inputs = [values[n] if n else None for n in step.inputs]
+        node = step.node
+        if step.transpose is None:
+            result, where = self._family(node.op_type, step.attributes, inputs)
+        else:
+            # Transpose + reduction: reduce the untransposed tensor over the mapped axes, then
+            # move the (now size-1) axes where the transposed result has them.
+            device, where = self._device_for(inputs[0].dtype)
+            reduced = device.reduce_max(inputs[0], axes=[step.perm[a] for a in step.axes],
+                                        keepdims=True)
+            result = np.ascontiguousarray(reduced.transpose(step.perm))
+            if node.op_type == "ReduceMax" and not step.attributes.get("keepdims", 1):
+                result = result.reshape([n for a, n in enumerate(result.shape)
+                                         if a not in step.axes])
+        values[step.outputs[0]] = result
+        return where
+
+    def _run_subgraph(self, step, values):
+        results = self._engines[id(step)].run(None, {n: values[n] for n in step.inputs})
+        for name, result in zip(step.node.output, results):
+            if name:
+                values[name] = np.asarray(result)
+        return ONNX_REFERENCE
+
+    def _family(self, op_type, attributes, inputs):
+        """``(result, where)`` of a max-family node, on the device or (for an element type the
+        device lacks) the golden model."""
+        device, where = self._device_for(inputs[0].dtype)
+        if op_type == "Max":
+            return device.max(*[x for x in inputs if x is not None]), where
+        if op_type == "GlobalMaxPool":
+            return device.global_max_pool(inputs[0]), where
+        axes, keepdims, noop = _reduce_max_arguments(attributes, inputs)
+        return device.reduce_max(inputs[0], axes=axes, keepdims=keepdims,
+                                 noop_with_empty_axes=noop), where
+
+    def _device_for(self, dtype):
         identity = getattr(self.device, "identity", None)
         try:
-            return identity is None or dtype_of(dtype) in identity.dtypes
+            supported = identity is None or dtype_of(dtype) in identity.dtypes
         except TypeError:
-            return True  # an unsupported dtype: the device's own check names the problem
+            supported = True  # an unsupported dtype: the device's own check names the problem
+        if supported:
+            return self.device, DEVICE
+        from maxaccel.sim import reference
+        return reference, GOLDEN
+
+    def _reference_ops(self):
+        """``onnx.reference`` implementations of the max family that call :meth:`_family`."""
+        from onnx.reference.op_run import OpRun
+        session = self
+
+        def make(op_type):
+            def _run(self, *inputs, **_attributes):
+                attributes = {a.name: helper.get_attribute_value(a)
+                              for a in self.onnx_node.attribute}
+                inputs = [None if x is None else np.asarray(x) for x in inputs]
+                return (session._family(op_type, attributes, inputs)[0],)
+            return type(op_type, (OpRun,), {"op_domain": "", "_run": _run})
+        return [make(op_type) for op_type in FAMILY]
 
     def _check_feeds(self, feeds):
         if not isinstance(feeds, dict):
-            raise TypeError(f"feeds must be a dict of input name to array, "
+            raise TypeError(f"input_feed must be a dict of input name to array, "
                             f"not {type(feeds).__name__}")
-        specs = {s.name: s for s in self.inputs}
-        specs.update(self._overridable)
+        specs = {s.name: s for s in self.inputs + self._overridable}
         listing = ", ".join(repr(s) for s in self.inputs)
         unknown = [n for n in feeds if n not in specs]
         if unknown:
@@ -280,26 +496,20 @@ class OffloadSession:
         if missing:
             raise ValueError(f"missing input(s) {', '.join(map(repr, missing))}; the model's "
                              f"inputs: {listing}")
-        checked, symbols = {}, {}
+        checked = {}
         for name, value in feeds.items():
             spec = specs[name]
-            array = np.asarray(value)
+            array = value if isinstance(value, np.ndarray) else np.asarray(value)
             if spec.dtype is not None and array.dtype != spec.dtype:
                 raise TypeError(f"input {name!r} must be {spec.dtype}, got {array.dtype}")
-            if spec.shape is not None:
-                if array.ndim != len(spec.shape):
-                    raise ValueError(f"input {name!r} must have rank {len(spec.shape)} "
+            if spec.dims is not None:
+                if array.ndim != len(spec.dims):
+                    raise ValueError(f"input {name!r} must have rank {len(spec.dims)} "
                                      f"({spec!r}), got shape {array.shape}")
-                for axis, (want, got) in enumerate(zip(spec.shape, array.shape)):
+                for axis, (want, got) in enumerate(zip(spec.dims, array.shape)):
                     if isinstance(want, int) and want != got:
                         raise ValueError(f"input {name!r} must have size {want} along axis "
                                          f"{axis} ({spec!r}), got shape {array.shape}")
-                    if isinstance(want, str):
-                        seen = symbols.setdefault(want, (got, name))
-                        if seen[0] != got:
-                            raise ValueError(
-                                f"input {name!r} has size {got} for dimension {want!r} along "
-                                f"axis {axis}, but input {seen[1]!r} has {seen[0]}")
             checked[name] = array
         return checked
 
