@@ -12,8 +12,14 @@ How each operator is planned:
     the reduction is ``runs`` contiguous runs of ``R`` elements: ``REDUCE`` commands of whole
     runs, each frame at most ``max_frame_bytes``. A run longer than that is reduced in pieces
     whose partial maxima are reduced again on the device.
+    A reduction over one block of adjacent axes with kept axes after it (ReduceMax over the
+    spatial axes of ``N x D1..Dn x C``) is instead ``images x pixels x channels`` in memory as it
+    is: ``POOL_CHANNELS_LAST`` commands (:func:`maxaccel.host.plan.plan_channels_last`), no
+    transpose; channels beyond the unit's capacity go in groups, images beyond a frame in pieces
+    of pixels whose maxima are pooled again.
 ``global_max_pool``
-    ``N x C x D1..Dn`` is ``N*C`` runs of ``prod(D)`` elements: the same ``REDUCE`` path.
+    ``N x C x D1..Dn`` is ``N*C`` runs of ``prod(D)`` elements: the same ``REDUCE`` path. With
+    ``channels_last=True``, ``N x D1..Dn x C`` goes to the channels-last pooling unit.
 ``max``
     Operands of the same shape: their elements interleaved, a ``REDUCE`` of runs of as many
     elements as operands. With broadcasting, :func:`maxaccel.host.plan.plan_broadcast`
@@ -36,7 +42,7 @@ import numpy as np
 from maxaccel.host.checks import check_global_max_pool, check_max, check_reduce_max
 from maxaccel.host.dtypes import FORMATS
 from maxaccel.host.link import Link, LinkError
-from maxaccel.host.plan import plan_broadcast
+from maxaccel.host.plan import plan_broadcast, plan_channels_last
 from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
                                     Command, Identity, MaxParameters)
 from maxaccel.host.transport import open_transport
@@ -214,7 +220,11 @@ class Device:
         return out
 
     def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):
-        """ONNX ``ReduceMax`` on the device: as :func:`maxaccel.sim.reference.reduce_max`."""
+        """ONNX ``ReduceMax`` on the device: as :func:`maxaccel.sim.reference.reduce_max`.
+
+        A reduction over adjacent axes with kept axes after them (the spatial axes of an
+        ``N x D1..Dn x C`` tensor, say) runs on the channels-last pooling unit, with no
+        transpose anywhere; any other reduction runs as contiguous runs (``REDUCE``)."""
         values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
             data, axes, keepdims, noop_with_empty_axes)
         self._check_supported(fmt, "reduce_max()")
@@ -222,22 +232,20 @@ class Device:
             if noop_with_empty_axes:
                 return values.copy()
             axes = tuple(range(values.ndim))
-        kept = [i for i in range(values.ndim) if i not in axes]
-        if keepdims:
-            shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
-        else:
-            shape = tuple(values.shape[i] for i in kept)
-        runs = math.prod(values.shape[i] for i in kept)
-        length = math.prod(values.shape[i] for i in axes)
-        moved = values.transpose(kept + list(axes))
-        with self._operation(values.nbytes + runs * fmt.nbytes):
-            return self._reduce_runs(moved, runs, length, fmt).reshape(shape)
+        return self._reduce(values, fmt, axes, keepdims)
 
-    def global_max_pool(self, x):
+    def global_max_pool(self, x, channels_last=False):
         """ONNX ``GlobalMaxPool`` on the device: as
-        :func:`maxaccel.sim.reference.global_max_pool`."""
+        :func:`maxaccel.sim.reference.global_max_pool`.
+
+        With ``channels_last``, ``x`` is ``N x D1..Dn x C`` (as a streaming layer or an NHWC
+        exporter lays it out) and the result ``N x 1..1 x C``: the channels-last pooling unit
+        reduces it as it is, the same bits as ``global_max_pool`` of the channels-first
+        transpose."""
         values, fmt = check_global_max_pool(x)
         self._check_supported(fmt, "global_max_pool()")
+        if channels_last:
+            return self._reduce(values, fmt, tuple(range(1, values.ndim - 1)), True)
         images, channels = values.shape[:2]
         runs = images * channels
         with self._operation(values.nbytes + runs * fmt.nbytes):
@@ -252,6 +260,65 @@ class Device:
                               if d in self.identity.dtypes)
             raise TypeError(f"{operator_name}: the device at {self.url!r} does not support "
                             f"{fmt.numpy_dtype}; it supports: {names}")
+
+    def _reduce(self, values, fmt, axes, keepdims):
+        """Max of ``values`` over the (non-empty, non-negative) ``axes``."""
+        kept = [i for i in range(values.ndim) if i not in axes]
+        if keepdims:
+            shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
+        else:
+            shape = tuple(values.shape[i] for i in kept)
+        runs = math.prod(values.shape[i] for i in kept)
+        pooling = plan_channels_last(values.shape, axes) if self.identity.pool_channels else None
+        with self._operation(values.nbytes + runs * fmt.nbytes):
+            if pooling is not None:
+                return self._pool_channels_last(values, *pooling, fmt).reshape(shape)
+            length = math.prod(values.shape[i] for i in axes)
+            moved = values.transpose(kept + list(axes))
+            return self._reduce_runs(moved, runs, length, fmt).reshape(shape)
+
+    def _pool_channels_last(self, values, images, pixels, channels, fmt):
+        """Max over the pixels of ``values`` laid out (C order) as ``images x pixels x
+        channels``: ``POOL_CHANNELS_LAST`` commands, the channels split into groups whose pixel
+        row the unit holds (``IDENTIFY``'s capacity) and of which a frame holds two (so pieces
+        of pixels always shrink). Returns ``images x channels``."""
+        rows = values.reshape(images, pixels, channels)
+        row_bytes = min(8 * self.identity.pool_channels, self.max_frame_bytes // 2)
+        group = max(1, row_bytes // fmt.nbytes)
+        if group >= channels:
+            return self._pool_rows(rows, fmt)
+        out = np.empty((images, channels), fmt.numpy_dtype)
+        for start in range(0, channels, group):
+            _store(out[:, start:start + group], self._pool_rows(rows[:, :, start:start + group],
+                                                                fmt))
+        return out
+
+    def _pool_rows(self, rows, fmt):
+        """``_pool_channels_last`` of one channel group (a pixel row fits the unit)."""
+        images, pixels, channels = rows.shape
+        out = np.empty((images, channels), fmt.numpy_dtype)
+        parameters = PARAMETERS[Command.POOL_CHANNELS_LAST]
+        image_bytes = pixels * channels * fmt.nbytes
+        if image_bytes <= self.max_frame_bytes:
+            step = self.max_frame_bytes // image_bytes
+            for start in range(0, images, step):
+                chunk = rows[start:start + step]
+                reply = self._request(Command.POOL_CHANNELS_LAST, parameters.pack(
+                    fmt.dtype, len(chunk), pixels, channels) + _encode(chunk, fmt))
+                _store(out[start:start + len(chunk)], _decode(reply, fmt,
+                                                              (len(chunk), channels)))
+            return out
+        # Images larger than a frame: pool pieces of pixels, then pool the pieces' maxima.
+        piece = self.max_frame_bytes // (channels * fmt.nbytes)
+        pieces = -(-pixels // piece)
+        partial = np.empty((images, pieces, channels), fmt.numpy_dtype)
+        for image in range(images):
+            for index in range(pieces):
+                chunk = rows[image, index * piece:(index + 1) * piece]
+                reply = self._request(Command.POOL_CHANNELS_LAST, parameters.pack(
+                    fmt.dtype, 1, len(chunk), channels) + _encode(chunk, fmt))
+                _store(partial[image, index], _decode(reply, fmt, (channels,)))
+        return self._pool_rows(partial, fmt)
 
     def _reduce_runs(self, values, runs, length, fmt):
         """Max of each of ``runs`` runs of ``length`` elements: ``values`` in C order is the runs

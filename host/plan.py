@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["BroadcastError", "CapacityError", "OperandPlan", "BroadcastPlan",
-           "broadcast_shape", "plan_broadcast", "pack_operand", "unpack_output"]
+           "broadcast_shape", "plan_broadcast", "pack_operand", "unpack_output",
+           "plan_channels_last"]
 
 LANE_BYTES = 8
 
@@ -377,6 +378,31 @@ def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands, max_c
     if check and problems:
         raise CapacityError(problems, plan)
     return plan
+
+
+def plan_channels_last(shape, axes):
+    """``(images, pixels, channels)`` when reducing ``axes`` of a C-order tensor of ``shape`` is
+    a channels-last pooling, else None.
+
+    It is one when the reduced axes of size > 1 are one block of adjacent axes with kept axes
+    of size > 1 after it: in memory the tensor is then ``images`` (the axes before the block) of
+    ``pixels`` (the block) rows of ``channels`` (the axes after) elements, the layout
+    ``POOL_CHANNELS_LAST`` takes, and the result (``images x channels``) is already in the
+    output's order. Any other reduction is contiguous runs once the reduced axes are moved
+    innermost (``REDUCE``). An empty tensor is never a pooling (nothing to send).
+    """
+    shape = tuple(int(n) for n in shape)
+    axes = {a % len(shape) for a in axes} if shape else set()
+    if math.prod(shape) == 0:
+        return None
+    significant = [(n, a in axes) for a, n in enumerate(shape) if n > 1]
+    reduced = [k for k, (_, is_reduced) in enumerate(significant) if is_reduced]
+    if not reduced or reduced[-1] - reduced[0] + 1 != len(reduced) \
+            or reduced[-1] == len(significant) - 1:
+        return None
+    first, last = reduced[0], reduced[-1] + 1
+    sizes = [n for n, _ in significant]
+    return math.prod(sizes[:first]), math.prod(sizes[first:last]), math.prod(sizes[last:])
 
 
 def _little_endian(array):
