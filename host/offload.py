@@ -170,19 +170,19 @@ def _for_onnxruntime(model):
     return model.SerializeToString()
 
 
-def _onnxruntime_accepts(model):
-    """Whether onnxruntime loads ``model`` (an operator it has no kernel for counts as loaded:
-    the graph was valid; that node may run on the device)."""
+def _onnxruntime_refusal(model):
+    """Why onnxruntime does not load ``model``, or None if it does (an operator it has no
+    kernel for counts as loaded: the graph was valid, and that node may run on the device)."""
     import onnxruntime
     from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as Missing
     try:
         onnxruntime.InferenceSession(_for_onnxruntime(model),
                                      providers=["CPUExecutionProvider"])
     except Missing:
-        return True
-    except Exception:
-        return False
-    return True
+        return None
+    except Exception as error:  # onnxruntime's exception types, one per status
+        return str(error)
+    return None
 
 
 def _reduce_max_arguments(attributes, inputs):
@@ -243,8 +243,11 @@ class OffloadSession:
         try:
             onnx.checker.check_model(model)
         except onnx.checker.ValidationError as error:
-            if not _onnxruntime_accepts(model):
-                raise ValueError(f"not a valid ONNX model: {error}") from None
+            # No stricter than onnxruntime: refused only if onnxruntime refuses it too.
+            refusal = _onnxruntime_refusal(model)
+            if refusal is not None:
+                raise ValueError(f"not a valid ONNX model: {error} (onnxruntime: {refusal})") \
+                    from None
         self.model = model
         graph = model.graph
         initialized = {t.name for t in graph.initializer}
