@@ -142,10 +142,16 @@ def _run(args, out):
     print("outputs:", file=out)
     for name, value in zip(names, outputs):
         print(f"  {name}: {_describe(value)}", file=out)
-    print("nodes:", file=out)
+    print("nodes, in run order (a CPU partition's nodes share its time):", file=out)
     width = max([len(n) for n, _, _ in session.last_run] + [4])
-    for name, op_type, where in session.last_run:
-        print(f"  {name:<{width}}  {op_type:<14} {where}", file=out)
+    op_types = {name: op_type for name, op_type, _ in session.last_run}
+    for step in session.last_steps:
+        for index, name in enumerate(step.nodes):
+            op_type = op_types[name]
+            timing = f"{step.name}: {1e3 * step.seconds:.2f} ms" if step.name != name else \
+                f"{1e3 * step.seconds:.2f} ms"
+            print(f"  {name:<{width}}  {op_type:<14} {step.where:<14} "
+                  f"{timing if index == 0 else '|'}", file=out)
 
     golden = OffloadSession(session.model, device=reference).run(None, feeds)
     mismatches = []
@@ -176,18 +182,23 @@ def _bench(args, out):
     from maxaccel.host.transport import TransportError
 
     print(f"machine: {bench.machine_description()}", file=out)
-    measurements, failures, sizes = [], [], set()
+    measurements, failures, sizes, models = [], [], set(), []
     for url in args.device or ["sim"]:
         elements = args.elements or bench.default_elements(url)
         sizes.update(elements)
         try:
             with open_device(url, progress=ProgressBar()) as device:
                 print(f"{device!r}", file=out, flush=True)
-                measurements += bench.measure_device(
-                    device, elements, dtype=args.dtype,
-                    progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} elements "
-                                             f"{m.elements_per_s:>12.0f} elements/s", file=out,
-                                             flush=True))
+                if args.elements != [0]:
+                    measurements += bench.measure_device(
+                        device, elements, dtype=args.dtype,
+                        progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} "
+                                                 f"elements {m.elements_per_s:>12.0f} "
+                                                 f"elements/s", file=out, flush=True))
+                for model in args.model or []:
+                    models.append(bench.measure_model(device, *bench.load_model(model)))
+                    print(f"  {models[-1].model}: {models[-1].ratio:.2f}x onnxruntime outside "
+                          f"the device calls", file=out, flush=True)
         except (TransportError, RuntimeError) as error:
             failures.append(f"{url}: {error}")
             print(f"{url}: not measured: {error}", file=out)
@@ -195,7 +206,12 @@ def _bench(args, out):
         cpu, note = bench.measure_cpu(sorted(sizes), dtype=args.dtype)
         measurements += cpu
         print(f"CPU: numpy {np.__version__}, {note}", file=out)
-    print(bench.format_table(measurements), file=out)
+    if measurements:
+        print(bench.format_table(measurements), file=out)
+    if models:
+        print("whole models: OffloadSession (time outside the device calls) against "
+              "onnxruntime on one thread:", file=out)
+        print(bench.format_model_table(models), file=out)
     from maxaccel.boards.targets import load_reports, report_markdown
     reports = load_reports(args.reports)
     if reports:
@@ -205,6 +221,7 @@ def _bench(args, out):
         with open(args.json, "w") as file:
             json.dump({"machine": bench.machine_description(),
                        "measurements": [m.as_dict() for m in measurements],
+                       "models": [m.as_dict() for m in models],
                        "not_measured": failures}, file, indent=1)
         print(f"wrote {args.json}", file=out)
     if args.plot:
@@ -326,6 +343,11 @@ def _parser():
                        help="tensor sizes in elements (default: 256 1024 4096 on sim, "
                             "1024 to 1048576 elsewhere)")
     bench.add_argument("--dtype", default="float32", help="element type (default float32)")
+    bench.add_argument("--model", action="append", metavar="MODEL.onnx",
+                       help="also time a whole model (repeatable): OffloadSession on each "
+                            "device, outside its device calls, against onnxruntime on one "
+                            "thread; 'conv' is a built-in model of two 3x3 Convs, a ReduceMax "
+                            "and a Gemm (--elements 0 times only the models)")
     bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
                        help="also time numpy and onnxruntime on this CPU (default: yes)")
     bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
