@@ -370,11 +370,12 @@ def conv_model(size=192, channels=8, classes=10, seed=0):
 @dataclass
 class ModelMeasurement:
     """One model run by :class:`~maxaccel.host.offload.OffloadSession` on a device and by
-    onnxruntime alone, side by side (medians over the repeats, seconds).
+    onnxruntime alone, side by side (seconds, each the minimum over the repeats: other work on
+    the machine only ever adds time, and a millisecond-long run is easily preempted).
 
     ``session_s`` is the whole ``OffloadSession.run``; ``device_s`` the time inside the device's
-    operator calls during it; ``outside_s = session_s - device_s`` the session's own cost (CPU
-    partitions, glue); ``onnxruntime_s`` the whole model on onnxruntime with
+    operator calls during it; ``outside_s`` the session's own cost, its run time minus its
+    device time (CPU partitions, glue); ``onnxruntime_s`` the whole model on onnxruntime with
     ``intra_op_num_threads=1``. ``ratio`` is ``outside_s / onnxruntime_s``.
     """
 
@@ -427,11 +428,11 @@ def load_model(path_or_model):
     return os.path.basename(os.fspath(path_or_model)), model, feeds
 
 
-def measure_model(device, name, model, feeds, *, repeats=7, warmup=3):
+def measure_model(device, name, model, feeds, *, repeats=10, warmup=3):
     """Time ``model`` on ``feeds`` with an :class:`~maxaccel.host.offload.OffloadSession` on
     ``device`` and with onnxruntime alone on one thread, alternating, after ``warmup`` runs of
     each (onnxruntime's allocator settles in its first few runs); returns a
-    :class:`ModelMeasurement` (medians).
+    :class:`ModelMeasurement` (minima over ``repeats``).
 
     Raises AssertionError if the session's outputs differ from onnxruntime's by more than
     float rounding (the inputs are random normals: no NaN or signed-zero ties for the
@@ -466,8 +467,8 @@ def measure_model(device, name, model, feeds, *, repeats=7, warmup=3):
         model=name, where=getattr(device, "url", type(device).__name__),
         nodes=len(model.graph.node),
         device_nodes=sum(1 for *_, where in session.placements if where == "device"),
-        session_s=statistics.median(totals), device_s=statistics.median(inside),
-        outside_s=statistics.median(outside), onnxruntime_s=statistics.median(alone))
+        session_s=min(totals), device_s=min(inside), outside_s=min(outside),
+        onnxruntime_s=min(alone))
 
 
 def format_model_table(measurements):

@@ -312,3 +312,24 @@ def test_a_partition_onnxruntime_cannot_load_runs_on_onnx_reference(device):
     assert "Erf" in session.fallbacks["partition 0"]
     (y,) = session.run(None, {"x": np.array([-1.0, 0.5, 2.0])})
     assert y == pytest.approx(0.9953222650189527)
+
+
+def test_partition_inputs_shape_inference_cannot_type_are_typed_from_the_first_run(
+        device, monkeypatch):
+    from maxaccel.host import partition
+    declared_only = partition._inferred_types
+
+    def no_inference(model):
+        types = declared_only(model)
+        return {n: t for n, t in types.items()
+                if n in {v.name for v in list(model.graph.input) + list(model.graph.output)}}
+    monkeypatch.setattr(partition, "_inferred_types", no_inference)
+    model = make_model([helper.make_node("Max", ["a", "b"], ["m"], name="max"),
+                        helper.make_node("Neg", ["m"], ["y"], name="neg")],
+                       [vi("a", [2]), vi("b", [2])], [vi("y", [2])])
+    session = OffloadSession(model, device=device)
+    assert session._steps[1].untyped == ["m"]
+    for _ in range(2):
+        (y,) = session.run(None, {"a": A, "b": B})
+        assert bits(y) == [0x80000000, 0xFFC00000]
+        assert session.last_run == [("max", "Max", "device"), ("neg", "Neg", "onnxruntime")]
