@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import TypeProto, helper, numpy_helper
 
-__all__ = ["OFFLOADED", "FAMILY", "MAX_IR_VERSION", "Plan", "DeviceStep", "SubgraphStep", "CpuPartition",
-           "partition", "subgraph_names", "inline_max_family_functions"]
+__all__ = ["OFFLOADED", "FAMILY", "MAX_IR_VERSION", "Plan", "DeviceStep", "SubgraphStep",
+           "CpuPartition", "partition", "subgraph_names", "node_inputs",
+           "inline_max_family_functions"]
 
 #: Operator types of the default domain sent to the device, with the opset versions that
 #: define them (every one of them goes to the device).
@@ -79,7 +80,8 @@ def _is_family(node):
 
 def _contains_family(nodes, functions):
     """Whether ``nodes`` (or their subgraphs, or local functions they call) hold a max-family
-    node; ``functions`` is the set of ``(domain, name)`` of functions known to."""
+    node; ``functions`` is the set of ``(domain, name)`` of the local functions known to hold
+    one."""
     for node in nodes:
         if _is_family(node) or (node.domain, node.op_type) in functions:
             return True
@@ -190,7 +192,8 @@ class SubgraphStep:
 
 @dataclass
 class CpuPartition:
-    """Consecutive CPU nodes run as one model (``model``) by onnxruntime.
+    """The CPU nodes that can run together between two rounds of device steps, as one model
+    (``model``) for onnxruntime.
 
     ``inputs`` must be fed; ``overridable`` are initializers the user may override with a feed;
     ``outputs`` are what later steps and the graph read; ``untyped`` lists inputs whose type
@@ -256,13 +259,14 @@ def _constant_axes(name, initializers, overridable):
 
 def _fold(node, attributes, producer, consumers, graph_outputs, initializers, overridable):
     """``(perm, axes)`` if ``producer`` is a Transpose that can be folded into ``node``."""
-    if producer is None or producer.op_type != "Transpose" or producer.domain not in ("",
-                                                                                      "ai.onnx"):
+    if producer is None or producer.op_type != "Transpose" \
+            or producer.domain not in ("", "ai.onnx"):
         return None
     value = producer.output[0]
     if value in graph_outputs or consumers.get(value, 0) != 1:
         return None
-    perm = helper.get_attribute_value(producer.attribute[0]) if producer.attribute else None
+    perm = next((helper.get_attribute_value(a) for a in producer.attribute if a.name == "perm"),
+                None)
     if perm is None:
         return None  # the default (reversed) permutation needs the rank: leave it
     perm = tuple(int(p) for p in perm)

@@ -153,6 +153,17 @@ def test_max_in_a_local_function_runs_on_the_device(device):
     m, y = session.run(None, {"a": A, "b": B})
     assert bits(m) == CONTRACT
     assert bits(y) == [0x00000000, 0x7FC00000]
+    # Called from an If branch: inlined there, run by onnx.reference with Max on the device.
+    branch = helper.make_graph([helper.make_node("Clamp", ["a", "b"], ["out"], domain="local")],
+                               "then", [], [vi("out", [2])])
+    model = make_model([helper.make_node("If", ["flag"], ["y"], name="if", then_branch=branch,
+                                         else_branch=branch)],
+                       [vi("a", [2]), vi("b", [2]), vi("flag", [], TensorProto.BOOL)],
+                       [vi("y", [2])], functions=[maxed])
+    session = OffloadSession(model, device=device)
+    assert session.placements == [("if", "If", "onnx.reference")]
+    (y,) = session.run(None, {"a": A, "b": B, "flag": np.array(True)})
+    assert bits(y) == CONTRACT
 
 
 def test_a_max_family_node_of_a_dtype_the_device_lacks_uses_the_golden_model_in_a_subgraph():
