@@ -234,7 +234,11 @@ class OffloadSession:
     Raises
     ------
     ValueError
-        The model is not valid ONNX (the checker's message is included).
+        The model is not valid ONNX: neither ``onnx.checker`` nor onnxruntime accepts it (both
+        messages are included), or a partition runs neither on onnxruntime nor on
+        ``onnx.reference``.
+    FileNotFoundError, TypeError
+        No file at the path; an argument that is no model.
     """
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
