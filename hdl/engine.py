@@ -36,6 +36,7 @@ from maxaccel.host.protocol import (COUNTERS, HEADER_SIZE, MAGIC, MAX_PAYLOAD,
 
 from .beat import beat_layout
 from .broadcast import BroadcastOp
+from .kit import refuse
 from .lane import LANE_BITS, LANE_BYTES
 from .linkword import (WordCRC, WordSplitter, check_link_bytes, link_signature, one_byte,
                        word_fields)
@@ -122,8 +123,7 @@ class FrameReceiver(wiring.Component):
 
     def __init__(self, timeout_cycles, link_bytes=1):
         if not isinstance(timeout_cycles, int) or timeout_cycles < 1:
-            self._MustUse__silence = True   # a failed construction must not warn as unused
-            raise ValueError(f"timeout_cycles must be a positive integer, not {timeout_cycles!r}")
+            refuse(self, f"timeout_cycles must be a positive integer, not {timeout_cycles!r}")
         check_link_bytes(link_bytes, unit=self)
         self.timeout_cycles = timeout_cycles
         self.link_bytes = link_bytes
@@ -912,9 +912,8 @@ class CommandEngine(wiring.Component):
                  link_bytes=1):
         lanes = reducer.lanes
         if pool.lanes != lanes or broadcast.lanes != lanes:
-            self._MustUse__silence = True
-            raise ValueError(f"the units must have the same lanes, not {reducer.lanes}, "
-                             f"{pool.lanes}, {broadcast.lanes}")
+            refuse(self, f"the units must have the same lanes, not {reducer.lanes}, "
+                         f"{pool.lanes}, {broadcast.lanes}")
         if frame_timeout_cycles is None:
             frame_timeout_cycles = max(clock_hz // 100, 1)
         check_link_bytes(link_bytes, lanes=lanes, unit=self)

@@ -79,7 +79,8 @@ def spread_from_top(m, bits_by_top, size):
     return out
 
 
-def _byte(value, i):
+def byte(value, i):
+    """Byte ``i`` (bits ``8*i .. 8*i+7``) of ``value``."""
     return value[8 * i:8 * i + 8]
 
 
@@ -255,7 +256,7 @@ class FromKey(wiring.Component):
         negative = spread_from_top(m, Cat(~key[8 * i + 7] for i in range(LANE_BYTES)), fmt.size)
         for i in range(LANE_BYTES):
             flip = Mux(is_float & negative[i], 0xFF, Mux(fmt.top[i] & fmt.signed, 0x80, 0))
-            m.d.comb += _byte(self.value, i).eq(_byte(key, i) ^ flip)
+            m.d.comb += byte(self.value, i).eq(byte(key, i) ^ flip)
         return m
 
 
@@ -313,8 +314,8 @@ class KeyMax(wiring.Component):
         size = Signal(len(ELEMENT_SIZES), name="size_s1", reset_less=True)
         first += [a.eq(self.a), b.eq(self.b), size.eq(self.size)]
         at_least = Cat(self.size[k:].any() for k in range(len(ELEMENT_SIZES)))
-        flags = ([_byte(self.a, i) >= _byte(self.b, i) for i in range(LANE_BYTES)],
-                 [_byte(self.a, i) == _byte(self.b, i) for i in range(LANE_BYTES)])
+        flags = ([byte(self.a, i) >= byte(self.b, i) for i in range(LANE_BYTES)],
+                 [byte(self.a, i) == byte(self.b, i) for i in range(LANE_BYTES)])
         flags = key_compare_level(flags, 1, at_least[1])
         greater_equal = Signal(LANE_BYTES, reset_less=True)
         equal = Signal(LANE_BYTES, reset_less=True)
@@ -330,7 +331,7 @@ class KeyMax(wiring.Component):
         m.d.comb += self.result.eq(result)
         stage = m.d.comb if self.latency == 0 else m.d.sync
         for i in range(LANE_BYTES):
-            stage += _byte(result, i).eq(Mux(a_wins[i], _byte(a, i), _byte(b, i)))
+            stage += byte(result, i).eq(Mux(a_wins[i], byte(a, i), byte(b, i)))
         return m
 
 

@@ -14,6 +14,7 @@ from maxaccel.host.protocol import MAX_COUNT
 
 from .broadcast import BroadcastMax
 from .engine import CommandEngine
+from .kit import refuse
 from .linkword import link_signature
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
@@ -233,13 +234,11 @@ class UARTTop(Elaboratable):
     def __init__(self, clock_hz, baud, *, rx_fifo_depth=512, **core_parameters):
         self.divisor = clock_hz // baud
         if core_parameters.get("link_bytes", 1) != 1:
-            self._MustUse__silence = True
-            raise ValueError(f"a UART carries one byte per cycle: link_bytes must be 1, not "
-                             f"{core_parameters['link_bytes']!r}")
+            refuse(self, f"a UART carries one byte per cycle: link_bytes must be 1, not "
+                         f"{core_parameters['link_bytes']!r}")
         if self.divisor < 4:
-            self._MustUse__silence = True
-            raise ValueError(f"clock_hz / baud = {clock_hz} / {baud} gives {self.divisor} cycles "
-                             f"per bit; the UART needs at least 4")
+            refuse(self, f"clock_hz / baud = {clock_hz} / {baud} gives {self.divisor} cycles "
+                         f"per bit; the UART needs at least 4")
         self.clock_hz = clock_hz
         self.baud = baud
         self.rx_fifo_depth = rx_fifo_depth
