@@ -38,7 +38,7 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.hdl.lane import (FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax,
                                LaneDecode, LaneFormat, LaneMax, ToKey, spread_from_top)
-from maxaccel.host.dtypes import DType, FORMATS
+from maxaccel.contract.dtypes import DType, FORMATS
 
 __all__ = ["Family", "FAMILIES", "synthesize", "Design", "lane_designs", "part_designs",
            "fmax_designs", "fmax_markdown", "FixedDtypeLane", "PlainFloatMax",

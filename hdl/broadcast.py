@@ -11,7 +11,7 @@ coalesced output shape is a row, sent as ``row_beats`` beats; the rows are enume
   pass, as many times as broadcasting needs. Dimensions along which the operand is broadcast
   have stride 0; an operand whose innermost size is 1 (a *splat* operand) stores one beat per
   row, replayed for every beat of the row and filled with the row's element: by the host
-  (:func:`~maxaccel.host.plan.pack_operand`), or by the unit as it writes a ``LOAD`` with
+  (:func:`~maxaccel.sim.broadcast_model.pack_operand`), or by the unit as it writes a ``LOAD`` with
   ``fill`` set, so the ``RUN`` pipeline has no replication logic.
 
 The host plans all of this (:func:`maxaccel.host.plan.plan_broadcast`): it coalesces axes,
@@ -26,7 +26,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
@@ -168,17 +168,21 @@ class BroadcastMax(wiring.Component):
         self.max_count = max_count
         #: Width of a buffer address; operand steps are taken modulo ``2**addr_bits``.
         self.addr_bits = (depth - 1).bit_length()
+        self.command_layout, self.config_layout = self.layouts(lanes, depth, max_dims,
+                                                               max_operands, max_count)
+        super().__init__(self.signature_for(lanes, depth, max_dims, max_operands, max_count))
 
-        address = unsigned(self.addr_bits)
-        #: Payload layout of ``command``.
-        self.command_layout = data.StructLayout({
+    @staticmethod
+    def layouts(lanes, depth, max_dims, max_operands, max_count):
+        """``(command_layout, config_layout)`` of a unit with these parameters."""
+        address = unsigned((depth - 1).bit_length())
+        command_layout = data.StructLayout({
             "op": BroadcastOp,
             "base": address,
             "count": range(depth + 1),
             "fill": 1,
         })
-        #: Layout of ``config`` (field meanings in the class docstring).
-        self.config_layout = data.StructLayout({
+        config_layout = data.StructLayout({
             "dtype": DType,
             "operands": range(max_operands + 1),
             "streamed": 1,
@@ -191,10 +195,18 @@ class BroadcastMax(wiring.Component):
                 "steps": data.ArrayLayout(address, max_dims),
             }), max_operands),
         })
+        return command_layout, config_layout
+
+    @classmethod
+    def signature_for(cls, lanes, depth, max_dims, max_operands, max_count=65535):
+        """The unit's signature for these parameters, without building a unit (what the
+        command engine connects to, or stands in for when the core has no such unit)."""
+        command_layout, config_layout = cls.layouts(lanes, depth, max_dims, max_operands,
+                                                    max_count)
         beat = beat_layout(lanes)
-        super().__init__({
-            "command": In(stream.Signature(self.command_layout)),
-            "config": In(self.config_layout),
+        return wiring.Signature({
+            "command": In(stream.Signature(command_layout)),
+            "config": In(config_layout),
             "load": In(stream.Signature(beat)),
             "streamed": In(stream.Signature(beat)),
             "output": Out(stream.Signature(beat)),

@@ -26,14 +26,15 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType, FORMATS
+from maxaccel.contract.dtypes import DType, FORMATS
+from maxaccel.contract.wire import LANE_BYTES
 
 __all__ = ["LANE_BITS", "LANE_BYTES", "ELEMENT_SIZES", "FLOAT_FORMATS", "LaneFormat",
            "LaneDecode", "ToKey", "FromKey", "KeyMax", "LaneMax", "spread_from_top",
            "splat_constant", "key_compare_level", "float_key"]
 
-LANE_BITS = 64
-LANE_BYTES = LANE_BITS // 8
+#: Bits of one lane (the lane width is a fact of the wire contract, ``IDENTIFY``'s lanes).
+LANE_BITS = 8 * LANE_BYTES
 #: Element widths in bytes a lane can hold.
 ELEMENT_SIZES = (1, 2, 4, 8)
 #: Float formats, in the order of the one-hot ``LaneFormat.float_format`` field.

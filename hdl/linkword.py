@@ -14,7 +14,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import crc, data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.protocol import CRC_ALGORITHM
+from maxaccel.contract.wire import CRC_ALGORITHM
 
 from .kit import refuse
 from .lane import LANE_BYTES

@@ -12,7 +12,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType, format_of
+from maxaccel.contract.dtypes import DType, format_of
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneFormat
@@ -141,13 +141,20 @@ class ChannelsLastPool(wiring.Component):
         self.beat_bytes = LANE_BYTES * lanes
         self.depth = -(-max_channels // lanes)
         self.capacity_bytes = self.beat_bytes * self.depth
+        super().__init__(self.signature_for(lanes, max_channels, pixel_bits=pixel_bits))
+
+    @staticmethod
+    def signature_for(lanes, max_channels, *, pixel_bits=32):
+        """The unit's signature for these parameters, without building a unit (what the
+        command engine connects to, or stands in for when the core has no such unit)."""
         layout = beat_layout(lanes)
-        super().__init__({
+        capacity_bytes = LANE_BYTES * lanes * -(-max_channels // lanes)
+        return wiring.Signature({
             "i": In(stream.Signature(layout)),
             "o": Out(stream.Signature(layout)),
             "dtype": In(DType),
             "pixels": In(pixel_bits),
-            "channels": In(range(self.capacity_bytes + 1)),
+            "channels": In(range(capacity_bytes + 1)),
             "clear": In(1),
             "idle": Out(1),
             "row_error": Out(1),
@@ -155,7 +162,7 @@ class ChannelsLastPool(wiring.Component):
         })
 
     def capacity(self, dtype):
-        """Channels of ``dtype`` (anything :func:`~maxaccel.host.dtypes.format_of` takes) the
+        """Channels of ``dtype`` (anything :func:`~maxaccel.contract.dtypes.format_of` takes) the
         accumulators hold."""
         return self.capacity_bytes // format_of(dtype).nbytes
 

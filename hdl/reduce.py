@@ -31,7 +31,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 
 from .beat import beat_layout
 from .kit import (accumulate_runs, byte, check_lanes, decode_format, delay, from_key, key_max,

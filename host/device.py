@@ -3,7 +3,7 @@
 A :class:`Device` takes numpy arrays, plans the work for the capacities the board reports with
 ``IDENTIFY``, sends it as protocol commands and returns numpy arrays with exactly the bits of
 the golden model (``maxaccel.sim.reference``). Inputs are checked with the golden model's own
-checks (:mod:`maxaccel.host.checks`) before anything is sent.
+checks (:mod:`maxaccel.contract.checks`) before anything is sent.
 
 How each operator is planned:
 
@@ -33,11 +33,11 @@ import math
 
 import numpy as np
 
-from maxaccel.host.checks import check_global_max_pool, check_max, check_reduce_max
-from maxaccel.host.dtypes import FORMATS
+from maxaccel.contract.checks import check_global_max_pool, check_max, check_reduce_max
+from maxaccel.contract.dtypes import FORMATS
 from maxaccel.host.link import Link, LinkError
 from maxaccel.host.plan import plan_broadcast
-from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
+from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
                                     Command, Identity, MaxParameters)
 from maxaccel.host.transport import open_transport
 
@@ -144,7 +144,7 @@ class Device:
 
     Attributes
     ----------
-    identity : maxaccel.host.protocol.Identity
+    identity : maxaccel.contract.wire.Identity
         What the board reported at open.
     link : maxaccel.host.link.Link
         Byte counters and retry statistics.

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TypeProto, helper, numpy_helper
 
-from maxaccel.host.dtypes import dtype_of
+from maxaccel.contract.dtypes import dtype_of
 
 __all__ = ["OffloadSession", "TensorSpec", "OFFLOADED"]
 

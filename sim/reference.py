@@ -42,10 +42,10 @@ dtype in native byte order.
 
 import numpy as np
 
-from maxaccel.host.checks import (GLOBAL_MAX_POOL_DTYPES, MAX_DTYPES, REDUCE_MAX_DTYPES,
+from maxaccel.contract.checks import (GLOBAL_MAX_POOL_DTYPES, MAX_DTYPES, REDUCE_MAX_DTYPES,
                                   check_global_max_pool, check_max, check_reduce_max, shape_text,
                                   to_native)
-from maxaccel.host.dtypes import FORMATS, Format, format_of
+from maxaccel.contract.dtypes import FORMATS, Format, format_of
 
 __all__ = [
     "max", "reduce_max", "global_max_pool",
@@ -74,7 +74,7 @@ def bits_of(values):
 def from_bits(bits, fmt):
     """An array of ``fmt``'s dtype holding ``bits`` (unsigned integers, truncated to the width).
 
-    ``fmt`` is a :class:`~maxaccel.host.dtypes.Format` or anything ``format_of`` accepts.
+    ``fmt`` is a :class:`~maxaccel.contract.dtypes.Format` or anything ``format_of`` accepts.
     """
     fmt = _as_format(fmt)
     bits = np.asarray(bits).astype(fmt.uint_dtype)
@@ -173,7 +173,7 @@ def _lowest_key(fmt):
     return _key_from_bits(np.array(fmt.lowest, dtype=fmt.uint_dtype), fmt)[()]
 
 
-# Input checks (dtype sets, axes, flags, broadcasting) live in maxaccel.host.checks, shared with
+# Input checks (dtype sets, axes, flags, broadcasting) live in maxaccel.contract.checks, shared with
 # the host driver so both refuse the same inputs with the same messages.
 
 

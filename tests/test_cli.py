@@ -44,7 +44,7 @@ def test_run_generates_inputs_and_checks_against_the_golden_model(tmp_path, caps
     saved = np.load(target)
     assert sorted(saved.files) == ["maxed", "pooled", "total"]
     rng = np.random.default_rng(7)
-    from maxaccel.host.dtypes import format_of
+    from maxaccel.contract.dtypes import format_of
     from maxaccel.sim.values import random_values
     session = OffloadSession(EXAMPLE, device=reference)
     feeds = {s.name: random_values(rng, format_of(s.dtype), s.shape)

@@ -12,8 +12,8 @@ import pytest
 from fake_board import FakeBoard
 
 from maxaccel.host.device import Device
-from maxaccel.host.dtypes import FORMATS, DType
-from maxaccel.host.protocol import COUNTER_NAMES, FRAME_OVERHEAD, PARAMETERS, Command
+from maxaccel.contract.dtypes import FORMATS, DType
+from maxaccel.contract.wire import COUNTER_NAMES, FRAME_OVERHEAD, PARAMETERS, Command
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import edge_bits, random_values

@@ -20,7 +20,7 @@ from fake_board import KINDS, TO_DEVICE, TO_HOST, FakeBoard, Fault, Faulty
 
 from maxaccel.host.device import Device, open_device
 from maxaccel.host.link import DeviceError, LinkError
-from maxaccel.host.protocol import FRAME_OVERHEAD, PARAMETERS, Command, Status
+from maxaccel.contract.wire import FRAME_OVERHEAD, PARAMETERS, Command, Status
 from maxaccel.host.transport import TransportError, register_scheme
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits

@@ -20,7 +20,7 @@ from fake_board import FakeBoard
 from onnx import TensorProto, helper, numpy_helper
 
 from maxaccel.host.device import Device
-from maxaccel.host.dtypes import DType, format_of
+from maxaccel.contract.dtypes import DType, format_of
 from maxaccel.host.offload import OffloadSession
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
