@@ -11,7 +11,7 @@ coalesced output shape is a row, sent as ``row_beats`` beats; the rows are enume
   pass, as many times as broadcasting needs. Dimensions along which the operand is broadcast
   have stride 0; an operand whose innermost size is 1 (a *splat* operand) stores one beat per
   row, replayed for every beat of the row and filled with the row's element: by the host
-  (:func:`~maxaccel.sim.broadcast_model.pack_operand`), or by the unit as it writes a ``LOAD`` with
+  (``pack_operand`` in ``tests/broadcast_model.py``), or by the unit as it writes a ``LOAD`` with
   ``fill`` set, so the ``RUN`` pipeline has no replication logic.
 
 The host plans all of this (:func:`maxaccel.host.plan.plan_broadcast`): it coalesces axes,

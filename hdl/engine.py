@@ -301,6 +301,21 @@ class CommandEngine(wiring.Component):
             return by_command[code][name], 0
 
         programs = check_programs(specs, factor)
+        product_step = Signal(range(max(len(p) for p in programs.values()) + 1))
+
+        def product_op(code, step, op, operand):
+            """One step of a program, in state PRODUCTS."""
+            if op == "load":
+                value, overflow = operand
+                m.d.sync += [accumulator.eq(value), accumulator_overflow.eq(overflow)]
+            elif op == "save":
+                value, overflow = products[operand]
+                m.d.sync += [value.eq(accumulator), overflow.eq(accumulator_overflow)]
+                if step == len(programs[code]) - 1:   # every program ends with a save
+                    m.next = "SCALE"
+            else:
+                m.d.comb += [multiplier.start.eq(1), multiplier.b.eq(operand)]
+                m.next = "PRODUCT_WAIT"
 
         # The comb logic is split over three fragments so that the Python simulator, which
         # re-runs a fragment's whole comb logic whenever one of its inputs changes, re-runs
@@ -501,35 +516,26 @@ class CommandEngine(wiring.Component):
                     row_beats.eq((row_bytes + beat_bytes - 1) >> log_beat),
                     last_nbytes.eq(((row_bytes - 1) & (beat_bytes - 1)) + 1),
                 ]
-                with m.Switch(command):
-                    for code in DATA_COMMANDS:
-                        with m.Case(code):
-                            m.next = f"{code.name}_0"
+                m.d.sync += product_step.eq(0)
+                m.next = "PRODUCTS"
 
-            for code, program in programs.items():
-                for step, (op, operand) in enumerate(program):
-                    following = (f"{code.name}_{step + 1}" if step + 1 < len(program)
-                                 else "SCALE")
-                    if op == "load":
-                        with m.State(f"{code.name}_{step}"):
-                            value, overflow = operand
-                            m.d.sync += [accumulator.eq(value), accumulator_overflow.eq(overflow)]
-                            m.next = following
-                    elif op == "save":
-                        with m.State(f"{code.name}_{step}"):
-                            value, overflow = products[operand]
-                            m.d.sync += [value.eq(accumulator),
-                                         overflow.eq(accumulator_overflow)]
-                            m.next = following
-                    else:
-                        with m.State(f"{code.name}_{step}"):
-                            m.d.comb += [multiplier.start.eq(1), multiplier.b.eq(operand)]
-                            m.next = f"{code.name}_{step}_WAIT"
-                        with m.State(f"{code.name}_{step}_WAIT"):
-                            with m.If(~multiplier.busy):
-                                m.d.sync += [accumulator.eq(multiplier.product),
-                                             accumulator_overflow.eq(multiplier.overflow)]
-                                m.next = following
+            # The command's program of products (check_programs), one step per cycle; a
+            # multiplication waits in PRODUCT_WAIT for the bit-serial multiplier.
+            with m.State("PRODUCTS"):
+                with m.Switch(command):
+                    for code, program in programs.items():
+                        with m.Case(code):
+                            with m.Switch(product_step):
+                                for step, (op, operand) in enumerate(program):
+                                    with m.Case(step):
+                                        product_op(code, step, op, operand)
+                m.d.sync += product_step.eq(product_step + 1)
+
+            with m.State("PRODUCT_WAIT"):
+                with m.If(~multiplier.busy):
+                    m.d.sync += [accumulator.eq(multiplier.product),
+                                 accumulator_overflow.eq(multiplier.overflow)]
+                    m.next = "PRODUCTS"
 
             with m.State("SCALE"):
                 def scaled(name):

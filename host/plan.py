@@ -16,7 +16,7 @@
    ``problems`` for the driver to inspect).
 
 The unit-level views of a plan that only the gateware tests need (the unit's ``config``, the
-beats it stores and emits, its cycles) are in :mod:`maxaccel.sim.broadcast_model`. This module
+beats it stores and emits, its cycles) are in the tests' ``broadcast_model.py``. This module
 never imports amaranth.
 """
 

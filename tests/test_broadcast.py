@@ -17,8 +17,8 @@ from maxaccel.hdl.beat import beat_layout
 from maxaccel.hdl.broadcast import BroadcastMax, BroadcastOp
 from maxaccel.contract.dtypes import FORMATS, DType, format_of
 from maxaccel.host.plan import plan_broadcast
-from maxaccel.sim.broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
-                                          unpack_output)
+from broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
+                             unpack_output)
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, lanes_to_bytes, run_streams
 from maxaccel.sim.values import edge_bits, random_values

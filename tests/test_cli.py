@@ -133,7 +133,6 @@ def test_progress_bar_appears_only_after_the_delay_and_is_throttled():
 
 def test_the_main_job_command_runs_on_the_virtual_board(capsys):
     """``maxaccel run examples/max_family.onnx``: default device, the simulated gateware."""
-    pytest.importorskip("maxaccel.sim.virtual_board")
     status, text = run("run", str(EXAMPLE), "--seed", "1")
     assert status == 0, capsys.readouterr().err
     assert f"ran {EXAMPLE} on sim" in text

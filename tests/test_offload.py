@@ -305,7 +305,6 @@ def test_the_example_model_runs_on_the_device(device):
 
 @pytest.fixture(scope="module", params=["sim", "verilator"])
 def virtual_board(request):
-    pytest.importorskip("maxaccel.sim.virtual_board")
     from maxaccel.host.device import open_device
     with open_device(request.param) as dev:
         yield dev

@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
 from maxaccel.host.plan import BroadcastError, CapacityError, broadcast_shape, plan_broadcast
-from maxaccel.sim.broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
-                                          unpack_output)
+from broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
+                             unpack_output)
 
 LIMITS = dict(lanes=2, depth=4096, max_dims=6, max_operands=8)
 

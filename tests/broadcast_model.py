@@ -1,4 +1,4 @@
-"""The ``BroadcastMax`` unit's view of a host plan, for the gateware tests and the fake board.
+"""The ``BroadcastMax`` unit's view of a host plan, for the gateware tests.
 
 :func:`unit_config` is the unit's ``config`` for a :class:`~maxaccel.host.plan.BroadcastPlan`,
 :func:`load_commands` the ``LOAD`` commands it needs, :func:`run_cycles` the cycles of its
