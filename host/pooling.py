@@ -13,7 +13,9 @@ section "Windowed MaxPool" is the contract):
   ``out = floor((size + pad_begin + pad_end - extent) / stride) + 1``, or with ``ceil_mode``
   ``ceil(...) + 1`` and then one less if that last window would start in the right padding
   (``(out - 1) * stride >= size + pad_begin``; the opset-22 rule, also PyTorch's and
-  onnxruntime's). The padded length must hold one window.
+  onnxruntime's). The formula must give at least one window (before that drop: an empty input
+  with no left padding may have none); in ``ceil_mode`` the last window may reach past the
+  padded input, as in PyTorch, and what lies past it is padding.
 * ``auto_pad="VALID"``: no padding, ``out = floor((size - extent) / stride) + 1``. The spec's
   ``ceil_mode`` formula ``ceil((size - extent + 1) / stride)`` is the same number, so
   ``ceil_mode`` changes nothing here.
@@ -73,6 +75,14 @@ class PoolAxis:
     def extent(self):
         """Span of one window in input coordinates: ``(kernel - 1) * dilation + 1``."""
         return (self.kernel - 1) * self.dilation + 1
+
+    @property
+    def reach_end(self):
+        """How far the last window reaches past the input's end (``pad_end`` or, in
+        ``ceil_mode``, up to ``stride - 1`` more; 0 if it ends inside)."""
+        if self.out_size == 0:
+            return 0
+        return max(0, (self.out_size - 1) * self.stride - self.pad_begin + self.extent - self.size)
 
     def starts(self):
         """Input coordinate of each window's first tap (negative inside the left padding)."""
@@ -182,18 +192,6 @@ def _int_list(value, name, count, minimum, what):
     return checked
 
 
-def _explicit_out(size, pad_begin, pad_end, extent, stride, ceil_mode):
-    padded = size + pad_begin + pad_end
-    if padded < extent:
-        return None
-    if not ceil_mode:
-        return (padded - extent) // stride + 1
-    out = -(-(padded - extent) // stride) + 1
-    if (out - 1) * stride >= size + pad_begin:   # the last window would start in the padding
-        out -= 1
-    return out
-
-
 def resolve_max_pool(input_shape, kernel_shape, strides=None, pads=None, dilations=None,
                      ceil_mode=False, auto_pad="NOTSET", storage_order=0):
     """Resolve MaxPool attributes for an input shape into explicit windows.
@@ -256,15 +254,20 @@ def resolve_max_pool(input_shape, kernel_shape, strides=None, pads=None, dilatio
             axes.append(PoolAxis(size, k, s, d, begin, total - begin, out))
             continue
         begin, end = pad[i], pad[rank + i]
-        out = _explicit_out(size, begin, end, extent, s, ceil_mode and auto_pad == "NOTSET")
-        if out is None:
+        use_ceil = ceil_mode and auto_pad == "NOTSET"   # VALID: ceil and floor agree
+        span = size + begin + end - extent
+        out = (-(-span // s) if use_ceil else span // s) + 1
+        if out < 1:
             padding = f" + pads {begin} + {end}" if auto_pad == "NOTSET" else ""
             raise ValueError(
-                f"max_pool() window does not fit along spatial axis {i} (tensor axis {2 + i}): "
-                f"input {size}{padding} = {size + begin + end} is smaller than the window "
+                f"max_pool() has no window along spatial axis {i} (tensor axis {2 + i}): "
+                f"input {size}{padding} = {size + begin + end} is too short for the window "
                 f"extent {extent} = (kernel_shape {k} - 1) * dilations {d} + 1"
-                f"{' (auto_pad=VALID)' if auto_pad == 'VALID' else ''}"
+                f"{' with auto_pad=VALID' if auto_pad == 'VALID' else ''}"
+                f"{' with ceil_mode and strides ' + str(s) if use_ceil else ''}"
             )
+        if use_ceil and (out - 1) * s >= size + begin:
+            out -= 1                                # the last window would start in the padding
         axes.append(PoolAxis(size, k, s, d, begin, end, out))
     return PoolGeometry(input_shape, tuple(axes), int(storage_order))
 

@@ -381,9 +381,12 @@ def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode
     keys = _max_keys(values, fmt)
     inside = np.ones(keys.shape, dtype=bool)
     winners = []
-    for i, pool_axis in enumerate(geometry.axes):
-        keys, inside, winners = _pool_axis(keys, inside, winners, 2 + i, pool_axis,
+    # Innermost axis first: the outer passes then pick the first slab holding the maximum, so
+    # the winner is the first maximum in row-major order of the window.
+    for i in reversed(range(len(geometry.axes))):
+        keys, inside, winners = _pool_axis(keys, inside, winners, 2 + i, geometry.axes[i],
                                            _lowest_key(fmt))
+    winners.reverse()   # one coordinate per spatial axis, in axis order
     y = from_order_key(keys, fmt)
     if not return_indices:
         return y
