@@ -160,6 +160,22 @@ class PoolGeometry:
             return tuple(int(np.prod(sizes[k + 1:], dtype=np.int64)) for k in range(len(sizes)))
         return tuple(int(np.prod(sizes[:k], dtype=np.int64)) for k in range(len(sizes)))
 
+    def indices(self, channel, coordinates):
+        """ONNX Indices of elements, as int64: the one definition of their numbering.
+
+        Parameters
+        ----------
+        channel : int or array of int
+            ``n * C + c`` of each element.
+        coordinates : sequence of int arrays
+            One per spatial axis: each element's input coordinate along it (broadcastable
+            with ``channel``).
+        """
+        result = np.asarray(channel, dtype=np.int64) * self.channel_stride
+        for coordinate, multiplier in zip(coordinates, self.index_multipliers()):
+            result = result + np.asarray(coordinate, dtype=np.int64) * multiplier
+        return result
+
     def has_empty_windows(self):
         """Whether some window holds padding only (its value is the least element, index -1)."""
         return any(a.empty_windows().any() for a in self.axes)

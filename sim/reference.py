@@ -392,9 +392,7 @@ def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode
         return y
     n, c = geometry.input_shape[:2]
     channel = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * len(geometry.axes))
-    indices = channel * geometry.channel_stride
-    for winner, multiplier in zip(winners, geometry.index_multipliers()):
-        indices = indices + winner * multiplier
+    indices = geometry.indices(channel, winners)
     return y, np.where(inside, indices, np.int64(-1))
 
 
