@@ -247,8 +247,8 @@ def resolve_max_pool(input_shape, kernel_shape, strides=None, pads=None, dilatio
     stride = [1] * rank if strides is None else _int_list(strides, "strides", rank, 1, per_axis)
     dilation = ([1] * rank if dilations is None
                 else _int_list(dilations, "dilations", rank, 1, per_axis))
-    pad = ([0] * (2 * rank) if pads is None else _int_list(
-        pads, "pads", 2 * rank, 0, f"begin and end of each spatial axis of {shape_text(input_shape)}"))
+    both_ends = f"begin and end of each spatial axis of {shape_text(input_shape)}"
+    pad = [0] * (2 * rank) if pads is None else _int_list(pads, "pads", 2 * rank, 0, both_ends)
     ceil_mode = check_flag(ceil_mode, "ceil_mode")
     if isinstance(storage_order, (bool, np.bool_)) or storage_order not in (0, 1):
         raise ValueError(f"storage_order must be 0 (row-major) or 1 (column-major), "
