@@ -1,4 +1,4 @@
-"""The golden model: bit-exact ONNX Max, ReduceMax and GlobalMaxPool on numpy arrays.
+"""The golden model: bit-exact ONNX Max, ReduceMax, GlobalMaxPool and MaxPool on numpy arrays.
 
 Every other path of maxaccel (gateware, virtual board, real board, ONNX offload) is checked
 against this module bit for bit. It is written on *integer views of the bits*, never with numpy
@@ -34,7 +34,13 @@ Dtypes accepted (ONNX type constraints, except where noted):
 ``reduce_max``         all of the above and bool (ReduceMax-20); int16 and uint16 are
                        accepted although ONNX ReduceMax does not list them
 ``global_max_pool``    float16, bfloat16, float32, float64 only (GlobalMaxPool-22)
+``max_pool``           every numeric dtype, as ``max`` (MaxPool-22 lists float16,
+                       bfloat16, float32, float64, int8, uint8); not bool
 =====================  ==========================================================
+
+``max_pool`` takes its window geometry from :mod:`maxaccel.host.pooling` (shared with the
+device planner) and pools one spatial axis at a time on the order keys, innermost first, keeping
+the first maximum in row-major window order (the tie rule of ``docs/semantics.md``).
 
 Results are always new arrays (never views of an input, never numpy scalars) of the input's
 dtype in native byte order.
@@ -306,10 +312,11 @@ def _pool_axis(keys, inside, winners, axis, pool_axis, lowest):
     shape[axis] = pool_axis.out_size
     best = np.full(shape, lowest, dtype=keys.dtype)
     best_inside = np.zeros(shape, dtype=bool)
-    best_winners = [np.full(shape, -1, dtype=np.int64) for _ in winners]
+    track = winners is not None
+    best_winners = [np.full(shape, -1, dtype=np.int64) for _ in winners] if track else []
     best_coordinate = np.full(shape, -1, dtype=np.int64)
     if pool_axis.size == 0:
-        return best, best_inside, best_winners + [best_coordinate]
+        return best, best_inside, (best_winners + [best_coordinate] if track else None)
     taps, tap_inside = pool_axis.taps(), pool_axis.inside()
     view = [1] * len(shape)
     view[axis] = pool_axis.out_size
@@ -320,10 +327,12 @@ def _pool_axis(keys, inside, winners, axis, pool_axis, lowest):
         take = here & (~best_inside | (key > best))
         best = np.where(take, key, best)
         best_inside |= take
-        for mine, theirs in zip(best_winners, winners):
-            np.copyto(mine, np.take(theirs, coordinate, axis=axis), where=take)
-        np.copyto(best_coordinate, np.broadcast_to(taps[:, t].reshape(view), shape), where=take)
-    return best, best_inside, best_winners + [best_coordinate]
+        if track:
+            for mine, theirs in zip(best_winners, winners):
+                np.copyto(mine, np.take(theirs, coordinate, axis=axis), where=take)
+            np.copyto(best_coordinate, np.broadcast_to(taps[:, t].reshape(view), shape),
+                      where=take)
+    return best, best_inside, (best_winners + [best_coordinate] if track else None)
 
 
 def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False,
@@ -380,16 +389,16 @@ def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode
         return_indices)
     keys = _max_keys(values, fmt)
     inside = np.ones(keys.shape, dtype=bool)
-    winners = []
+    winners = [] if return_indices else None
     # Innermost axis first: the outer passes then pick the first slab holding the maximum, so
     # the winner is the first maximum in row-major order of the window.
     for i in reversed(range(len(geometry.axes))):
         keys, inside, winners = _pool_axis(keys, inside, winners, 2 + i, geometry.axes[i],
                                            _lowest_key(fmt))
-    winners.reverse()   # one coordinate per spatial axis, in axis order
     y = from_order_key(keys, fmt)
     if not return_indices:
         return y
+    winners.reverse()   # one coordinate per spatial axis, in axis order
     n, c = geometry.input_shape[:2]
     channel = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * len(geometry.axes))
     indices = geometry.indices(channel, winners)
