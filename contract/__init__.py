@@ -5,7 +5,9 @@
   blocks with named fields, the status rules and their order, capacities, and
   :func:`~maxaccel.contract.wire.verdict`, the status a device answers;
 * :mod:`~maxaccel.contract.checks` -- the argument checks the golden model and the device API
-  share.
+  share;
+* :mod:`~maxaccel.contract.pooling` -- windowed MaxPool's attributes resolved into explicit
+  windows, and the Indices numbering, shared by the golden model and the planners.
 
 Every other package imports this one and it imports none of them, which keeps the import graph
 free of cycles (``docs/architecture.md``).
