@@ -35,8 +35,10 @@ import numpy as np
 
 from maxaccel.contract.checks import check_global_max_pool, check_max, check_reduce_max
 from maxaccel.contract.dtypes import FORMATS
+from maxaccel.contract.pooling import check_max_pool
 from maxaccel.host.link import Link, LinkError
 from maxaccel.host.plan import plan_broadcast
+from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
 from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
                                     Command, Identity, MaxParameters)
 from maxaccel.host.transport import open_transport
@@ -243,6 +245,27 @@ class Device:
         with self._operation(values.nbytes + runs * fmt.nbytes):
             result = self._reduce_runs(values, runs, math.prod(values.shape[2:]), fmt)
         return result.reshape((images, channels) + (1,) * (values.ndim - 2))
+
+    def max_pool(self, x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False,
+                 auto_pad="NOTSET", storage_order=0, return_indices=False):
+        """ONNX ``MaxPool`` on the device: as :func:`maxaccel.sim.reference.max_pool`, bit for
+        bit, ``(y, indices)`` with ``return_indices``.
+
+        Runs through ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's
+        input elements, padding never sent, are one run, windows with as many elements one
+        request. Where windows overlap an element crosses the link once per window it lies in
+        (2.25x the input for 3x3 stride 2); ``Indices`` are located on the host in the runs
+        the device reduced, by the contract's tie rule.
+        """
+        values, fmt, geometry, return_indices = check_max_pool(
+            x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
+            return_indices)
+        self._check_supported(fmt, "max_pool()")
+        plan = plan_reduce_pool(geometry)
+        with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
+            return max_pool_by_reduce(
+                values, plan, lambda rows: self._reduce_runs(rows, *rows.shape, fmt),
+                return_indices)
 
     # --- planning ------------------------------------------------------------------------------
 

@@ -387,3 +387,61 @@ def test_edge_corpus_on_the_virtual_board(kind):
                 assert (reference.bits_of(got) == fmt.canonical_nan).all()
                 x = random_values(rng, fmt, (1, 2, 3, 2))
                 assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))
+
+
+# ---- windowed MaxPool through REDUCE -------------------------------------------------------------
+
+POOLS = [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),           # ResNet's stem
+    dict(kernel_shape=[2, 2], strides=[2, 2]),                                # VGG: no overlap
+    dict(kernel_shape=[2], dilations=[3], pads=[1, 1]),                        # padding-only windows
+    dict(kernel_shape=[3, 2], auto_pad="SAME_LOWER", storage_order=1),
+    dict(kernel_shape=[2, 2, 2], strides=[1, 2, 1], ceil_mode=True, pads=[0, 1, 0, 1, 0, 0]),
+]
+
+
+def pool_input(rng, fmt, rank):
+    shape = {1: (2, 3, 2), 2: (1, 2, 5, 6), 3: (1, 2, 3, 4, 3)}[rank]
+    return random_values(rng, fmt, shape, edge_fraction=0.5)
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_max_pool_matches_the_golden_model(device, pool):
+    """Every dtype MaxPool takes, edge values (NaN payloads, ±0, infinities, integer extremes)
+    at half the positions, values compared as bits and Indices exactly."""
+    rng = np.random.default_rng(len(str(pool)))
+    for fmt in ALL:
+        if fmt.kind == "bool":
+            continue
+        x = pool_input(rng, fmt, len(pool["kernel_shape"]))
+        y, indices = device.max_pool(x, **pool, return_indices=True)
+        y_ref, indices_ref = reference.max_pool(x, **pool, return_indices=True)
+        assert_same_bits(y, y_ref, str(fmt))
+        assert indices.dtype == np.int64 and np.array_equal(indices, indices_ref), str(fmt)
+        assert_same_bits(device.max_pool(x, **pool), y_ref, str(fmt))
+
+
+def test_max_pool_nan_at_every_window_position(fake_device):
+    """A NaN at each of the 9 positions of a 3x3 window: the canonical NaN out and the index
+    of the NaN, whatever else the window holds (±0 ties elsewhere)."""
+    for position in range(9):
+        x = np.full((1, 1, 3, 3), -0.0, np.float32)
+        x[0, 0, 1, 1] = 0.0
+        x.reshape(-1)[position] = np.uint32(0xFFC00001).view(np.float32)
+        y, indices = fake_device.max_pool(x, [3, 3], return_indices=True)
+        assert reference.bits_of(y).item() == 0x7FC00000
+        assert indices.item() == position
+
+
+def test_max_pool_refuses_bad_arguments_before_sending():
+    board = FakeBoard()
+    with Device(board) as dev:
+        sent = len(board.log)
+        x = np.zeros((1, 1, 4, 4), np.float32)
+        with pytest.raises(ValueError, match="kernel_shape"):
+            dev.max_pool(x, [0, 2])
+        with pytest.raises(ValueError, match="pads"):
+            dev.max_pool(x, [2, 2], pads=[1, 1, 1], )
+        with pytest.raises(TypeError, match="bool"):
+            dev.max_pool(np.zeros((1, 1, 4), np.bool_), [2])
+        assert len(board.log) == sent
