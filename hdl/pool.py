@@ -12,11 +12,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType, format_of
+from maxaccel.contract.dtypes import DType, format_of
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneFormat
-from .reduce import _decode, _from_key, _key_max, _lane, _register, _to_keys
+from .kit import decode_format, from_key, key_max, lane_of, register, to_keys
 
 __all__ = ["ChannelsLastPool"]
 
@@ -141,13 +141,20 @@ class ChannelsLastPool(wiring.Component):
         self.beat_bytes = LANE_BYTES * lanes
         self.depth = -(-max_channels // lanes)
         self.capacity_bytes = self.beat_bytes * self.depth
+        super().__init__(self.signature_for(lanes, max_channels, pixel_bits=pixel_bits))
+
+    @staticmethod
+    def signature_for(lanes, max_channels, *, pixel_bits=32):
+        """The unit's signature for these parameters, without building a unit (what the
+        command engine connects to, or stands in for when the core has no such unit)."""
         layout = beat_layout(lanes)
-        super().__init__({
+        capacity_bytes = LANE_BYTES * lanes * -(-max_channels // lanes)
+        return wiring.Signature({
             "i": In(stream.Signature(layout)),
             "o": Out(stream.Signature(layout)),
             "dtype": In(DType),
             "pixels": In(pixel_bits),
-            "channels": In(range(self.capacity_bytes + 1)),
+            "channels": In(range(capacity_bytes + 1)),
             "clear": In(1),
             "idle": Out(1),
             "row_error": Out(1),
@@ -155,7 +162,7 @@ class ChannelsLastPool(wiring.Component):
         })
 
     def capacity(self, dtype):
-        """Channels of ``dtype`` (anything :func:`~maxaccel.host.dtypes.format_of` takes) the
+        """Channels of ``dtype`` (anything :func:`~maxaccel.contract.dtypes.format_of` takes) the
         accumulators hold."""
         return self.capacity_bytes // format_of(dtype).nbytes
 
@@ -165,13 +172,13 @@ class ChannelsLastPool(wiring.Component):
 
         # The registered decode: every stage that needs the format runs at least a cycle after
         # acceptance. The configuration check reads it too, and is registered twice more.
-        fmt = _decode(m, self.dtype)
+        fmt = decode_format(m, self.dtype)
         decoded = m.submodules.decode.format      # the same, unregistered (for stage 1's tag)
         row_bytes_configured = Signal(range(8 * self.capacity_bytes + 1))
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fmt.size[k]):
                 m.d.comb += row_bytes_configured.eq(self.channels * size)
-        row_bytes_expected = _register(m, 1, row_bytes_configured, "row_bytes_expected")
+        row_bytes_expected = register(m, 1, row_bytes_configured, "row_bytes_expected")
         m.d.sync += self.config_error.eq(
             (self.pixels == 0) | (row_bytes_expected > self.capacity_bytes))
 
@@ -235,12 +242,12 @@ class ChannelsLastPool(wiring.Component):
 
         # The framing checks, in stages 1 to 3 (row_error is only status).
         checked = tags[1]
-        misframed = _register(m, advance, (checked.first != (checked.entry == 0))
-                              | (checked.entry == depth)
-                              | (~checked.last & (checked.nbytes != beat_bytes)), "misframed")
-        row_bytes = _register(m, advance, checked.entry * beat_bytes + checked.nbytes,
-                              "row_bytes")
-        misframed_3 = _register(
+        misframed = register(m, advance, (checked.first != (checked.entry == 0))
+                             | (checked.entry == depth)
+                             | (~checked.last & (checked.nbytes != beat_bytes)), "misframed")
+        row_bytes = register(m, advance, checked.entry * beat_bytes + checked.nbytes,
+                             "row_bytes")
+        misframed_3 = register(
             m, advance, misframed | tags[2].last & (row_bytes != row_bytes_expected),
             "misframed_3")
         with m.If(tags[3].valid & misframed_3):
@@ -255,13 +262,13 @@ class ChannelsLastPool(wiring.Component):
         # The key stage reads the format in stage 1: half the lanes read the registered decode,
         # half stage 1's copy (two registers, each with half the fanout).
         key_formats = [fmt if j < lanes // 2 else tags[1].format for j in range(lanes)]
-        m.d.comb += keys.eq(Cat(_to_keys(m, advance, key_formats, list(beat.data))))
-        keys_3 = _register(m, advance, keys, "keys_3")  # the key of the beat in stage 3
+        m.d.comb += keys.eq(Cat(to_keys(m, advance, key_formats, list(beat.data))))
+        keys_3 = register(m, advance, keys, "keys_3")  # the key of the beat in stage 3
 
         # --- Stages 2-4: each beat's key merged with the previous beat's if both update the
         # same entry (one-beat pixels): that beat's update is still in the loop when this beat
         # enters it, so it would be lost; taking its key here keeps every result complete.
-        combine = _register(m, advance, same_entry(1, 2) & ~tags[1].first_pixel, "combine")
+        combine = register(m, advance, same_entry(1, 2) & ~tags[1].first_pixel, "combine")
         merged = _lanes_key_max(m, "merge", advance, tags[2].format.size, keys_3, keys,
                                 ~combine)
 
@@ -280,11 +287,11 @@ class ChannelsLastPool(wiring.Component):
         read_entry = Mux(advance, tags[2].entry, tags[3].entry)
         m.d.comb += read.addr.eq(Mux(read_entry != depth, read_entry, 0))
         result = Signal(LANE_BITS * lanes)         # stage 6: the loop's output register
-        from_3 = _register(m, advance, same_entry(2, 5), "from_3_ahead")
-        prior = _register(m, advance, Mux(from_3, result, read.data), "prior")
-        from_2 = _register(m, advance, same_entry(3, 5), "from_2_ahead")
+        from_3 = register(m, advance, same_entry(2, 5), "from_3_ahead")
+        prior = register(m, advance, Mux(from_3, result, read.data), "prior")
+        from_2 = register(m, advance, same_entry(3, 5), "from_2_ahead")
         # Pixel 0 has no prior; pixel 1 neither when its key merged pixel 0's.
-        has_prior = _register(m, advance, _register(
+        has_prior = register(m, advance, register(
             m, advance, ~tags[2].first_pixel & ~(tags[2].second_pixel & combine), "has_prior_3"),
             "has_prior")
 
@@ -298,7 +305,7 @@ class ChannelsLastPool(wiring.Component):
         ]
 
         # --- Stage 7: a last pixel's result keys, mapped back to values, are the output. -----
-        output = Cat(_from_key(m, f"from_key{j}", tags[6].format, _lane(result, j))
+        output = Cat(from_key(m, f"from_key{j}", tags[6].format, lane_of(result, j))
                      for j in range(lanes))
         # The beat goes into the output register if that is free or being taken, else into
         # the skid register (empty whenever the pipeline advances), which refills the output
@@ -344,5 +351,5 @@ class ChannelsLastPool(wiring.Component):
 
 def _lanes_key_max(m, name, enable, size, a, b, take_b):
     """:func:`~maxaccel.hdl.reduce._key_max` of each 64-bit lane of ``a`` and ``b``."""
-    return Cat(_key_max(m, f"{name}{j}", enable, size, _lane(a, j), _lane(b, j), take_b=take_b)
+    return Cat(key_max(m, f"{name}{j}", enable, size, lane_of(a, j), lane_of(b, j), take_b=take_b)
                for j in range(len(a) // LANE_BITS))

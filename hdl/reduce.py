@@ -27,15 +27,16 @@ cycle. :class:`RunReducer` builds the stages of the others into one pipeline wit
 ``advance``. See ``docs/architecture.md``, "Reduction tree and run reducer".
 """
 
-from amaranth.hdl import Cat, EnableInserter, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 
 from .beat import beat_layout
-from .lane import (ELEMENT_SIZES, FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax,
-                   LaneDecode, LaneFormat, ToKey, float_key, key_compare_level, splat_constant)
+from .kit import (accumulate_runs, byte, check_lanes, decode_format, delay, from_key, key_max,
+                  refuse, register, stall_control, to_keys)
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, key_compare_level
 
 __all__ = ["BeatKeys", "ReductionTree", "LaneFold", "RunAccumulator", "RunReducer",
            "FRAMING", "PIPELINES", "tree_layout", "lane_layout"]
@@ -57,119 +58,11 @@ def lane_layout(tag_shape=0):
     return data.StructLayout({"data": LANE_BITS, "tag": tag_shape})
 
 
-def _check_lanes(unit, lanes):
-    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 or lanes & (lanes - 1):
-        # A unit that failed to construct must not also warn that it was never elaborated.
-        unit._MustUse__silence = True
-        raise ValueError(f"{type(unit).__name__}: lanes must be a power of two (1, 2, 4, 8, "
-                         f"...), not {lanes!r}")
-
-
-def _decode(m, dtype, registered=True):
-    """The format of ``dtype``, registered (one cycle after ``dtype``) unless ``registered`` is
-    false.
-
-    In a pipelined unit every stage that needs the format runs at least one cycle after its
-    beat was accepted (the key conversion's NaN tests need none), so ``dtype`` only has to be
-    valid with the first beat, and the decode is never on a datapath timing path (``dtype`` is
-    static during a command, so the register agrees with it whenever a beat is there). A
-    unit that converts keys combinationally in the cycle a beat is accepted needs the decode
-    unregistered for ``dtype`` to keep that contract.
-    """
-    m.submodules.decode = decode = LaneDecode()
-    m.d.comb += decode.dtype.eq(dtype)
-    if not registered:
-        return decode.format
-    format_registered = Signal(LaneFormat, name="registered")
-    m.d.sync += format_registered.eq(decode.format)
-    return format_registered
-
-
-def _stall_control(m, unit):
-    """``advance = ~o.valid | o.ready``, driving ``i.ready``; returns ``advance``."""
-    advance = Signal()
-    m.d.comb += [
-        advance.eq(~unit.o.valid | unit.o.ready),
-        unit.i.ready.eq(advance),
-    ]
-    return advance
-
-
-def _register(m, enable, value, name):
-    """``value`` in a register named ``name`` that loads with ``enable``."""
-    value = Value.cast(value)
-    held = Signal(len(value), name=name, reset_less=True)
-    with m.If(enable):
-        m.d.sync += held.eq(value)
-    return held
-
-
-def _key_max(m, name, enable, size, a, b, registered=True, take_b=None):
-    """A two-stage :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``
-    (combinational, ``latency=0``, if not ``registered``); the result is ``b`` where
-    ``take_b`` (if given) is set with the operands."""
-    key_max = KeyMax(latency=2 if registered else 0)
-    m.submodules[name] = EnableInserter(enable)(key_max) if registered else key_max
-    m.d.comb += [key_max.size.eq(size), key_max.a.eq(a), key_max.b.eq(b)]
-    if take_b is not None:
-        m.d.comb += key_max.take_b.eq(take_b)
-    return key_max.result
-
-
-def _delay(m, name, enable, valid, tag, tag_shape, cycles):
-    """``valid`` and ``tag`` delayed by ``cycles`` registers that advance with ``enable``."""
-    for cycle in range(cycles):
-        next_valid = Signal(name=f"{name}_valid_{cycle}")
-        next_tag = Signal(tag_shape, name=f"{name}_tag_{cycle}")
-        with m.If(enable):
-            m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
-        valid, tag = next_valid, next_tag
-    return valid, tag
-
-
-def _to_keys(m, enable, fmt, values, filled=None, latency=2, name="key"):
-    """:class:`ToKey` of each lane of ``values`` in ``latency`` register stages.
-
-    ``latency=2``: the NaN tests, then the key; ``fmt`` is the registered decode (of
-    :func:`_decode`), read in the second cycle. ``latency=1``: the key is computed in the
-    cycle ``values`` come and registered; ``fmt`` (the unregistered decode) is read in that
-    cycle. The registers advance with ``enable``; ``filled`` (a byte mask per lane) marks the
-    bytes that hold elements, the others get key 0. The submodules and key registers are
-    named ``{name}_{lane}``. ``fmt`` may also be a list, a format per lane: copies of the
-    format in distinct registers, to split its fanout over many lanes.
-    """
-    keys = []
-    formats = fmt if isinstance(fmt, list) else [fmt] * len(values)
-    for j, value in enumerate(values):
-        to_key = ToKey(latency=latency - 1)
-        m.submodules[f"{name}_{j}"] = EnableInserter(enable)(to_key)
-        m.d.comb += [to_key.format.eq(formats[j]), to_key.value.eq(value)]
-        if filled is not None:
-            m.d.comb += to_key.filled.eq(filled[j])
-        keys.append(_register(m, enable, to_key.key, f"{name}_{j}"))
-    return keys
-
-
-def _byte(value, i):
-    return value[8 * i:8 * i + 8]
-
-
-def _lane(value, j):
-    """Lane ``j`` (64 bits) of a beat-wide value."""
-    return value[LANE_BITS * j:LANE_BITS * (j + 1)]
-
-
-def _from_key(m, name, fmt, key):
-    from_key = m.submodules[name] = FromKey()
-    m.d.comb += [from_key.format.eq(fmt), from_key.key.eq(key)]
-    return from_key.value
-
-
 def _tree_stages(m, advance, fmt, level, registered=True):
     """The levels of :class:`ReductionTree`: ``lanes`` key lanes to one, 2 cycles a level
     (combinational if not ``registered``)."""
     for depth in range((len(level) - 1).bit_length()):
-        level = [_key_max(m, f"max_{depth}_{pair}", advance, fmt.size,
+        level = [key_max(m, f"max_{depth}_{pair}", advance, fmt.size,
                           level[2 * pair], level[2 * pair + 1], registered)
                  for pair in range(len(level) // 2)]
     return level[0]
@@ -180,14 +73,14 @@ def _fold_stages(m, advance, fmt, lane, registered=True):
     if not ``registered``)."""
     at_least = Cat(fmt.size[k:].any() for k in range(len(ELEMENT_SIZES)))
     for index, (width, cycles) in enumerate(LaneFold.STAGES):
-        flags = ([_byte(lane, i) >= _byte(lane, i + width) for i in range(width)],
-                 [_byte(lane, i) == _byte(lane, i + width) for i in range(width)])
+        flags = ([byte(lane, i) >= byte(lane, i + width) for i in range(width)],
+                 [byte(lane, i) == byte(lane, i + width) for i in range(width)])
         levels = list(range(1, width.bit_length()))
         if cycles == 2 and registered:
             flags = key_compare_level(flags, levels.pop(0), at_least[1])
-            lane = _register(m, advance, lane, f"fold_{index}_lane")
-            flags = (list(_register(m, advance, Cat(flags[0]), f"fold_{index}_ge")),
-                     list(_register(m, advance, Cat(flags[1]), f"fold_{index}_eq")))
+            lane = register(m, advance, lane, f"fold_{index}_lane")
+            flags = (list(register(m, advance, Cat(flags[0]), f"fold_{index}_ge")),
+                     list(register(m, advance, Cat(flags[1]), f"fold_{index}_eq")))
         for level in levels:
             flags = key_compare_level(flags, level, at_least[level])
         folds = ~at_least[width.bit_length()]   # elements of at most `width` bytes
@@ -200,81 +93,9 @@ def _fold_stages(m, advance, fmt, lane, registered=True):
             stage += folded.eq(lane)
             for i in range(width):
                 with m.If(folds & ~flags[0][i]):
-                    stage += _byte(folded, i).eq(_byte(lane, i + width))
+                    stage += byte(folded, i).eq(byte(lane, i + width))
         lane = folded
     return lane
-
-
-def _accumulate(m, advance, fmt, lanes, valid, last, registered=True):
-    """The loop and close of :class:`RunAccumulator` for each key lane of ``lanes`` (a list);
-    returns (list of result keys, result valid).
-
-    The lanes advance together: one set of control registers (the partials' tags, ``step``),
-    one loop :class:`KeyMax` and one close :class:`KeyMax` per lane.
-
-    Not ``registered``: one accumulator register per lane instead, loaded with ``max(partial,
-    lane)`` (``max(least key, lane)`` for a run's first lane) through a combinational compare;
-    it holds the run's result in the cycle after its last lane (latency 1, not 4).
-    """
-    least_key = Signal(LANE_BITS)
-    for index, spec in enumerate(FLOAT_FORMATS):
-        with m.If(fmt.float_format[index]):
-            m.d.comb += least_key.eq(splat_constant(float_key(spec, spec.lowest), spec.bits))
-
-    def name(base, j):
-        return base if len(lanes) == 1 else f"{base}_{j}"
-
-    if not registered:
-        live = Signal()                          # the accumulator holds a partial of this run
-        step = Signal()
-        m.d.comb += step.eq(advance & valid)
-        results = []
-        for j, lane in enumerate(lanes):
-            loop = KeyMax(latency=1)
-            m.submodules[name("loop", j)] = EnableInserter(step)(loop)
-            m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(Mux(live, loop.result, least_key)),
-                         loop.b.eq(lane)]
-            results.append(loop.result)
-        result_valid = Signal()
-        with m.If(step):
-            m.d.sync += live.eq(~last)
-        with m.If(advance):
-            m.d.sync += result_valid.eq(valid & last)
-        return results, result_valid
-
-    ends = valid & last
-    fed_live, fed_final = Signal(), Signal()     # tags of the partial in the first stage
-    head_live, head_final = Signal(), Signal()   # tags of the partial at the head
-    head_joins = Signal()                        # a lane now joins the head's partial
-    step = Signal()
-    m.d.comb += step.eq(advance & (valid | fed_final | head_final))
-    with m.If(step):
-        m.d.sync += [
-            fed_live.eq(valid & ~ends),
-            fed_final.eq(ends),
-            head_live.eq(fed_live),
-            head_final.eq(fed_final),
-            head_joins.eq(fed_live & ~ends),
-        ]
-
-    results = []
-    for j, lane in enumerate(lanes):
-        # The other partial, or the least key.
-        saved = Signal(LANE_BITS, name=name("saved", j), reset_less=True)
-        loop = KeyMax(latency=2)
-        m.submodules[name("loop", j)] = EnableInserter(step)(loop)
-        head = loop.result
-        m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(head), loop.b.eq(lane),
-                     loop.take_b.eq(~head_joins)]
-        # When the previous step took a run's last lane (``fed_final``, which makes this cycle
-        # a step whenever it advances).
-        with m.If(advance & fed_final):
-            m.d.sync += saved.eq(Mux(head_live, head, least_key))
-        results.append(_key_max(m, name("close", j), advance, fmt.size, head, saved))
-    closing, result_valid = Signal(), Signal()
-    with m.If(advance):
-        m.d.sync += [closing.eq(head_final), result_valid.eq(closing)]
-    return results, result_valid
 
 
 class BeatKeys(wiring.Component):
@@ -309,7 +130,7 @@ class BeatKeys(wiring.Component):
     LATENCY = 2
 
     def __init__(self, lanes):
-        _check_lanes(self, lanes)
+        check_lanes(self, lanes)
         self.lanes = lanes
         super().__init__({
             "i": In(stream.Signature(beat_layout(lanes))),
@@ -319,13 +140,13 @@ class BeatKeys(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        fmt = _decode(m, self.dtype)
-        advance = _stall_control(m, self)
+        fmt = decode_format(m, self.dtype)
+        advance = stall_control(m, self)
         beat = self.i.payload
         filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
                   for j in range(self.lanes)]
-        keys = _to_keys(m, advance, fmt, list(beat.data), filled)
-        valid, tag = _delay(m, "keys", advance, self.i.valid,
+        keys = to_keys(m, advance, fmt, list(beat.data), filled)
+        valid, tag = delay(m, "keys", advance, self.i.valid,
                             Cat(beat.first, beat.last), FRAMING, self.LATENCY)
         m.d.comb += [self.o.valid.eq(valid), self.o.payload.tag.eq(tag)]
         for j, key in enumerate(keys):
@@ -376,7 +197,7 @@ class ReductionTree(wiring.Component):
     """
 
     def __init__(self, lanes, tag_shape=0, *, keys=False):
-        _check_lanes(self, lanes)
+        check_lanes(self, lanes)
         self.lanes = lanes
         self.tag_shape = tag_shape
         self.keys = keys
@@ -390,22 +211,22 @@ class ReductionTree(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        format_registered = _decode(m, self.dtype)
+        format_registered = decode_format(m, self.dtype)
         level = list(self.i.payload.data)
         valid, tag = self.i.valid, self.i.payload.tag
 
         if self.latency == 0:
             m.d.comb += self.i.ready.eq(self.o.ready)
         else:
-            advance = _stall_control(m, self)
+            advance = stall_control(m, self)
             if not self.keys:
-                level = _to_keys(m, advance, format_registered, level)
-                valid, tag = _delay(m, "keys", advance, valid, tag, self.tag_shape,
+                level = to_keys(m, advance, format_registered, level)
+                valid, tag = delay(m, "keys", advance, valid, tag, self.tag_shape,
                                     BeatKeys.LATENCY)
             level = [_tree_stages(m, advance, format_registered, level)]
-            valid, tag = _delay(m, "tree", advance, valid, tag, self.tag_shape, 2 * self.levels)
+            valid, tag = delay(m, "tree", advance, valid, tag, self.tag_shape, 2 * self.levels)
 
-        result = level[0] if self.keys else _from_key(m, "value", format_registered, level[0])
+        result = level[0] if self.keys else from_key(m, "value", format_registered, level[0])
         m.d.comb += [
             self.o.valid.eq(valid),
             self.o.payload.data.eq(result),
@@ -471,17 +292,17 @@ class LaneFold(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        fmt = _decode(m, self.dtype)
-        advance = _stall_control(m, self)
+        fmt = decode_format(m, self.dtype)
+        advance = stall_control(m, self)
 
         lane, valid, tag = self.i.payload.data, self.i.valid, self.i.payload.tag
         if not self.keys:
-            lane, = _to_keys(m, advance, fmt, [lane])
-            valid, tag = _delay(m, "keys", advance, valid, tag, self.tag_shape, BeatKeys.LATENCY)
+            lane, = to_keys(m, advance, fmt, [lane])
+            valid, tag = delay(m, "keys", advance, valid, tag, self.tag_shape, BeatKeys.LATENCY)
         lane = _fold_stages(m, advance, fmt, lane)
-        valid, tag = _delay(m, "fold", advance, valid, tag, self.tag_shape, self.FOLD_LATENCY)
+        valid, tag = delay(m, "fold", advance, valid, tag, self.tag_shape, self.FOLD_LATENCY)
         if not self.keys:
-            lane = _from_key(m, "value", fmt, lane)
+            lane = from_key(m, "value", fmt, lane)
 
         m.d.comb += [
             self.o.valid.eq(valid),
@@ -548,9 +369,9 @@ class RunAccumulator(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        fmt = _decode(m, self.dtype)
-        advance = _stall_control(m, self)
-        (result,), result_valid = _accumulate(m, advance, fmt, [self.i.payload.data],
+        fmt = decode_format(m, self.dtype)
+        advance = stall_control(m, self)
+        (result,), result_valid = accumulate_runs(m, advance, fmt, [self.i.payload.data],
                                               self.i.valid, self.i.payload.tag.last)
         m.d.comb += self.o.valid.eq(result_valid)
         m.d.comb += self.o.payload.eq(result)
@@ -624,11 +445,10 @@ class RunReducer(wiring.Component):
     """
 
     def __init__(self, lanes, pipeline="deep"):
-        _check_lanes(self, lanes)
+        check_lanes(self, lanes)
         if pipeline not in PIPELINES:
-            self._MustUse__silence = True
-            raise ValueError(f"RunReducer: pipeline must be one of {', '.join(PIPELINES)}, "
-                             f"not {pipeline!r}")
+            refuse(self, f"RunReducer: pipeline must be one of {', '.join(PIPELINES)}, "
+                         f"not {pipeline!r}")
         self.lanes = lanes
         self.pipeline = pipeline
         # Register stages: key conversion, tree, fold, accumulation, output.
@@ -650,7 +470,7 @@ class RunReducer(wiring.Component):
         key_latency, tree_latency, fold_latency, _, output_latency = self._stages
         # "shallow" computes keys in the cycle a beat is accepted: the decode is unregistered
         # so that dtype still only has to be valid with the first beat.
-        fmt = _decode(m, self.dtype, registered=deep)
+        fmt = decode_format(m, self.dtype, registered=deep)
         # One pipeline, one enable: i.ready depends on o.ready through one gate, not through
         # the handshakes of five chained components.
         advance = Signal()
@@ -661,17 +481,17 @@ class RunReducer(wiring.Component):
         beat = self.i.payload
         filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
                   for j in range(self.lanes)]
-        keys = _to_keys(m, advance, fmt, list(beat.data), filled, key_latency)
+        keys = to_keys(m, advance, fmt, list(beat.data), filled, key_latency)
         lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys, deep), deep)
-        valid, last = _delay(m, "beat", advance, self.i.valid, beat.last, 1,
+        valid, last = delay(m, "beat", advance, self.i.valid, beat.last, 1,
                              key_latency + tree_latency + fold_latency)
-        (result,), result_valid = _accumulate(m, advance, fmt, [lane], valid, last, deep)
+        (result,), result_valid = accumulate_runs(m, advance, fmt, [lane], valid, last, deep)
 
         element0 = Signal(LANE_BITS)
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fmt.size[k]):
                 m.d.comb += element0.eq((1 << (8 * size)) - 1)
-        value = _from_key(m, "value", fmt, result)
+        value = from_key(m, "value", fmt, result)
         output = m.d.sync if output_latency else m.d.comb
         with m.If(advance if output_latency else 1):
             output += [

@@ -10,10 +10,11 @@ from amaranth.hdl import Elaboratable, EnableInserter, Module, ResetInserter, Si
 from amaranth.lib import fifo, io, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.protocol import MAX_COUNT
+from maxaccel.contract.wire import MAX_COUNT
 
 from .broadcast import BroadcastMax
 from .engine import CommandEngine
+from .kit import refuse
 from .linkword import link_signature
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
@@ -23,38 +24,8 @@ __all__ = ["Core", "UARTTop", "UNITS"]
 
 #: The datapath units a :class:`Core` may be built with; ``"reduce"`` is always needed.
 UNITS = ("reduce", "pool", "broadcast")
-
-
-class _AbsentBroadcast(BroadcastMax):
-    """Stands in for :class:`BroadcastMax` in a core built without it. It keeps the interface
-    the engine connects (one dimension, one operand) but reports no buffer (``depth`` 0) and no
-    row (``max_count`` 0), so the engine refuses every ``LOAD`` and ``MAX`` as ``TOO_LARGE``
-    and ``IDENTIFY`` reports a replay depth of 0; it drops anything offered and never outputs."""
-
-    def __init__(self, lanes):
-        super().__init__(lanes, 2, 1, 1, max_count=1)
-        self.depth = 0
-        self.max_count = 0
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += [self.command.ready.eq(1), self.load.ready.eq(1), self.streamed.ready.eq(1)]
-        return m
-
-
-class _AbsentPool(ChannelsLastPool):
-    """Stands in for :class:`ChannelsLastPool` in a core built without it: a capacity of 0
-    bytes, so the engine refuses every ``POOL_CHANNELS_LAST`` and ``IDENTIFY`` reports 0
-    pooling channels; it drops anything offered and never outputs."""
-
-    def __init__(self, lanes):
-        super().__init__(lanes, 1)
-        self.capacity_bytes = 0
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += [self.i.ready.eq(1), self.idle.eq(1)]
-        return m
+#: The unit (of :data:`UNITS`) behind each of the command engine's unit ports.
+_UNIT_OF_PORT = {"reducer": "reduce", "pool": "pool", "broadcast": "broadcast"}
 
 
 class Core(wiring.Component):
@@ -99,7 +70,7 @@ class Core(wiring.Component):
 
     Attributes
     ----------
-    identity : maxaccel.host.protocol.Identity
+    identity : maxaccel.contract.wire.Identity
         What ``IDENTIFY`` reports.
     engine : CommandEngine
 
@@ -129,14 +100,16 @@ class Core(wiring.Component):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
                              f"not {units!r}")
         self.units = tuple(u for u in UNITS if u in units)
-        self.reducer = RunReducer(lanes, reduce_pipeline)
-        self.pool = (ChannelsLastPool(lanes, pool_channels) if "pool" in units
-                     else _AbsentPool(lanes))
-        self.broadcast = (BroadcastMax(lanes, replay_depth, max_dims, max_operands,
-                                       max_count=max_count) if "broadcast" in units
-                          else _AbsentBroadcast(lanes))
-        self.engine = CommandEngine(reducer=self.reducer, pool=self.pool,
-                                    broadcast=self.broadcast, clock_hz=clock_hz,
+        makers = {
+            "reducer": lambda: RunReducer(lanes, reduce_pipeline),
+            "pool": lambda: ChannelsLastPool(lanes, pool_channels),
+            "broadcast": lambda: BroadcastMax(lanes, replay_depth, max_dims, max_operands,
+                                              max_count=max_count),
+        }
+        #: The datapath units built, by the engine's port name.
+        self.datapath = {name: make() for name, make in makers.items()
+                         if _UNIT_OF_PORT[name] in self.units}
+        self.engine = CommandEngine(**self.datapath, clock_hz=clock_hz,
                                     frame_timeout_cycles=frame_timeout_cycles,
                                     link_bytes=link_bytes)
         self.identity = self.engine.identity
@@ -153,12 +126,6 @@ class Core(wiring.Component):
         m = Module()
         engine = self.engine
         m.submodules.engine = engine
-        for name, unit, active in [("reducer", self.reducer, engine.reduce_active),
-                                   ("pool", self.pool, engine.pool_active),
-                                   ("broadcast", self.broadcast, engine.broadcast_active)]:
-            m.submodules[name] = EnableInserter(active)(ResetInserter(engine.abort)(unit))
-        reducer, pool, broadcast = self.reducer, self.pool, self.broadcast
-
         wiring.connect(m, wiring.flipped(self.i), engine.i)
         wiring.connect(m, engine.o, wiring.flipped(self.o))
         m.d.comb += [
@@ -166,28 +133,10 @@ class Core(wiring.Component):
             engine.uart_overruns.eq(self.uart_overruns),
             self.idle.eq(engine.idle),
         ]
-
-        wiring.connect(m, engine.reduce, reducer.i)
-        wiring.connect(m, reducer.o, engine.reduce_result)
-        m.d.comb += reducer.dtype.eq(engine.dtype)
-
-        wiring.connect(m, engine.pool, pool.i)
-        wiring.connect(m, pool.o, engine.pool_result)
-        m.d.comb += [
-            pool.dtype.eq(engine.dtype),
-            pool.pixels.eq(engine.pool_pixels),
-            pool.channels.eq(engine.pool_channels),
-            pool.clear.eq(engine.pool_clear),
-        ]
-
-        wiring.connect(m, engine.broadcast_command, broadcast.command)
-        wiring.connect(m, engine.broadcast_load, broadcast.load)
-        wiring.connect(m, engine.broadcast_streamed, broadcast.streamed)
-        wiring.connect(m, broadcast.output, engine.broadcast_output)
-        m.d.comb += [
-            broadcast.config.eq(engine.broadcast_config),
-            engine.broadcast_busy.eq(broadcast.busy),
-        ]
+        for name, unit in self.datapath.items():
+            active = getattr(engine, f"{_UNIT_OF_PORT[name]}_active")
+            m.submodules[name] = EnableInserter(active)(ResetInserter(engine.abort)(unit))
+            wiring.connect(m, getattr(engine, name), unit)
         return m
 
 
@@ -233,13 +182,11 @@ class UARTTop(Elaboratable):
     def __init__(self, clock_hz, baud, *, rx_fifo_depth=512, **core_parameters):
         self.divisor = clock_hz // baud
         if core_parameters.get("link_bytes", 1) != 1:
-            self._MustUse__silence = True
-            raise ValueError(f"a UART carries one byte per cycle: link_bytes must be 1, not "
-                             f"{core_parameters['link_bytes']!r}")
+            refuse(self, f"a UART carries one byte per cycle: link_bytes must be 1, not "
+                         f"{core_parameters['link_bytes']!r}")
         if self.divisor < 4:
-            self._MustUse__silence = True
-            raise ValueError(f"clock_hz / baud = {clock_hz} / {baud} gives {self.divisor} cycles "
-                             f"per bit; the UART needs at least 4")
+            refuse(self, f"clock_hz / baud = {clock_hz} / {baud} gives {self.divisor} cycles "
+                         f"per bit; the UART needs at least 4")
         self.clock_hz = clock_hz
         self.baud = baud
         self.rx_fifo_depth = rx_fifo_depth

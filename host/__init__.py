@@ -7,7 +7,7 @@ This package never imports amaranth: a host script talks to a board with numpy a
         y = dev.reduce_max(x, axes=[1])
         outputs = OffloadSession("model.onnx", device=dev).run(None, {"x": x})
 
-The names below are imported on first use, so ``import maxaccel.host.protocol`` stays light
+The names below are imported on first use, so ``import maxaccel.host.link`` stays light
 (``OffloadSession`` needs onnx).
 """
 

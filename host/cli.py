@@ -85,7 +85,7 @@ def _load_inputs(pairs, session):
 
 
 def _generate(spec, rng):
-    from maxaccel.host.dtypes import format_of
+    from maxaccel.contract.dtypes import format_of
     from maxaccel.sim.values import random_values
     if spec.dtype is None:
         raise _Failure(f"input {spec.name!r} has no declared element type: give it with "

@@ -3,7 +3,7 @@
 A :class:`Device` takes numpy arrays, plans the work for the capacities the board reports with
 ``IDENTIFY``, sends it as protocol commands and returns numpy arrays with exactly the bits of
 the golden model (``maxaccel.sim.reference``). Inputs are checked with the golden model's own
-checks (:mod:`maxaccel.host.checks`) before anything is sent.
+checks (:mod:`maxaccel.contract.checks`) before anything is sent.
 
 How each operator is planned:
 
@@ -39,12 +39,14 @@ import math
 
 import numpy as np
 
-from maxaccel.host.checks import check_global_max_pool, check_max, check_reduce_max
-from maxaccel.host.dtypes import FORMATS
+from maxaccel.contract.checks import check_global_max_pool, check_max, check_reduce_max
+from maxaccel.contract.dtypes import FORMATS
+from maxaccel.contract.pooling import check_max_pool
 from maxaccel.host.link import Link, LinkError
 from maxaccel.host.plan import plan_broadcast, plan_channels_last
-from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
-                                    Command, Identity, MaxParameters)
+from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
+from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
+                                    Capacities, Command, Identity, MaxParameters)
 from maxaccel.host.transport import open_transport
 
 __all__ = ["Device", "open_device"]
@@ -150,7 +152,7 @@ class Device:
 
     Attributes
     ----------
-    identity : maxaccel.host.protocol.Identity
+    identity : maxaccel.contract.wire.Identity
         What the board reported at open.
     link : maxaccel.host.link.Link
         Byte counters and retry statistics.
@@ -252,6 +254,27 @@ class Device:
             result = self._reduce_runs(values, runs, math.prod(values.shape[2:]), fmt)
         return result.reshape((images, channels) + (1,) * (values.ndim - 2))
 
+    def max_pool(self, x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False,
+                 auto_pad="NOTSET", storage_order=0, return_indices=False):
+        """ONNX ``MaxPool`` on the device: as :func:`maxaccel.sim.reference.max_pool`, bit for
+        bit, ``(y, indices)`` with ``return_indices``.
+
+        Runs through ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's
+        input elements, padding never sent, are one run, windows with as many elements one
+        request. Where windows overlap an element crosses the link once per window it lies in
+        (2.25x the input for 3x3 stride 2); ``Indices`` are located on the host in the runs
+        the device reduced, by the contract's tie rule.
+        """
+        values, fmt, geometry, return_indices = check_max_pool(
+            x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
+            return_indices)
+        self._check_supported(fmt, "max_pool()")
+        plan = plan_reduce_pool(geometry)
+        with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
+            return max_pool_by_reduce(
+                values, plan, lambda rows: self._reduce_runs(rows, *rows.shape, fmt),
+                return_indices)
+
     # --- planning ------------------------------------------------------------------------------
 
     def _check_supported(self, fmt, operator_name):
@@ -283,7 +306,8 @@ class Device:
         row the unit holds (``IDENTIFY``'s capacity) and of which a frame holds two (so pieces
         of pixels always shrink). Returns ``images x channels``."""
         rows = values.reshape(images, pixels, channels)
-        row_bytes = min(8 * self.identity.pool_channels, self.max_frame_bytes // 2)
+        row_bytes = min(Capacities.of(self.identity).pool_capacity_bytes,
+                        self.max_frame_bytes // 2)
         group = max(1, row_bytes // fmt.nbytes)
         if group >= channels:
             return self._pool_rows(rows, fmt)

@@ -1,6 +1,6 @@
 """The link layer: one request, one reply, retried over an unreliable byte pipe.
 
-:class:`Link` sends a command as a frame (:mod:`maxaccel.host.protocol`), waits for the reply
+:class:`Link` sends a command as a frame (:mod:`maxaccel.contract.wire`), waits for the reply
 with the same command and sequence number, and retries a bounded number of times when the reply
 does not come, comes broken, or reports that the request arrived broken (``CRC_ERROR``,
 ``TIMEOUT``). Between attempts it lets the device abandon any partial frame (it waits longer
@@ -11,7 +11,7 @@ discarded. Every command of the protocol is idempotent, so resending is always s
 
 import time
 
-from maxaccel.host.protocol import Command, FrameParser, Status, encode_frame
+from maxaccel.contract.wire import Command, FrameParser, Status, encode_frame
 
 __all__ = ["LinkError", "DeviceError", "Link"]
 

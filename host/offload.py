@@ -52,7 +52,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from maxaccel.host.dtypes import dtype_of
+from maxaccel.contract.dtypes import dtype_of
 from maxaccel.host.partition import (FAMILY, MAX_IR_VERSION, OFFLOADED, CpuPartition,
                                      DeviceStep, SubgraphStep, partition)
 

@@ -15,21 +15,21 @@
    with sizes, so the host driver can tile (or, with ``check=False``, the plan carries
    ``problems`` for the driver to inspect).
 
-:func:`pack_operand` lays an operand out row-aligned for ``LOAD`` or for the streamed input, and
-:func:`unpack_output` turns the unit's output beats back into the output array. Both are
-vectorised numpy. This module never imports amaranth.
+The unit-level views of a plan that only the gateware tests need (the unit's ``config``, the
+beats it stores and emits, its cycles) are in the tests' ``broadcast_model.py``. This module
+never imports amaranth.
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-import numpy as np
+
+from maxaccel.contract.dtypes import DType
+from maxaccel.contract import wire
+from maxaccel.contract.wire import LANE_BYTES, Capacities, Command, MaxParameters
 
 __all__ = ["BroadcastError", "CapacityError", "OperandPlan", "BroadcastPlan",
-           "broadcast_shape", "plan_broadcast", "pack_operand", "unpack_output",
-           "plan_channels_last"]
-
-LANE_BYTES = 8
+           "broadcast_shape", "plan_broadcast", "plan_channels_last"]
 
 
 class BroadcastError(ValueError):
@@ -207,53 +207,6 @@ class BroadcastPlan:
         """The replayed :class:`OperandPlan` s, in slot order (none for an empty output)."""
         return tuple(o for o in self.operands if o.slot is not None)
 
-    @property
-    def loads(self):
-        """``(operand index, base, beats)`` of each ``LOAD`` command the pass needs."""
-        return [(o.index, o.base, o.beats) for o in self.replayed]
-
-    @property
-    def cycles(self):
-        """Cycles of the ``RUN`` pass without stalls, from accepting the command to the
-        last output beat (one replayed beat is read per cycle; the first output beat is valid
-        12 cycles after the command is accepted, ``BroadcastMax`` latency)."""
-        return 12 + self.output_beats * max(len(self.replayed), 1)
-
-    def config(self, dtype):
-        """The unit's ``config`` value for this pass, as nested dicts and lists of ints.
-
-        Parameters
-        ----------
-        dtype : int
-            ONNX element type code.
-
-        Raises
-        ------
-        CapacityError
-            If the plan does not fit.
-        ValueError
-            If the output is empty (there is nothing to run).
-        """
-        if not self.fits:
-            raise CapacityError(self.problems, self)
-        if self.empty:
-            raise ValueError("the output is empty: there is nothing to run")
-        modulus = 1 << self.addr_bits
-        operand = [{"base": 0, "splat": 0, "steps": [0] * self.max_dims}
-                   for _ in range(self.max_operands)]
-        for o in self.replayed:
-            operand[o.slot] = {"base": o.base, "splat": int(o.splat),
-                               "steps": [s % modulus for s in o.steps]}
-        return {
-            "dtype": int(dtype),
-            "operands": len(self.replayed),
-            "streamed": int(self.streamed is not None),
-            "row_beats": self.row_beats,
-            "last_nbytes": self.last_nbytes,
-            "counts": list(self.counts),
-            "operand": operand,
-        }
-
 
 def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands, max_count=65535, *,
                    check=True):
@@ -326,13 +279,6 @@ def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands, max_c
         counts = tuple(outer)
     else:
         counts = (1,) * (max_dims - len(outer)) + tuple(outer)
-    too_large = [c for c in outer if c > max_count]
-    if too_large:
-        problems.append(f"outer dimension(s) {', '.join(map(str, too_large))} exceed the unit's "
-                        f"count limit {max_count}")
-    if row_beats > max_count:
-        problems.append(f"a row of {row_elements} elements takes {row_beats} beats, more than "
-                        f"the unit's count limit {max_count}")
 
     streamed_index = next((i for i, p in enumerate(zip(*patterns)) if all(p)), None)
     operands, slot, base = [], 0, 0
@@ -364,20 +310,56 @@ def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands, max_c
         problems.append(f"{len(replayed)} operands must be replayed from memory (only one, of "
                         f"the full output shape, can stream) but the unit folds at most "
                         f"{max_operands} per pass")
-    if base > depth:
-        sizes = ", ".join(f"operand {o.index} {_shape_text(o.shape)}: {o.beats} beats"
-                          for o in replayed)
-        problems.append(f"the replayed operands need {base} beats of {beat_bytes} bytes "
-                        f"({sizes}) but the buffer holds {depth}")
 
     plan = BroadcastPlan(output_shape, itemsize, **limits, dims=tuple(dims), counts=counts,
                          row_elements=row_elements, row_beats=row_beats,
                          last_nbytes=last_nbytes, operands=tuple(operands),
-                         output_beats=math.prod(outer) * row_beats, memory_beats=base,
-                         problems=tuple(problems))
+                         output_beats=math.prod(outer) * row_beats, memory_beats=base)
+    problems += _request_problems(plan, encodable=not problems)
+    plan = replace(plan, problems=tuple(problems))
     if check and problems:
         raise CapacityError(problems, plan)
     return plan
+
+
+#: A dtype code of each element size, for asking the status rules about a plan's requests (the
+#: rules depend on the size only).
+_DTYPE_OF_SIZE = {1: DType.UINT8, 2: DType.UINT16, 4: DType.UINT32, 8: DType.UINT64}
+
+
+def _request_problems(plan, encodable):
+    """Why the device would refuse the requests of ``plan`` (its ``LOAD`` s, then its ``MAX``
+    if the pass can be encoded at all): the wire contract's status rules, each with the
+    plan's sizes. The rules are the device's own (:func:`maxaccel.contract.wire.problems`), so
+    a plan fits exactly when the device accepts what it sends."""
+    capacities = Capacities(plan.lanes, plan.depth, plan.max_dims, plan.max_operands,
+                            max_count=plan.max_count)
+    dtype = _DTYPE_OF_SIZE[plan.itemsize]
+    found = []
+    sizes = ", ".join(f"operand {o.index} {_shape_text(o.shape)}: {o.beats} beats"
+                      for o in plan.replayed)
+    for o in plan.replayed:
+        rows, row_length = math.prod(o.groups[:-1]), o.groups[-1]
+        fields = {"dtype": dtype, "base": o.base, "rows": rows, "row_length": row_length}
+        for problem in wire.problems(Command.LOAD, fields, capacities,
+                                     data_length=rows * row_length * plan.itemsize):
+            found.append(f"{problem.description}: the replayed operands need "
+                         f"{plan.memory_beats} beats of {plan.beat_bytes} bytes ({sizes}) but "
+                         f"the buffer holds {plan.depth}")
+            break
+        if found:
+            break
+    if encodable:
+        block = MaxParameters.from_plan(plan, dtype).encode(plan.max_dims, plan.max_operands)
+        fields = wire.parameter_block(Command.MAX, plan.max_dims, plan.max_operands).unpack(block)
+        streamed = math.prod(plan.output_shape) * plan.itemsize if plan.streamed else 0
+        for problem in wire.problems(Command.MAX, fields, capacities, data_length=streamed):
+            found.append(f"{problem.description}: the MAX pass over "
+                         f"{_shape_text(plan.output_shape)} has outer counts "
+                         f"{_shape_text(plan.dims[:-1])} and rows of "
+                         f"{plan.row_elements} elements in {plan.row_beats} beats; the unit's "
+                         f"count limit is {plan.max_count}")
+    return found
 
 
 def plan_channels_last(shape, axes):
@@ -404,81 +386,3 @@ def plan_channels_last(shape, axes):
     sizes = [n for n, _ in significant]
     return math.prod(sizes[:first]), math.prod(sizes[first:last]), math.prod(sizes[last:])
 
-
-def _little_endian(array):
-    array = np.asarray(array)
-    if array.dtype.byteorder == ">":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    return np.asarray(array, order="C")  # not ascontiguousarray: it makes rank 0 rank 1
-
-
-def pack_operand(plan, index, array):
-    """Operand ``index`` laid out row-aligned, as the unit stores or streams it.
-
-    Parameters
-    ----------
-    plan : BroadcastPlan
-    index : int
-        Position of the operand in the caller's list.
-    array : numpy.ndarray
-        The operand, of the planned shape and itemsize.
-
-    Returns
-    -------
-    numpy.ndarray
-        ``uint8`` of shape ``(beats, 8 * lanes)``: beat i is the i-th ``LOAD`` (or ``streamed``)
-        beat, lane j in bytes ``8*j .. 8*j+7``; padding bytes are zero. A splat operand's beat
-        (one per row) holds the row's element repeated across the whole beat.
-    """
-    operand = plan.operands[index]
-    array = _little_endian(array)
-    if array.shape != operand.shape:
-        raise ValueError(f"operand {index} has shape {_shape_text(array.shape)}, "
-                         f"the plan expects {_shape_text(operand.shape)}")
-    if array.dtype.itemsize != plan.itemsize:
-        raise ValueError(f"operand {index} has {array.dtype.itemsize}-byte elements, "
-                         f"the plan expects {plan.itemsize}")
-    if plan.empty:
-        return np.zeros((0, plan.beat_bytes), np.uint8)
-    row_length = operand.groups[-1]
-    rows = array.reshape(-1, row_length).view(np.uint8)
-    if operand.splat:
-        # The unit replays the stored beat for every beat of the row as it is: the element
-        # fills it.
-        return np.tile(rows, plan.beat_bytes // plan.itemsize)
-    padded = np.zeros((rows.shape[0], operand.row_beats * plan.beat_bytes), np.uint8)
-    padded[:, :rows.shape[1]] = rows
-    return padded.reshape(-1, plan.beat_bytes)
-
-
-def unpack_output(plan, beats, dtype):
-    """The output array from the unit's output beats.
-
-    Parameters
-    ----------
-    plan : BroadcastPlan
-    beats : numpy.ndarray or bytes
-        ``plan.output_beats`` beats of ``8 * lanes`` bytes, in order (any shape of ``uint8``).
-    dtype : numpy.dtype
-        Element type of the output.
-
-    Returns
-    -------
-    numpy.ndarray
-        Of ``plan.output_shape``.
-    """
-    dtype = np.dtype(dtype)
-    if dtype.itemsize != plan.itemsize:
-        raise ValueError(f"{dtype} has {dtype.itemsize}-byte elements, the plan expects "
-                         f"{plan.itemsize}")
-    beats = np.frombuffer(beats, np.uint8) if isinstance(beats, (bytes, bytearray)) else beats
-    beats = np.asarray(beats, np.uint8).reshape(-1)
-    if beats.size != plan.output_beats * plan.beat_bytes:
-        raise ValueError(f"expected {plan.output_beats} beats of {plan.beat_bytes} bytes, "
-                         f"got {beats.size} bytes")
-    if plan.empty:
-        return np.zeros(plan.output_shape, dtype)
-    rows = beats.reshape(-1, plan.row_beats * plan.beat_bytes)
-    elements = np.ascontiguousarray(rows[:, :plan.row_elements * plan.itemsize])
-    little = dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
-    return elements.view(little).reshape(plan.output_shape).astype(dtype, copy=False)

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from maxaccel.host.dtypes import format_of
+from maxaccel.contract.dtypes import format_of
 
 __all__ = ["LaneModel", "check_rows", "check_format", "main"]
 

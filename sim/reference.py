@@ -1,4 +1,4 @@
-"""The golden model: bit-exact ONNX Max, ReduceMax and GlobalMaxPool on numpy arrays.
+"""The golden model: bit-exact ONNX Max, ReduceMax, GlobalMaxPool and MaxPool on numpy arrays.
 
 Every other path of maxaccel (gateware, virtual board, real board, ONNX offload) is checked
 against this module bit for bit. It is written on *integer views of the bits*, never with numpy
@@ -34,7 +34,13 @@ Dtypes accepted (ONNX type constraints, except where noted):
 ``reduce_max``         all of the above and bool (ReduceMax-20); int16 and uint16 are
                        accepted although ONNX ReduceMax does not list them
 ``global_max_pool``    float16, bfloat16, float32, float64 only (GlobalMaxPool-22)
+``max_pool``           every numeric dtype, as ``max`` (MaxPool-22 lists float16,
+                       bfloat16, float32, float64, int8, uint8); not bool
 =====================  ==========================================================
+
+``max_pool`` takes its window geometry from :mod:`maxaccel.contract.pooling` (shared with the
+device planner) and pools one spatial axis at a time on the order keys, innermost first, keeping
+the first maximum in row-major window order (the tie rule of ``docs/semantics.md``).
 
 Results are always new arrays (never views of an input, never numpy scalars) of the input's
 dtype in native byte order.
@@ -42,15 +48,17 @@ dtype in native byte order.
 
 import numpy as np
 
-from maxaccel.host.checks import (GLOBAL_MAX_POOL_DTYPES, MAX_DTYPES, REDUCE_MAX_DTYPES,
+from maxaccel.contract.checks import (GLOBAL_MAX_POOL_DTYPES, MAX_DTYPES, REDUCE_MAX_DTYPES,
                                   check_global_max_pool, check_max, check_reduce_max, shape_text,
                                   to_native)
-from maxaccel.host.dtypes import FORMATS, Format, format_of
+from maxaccel.contract.dtypes import FORMATS, Format, format_of
+from maxaccel.contract.pooling import MAX_POOL_DTYPES, check_max_pool
 
 __all__ = [
-    "max", "reduce_max", "global_max_pool",
+    "max", "reduce_max", "global_max_pool", "max_pool",
     "assert_same_bits", "bits_of", "from_bits", "order_key", "from_order_key", "is_nan",
     "canonicalize_nans", "MAX_DTYPES", "REDUCE_MAX_DTYPES", "GLOBAL_MAX_POOL_DTYPES",
+    "MAX_POOL_DTYPES",
 ]
 
 # --- bit-level helpers --------------------------------------------------------------------------
@@ -74,7 +82,7 @@ def bits_of(values):
 def from_bits(bits, fmt):
     """An array of ``fmt``'s dtype holding ``bits`` (unsigned integers, truncated to the width).
 
-    ``fmt`` is a :class:`~maxaccel.host.dtypes.Format` or anything ``format_of`` accepts.
+    ``fmt`` is a :class:`~maxaccel.contract.dtypes.Format` or anything ``format_of`` accepts.
     """
     fmt = _as_format(fmt)
     bits = np.asarray(bits).astype(fmt.uint_dtype)
@@ -173,7 +181,7 @@ def _lowest_key(fmt):
     return _key_from_bits(np.array(fmt.lowest, dtype=fmt.uint_dtype), fmt)[()]
 
 
-# Input checks (dtype sets, axes, flags, broadcasting) live in maxaccel.host.checks, shared with
+# Input checks (dtype sets, axes, flags, broadcasting) live in maxaccel.contract.checks, shared with
 # the host driver so both refuse the same inputs with the same messages.
 
 
@@ -289,6 +297,112 @@ def global_max_pool(x):
     """
     values, _ = check_global_max_pool(x)
     return reduce_max(values, axes=tuple(range(2, values.ndim)), keepdims=True)
+
+
+def _pool_axis(keys, inside, winners, axis, pool_axis, lowest):
+    """One separable pass of :func:`max_pool`: the windows of one spatial axis.
+
+    ``keys`` (order keys, NaN greatest), ``inside`` (the element is not padding) and
+    ``winners`` (for each axis already pooled, the coordinate the winning key came from) all have
+    the same shape. Returns them with ``axis`` replaced by the window axis. Taps are visited in
+    increasing coordinate order and a tap replaces the best so far only if it is inside and either
+    nothing inside was seen yet or its key is strictly greater: the first maximum wins.
+    """
+    shape = list(keys.shape)
+    shape[axis] = pool_axis.out_size
+    best = np.full(shape, lowest, dtype=keys.dtype)
+    best_inside = np.zeros(shape, dtype=bool)
+    track = winners is not None
+    best_winners = [np.full(shape, -1, dtype=np.int64) for _ in winners] if track else []
+    best_coordinate = np.full(shape, -1, dtype=np.int64)
+    if pool_axis.size == 0:
+        return best, best_inside, (best_winners + [best_coordinate] if track else None)
+    taps, tap_inside = pool_axis.taps(), pool_axis.inside()
+    view = [1] * len(shape)
+    view[axis] = pool_axis.out_size
+    for t in range(pool_axis.kernel):
+        coordinate = np.clip(taps[:, t], 0, pool_axis.size - 1)
+        key = np.take(keys, coordinate, axis=axis)
+        here = np.take(inside, coordinate, axis=axis) & tap_inside[:, t].reshape(view)
+        take = here & (~best_inside | (key > best))
+        best = np.where(take, key, best)
+        best_inside |= take
+        if track:
+            for mine, theirs in zip(best_winners, winners):
+                np.copyto(mine, np.take(theirs, coordinate, axis=axis), where=take)
+            np.copyto(best_coordinate, np.broadcast_to(taps[:, t].reshape(view), shape),
+                      where=take)
+    return best, best_inside, (best_winners + [best_coordinate] if track else None)
+
+
+def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False,
+             auto_pad="NOTSET", storage_order=0, return_indices=False):
+    """ONNX ``MaxPool`` (opsets 1 to 22): the maximum over each window, and optionally Indices.
+
+    Parameters
+    ----------
+    x : array_like
+        Tensor ``N x C x D1 x ... x Dn`` (``n >= 1``; ONNX models use 1 to 3) of any numeric
+        dtype: float16, bfloat16, float32, float64 and (u)int8 as in MaxPool-22, and the other
+        integer widths too. Not bool.
+    kernel_shape : sequence of int
+        Window size per spatial axis (required), each >= 1.
+    strides, dilations : sequence of int, optional
+        Per spatial axis, each >= 1; default 1.
+    pads : sequence of int, optional
+        ``[x1_begin, ..., xn_begin, x1_end, ..., xn_end]``, each >= 0; default 0. Only with
+        ``auto_pad="NOTSET"`` (all-zero pads are accepted with the others).
+    ceil_mode : bool or 0/1
+        Output size by ceil instead of floor; a last window that would start in the right
+        padding is dropped. No effect with ``auto_pad`` VALID or SAME_* (their sizes agree).
+    auto_pad : str
+        ``"NOTSET"`` (explicit ``pads``), ``"VALID"`` (no padding), ``"SAME_UPPER"`` or
+        ``"SAME_LOWER"`` (``out = ceil(size / stride)``, padding from the dilated window).
+    storage_order : 0 or 1
+        How Indices number the spatial position: 0 row-major, 1 column-major (first spatial
+        axis fastest). It does not change which element is chosen.
+    return_indices : bool or 0/1
+        Also return the ONNX ``Indices`` output.
+
+    Returns
+    -------
+    numpy.ndarray or (numpy.ndarray, numpy.ndarray)
+        ``y`` of ``x``'s dtype and shape ``N x C x O1 x ... x On``: the IEEE 754-2019 maximum of
+        each window's input elements (padding never takes part): canonical quiet NaN if any
+        is NaN, ``+0`` over ``-0``. With ``return_indices``, also int64 Indices of the same
+        shape: ``(n * C + c) * D1 * ... * Dn`` plus the winner's spatial offset (row-major, or
+        column-major with ``storage_order=1``). The winner is the first element, in row-major
+        order of the window, whose order key equals the maximum (for a NaN window: the first
+        NaN). A window holding padding only yields the least element of the dtype (``-inf``,
+        the integer minimum) and index -1.
+
+    Raises
+    ------
+    TypeError
+        Unsupported dtype (bool); an attribute of the wrong type (the message names it).
+    ValueError
+        Rank below 3; an attribute of the wrong length or range; ``pads`` with ``auto_pad``;
+        a window that does not fit the padded input. Messages name the attribute.
+    """
+    values, fmt, geometry, return_indices = check_max_pool(
+        x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
+        return_indices)
+    keys = _max_keys(values, fmt)
+    inside = np.ones(keys.shape, dtype=bool)
+    winners = [] if return_indices else None
+    # Innermost axis first: the outer passes then pick the first slab holding the maximum, so
+    # the winner is the first maximum in row-major order of the window.
+    for i in reversed(range(len(geometry.axes))):
+        keys, inside, winners = _pool_axis(keys, inside, winners, 2 + i, geometry.axes[i],
+                                           _lowest_key(fmt))
+    y = from_order_key(keys, fmt)
+    if not return_indices:
+        return y
+    winners.reverse()   # one coordinate per spatial axis, in axis order
+    n, c = geometry.input_shape[:2]
+    channel = np.arange(n * c, dtype=np.int64).reshape((n, c) + (1,) * len(geometry.axes))
+    indices = geometry.indices(channel, winners)
+    return y, np.where(inside, indices, np.int64(-1))
 
 
 # --- checking results ---------------------------------------------------------------------------

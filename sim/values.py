@@ -5,7 +5,7 @@ Used by every gateware test, the golden-model tests and the benchmarks. numpy on
 
 import numpy as np
 
-from maxaccel.host.dtypes import Format, format_of
+from maxaccel.contract.dtypes import Format, format_of
 
 __all__ = ["edge_bits", "random_values"]
 

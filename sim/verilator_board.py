@@ -58,7 +58,7 @@ class VerilatorBoard:
 
     Attributes
     ----------
-    identity : maxaccel.host.protocol.Identity
+    identity : maxaccel.contract.wire.Identity
     cycles : int
         Clock cycles simulated so far.
 

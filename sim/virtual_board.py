@@ -12,7 +12,7 @@ from amaranth.hdl import Value
 from amaranth.sim import Simulator
 
 from maxaccel.hdl.top import UNITS, Core, UARTTop
-from maxaccel.host.protocol import MAX_COUNT
+from maxaccel.contract.wire import MAX_COUNT
 
 __all__ = ["VirtualBoard", "CORE_DEFAULTS"]
 
@@ -64,7 +64,7 @@ class VirtualBoard:
 
     Attributes
     ----------
-    identity : maxaccel.host.protocol.Identity
+    identity : maxaccel.contract.wire.Identity
         What the gateware reports to ``IDENTIFY``.
     cycles : int
         Clock cycles simulated so far.

@@ -3,7 +3,8 @@
 :class:`FakeBoard` is a transport (``write``, ``read``, ``reset_input``, ``close``) that
 answers like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons
 a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
-``CRC_ERROR``, and computes ``REDUCE``, ``POOL_CHANNELS_LAST``, ``LOAD`` and ``MAX`` with the
+``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
+engine derives its checks from the same rules), and computes ``REDUCE``, ``POOL_CHANNELS_LAST``, ``LOAD`` and ``MAX`` with the
 golden model. ``MAX`` walks the replay buffer exactly as the ``BroadcastMax`` unit does (row
 addresses advanced by the encoded steps, modulo ``2**addr_bits``), so a wrong parameter block
 gives wrong bits. Load padding is filled with garbage, so a host relying on it fails.
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maxaccel.host.dtypes import FORMATS, format_of
-from maxaccel.host.protocol import (COUNTERS, MAX_COUNT, PARAMETERS, Command, FrameParser,
-                                    Identity, MaxParameters, Status, VERSION, encode_frame)
+from maxaccel.contract.dtypes import FORMATS, format_of
+from maxaccel.contract.wire import (COUNTERS, LANE_BYTES, PARAMETERS, VERSION, Command,
+                                    FrameParser, Identity, MaxParameters, Status, encode_frame,
+                                    request_verdict)
 from maxaccel.sim import reference
 
 TO_DEVICE = "to_device"
@@ -37,11 +39,6 @@ class Fault:
     direction: str
     offset: int
     kind: str
-
-
-class _Refuse(Exception):
-    def __init__(self, status):
-        self.status = status
 
 
 def _inject(data, start, faults):
@@ -93,7 +90,7 @@ class FakeBoard:
             round(frame_timeout_s * clock_hz))
         self.frame_timeout_s = frame_timeout_s
         self.reply_timeout_s = reply_timeout_s
-        self.beat_bytes = 8 * lanes
+        self.beat_bytes = LANE_BYTES * lanes
         self.addr_bits = (replay_depth - 1).bit_length()
         self.memory = np.zeros((replay_depth, self.beat_bytes), np.uint8)
         self.silent = silent
@@ -169,35 +166,26 @@ class FakeBoard:
         if not frame.intact:
             self._reply(frame.code, frame.seq, b"", Status.CRC_ERROR)
             return
-        handler = {
-            Command.IDENTIFY: self._identify, Command.COUNTERS: self._counters,
-            Command.REDUCE: self._reduce, Command.POOL_CHANNELS_LAST: self._pool,
-            Command.LOAD: self._load, Command.MAX: self._max,
-        }.get(frame.code)
-        try:
-            if handler is None:
-                raise _Refuse(Status.BAD_COMMAND)
-            payload, status = handler(frame.payload), Status.OK
-        except _Refuse as refusal:
-            payload, status = b"", refusal.status
+        # The status comes from the wire contract's rules, as the engine's does; the handlers
+        # only compute the results of accepted requests.
+        status = request_verdict(frame.code, frame.payload, self.identity)
+        payload = b""
+        if status == Status.OK:
+            handler = {
+                Command.IDENTIFY: self._identify, Command.COUNTERS: self._counters,
+                Command.REDUCE: self._reduce, Command.POOL_CHANNELS_LAST: self._pool,
+                Command.LOAD: self._load, Command.MAX: self._max,
+            }[frame.code]
+            payload = handler(frame.payload)
         self._reply(frame.code, frame.seq, payload, status)
 
-    def _format(self, code):
-        if code not in self.identity.dtypes:
-            raise _Refuse(Status.UNSUPPORTED_DTYPE)
-        return format_of(code)
-
     def _parameters(self, command, payload):
-        layout = PARAMETERS[command]
-        if len(payload) < layout.size:
-            raise _Refuse(Status.BAD_LENGTH)
-        values = layout.unpack_from(payload)
-        return self._format(values[0]), values[1:], payload[layout.size:]
+        block = PARAMETERS[command]
+        values = block.struct.unpack_from(payload)
+        return format_of(values[0]), values[1:], payload[block.size:]
 
     @staticmethod
     def _elements(data, fmt, shape):
-        if len(data) != math.prod(shape) * fmt.nbytes:
-            raise _Refuse(Status.BAD_LENGTH)
         return np.frombuffer(data, fmt.uint_dtype).view(fmt.numpy_dtype).reshape(shape)
 
     @staticmethod
@@ -205,13 +193,9 @@ class FakeBoard:
         return np.ascontiguousarray(values).view(fmt.uint_dtype).tobytes()
 
     def _identify(self, payload):
-        if payload:
-            raise _Refuse(Status.BAD_LENGTH)
         return self.identity.encode()
 
     def _counters(self, payload):
-        if payload:
-            raise _Refuse(Status.BAD_LENGTH)
         return COUNTERS.pack(0, 0, self._parser.frame_errors, self._parser.header_errors,
                              self.timeouts)
 
@@ -223,10 +207,6 @@ class FakeBoard:
     def _pool(self, payload):
         fmt, (images, pixels, channels), data = self._parameters(Command.POOL_CHANNELS_LAST,
                                                                  payload)
-        if pixels == 0:
-            raise _Refuse(Status.BAD_PARAMETER)
-        if channels * fmt.nbytes > 8 * self.identity.pool_channels:
-            raise _Refuse(Status.TOO_LARGE)
         values = self._elements(data, fmt, (images, pixels, channels))
         return self._bytes(reference.reduce_max(values, axes=1, keepdims=False), fmt)
 
@@ -235,12 +215,8 @@ class FakeBoard:
 
     def _load(self, payload):
         fmt, (base, rows, row_length), data = self._parameters(Command.LOAD, payload)
-        if row_length == 0:
-            raise _Refuse(Status.BAD_PARAMETER)
         values = self._elements(data, fmt, (rows, row_length))
         row_beats = self._row_beats(row_length, fmt)
-        if base + rows * row_beats > len(self.memory):
-            raise _Refuse(Status.TOO_LARGE)
         stored = np.full((rows, row_beats * self.beat_bytes), 0xA5, np.uint8)  # padding: garbage
         stored[:, :row_length * fmt.nbytes] = values.view(np.uint8).reshape(rows, -1)
         if row_length == 1:     # a splat operand's row: the element fills its beat
@@ -250,28 +226,15 @@ class FakeBoard:
 
     def _max(self, payload):
         identity = self.identity
-        size = MaxParameters.size(identity.max_dims, identity.max_operands)
-        if len(payload) < size:
-            raise _Refuse(Status.BAD_LENGTH)
-        try:
-            parameters, data = MaxParameters.decode(payload, identity.max_dims,
-                                                    identity.max_operands)
-        except ValueError:
-            raise _Refuse(Status.BAD_PARAMETER) from None
-        fmt = self._format(parameters.dtype)
+        parameters, data = MaxParameters.decode(payload, identity.max_dims,
+                                                identity.max_operands)
+        fmt = format_of(parameters.dtype)
         counts, row_length = parameters.counts, parameters.row_length
-        if (not parameters.operands and not parameters.streamed) or row_length == 0 \
-                or 0 in counts:
-            raise _Refuse(Status.BAD_PARAMETER)
         row_beats = self._row_beats(row_length, fmt)
-        if max(counts) > MAX_COUNT or row_beats > MAX_COUNT:
-            raise _Refuse(Status.TOO_LARGE)
         rows = math.prod(counts)
         operands = []
         if parameters.streamed:
             operands.append(self._elements(data, fmt, (rows, row_length)))
-        elif data:
-            raise _Refuse(Status.BAD_LENGTH)
         # The address generator: the row address advances by steps[d] when counter d advances
         # (the counters inside it wrap), modulo 2**addr_bits.
         index = np.indices(counts).reshape(len(counts), -1).T

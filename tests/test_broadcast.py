@@ -15,8 +15,10 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.hdl.beat import beat_layout
 from maxaccel.hdl.broadcast import BroadcastMax, BroadcastOp
-from maxaccel.host.dtypes import FORMATS, DType, format_of
-from maxaccel.host.plan import pack_operand, plan_broadcast, unpack_output
+from maxaccel.contract.dtypes import FORMATS, DType, format_of
+from maxaccel.host.plan import plan_broadcast
+from broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
+                             unpack_output)
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, lanes_to_bytes, run_streams
 from maxaccel.sim.values import edge_bits, random_values
@@ -92,8 +94,8 @@ class Batch:
         arrays = [np.asarray(a) for a in arrays]
         fmt = format_of(arrays[0].dtype)
         plan = plan_broadcast([a.shape for a in arrays], fmt.nbytes, **self.unit.limits)
-        config = plan.config(fmt.dtype)
-        for index, base, beats in plan.loads:
+        config = unit_config(plan, fmt.dtype)
+        for index, base, beats in load_commands(plan):
             operand = plan.operands[index]
             stored = pack_operand(plan, index, arrays[index])
             fill = self.fill and operand.splat
@@ -273,13 +275,13 @@ def test_every_dtype_splat(fill):
     batch.run()
 
 
-def run_cycles(lanes, arrays, **limits):
+def run_arrivals(lanes, arrays, **limits):
     """Edges at which each output beat of one case arrived, and the edge its RUN was taken."""
     batch = Batch(lanes, **limits)
     plan = batch.add(arrays)
     run = batch.run()
     # LOAD of n beats: accepted at one edge, n beats at the next n; the next command follows.
-    run_taken = 1 + sum(1 + beats for _, _, beats in plan.loads)
+    run_taken = 1 + sum(1 + beats for _, _, beats in load_commands(plan))
     return plan, run_taken, run.arrivals["output"]
 
 
@@ -288,11 +290,11 @@ def test_throughput_streamed_and_replayed(lanes):
     rng = np.random.default_rng(9)
     fmt = format_of(np.float32)
     arrays = [finite(rng, fmt, (6, 20)), finite(rng, fmt, (20,))]
-    plan, run_taken, arrivals = run_cycles(lanes, arrays)
+    plan, run_taken, arrivals = run_arrivals(lanes, arrays)
     assert len(plan.replayed) == 1 and plan.streamed is not None
     # One output beat per cycle; the first is offered 12 cycles after the RUN is accepted.
     assert arrivals == [run_taken + 13 + i for i in range(plan.output_beats)]
-    assert arrivals[-1] - run_taken == plan.cycles
+    assert arrivals[-1] - run_taken == run_cycles(plan)
 
 
 @pytest.mark.parametrize("shapes", [[(40,)], [(1, 24), (5, 1)], [(3, 8), (8,), (3, 1)],
@@ -302,12 +304,12 @@ def test_throughput_replayed_operands(shapes):
     rng = np.random.default_rng(10)
     fmt = format_of(np.int32)
     arrays = [finite(rng, fmt, shape) for shape in shapes]
-    plan, run_taken, arrivals = run_cycles(1, arrays)
+    plan, run_taken, arrivals = run_arrivals(1, arrays)
     slots = max(len(plan.replayed), 1)
     assert slots == max(len(shapes) - 1, 1) if plan.streamed else slots == len(shapes)
     # One replayed beat read per cycle: an output beat every ``slots`` cycles.
     assert arrivals == [run_taken + 12 + slots * (i + 1) for i in range(plan.output_beats)]
-    assert arrivals[-1] - run_taken == plan.cycles
+    assert arrivals[-1] - run_taken == run_cycles(plan)
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=STALL_IDS)
@@ -331,7 +333,7 @@ def test_at_the_limits(stalls):
 def test_load_of_nothing_and_idle():
     """A LOAD of zero beats completes at once; the unit is idle and ready before and after."""
     batch = Batch(1)
-    config = plan_broadcast([(2,)], 4, **batch.unit.limits).config(DType.FLOAT)
+    config = unit_config(plan_broadcast([(2,)], 4, **batch.unit.limits), DType.FLOAT)
     batch.commands.append({"command": {"op": BroadcastOp.LOAD, "base": 3, "count": 0},
                            "config": config})
     batch.add([np.array([1.0, -0.0], np.float32), np.array([0.0, -1.0], np.float32)])

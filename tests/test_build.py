@@ -89,7 +89,7 @@ def test_the_ice40_boards_build_a_reduce_only_core_with_the_shallow_reducer():
         top = build.uart_top(t, t.lanes, t.clock_mhz)
         core = top.core
         assert core.units == ("reduce",) and core.identity.replay_depth == 0
-        assert (core.reducer.pipeline, core.reducer.latency) == ("shallow", 2)
+        assert (core.datapath["reducer"].pipeline, core.datapath["reducer"].latency) == ("shallow", 2)
         Fragment.get(top, platform=None).prepare()    # the design elaborates (a second)
     assert all(t.core.get("reduce_pipeline", "deep") == "deep"
                for t in TARGETS.values() if t.family != "ice40")
@@ -98,7 +98,7 @@ def test_the_ice40_boards_build_a_reduce_only_core_with_the_shallow_reducer():
 def test_the_icebreaker_core_computes_through_the_host():
     """The iCEBreaker's core, simulated, behind the host: REDUCE-only, bit for bit."""
     from maxaccel.host.device import Device
-    from maxaccel.host.dtypes import format_of
+    from maxaccel.contract.dtypes import format_of
     from maxaccel.host.transport import SimTransport
     from maxaccel.sim import reference
     from maxaccel.sim.values import random_values

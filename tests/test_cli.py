@@ -46,7 +46,7 @@ def test_run_generates_inputs_and_checks_against_the_golden_model(tmp_path, caps
     saved = np.load(target)
     assert sorted(saved.files) == ["maxed", "pooled", "total"]
     rng = np.random.default_rng(7)
-    from maxaccel.host.dtypes import format_of
+    from maxaccel.contract.dtypes import format_of
     from maxaccel.sim.values import random_values
     session = OffloadSession(EXAMPLE, device=reference)
     feeds = {s.name: random_values(rng, format_of(s.dtype), s.shape)
@@ -135,7 +135,6 @@ def test_progress_bar_appears_only_after_the_delay_and_is_throttled():
 
 def test_the_main_job_command_runs_on_the_virtual_board(capsys):
     """``maxaccel run examples/max_family.onnx``: default device, the simulated gateware."""
-    pytest.importorskip("maxaccel.sim.virtual_board")
     status, text = run("run", str(EXAMPLE), "--seed", "1")
     assert status == 0, capsys.readouterr().err
     assert f"ran {EXAMPLE} on sim" in text

@@ -1,4 +1,4 @@
-"""The command engine: frames built with ``maxaccel.host.protocol`` through the real core.
+"""The command engine: frames built with ``maxaccel.contract.wire`` through the real core.
 
 Results are checked bit-exactly against the golden model; every status code, garbage, corrupted
 and truncated frames and back-to-back requests go through the virtual board (the core in
@@ -18,14 +18,17 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from maxaccel.hdl.beat import beat_layout
-from maxaccel.hdl.engine import FrameReceiver, RowPacker, RowUnpacker, SaturatingMultiplier
+from maxaccel.hdl.checks import SaturatingMultiplier
+from maxaccel.hdl.framing import FrameReceiver
+from maxaccel.hdl.packing import RowPacker, RowUnpacker
 from maxaccel.hdl.linkword import WordSplitter, link_signature
 from maxaccel.hdl.top import Core
-from maxaccel.host.dtypes import FORMATS, DType, format_of
+from maxaccel.contract.dtypes import FORMATS, DType, format_of
 from maxaccel.host.plan import plan_broadcast
-from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, MAX_COUNT, MAX_PAYLOAD, PARAMETERS,
-                                    Command, FrameParser, Identity, MaxParameters, Status, crc32,
-                                    encode_frame)
+from maxaccel.contract.wire import (COUNTERS, COUNTER_NAMES, Capacities, Command, DATA_COMMANDS,
+                                    FrameParser, Identity, MAX_COUNT, MAX_PAYLOAD, MaxParameters,
+                                    PARAMETERS, Status, crc32, encode_frame, parameter_block,
+                                    quantities, request_verdict)
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_words,
@@ -100,6 +103,12 @@ def exchange(board, code, payload=b"", seq=1):
 def expect_status(frame, status, length=0):
     assert Status(frame.status) == status, f"status {Status(frame.status)!r}, expected {status!r}"
     assert len(frame.payload) == length
+
+
+def expect_refusal(board, code, payload, status):
+    """The contract's verdict and the engine's answer are both ``status`` (no payload)."""
+    assert request_verdict(code, payload, board.identity) == status
+    expect_status(exchange(board, code, payload), status)
 
 
 def reduce_payload(x):
@@ -273,28 +282,27 @@ def test_bad_command(clean_board):
     (Command.LOAD, PARAMETERS[Command.LOAD].pack(DType.UINT8, 0, 2, 3) + bytes(7)),
 ], ids=lambda v: v.name if isinstance(v, Command) else f"{len(v)}B")
 def test_bad_length(clean_board, code, payload):
-    expect_status(exchange(clean_board, code, payload), Status.BAD_LENGTH)
+    expect_refusal(clean_board, code, payload, Status.BAD_LENGTH)
 
 
 @pytest.mark.parametrize("dtype", [0, 8, 14, 15, 17, 255])
 def test_unsupported_dtype(clean_board, dtype):
-    expect_status(exchange(clean_board, Command.REDUCE, reduce_block(dtype, 1, 1) + b"\0"),
-                  Status.UNSUPPORTED_DTYPE)
+    expect_refusal(clean_board, Command.REDUCE, reduce_block(dtype, 1, 1) + b"\0",
+                   Status.UNSUPPORTED_DTYPE)
     pool = PARAMETERS[Command.POOL_CHANNELS_LAST].pack(dtype, 1, 1, 1) + b"\0"
-    expect_status(exchange(clean_board, Command.POOL_CHANNELS_LAST, pool),
-                  Status.UNSUPPORTED_DTYPE)
+    expect_refusal(clean_board, Command.POOL_CHANNELS_LAST, pool, Status.UNSUPPORTED_DTYPE)
 
 
 def max_block(identity, *, dtype=DType.FLOAT, operands=1, streamed=1, row_length=2,
               counts=None, bases=None, splats=None, reserved=0):
     """A raw ``MAX`` block, out-of-range values allowed (only the data is left out)."""
-    counts = counts or [1] * identity.max_dims
-    values = [dtype, operands, streamed, row_length, *counts]
-    for k in range(identity.max_operands):
-        values += [(bases or {}).get(k, 0), (splats or {}).get(k, 0)] + [0] * identity.max_dims
-    block = bytearray(MaxParameters.layout(identity.max_dims, identity.max_operands).pack(*values))
-    block[3] = reserved
-    return bytes(block)
+    fields = dict(dtype=dtype, operands=operands, streamed=streamed, reserved=reserved,
+                  row_length=row_length)
+    fields.update((f"counts[{d}]", count)
+                  for d, count in enumerate(counts or [1] * identity.max_dims))
+    fields.update((f"slot[{k}].base", base) for k, base in (bases or {}).items())
+    fields.update((f"slot[{k}].splat", splat) for k, splat in (splats or {}).items())
+    return MaxParameters.layout(identity.max_dims, identity.max_operands).pack(**fields)
 
 
 def test_bad_parameter(clean_board):
@@ -314,7 +322,7 @@ def test_bad_parameter(clean_board):
         (Command.MAX, max_block(identity, reserved=1)),
     ]
     for code, payload in requests:
-        expect_status(exchange(clean_board, code, payload), Status.BAD_PARAMETER)
+        expect_refusal(clean_board, code, payload, Status.BAD_PARAMETER)
 
 
 def test_too_large(clean_board):
@@ -334,7 +342,7 @@ def test_too_large(clean_board):
         (Command.MAX, max_block(identity, counts=[1 << 12, 1 << 12, 1 << 12])),  # reply
     ]
     for code, payload in requests:
-        expect_status(exchange(clean_board, code, payload), Status.TOO_LARGE)
+        expect_refusal(clean_board, code, payload, Status.TOO_LARGE)
     # At the limits, the same requests are accepted.
     frame = exchange(clean_board, Command.LOAD, load.pack(DType.UINT8, depth - 1, 1, 1) + b"\1")
     expect_status(frame, Status.OK)
@@ -344,6 +352,47 @@ def test_too_large(clean_board):
 
 
 # ---- damaged input -----------------------------------------------------------------------------
+
+def _random_request(rng, identity):
+    """A request whose fields sit on and around the edges the status rules test."""
+    beat = 8 * identity.lanes
+    edges = [0, 1, 2, 3, identity.replay_depth - 1, identity.replay_depth, identity.max_operands,
+             identity.max_operands + 1, MAX_COUNT, MAX_COUNT + 1, beat * MAX_COUNT + 1,
+             identity.pool_channels * 8 + 1, 1 << 16, (1 << 32) - 1]
+    code = DATA_COMMANDS[rng.integers(len(DATA_COMMANDS))]
+    block = parameter_block(code, identity.max_dims, identity.max_operands)
+    fields = {name: int(rng.choice(edges[:4] if rng.random() < 0.7 else edges))
+              % (1 << 8 * block[name].size) for name in block.names}
+    fields["dtype"] = int(rng.choice([DType.FLOAT, DType.INT8, DType.DOUBLE, DType.BFLOAT16, 0, 8]))
+    if "reserved" in fields and rng.random() < 0.8:
+        fields["reserved"] = 0
+    payload = block.pack(**{n: v - (1 << 32) if block[n].signed and v >> 31 else v
+                            for n, v in fields.items()})
+    # The data the parameters describe (when small), or a few bytes off.
+    itemsize = format_of(fields["dtype"]).nbytes if fields["dtype"] in FORMATS else 1
+    try:
+        expected = quantities(code, fields, Capacities.of(identity), itemsize)["data_bytes"]
+    except KeyError:
+        expected = 0
+    length = expected if expected <= 4096 else 0
+    length = max(0, length + int(rng.choice([0, 0, 0, -1, 1])))
+    return code, payload + bytes(length)
+
+
+def test_status_answers_follow_the_contract(board):
+    """Seeded random requests around every rule's edges: the engine answers what the
+    contract's ``verdict`` says (the same function the fake board and the planner use)."""
+    rng = np.random.default_rng(15)
+    seen = set()
+    for seq in range(48):
+        code, payload = _random_request(rng, board.identity)
+        status = request_verdict(code, payload, board.identity)
+        frame = exchange(board, code, payload, seq)
+        assert Status(frame.status) == status, (code, payload[:64].hex(), len(payload))
+        seen.add(status)
+    assert {Status.OK, Status.BAD_PARAMETER, Status.TOO_LARGE, Status.BAD_LENGTH,
+            Status.UNSUPPORTED_DTYPE} <= seen
+
 
 def test_corrupted_payload_gives_crc_error_with_the_declared_length(clean_board):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from maxaccel.host.dtypes import format_of
+from maxaccel.contract.dtypes import format_of
 from maxaccel.sim.exhaustive import LaneModel, check_format
 
 FORMATS = [format_of(np.dtype(np.float16)), format_of(np.dtype(ml_dtypes.bfloat16))]

@@ -12,8 +12,8 @@ import pytest
 from fake_board import FakeBoard
 
 from maxaccel.host.device import Device
-from maxaccel.host.dtypes import FORMATS, DType
-from maxaccel.host.protocol import COUNTER_NAMES, FRAME_OVERHEAD, PARAMETERS, Command
+from maxaccel.contract.dtypes import FORMATS, DType
+from maxaccel.contract.wire import COUNTER_NAMES, FRAME_OVERHEAD, PARAMETERS, Command
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import edge_bits, random_values
@@ -38,7 +38,6 @@ def tiny_device():
 
 
 def open_virtual_board(kind="sim"):
-    pytest.importorskip("maxaccel.sim.virtual_board")
     from maxaccel.host.device import open_device
     return open_device(kind)
 
@@ -345,14 +344,24 @@ def test_identity_counters_and_life_cycle():
     dev.close()  # idempotent
 
 
-def test_operations_scale_with_size():
-    """A large tensor goes through in a bounded time (no per-element Python loops)."""
+def test_large_tensors_go_in_few_large_frames():
+    """A 4 MiB tensor goes through in as few frames as the frame limit and the replay buffer
+    allow, not one per row or element: the request sequence is exact."""
     rng = np.random.default_rng(9)
     x = rng.standard_normal((4, 1 << 18)).astype(np.float32)  # 4 MiB
-    with make_device() as dev:
+    board = FakeBoard()          # 4 lanes, a replay buffer of 512 beats (16 KiB)
+    with Device(board) as dev:
+        start = len(board.log)
         assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+        reduce_codes = [code for code, _ in board.log[start:]]
+        start = len(board.log)
         assert_same_bits(dev.max(x, x[:1]), reference.max(x, x[:1]))
-    assert math.prod(x.shape) == 1 << 20
+        max_codes = [code for code, _ in board.log[start:]]
+    # ReduceMax: 4 MiB in frames of at most 1 MiB of tensor data.
+    assert reduce_codes == [Command.REDUCE] * 4
+    # Max with a broadcast row: the 1 MiB row fills the 16 KiB buffer 64 times, so 64 tiles
+    # along the row, each one LOAD of the row's slice and one MAX streaming the 4 rows of x.
+    assert max_codes == [Command.LOAD, Command.MAX] * 64
 
 
 @pytest.mark.parametrize("kind", ["sim", "verilator"])
@@ -378,3 +387,61 @@ def test_edge_corpus_on_the_virtual_board(kind):
                 assert (reference.bits_of(got) == fmt.canonical_nan).all()
                 x = random_values(rng, fmt, (1, 2, 3, 2))
                 assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))
+
+
+# ---- windowed MaxPool through REDUCE -------------------------------------------------------------
+
+POOLS = [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),           # ResNet's stem
+    dict(kernel_shape=[2, 2], strides=[2, 2]),                                # VGG: no overlap
+    dict(kernel_shape=[2], dilations=[3], pads=[1, 1]),                        # padding-only windows
+    dict(kernel_shape=[3, 2], auto_pad="SAME_LOWER", storage_order=1),
+    dict(kernel_shape=[2, 2, 2], strides=[1, 2, 1], ceil_mode=True, pads=[0, 1, 0, 1, 0, 0]),
+]
+
+
+def pool_input(rng, fmt, rank):
+    shape = {1: (2, 3, 2), 2: (1, 2, 5, 6), 3: (1, 2, 3, 4, 3)}[rank]
+    return random_values(rng, fmt, shape, edge_fraction=0.5)
+
+
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_max_pool_matches_the_golden_model(device, pool):
+    """Every dtype MaxPool takes, edge values (NaN payloads, ±0, infinities, integer extremes)
+    at half the positions, values compared as bits and Indices exactly."""
+    rng = np.random.default_rng(len(str(pool)))
+    for fmt in ALL:
+        if fmt.kind == "bool":
+            continue
+        x = pool_input(rng, fmt, len(pool["kernel_shape"]))
+        y, indices = device.max_pool(x, **pool, return_indices=True)
+        y_ref, indices_ref = reference.max_pool(x, **pool, return_indices=True)
+        assert_same_bits(y, y_ref, str(fmt))
+        assert indices.dtype == np.int64 and np.array_equal(indices, indices_ref), str(fmt)
+        assert_same_bits(device.max_pool(x, **pool), y_ref, str(fmt))
+
+
+def test_max_pool_nan_at_every_window_position(fake_device):
+    """A NaN at each of the 9 positions of a 3x3 window: the canonical NaN out and the index
+    of the NaN, whatever else the window holds (±0 ties elsewhere)."""
+    for position in range(9):
+        x = np.full((1, 1, 3, 3), -0.0, np.float32)
+        x[0, 0, 1, 1] = 0.0
+        x.reshape(-1)[position] = np.uint32(0xFFC00001).view(np.float32)
+        y, indices = fake_device.max_pool(x, [3, 3], return_indices=True)
+        assert reference.bits_of(y).item() == 0x7FC00000
+        assert indices.item() == position
+
+
+def test_max_pool_refuses_bad_arguments_before_sending():
+    board = FakeBoard()
+    with Device(board) as dev:
+        sent = len(board.log)
+        x = np.zeros((1, 1, 4, 4), np.float32)
+        with pytest.raises(ValueError, match="kernel_shape"):
+            dev.max_pool(x, [0, 2])
+        with pytest.raises(ValueError, match="pads"):
+            dev.max_pool(x, [2, 2], pads=[1, 1, 1], )
+        with pytest.raises(TypeError, match="bool"):
+            dev.max_pool(np.zeros((1, 1, 4), np.bool_), [2])
+        assert len(board.log) == sent

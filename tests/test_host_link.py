@@ -20,12 +20,13 @@ from fake_board import KINDS, TO_DEVICE, TO_HOST, FakeBoard, Fault, Faulty
 
 from maxaccel.host.device import Device, open_device
 from maxaccel.host.link import DeviceError, LinkError
-from maxaccel.host.protocol import FRAME_OVERHEAD, PARAMETERS, Command, Status
+from maxaccel.contract.wire import FRAME_OVERHEAD, PARAMETERS, Command, Status
 from maxaccel.host.transport import TransportError, register_scheme
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.serve import pump
 from maxaccel.sim.values import random_values
+from maxaccel.sim.virtual_board import VirtualBoard
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +55,7 @@ POSITIONS = {"header": lambda n: 5, "payload": lambda n: 14, "trailer": lambda n
 
 @pytest.fixture(scope="module")
 def shared_virtual_board():
-    module = pytest.importorskip("maxaccel.sim.virtual_board")
-    board = module.VirtualBoard()
+    board = VirtualBoard()
     yield board
     board.close()
 
@@ -223,8 +223,7 @@ def test_bad_device_urls_are_explained(url, error, message):
 
 
 def virtual_board():
-    module = pytest.importorskip("maxaccel.sim.virtual_board")
-    return module.VirtualBoard()
+    return VirtualBoard()
 
 
 BOARDS = {"fake": FakeBoard, "virtual": virtual_board}

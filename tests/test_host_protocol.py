@@ -4,9 +4,9 @@ import struct
 
 import pytest
 
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 from maxaccel.host.plan import plan_broadcast
-from maxaccel.host.protocol import (FrameParser, MaxOperand, MaxParameters, encode_frame,
+from maxaccel.contract.wire import (FrameParser, MaxOperand, MaxParameters, encode_frame,
                                     Command)
 
 

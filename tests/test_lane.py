@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from maxaccel.boards.resources import MuxedPerDtypeLane
 from maxaccel.hdl.lane import LANE_BYTES, LaneMax
-from maxaccel.host.dtypes import DType, FORMATS
+from maxaccel.contract.dtypes import DType, FORMATS
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import edge_bits

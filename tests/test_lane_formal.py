@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.boards.resources import PlainFloatMax
 from maxaccel.hdl.lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
                                LaneMax, ToKey)
-from maxaccel.host.dtypes import DType, FORMATS
+from maxaccel.contract.dtypes import DType, FORMATS
 
 pytestmark = pytest.mark.formal
 

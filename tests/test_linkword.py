@@ -9,7 +9,7 @@ from amaranth.lib import stream
 from amaranth.sim import Simulator
 
 from maxaccel.hdl.linkword import LINK_WIDTHS, WordCRC, WordSplitter, link_signature, word_layout
-from maxaccel.host.protocol import crc32
+from maxaccel.contract.wire import crc32
 from maxaccel.sim.streams import bytes_from_words, words_from_bytes
 
 

@@ -12,9 +12,9 @@ from fake_board import FakeBoard
 from onnx import TensorProto, helper, numpy_helper
 
 from maxaccel.host.device import Device
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 from maxaccel.host.offload import OffloadSession
-from maxaccel.host.protocol import Command
+from maxaccel.contract.wire import Command
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 

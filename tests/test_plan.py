@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
-from maxaccel.host.plan import (BroadcastError, CapacityError, broadcast_shape, pack_operand,
-                                plan_broadcast, unpack_output)
+from maxaccel.host.plan import BroadcastError, CapacityError, broadcast_shape, plan_broadcast
+from broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
+                             unpack_output)
 
 LIMITS = dict(lanes=2, depth=4096, max_dims=6, max_operands=8)
 
@@ -24,7 +25,7 @@ def model_replay(plan, arrays):
     operand, as the unit's address generator fetches them."""
     modulus = 1 << plan.addr_bits
     memory = np.full((plan.depth, plan.beat_bytes), 0xA5, np.uint8)
-    for index, base, beats in plan.loads:
+    for index, base, beats in load_commands(plan):
         memory[base:base + beats] = pack_operand(plan, index, arrays[index])
     expected = {}
     for o in plan.replayed:
@@ -150,7 +151,7 @@ def test_steps_follow_strides():
             inner = sum((plan.counts[e] - 1) * o.strides[e] for e in range(d + 1, 3))
             assert o.steps[d] == o.strides[d] - inner
     assert any(step < 0 for o in plan.replayed for step in o.steps)
-    config = plan.config(1)
+    config = unit_config(plan, 1)
     modulus = 1 << plan.addr_bits
     assert config["operand"][0]["steps"] == [s % modulus for s in plan.replayed[0].steps]
     assert config["operand"][1]["base"] == plan.replayed[1].base
@@ -159,8 +160,8 @@ def test_steps_follow_strides():
 
 
 def test_cycles():
-    assert plan_broadcast([(4, 16), (16,)], 4, **LIMITS).cycles == 12 + 4 * 4
-    assert plan_broadcast([(4, 1), (1, 16), ()], 4, **LIMITS).cycles == 12 + 4 * 4 * 3
+    assert run_cycles(plan_broadcast([(4, 16), (16,)], 4, **LIMITS)) == 12 + 4 * 4
+    assert run_cycles(plan_broadcast([(4, 1), (1, 16), ()], 4, **LIMITS)) == 12 + 4 * 4 * 3
 
 
 def test_shapes_that_do_not_broadcast():
@@ -200,9 +201,11 @@ def test_operands_exceeding_memory():
 
 
 def test_counts_too_large():
-    with pytest.raises(CapacityError, match="outer dimension\\(s\\) 70 exceed .* 64"):
+    with pytest.raises(CapacityError, match=r"an outer count above MAX_COUNT.*outer counts \(70,\).*"
+                                            r"count limit is 64"):
         plan_broadcast([(70, 4), (4,)], 4, **LIMITS, max_count=64)
-    with pytest.raises(CapacityError, match="a row of 300 elements takes 75 beats"):
+    with pytest.raises(CapacityError, match="a row of more than MAX_COUNT beats.*rows of 300 "
+                                            "elements in 75 beats"):
         plan_broadcast([(300,)], 4, **LIMITS, max_count=64)
 
 
@@ -211,18 +214,18 @@ def test_check_false_reports_every_problem():
                           lanes=1, depth=4, max_dims=1, max_operands=2, check=False)
     assert not plan.fits and len(plan.problems) == 3
     with pytest.raises(CapacityError) as error:
-        plan.config(11)
+        unit_config(plan, 11)
     assert error.value.problems == list(plan.problems)
 
 
 def test_empty_output():
     plan = plan_broadcast([(0, 3), (1, 3)], 4, **LIMITS)
     assert plan.empty and plan.output_shape == (0, 3) and plan.output_beats == 0
-    assert plan.fits and plan.loads == []
+    assert plan.fits and load_commands(plan) == []
     assert pack_operand(plan, 1, np.ones((1, 3), np.float32)).shape == (0, 16)
     assert unpack_output(plan, b"", np.float32).shape == (0, 3)
     with pytest.raises(ValueError, match="nothing to run"):
-        plan.config(1)
+        unit_config(plan, 1)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float16, ml_dtypes.bfloat16,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from maxaccel.hdl.pool import ChannelsLastPool
-from maxaccel.host.dtypes import FORMATS, format_of
+from maxaccel.contract.dtypes import FORMATS, format_of
 from maxaccel.sim import reference
 from maxaccel.sim.streams import (STALL_PATTERNS, Stalls, beats_from_rows, lanes_to_bytes,
                                   rows_from_beats, run_streams)

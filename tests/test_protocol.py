@@ -1,12 +1,15 @@
 """Host side of the wire protocol: framing, resynchronisation, and the shared CRC definition."""
 
 import random
+from pathlib import Path
 
 import pytest
 from amaranth.lib import crc
 
-from maxaccel.host.protocol import (CRC_ALGORITHM, FRAME_OVERHEAD, MAGIC, Command, Frame,
-                                    FrameParser, Status, crc32, encode_frame)
+from maxaccel.contract.wire import (PARAMETERS, Identity, Status, problems, request_verdict,
+                                    rules_markdown)
+from maxaccel.contract.wire import (CRC_ALGORITHM, FRAME_OVERHEAD, MAGIC, Command, Frame,
+                                    FrameParser, crc32, encode_frame)
 
 
 def test_host_crc_is_the_gateware_catalog_crc():
@@ -94,8 +97,34 @@ def test_random_corruption_never_yields_a_wrong_intact_frame():
 
 
 def test_identity_round_trip():
-    from maxaccel.host.protocol import Identity
+    from maxaccel.contract.wire import Identity
     identity = Identity(1, 4, frozenset({1, 2, 16}), 2048, 4, 3, 512, 48_000_000, 480_000)
     assert Identity.decode(identity.encode()) == identity
     with pytest.raises(ValueError, match="IDENTIFY reply of 3 bytes"):
         Identity.decode(b"abc")
+
+
+def test_the_protocol_page_shows_the_contracts_rules():
+    """docs/protocol.md's refusal table is the contract's, word for word."""
+    page = (Path(__file__).parent.parent / "docs" / "protocol.md").read_text()
+    assert rules_markdown() in page
+
+
+def test_verdict_orders_statuses():
+    """The first broken rule decides, in STATUS_ORDER; a short block is BAD_LENGTH whatever
+    else is wrong."""
+    identity = Identity(1, 2, frozenset({1}), 32, 2, 2, 8, 1, 1)
+    load = PARAMETERS[Command.LOAD]
+    # Unsupported dtype before a zero row length before too large before the wrong length.
+    assert request_verdict(Command.LOAD, load.pack(3, 99, 1, 0), identity) \
+        == Status.UNSUPPORTED_DTYPE
+    assert request_verdict(Command.LOAD, load.pack(1, 99, 1, 0), identity) == Status.BAD_PARAMETER
+    assert request_verdict(Command.LOAD, load.pack(1, 99, 1, 1), identity) == Status.TOO_LARGE
+    assert request_verdict(Command.LOAD, load.pack(1, 0, 1, 1), identity) == Status.BAD_LENGTH
+    assert request_verdict(Command.LOAD, load.pack(1, 0, 1, 1) + bytes(4), identity) == Status.OK
+    assert request_verdict(Command.LOAD, load.pack(1, 0, 1, 1)[:-1], identity) == Status.BAD_LENGTH
+    assert request_verdict(Command.IDENTIFY, b"", identity) == Status.OK
+    assert request_verdict(Command.COUNTERS, b"x", identity) == Status.BAD_LENGTH
+    assert request_verdict(0x7F, b"", identity) == Status.BAD_COMMAND
+    found = problems(Command.LOAD, load.unpack(load.pack(1, 99, 1, 0)), identity)
+    assert [p.status for p in found] == [Status.BAD_PARAMETER, Status.TOO_LARGE]

@@ -16,7 +16,7 @@ import pytest
 from maxaccel.hdl.lane import LANE_BYTES, float_key
 from maxaccel.hdl.reduce import PIPELINES, BeatKeys, LaneFold, ReductionTree, RunAccumulator, \
     RunReducer
-from maxaccel.host.dtypes import FORMATS
+from maxaccel.contract.dtypes import FORMATS
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, beats_from_rows, lanes_to_bytes, \
     run_streams

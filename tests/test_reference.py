@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from maxaccel.host.dtypes import FORMATS, format_of
+from maxaccel.contract.dtypes import FORMATS, format_of
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import edge_bits, random_values

@@ -4,7 +4,7 @@ import pytest
 
 from maxaccel.boards import resources
 from maxaccel.hdl.lane import LANE_BITS, LaneFormat, LaneMax
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 
 pytestmark = pytest.mark.synth
 

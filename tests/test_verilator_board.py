@@ -6,9 +6,9 @@ import pytest
 
 from maxaccel.hdl.top import Core
 from maxaccel.host.device import open_device
-from maxaccel.host.dtypes import format_of
+from maxaccel.contract.dtypes import format_of
 from maxaccel.host.plan import plan_broadcast
-from maxaccel.host.protocol import (MAX_COUNT, PARAMETERS, Command, MaxParameters,
+from maxaccel.contract.wire import (MAX_COUNT, PARAMETERS, Command, MaxParameters,
                                     encode_frame)
 from maxaccel.sim import verilator
 from maxaccel.sim.values import random_values

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from maxaccel.hdl.top import UARTTop
-from maxaccel.host.dtypes import format_of
-from maxaccel.host.protocol import (COUNTER_NAMES, COUNTERS, PARAMETERS, Command, FrameParser,
+from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, PARAMETERS, Command, FrameParser,
                                     Identity, MaxOperand, MaxParameters, Status, encode_frame)
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits

@@ -12,8 +12,8 @@ from amaranth.sim import Simulator
 
 from maxaccel.boards.xdma import BytesToWords, CoreOverAXIStream, WordsToBytes
 from maxaccel.hdl.linkword import link_signature
-from maxaccel.host.dtypes import format_of
-from maxaccel.host.protocol import PARAMETERS, Command, FrameParser, Status, encode_frame
+from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.wire import PARAMETERS, Command, FrameParser, Status, encode_frame
 from maxaccel.sim import reference
 from maxaccel.sim.streams import (STALL_PATTERNS, bytes_from_words, run_streams,
                                   words_from_bytes)

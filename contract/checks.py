@@ -5,7 +5,7 @@ the same inputs with the same exceptions and messages, and the driver does so be
 sent to a board. Pure numpy; never imports amaranth.
 
 Each ``check_*`` function takes the operator's arguments as the public API does and returns them
-normalised: native-byte-order arrays with their :class:`~maxaccel.host.dtypes.Format`, sorted
+normalised: native-byte-order arrays with their :class:`~maxaccel.contract.dtypes.Format`, sorted
 non-negative axes, bools.
 """
 
@@ -13,7 +13,7 @@ import operator
 
 import numpy as np
 
-from maxaccel.host.dtypes import FORMATS, format_of
+from maxaccel.contract.dtypes import FORMATS, format_of
 
 __all__ = [
     "MAX_DTYPES", "REDUCE_MAX_DTYPES", "GLOBAL_MAX_POOL_DTYPES",

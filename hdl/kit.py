@@ -1,0 +1,209 @@
+"""The pipeline kit: the small pieces every datapath unit is built from.
+
+Functions that add registers, stall control and key-space stages to an Amaranth ``Module``, so
+that :mod:`~maxaccel.hdl.reduce`, :mod:`~maxaccel.hdl.pool`, :mod:`~maxaccel.hdl.broadcast`
+and any new unit build their pipelines the same way:
+
+* structure: :func:`register`, :func:`delay`, :func:`stall_control`;
+* slicing: :func:`~maxaccel.hdl.lane.byte` (re-exported), :func:`lane_of`;
+* key space: :func:`decode_format`, :func:`to_keys`, :func:`key_max`, :func:`from_key`,
+  :func:`accumulate_runs` (the two-cycle run accumulator loop);
+* construction: :func:`check_lanes`, :func:`refuse`.
+
+The stall discipline they assume: a pipeline advances when its output register is empty or
+being taken (``advance = ~o.valid | o.ready``, :func:`stall_control`), and every register of a
+stage loads with ``advance``. See ``docs/architecture.md``, "Reduction tree and run reducer".
+"""
+
+from amaranth.hdl import EnableInserter, Mux, Signal, Value
+
+from .lane import (FLOAT_FORMATS, LANE_BITS, FromKey, KeyMax, LaneDecode, LaneFormat, ToKey,
+                   byte, float_key, splat_constant)
+
+__all__ = ["refuse", "check_lanes", "decode_format", "stall_control", "register", "key_max",
+           "delay", "to_keys", "byte", "lane_of", "from_key", "accumulate_runs"]
+
+
+def refuse(unit, message):
+    """Raise ``ValueError(message)`` from the constructor of ``unit``, an Elaboratable.
+
+    Amaranth warns about an Elaboratable that is created and never elaborated; one whose
+    construction failed is not a design mistake, so its warning is silenced first. This is
+    the one place that touches Amaranth's private ``MustUse`` flag.
+    """
+    unit._MustUse__silence = True
+    raise ValueError(message)
+
+
+def check_lanes(unit, lanes):
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 or lanes & (lanes - 1):
+        refuse(unit, f"{type(unit).__name__}: lanes must be a power of two (1, 2, 4, 8, "
+                     f"...), not {lanes!r}")
+
+
+def decode_format(m, dtype, registered=True):
+    """The format of ``dtype``, registered (one cycle after ``dtype``) unless ``registered`` is
+    false.
+
+    In a pipelined unit every stage that needs the format runs at least one cycle after its
+    beat was accepted (the key conversion's NaN tests need none), so ``dtype`` only has to be
+    valid with the first beat, and the decode is never on a datapath timing path (``dtype`` is
+    static during a command, so the register agrees with it whenever a beat is there). A
+    unit that converts keys combinationally in the cycle a beat is accepted needs the decode
+    unregistered for ``dtype`` to keep that contract.
+    """
+    m.submodules.decode = decode = LaneDecode()
+    m.d.comb += decode.dtype.eq(dtype)
+    if not registered:
+        return decode.format
+    format_registered = Signal(LaneFormat, name="registered")
+    m.d.sync += format_registered.eq(decode.format)
+    return format_registered
+
+
+def stall_control(m, unit):
+    """``advance = ~o.valid | o.ready``, driving ``i.ready``; returns ``advance``."""
+    advance = Signal()
+    m.d.comb += [
+        advance.eq(~unit.o.valid | unit.o.ready),
+        unit.i.ready.eq(advance),
+    ]
+    return advance
+
+
+def register(m, enable, value, name):
+    """``value`` in a register named ``name`` that loads with ``enable``."""
+    value = Value.cast(value)
+    held = Signal(len(value), name=name, reset_less=True)
+    with m.If(enable):
+        m.d.sync += held.eq(value)
+    return held
+
+
+def key_max(m, name, enable, size, a, b, registered=True, take_b=None):
+    """A two-stage :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``
+    (combinational, ``latency=0``, if not ``registered``); the result is ``b`` where
+    ``take_b`` (if given) is set with the operands."""
+    key_max = KeyMax(latency=2 if registered else 0)
+    m.submodules[name] = EnableInserter(enable)(key_max) if registered else key_max
+    m.d.comb += [key_max.size.eq(size), key_max.a.eq(a), key_max.b.eq(b)]
+    if take_b is not None:
+        m.d.comb += key_max.take_b.eq(take_b)
+    return key_max.result
+
+
+def delay(m, name, enable, valid, tag, tag_shape, cycles):
+    """``valid`` and ``tag`` delayed by ``cycles`` registers that advance with ``enable``."""
+    for cycle in range(cycles):
+        next_valid = Signal(name=f"{name}_valid_{cycle}")
+        next_tag = Signal(tag_shape, name=f"{name}_tag_{cycle}")
+        with m.If(enable):
+            m.d.sync += [next_valid.eq(valid), next_tag.eq(tag)]
+        valid, tag = next_valid, next_tag
+    return valid, tag
+
+
+def to_keys(m, enable, fmt, values, filled=None, latency=2, name="key"):
+    """:class:`ToKey` of each lane of ``values`` in ``latency`` register stages.
+
+    ``latency=2``: the NaN tests, then the key; ``fmt`` is the registered decode (of
+    :func:`decode_format`), read in the second cycle. ``latency=1``: the key is computed in the
+    cycle ``values`` come and registered; ``fmt`` (the unregistered decode) is read in that
+    cycle. The registers advance with ``enable``; ``filled`` (a byte mask per lane) marks the
+    bytes that hold elements, the others get key 0. The submodules and key registers are
+    named ``{name}_{lane}``. ``fmt`` may also be a list, a format per lane: copies of the
+    format in distinct registers, to split its fanout over many lanes.
+    """
+    keys = []
+    formats = fmt if isinstance(fmt, list) else [fmt] * len(values)
+    for j, value in enumerate(values):
+        to_key = ToKey(latency=latency - 1)
+        m.submodules[f"{name}_{j}"] = EnableInserter(enable)(to_key)
+        m.d.comb += [to_key.format.eq(formats[j]), to_key.value.eq(value)]
+        if filled is not None:
+            m.d.comb += to_key.filled.eq(filled[j])
+        keys.append(register(m, enable, to_key.key, f"{name}_{j}"))
+    return keys
+
+
+def lane_of(value, j):
+    """Lane ``j`` (64 bits) of a beat-wide value."""
+    return value[LANE_BITS * j:LANE_BITS * (j + 1)]
+
+
+def from_key(m, name, fmt, key):
+    from_key = m.submodules[name] = FromKey()
+    m.d.comb += [from_key.format.eq(fmt), from_key.key.eq(key)]
+    return from_key.value
+
+
+def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True):
+    """The loop and close of :class:`RunAccumulator` for each key lane of ``lanes`` (a list);
+    returns (list of result keys, result valid).
+
+    The lanes advance together: one set of control registers (the partials' tags, ``step``),
+    one loop :class:`KeyMax` and one close :class:`KeyMax` per lane.
+
+    Not ``registered``: one accumulator register per lane instead, loaded with ``max(partial,
+    lane)`` (``max(least key, lane)`` for a run's first lane) through a combinational compare;
+    it holds the run's result in the cycle after its last lane (latency 1, not 4).
+    """
+    least_key = Signal(LANE_BITS)
+    for index, spec in enumerate(FLOAT_FORMATS):
+        with m.If(fmt.float_format[index]):
+            m.d.comb += least_key.eq(splat_constant(float_key(spec, spec.lowest), spec.bits))
+
+    def name(base, j):
+        return base if len(lanes) == 1 else f"{base}_{j}"
+
+    if not registered:
+        live = Signal()                          # the accumulator holds a partial of this run
+        step = Signal()
+        m.d.comb += step.eq(advance & valid)
+        results = []
+        for j, lane in enumerate(lanes):
+            loop = KeyMax(latency=1)
+            m.submodules[name("loop", j)] = EnableInserter(step)(loop)
+            m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(Mux(live, loop.result, least_key)),
+                         loop.b.eq(lane)]
+            results.append(loop.result)
+        result_valid = Signal()
+        with m.If(step):
+            m.d.sync += live.eq(~last)
+        with m.If(advance):
+            m.d.sync += result_valid.eq(valid & last)
+        return results, result_valid
+
+    ends = valid & last
+    fed_live, fed_final = Signal(), Signal()     # tags of the partial in the first stage
+    head_live, head_final = Signal(), Signal()   # tags of the partial at the head
+    head_joins = Signal()                        # a lane now joins the head's partial
+    step = Signal()
+    m.d.comb += step.eq(advance & (valid | fed_final | head_final))
+    with m.If(step):
+        m.d.sync += [
+            fed_live.eq(valid & ~ends),
+            fed_final.eq(ends),
+            head_live.eq(fed_live),
+            head_final.eq(fed_final),
+            head_joins.eq(fed_live & ~ends),
+        ]
+
+    results = []
+    for j, lane in enumerate(lanes):
+        # The other partial, or the least key.
+        saved = Signal(LANE_BITS, name=name("saved", j), reset_less=True)
+        loop = KeyMax(latency=2)
+        m.submodules[name("loop", j)] = EnableInserter(step)(loop)
+        head = loop.result
+        m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(head), loop.b.eq(lane),
+                     loop.take_b.eq(~head_joins)]
+        # When the previous step took a run's last lane (``fed_final``, which makes this cycle
+        # a step whenever it advances).
+        with m.If(advance & fed_final):
+            m.d.sync += saved.eq(Mux(head_live, head, least_key))
+        results.append(key_max(m, name("close", j), advance, fmt.size, head, saved))
+    closing, result_valid = Signal(), Signal()
+    with m.If(advance):
+        m.d.sync += [closing.eq(head_final), result_valid.eq(closing)]
+    return results, result_valid

@@ -1,0 +1,69 @@
+"""The package layout's rules: imports go one way, and the host and the contract never import
+amaranth (``docs/architecture.md``, "Packages and imports")."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGES = ("contract", "hdl", "sim", "host", "boards")
+#: What each package may import of the others; the graph has no cycle.
+ALLOWED = {
+    "contract": set(),
+    "hdl": {"contract"},
+    "sim": {"contract", "hdl"},
+    "boards": {"contract", "hdl"},
+    "host": {"contract", "sim", "boards"},
+}
+
+
+def imported_packages(package):
+    """``{imported package: [file:line, ...]}`` of every maxaccel import in ``package``,
+    function-level imports included."""
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "maxaccel" and len(parts) > 1 and parts[1] != package:
+                    found.setdefault(parts[1], []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_imports_go_one_way():
+    for package in PACKAGES:
+        unexpected = {p: sites for p, sites in imported_packages(package).items()
+                      if p not in ALLOWED[package]}
+        assert not unexpected, f"{package} imports {unexpected}"
+
+
+def test_the_allowed_graph_has_no_cycle():
+    done, visiting = set(), set()
+
+    def visit(package):
+        assert package not in visiting, f"cycle through {package}"
+        if package not in done:
+            visiting.add(package)
+            for other in ALLOWED[package]:
+                visit(other)
+            visiting.discard(package)
+            done.add(package)
+
+    for package in PACKAGES:
+        visit(package)
+
+
+def test_host_and_contract_load_without_amaranth():
+    """Importing the driver (not opening a virtual board) loads no amaranth."""
+    code = ("import sys, maxaccel.host.device, maxaccel.host.offload, maxaccel.host.cli, "
+            "maxaccel.contract.wire, maxaccel.contract.checks; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
