@@ -5,8 +5,8 @@ stride-2 stem of 64 channels, eight Fire modules, three 3x3 stride-2 MaxPools wi
 a 1x1 classifier convolution to 1000 classes, ReLU and global average pooling), written out
 here so torchvision is not needed; the weights are random (seed 0, torchvision's
 initialisation), so the model is a realistic graph for timing, not a classifier. Its only
-max-family nodes are the windowed MaxPools, which run on the CPU until the device has a
-windowed MaxPool path.
+max-family nodes are the windowed MaxPools, which OffloadSession leaves to onnxruntime for
+now.
 
 torch is not a dependency of maxaccel. Regenerate in a separate environment::
 
