@@ -15,8 +15,8 @@ How each operator is planned:
     A reduction over one block of adjacent axes with kept axes after it (ReduceMax over the
     spatial axes of ``N x D1..Dn x C``) is instead ``images x pixels x channels`` in memory as it
     is: ``POOL_CHANNELS_LAST`` commands (:func:`maxaccel.host.plan.plan_channels_last`), no
-    transpose; channels beyond the unit's capacity go in groups, images beyond a frame in pieces
-    of pixels whose maxima are pooled again.
+    transpose, when a pixel's channels fit the unit (more channels take the ``REDUCE`` route);
+    images beyond a frame go in pieces of pixels whose maxima are pooled again.
 ``global_max_pool``
     ``N x C x D1..Dn`` is ``N*C`` runs of ``prod(D)`` elements: the same ``REDUCE`` path. With
     ``channels_last=True``, ``N x D1..Dn x C`` goes to the channels-last pooling unit.
@@ -292,33 +292,30 @@ class Device:
         else:
             shape = tuple(values.shape[i] for i in kept)
         runs = math.prod(values.shape[i] for i in kept)
-        pooling = plan_channels_last(values.shape, axes) if self.identity.pool_channels else None
+        pooling = plan_channels_last(values.shape, axes)
+        if pooling is not None and pooling[2] * fmt.nbytes > self._pool_row_bytes():
+            # More channels than the unit holds: splitting them into groups would copy the
+            # tensor on the host as a transpose does, in more and smaller frames.
+            pooling = None
         with self._operation(values.nbytes + runs * fmt.nbytes):
             if pooling is not None:
-                return self._pool_channels_last(values, *pooling, fmt).reshape(shape)
+                images, pixels, channels = pooling
+                return self._pool_rows(values.reshape(images, pixels, channels),
+                                       fmt).reshape(shape)
             length = math.prod(values.shape[i] for i in axes)
             moved = values.transpose(kept + list(axes))
             return self._reduce_runs(moved, runs, length, fmt).reshape(shape)
 
-    def _pool_channels_last(self, values, images, pixels, channels, fmt):
-        """Max over the pixels of ``values`` laid out (C order) as ``images x pixels x
-        channels``: ``POOL_CHANNELS_LAST`` commands, the channels split into groups whose pixel
-        row the unit holds (``IDENTIFY``'s capacity) and of which a frame holds two (so pieces
-        of pixels always shrink). Returns ``images x channels``."""
-        rows = values.reshape(images, pixels, channels)
-        row_bytes = min(Capacities.of(self.identity).pool_capacity_bytes,
-                        self.max_frame_bytes // 2)
-        group = max(1, row_bytes // fmt.nbytes)
-        if group >= channels:
-            return self._pool_rows(rows, fmt)
-        out = np.empty((images, channels), fmt.numpy_dtype)
-        for start in range(0, channels, group):
-            _store(out[:, start:start + group], self._pool_rows(rows[:, :, start:start + group],
-                                                                fmt))
-        return out
+    def _pool_row_bytes(self):
+        """Largest pixel row ``POOL_CHANNELS_LAST`` takes: what the unit holds (``IDENTIFY``),
+        and at most half a frame, so pieces of pixels always shrink (0 without the unit)."""
+        return min(Capacities.of(self.identity).pool_capacity_bytes, self.max_frame_bytes // 2)
 
     def _pool_rows(self, rows, fmt):
-        """``_pool_channels_last`` of one channel group (a pixel row fits the unit)."""
+        """Max over the pixels of ``rows`` (``images x pixels x channels``, a pixel row within
+        :meth:`_pool_row_bytes`): ``POOL_CHANNELS_LAST`` commands of whole images, at most a
+        frame each; an image larger than a frame goes in pieces of pixels whose maxima are
+        pooled again. Returns ``images x channels``."""
         images, pixels, channels = rows.shape
         out = np.empty((images, channels), fmt.numpy_dtype)
         parameters = PARAMETERS[Command.POOL_CHANNELS_LAST]

@@ -74,22 +74,29 @@ def test_nan_payloads_and_signed_zeros_per_channel():
                      reference.global_max_pool(x.transpose(0, 3, 1, 2)))
 
 
-def test_channels_beyond_the_unit_go_in_groups_and_images_beyond_a_frame_in_pieces():
-    x = edge_nhwc(np.float32, (3, 7, 9, 21), 2)      # 21 float32 channels: 84-byte pixels
+def test_images_beyond_a_frame_go_in_pieces_of_pixels():
+    x = edge_nhwc(np.float32, (3, 7, 9, 8), 2)       # 8 float32 channels: 32-byte pixels
     want = reference.reduce_max(x, axes=[1, 2])
-    # pool_channels=4: 32 bytes a pixel, 8 float32 channels; 256-byte frames: 8 pixels.
+    # pool_channels=4: the unit holds 32 bytes a pixel; 256-byte frames hold 8 pixels.
     with Device(FakeBoard(pool_channels=4), max_frame_bytes=256) as dev:
         board = dev.link.transport
         got = dev.reduce_max(x, axes=[1, 2])
-        log = commands(board, 0)
+        log = commands(board, 1)
     assert_same_bits(got, want)
-    assert set(log) == {Command.IDENTIFY, Command.POOL_CHANNELS_LAST}
     assert all(status == Status.OK for _, status in board.log)
-    # Groups of 8, 8 and 5 channels (32, 32, 20-byte pixels). An 8-channel group: 3 images of
-    # 63 pixels in pieces of 8 pixels (8 per image), then the 3 x 8 maxima, one image (256
-    # bytes) per frame: 27. The 5-channel group: pieces of 12 pixels (6 per image), then the
-    # 3 x 6 maxima two images (240 bytes) per frame: 20.
-    assert log.count(Command.POOL_CHANNELS_LAST) == 27 + 27 + 20
+    # 3 images of 63 pixels in pieces of 8 pixels (8 per image), then the 3 x 8 maxima, one
+    # image (256 bytes) per frame.
+    assert log == [Command.POOL_CHANNELS_LAST] * (3 * 8 + 3)
+
+
+def test_more_channels_than_the_unit_holds_take_the_reduce_route():
+    """Splitting them into groups would copy the tensor as a transpose does, in more frames."""
+    x = edge_nhwc(np.float32, (3, 7, 9, 9), 3)       # 36-byte pixels, the unit holds 32
+    with Device(FakeBoard(pool_channels=4), max_frame_bytes=256) as dev:
+        board = dev.link.transport
+        got = dev.reduce_max(x, axes=[1, 2])
+        assert set(commands(board, 1)) == {Command.REDUCE}
+    assert_same_bits(got, reference.reduce_max(x, axes=[1, 2]))
 
 
 def test_global_max_pool_channels_last_matches_channels_first():
