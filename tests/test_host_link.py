@@ -207,9 +207,13 @@ def test_refusals_raise_device_error_naming_the_status():
 
 @pytest.mark.parametrize("url, error, message", [
     ("bogus://x", ValueError, r"unknown device URL 'bogus://x'; accepted: sim, serial://PORT"),
-    ("/dev/ttyUSB0", ValueError, r"accepted: sim, serial://PORT\?baud=N .*xdma:///dev/xdma0"),
+    ("/dev/ttyUSB0", ValueError,
+     r"accepted: sim, serial://PORT\[\?board=NAME\|\?baud=N\] .*xdma:///dev/xdma0"),
     ("serial://", ValueError, r"serial URL names no port"),
-    ("serial:///dev/ttyS99?baud=fast", ValueError, r"option baud='fast' .* must be an integer"),
+    ("serial:///dev/ttyS99?baud=fast", ValueError, r"\?baud='fast' must be an integer"),
+    ("serial:///dev/ttyS99?board=nitefury", ValueError,
+     r"\?board='nitefury': no board of that name has a serial link; known: icebreaker"),
+    ("serial:///dev/ttyS99?board=ulx3s&baud=9600", ValueError, r"not both"),
     ("serial:///dev/ttyS99?speed=9600", ValueError, r"unknown serial URL option\(s\) speed"),
     ("serial:///dev/does-not-exist?baud=9600", TransportError,
      r"cannot open serial port '/dev/does-not-exist' at 9600 baud"),
