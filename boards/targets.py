@@ -8,7 +8,8 @@ amaranth-boards platform when a build needs it.
 from dataclasses import dataclass, field
 import importlib
 
-__all__ = ["Target", "TARGETS", "DEFAULT_BAUD", "target", "report_markdown", "load_reports"]
+__all__ = ["Target", "TARGETS", "DEFAULT_BAUD", "target", "check_lanes", "report_markdown", "load_reports",
+           "reports_dir"]
 
 #: The UART bit rate of the boards we build unless a target says otherwise; also the host's
 #: default for ``serial://PORT`` without ``?baud=`` or ``?board=``.
@@ -108,6 +109,12 @@ TARGETS = {t.name: t for t in [
 ]}
 
 
+def check_lanes(lanes):
+    """ValueError unless ``lanes`` is a power of two (1, 2, 4, ...)."""
+    if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"--lanes must be a power of two (1, 2, 4, ...), not {lanes}")
+
+
 def target(name):
     """The :class:`Target` called ``name``; a :class:`ValueError` naming the known ones if
     there is none."""
@@ -132,11 +139,23 @@ def report_markdown(reports):
     return "\n".join(lines)
 
 
-def load_reports(directory):
+def reports_dir():
+    """Where the board reports of ``docs/boards`` are, wherever the package is installed: in
+    a wheel they are package data (``maxaccel/boards/reports``); in a source tree or an
+    editable install, ``docs/boards`` beside this folder."""
+    import pathlib
+    here = pathlib.Path(__file__).resolve().parent
+    packaged = here / "reports"
+    return packaged if packaged.is_dir() else here.parent / "docs" / "boards"
+
+
+def load_reports(directory=None):
     """The build reports (``report.json`` of ``maxaccel build``, saved as ``BOARD.json``) in
-    ``directory``, in :data:`TARGETS` order; an empty list if there is none."""
+    ``directory`` (default :func:`reports_dir`), in :data:`TARGETS` order; an empty list if
+    there is none."""
     import json
     import pathlib
+    directory = reports_dir() if directory is None else directory
     reports = []
     for name in TARGETS:
         path = pathlib.Path(directory) / f"{name}.json"

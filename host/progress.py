@@ -77,10 +77,17 @@ class TransferProgress:
             self.close()
 
     def close(self):
-        """Remove the bar (an operation that ended early, e.g. interrupted)."""
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
+        """Remove the bar (also of an operation that ended early, e.g. interrupted)."""
+        drawn, self._bar = self._bar, None
+        if drawn is None:
+            return
+        shown = not drawn.disable and time.time() - drawn.start_t >= drawn.delay
+        drawn.close()
+        if shown:
+            # tqdm clears only a bar it knows it drew; Ctrl-C inside its redraw leaves one it
+            # does not know about. Return to the start of the line and clear it.
+            drawn.fp.write("\r\x1b[K")
+            drawn.fp.flush()
 
 
 @contextlib.contextmanager

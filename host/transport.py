@@ -300,11 +300,15 @@ class SimTransport(Transport):
     def reset_input(self):
         self.board.reset_input()
 
+    def reset(self):
+        """Power-cycle the simulated board (the server does this when a client vanishes)."""
+        self.board.reset()
+
     def abandon(self, silence_s):
         # A simulated board is power-cycled: waiting out a frame timeout, and the padding of a
         # reply it had started, would take the simulator minutes (the host sleeping does not
         # advance simulated time at all).
-        self.board.reset()
+        self.reset()
 
     def slow_warning(self, nbytes):
         if self.kind != "sim":

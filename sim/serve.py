@@ -1,14 +1,20 @@
 """A virtual board on a pseudo-terminal, so pyserial or a terminal program connects to it as to
 a real board's serial port (``maxaccel serve``).
 
-The server opens a pseudo-terminal pair in raw mode, keeps the slave end open itself (so a
-client may come and go without the master seeing end-of-file) and pumps bytes between the master
-end and a board: what a client writes to the slave goes to the board, what the board sends
-comes back. The board is any device transport (:func:`maxaccel.host.transport.open_transport`):
-``sim`` by default. A pseudo-terminal has no bit rate: the client's ``baud`` is accepted and
-ignored, and the bytes move as fast as the simulated board makes them.
+The server opens a pseudo-terminal pair in raw mode and pumps bytes between the master end and
+a board: what a client writes to the slave goes to the board, what the board sends comes back.
+The board is any device transport (:func:`maxaccel.host.transport.open_transport`): ``sim`` by
+default. A pseudo-terminal has no bit rate: the client's ``baud`` is accepted and ignored, and
+the bytes move as fast as the simulated board makes them.
+
+A client that goes away (closes the port, exits, is killed) mid-request leaves a partial frame
+and perhaps a long reply in progress: a simulated board would spend minutes finishing it. The
+server sees the terminal hang up (no process has the slave open) and power-cycles the board
+(its ``reset()``), so the next client finds it idle. Client bytes are taken only as fast as the
+board consumes them, so nothing of a vanished client is left queued.
 """
 
+import errno
 import os
 import select
 import threading
@@ -20,25 +26,48 @@ __all__ = ["pump", "PtyServer"]
 #: client side: short, so a reply starts to flow while the board is still working.
 BOARD_SLICE_S = 0.002
 
+#: Bytes taken from the client at a time: a simulated board consumes them before the next
+#: poll (about half a second on ``sim``), which bounds how late a hang-up is seen.
+CLIENT_CHUNK = 1024
 
-def pump(board, read_fd, write_fd, stop, *, poll_s=0.005):
+
+def pump(board, read_fd, write_fd, stop, *, poll_s=0.005, on_hangup=None):
     """Move bytes between file descriptors and a board until ``stop`` (a threading.Event) is set.
 
     Bytes read from ``read_fd`` are written to the board; bytes the board sends are written to
     ``write_fd`` (both descriptors may be the same, e.g. a pseudo-terminal master). ``board``
     has ``write(data)`` and ``read(size, timeout)``: a transport, a
-    :class:`~maxaccel.sim.virtual_board.VirtualBoard` or a test's fake board. Nothing is dropped:
-    a client that is slow to read only holds the pump back.
+    :class:`~maxaccel.sim.virtual_board.VirtualBoard` or a test's fake board. Nothing is dropped
+    while a client is there: a client that is slow to read only holds the pump back.
+
+    When ``read_fd`` is a pseudo-terminal master whose slave no process holds open any more
+    (reading it fails with ``EIO``), the client has gone: what the board still sends is
+    discarded, ``on_hangup()`` is called once (the server resets the board there), and the
+    pump waits for the next client.
     """
     pending = b""
+    client = False
     while not stop.is_set():
         readable, _, _ = select.select([read_fd], [], [], poll_s)
-        if readable:
+        if not readable:
+            client = True
+        else:
             try:
-                data = os.read(read_fd, 1 << 16)
-            except (BlockingIOError, OSError):
+                data = os.read(read_fd, CLIENT_CHUNK)
+            except BlockingIOError:
                 data = b""
+            except OSError as error:
+                if error.errno != errno.EIO:
+                    raise
+                if client:
+                    client = False
+                    pending = b""
+                    if on_hangup is not None:
+                        on_hangup()
+                stop.wait(poll_s)
+                continue
             if data:
+                client = True
                 board.write(data)
         pending += board.read(1 << 16, BOARD_SLICE_S)
         while pending and not stop.is_set():
@@ -46,6 +75,10 @@ def pump(board, read_fd, write_fd, stop, *, poll_s=0.005):
                 pending = pending[os.write(write_fd, pending):]
             except BlockingIOError:
                 select.select([], [write_fd], [], poll_s)
+            except OSError as error:
+                if error.errno != errno.EIO:
+                    raise
+                pending = b""   # the client went while its reply was on the way
 
 
 class PtyServer:
@@ -66,16 +99,23 @@ class PtyServer:
         The slave device a client opens, e.g. ``/dev/pts/3``.
     url : str
         The device URL for :func:`maxaccel.host.device.open_device`.
+    hangups : int
+        Clients that went away (each one reset the board).
 
     Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, board, *, link=None):
         self.board = board
-        self._master, self._slave = os.openpty()
-        tty.setraw(self._slave)
+        self.hangups = 0
+        self._master, slave = os.openpty()
+        try:
+            tty.setraw(slave)
+            self.port = os.ttyname(slave)
+        finally:
+            # Not kept open: the master then sees a client hang up (EIO).
+            os.close(slave)
         os.set_blocking(self._master, False)
-        self.port = os.ttyname(self._slave)
         self.link = None
         if link is not None:
             link = os.fspath(link)
@@ -86,15 +126,21 @@ class PtyServer:
                 os.unlink(link)
             os.symlink(self.port, link)
             self.link = link
-        self.url = f"serial://{self.link or self.port}?baud=3000000"
+        self.url = f"serial://{self.link or self.port}"
         self._stop = threading.Event()
         self._error = None
         self._thread = threading.Thread(target=self._run, name="maxaccel-pty-pump", daemon=True)
         self._thread.start()
 
+    def _hangup(self):
+        self.hangups += 1
+        reset = getattr(self.board, "reset", None)
+        if reset is not None:
+            reset()
+
     def _run(self):
         try:
-            pump(self.board, self._master, self._master, self._stop)
+            pump(self.board, self._master, self._master, self._stop, on_hangup=self._hangup)
         except BaseException as error:   # reported by wait() / close(), not lost in a thread
             self._error = error
 
@@ -107,8 +153,7 @@ class PtyServer:
         return not self._thread.is_alive()
 
     def _close_fds(self):
-        for fd in (self._master, self._slave):
-            os.close(fd)
+        os.close(self._master)
 
     def close(self):
         """Stop the pump, close the pseudo-terminal and the board, remove the link."""

@@ -21,12 +21,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+
+from maxaccel.host.progress import log as message, timed
 
 __all__ = ["VerilatorUnavailable", "compile_model", "require_verilator", "cache_dir",
            "HARNESS_DIR"]
 
 #: The C++ harnesses shipped with the package.
 HARNESS_DIR = pathlib.Path(__file__).parent
+
+#: Seconds a first Verilator build is expected to take (the core on two busy cores) until one
+#: has been timed on this machine.
+FIRST_BUILD_S = 40.0
 
 #: Verilator and C++ flags; part of the cache key.
 VERILATOR_FLAGS = ("--cc", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast",
@@ -130,12 +137,23 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
     (work / f"{top}.v").write_text(verilog_text)
     (work / harness_name).write_text(harness_text)
     log = work / "build.log"
-    with open(log, "w") as output:
+    # The last build's duration (any design of this name) is the progress bar's estimate.
+    timing = final.parent / f"{final.name.rsplit('-', 1)[0]}.build-seconds"
+    try:
+        expected_s = float(timing.read_text())
+    except (OSError, ValueError):
+        expected_s = FIRST_BUILD_S
+    message.info(f"compiling {top} with Verilator (once per design, about {expected_s:.0f} s; "
+                 f"cached in {final.parent})")
+    started = time.monotonic()
+    with open(log, "w") as output, timed(f"Verilator: {top}", expected_s):
         result = subprocess.run(
             [command, *flags, "-MAKEFLAGS", MAKE_FLAGS, "--top-module", top,
              "--exe", harness_name, f"{top}.v", "-o", f"lib{top}.so",
              "-j", str(min(4, os.cpu_count() or 1))],
             cwd=work, stdout=output, stderr=subprocess.STDOUT)
+    if result.returncode == 0:
+        timing.write_text(f"{time.monotonic() - started:.1f}\n")
     built = work / "obj_dir" / f"lib{top}.so"
     if result.returncode != 0 or not built.exists():
         raise VerilatorUnavailable(f"Verilator could not build {top} (exit status "
