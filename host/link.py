@@ -9,9 +9,12 @@ requests (a late answer to a retried request) are recognised by their sequence n
 discarded. Every command of the protocol is idempotent, so resending is always safe.
 """
 
+import logging
 import time
 
 from maxaccel.host.protocol import Command, FrameParser, Status, encode_frame
+
+_log = logging.getLogger("maxaccel")
 
 __all__ = ["LinkError", "DeviceError", "Link"]
 
@@ -180,6 +183,8 @@ class Link:
                 frame = self._exchange(command, seq, payload)
             except _Broken as error:
                 failure = str(error)
+                _log.debug("%s, attempt %d of %d: %s", _command_name(command), attempt + 1,
+                           self.attempts, failure)
                 continue
             if frame.status == Status.OK:
                 return frame.payload
@@ -187,6 +192,8 @@ class Link:
                 raise DeviceError(command, frame.status)
             failure = (f"the device answered {_status_name(frame.status)} "
                        f"({_STATUS_MEANING[frame.status]})")
+            _log.debug("%s, attempt %d of %d: %s", _command_name(command), attempt + 1,
+                       self.attempts, failure)
         heard = self.bytes_read - heard
         hint = ""
         if heard and frame is None:
@@ -214,6 +221,10 @@ class Link:
             if data:
                 self._count(read=len(data))
                 replies += self._parser.feed(data)
+        # Bytes that are no frame (garbage, a wrong baud rate) do not keep a request waiting:
+        # the timeout runs from the last frame seen or in progress.
+        framed_at = time.monotonic()
+        skipped = self._parser.skipped_bytes
         while True:
             match = None
             for reply in replies:
@@ -225,6 +236,13 @@ class Link:
                 if not match.intact:
                     raise _Broken("the reply failed its frame check")
                 return match
+            now = time.monotonic()
+            if replies or self._parser.partial() is not None:
+                framed_at = now
+            elif now - framed_at > self.timeout_s:
+                raise _Broken(f"no reply within {self.timeout_s:g} s (only "
+                              f"{self._parser.skipped_bytes - skipped} bytes that were no "
+                              f"frame)")
             want = min(self._parser.wanted(), 1 << 16)
             data = self.transport.read(want, self.timeout_s)
             if not data:

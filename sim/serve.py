@@ -7,31 +7,119 @@ The board is any device transport (:func:`maxaccel.host.transport.open_transport
 default. A pseudo-terminal has no bit rate: the client's ``baud`` is accepted and ignored, and
 the bytes move as fast as the simulated board makes them.
 
-A client that goes away (closes the port, exits, is killed) mid-request leaves a partial frame
-and perhaps a long reply in progress: a simulated board would spend minutes finishing it. The
-server sees the terminal hang up (no process has the slave open) and power-cycles the board
-(its ``reset()``), so the next client finds it idle. Client bytes are taken only as fast as the
-board consumes them, so nothing of a vanished client is left queued.
+A client that goes away (closes the port, exits, is killed) or gives up mid-request leaves a
+partial frame and perhaps a long reply in progress: a simulated board would spend minutes
+finishing it, and every later client would wait. The server therefore power-cycles the board
+(its ``reset()``) and drops what it had queued for it when
+
+* the terminal hangs up (no process has the slave open any more), or
+* a client discards its unsent output (``tcflush(TCOFLUSH)``, pyserial's
+  ``reset_output_buffer()``): the host's serial transport does this when it opens the port and
+  when it abandons an interrupted request, so a client that comes right after another was
+  killed (before the hang-up could be seen) still finds a fresh board. The kernel reports the
+  flush to the server through the master's packet mode (``TIOCPKT_FLUSHWRITE``) and discards
+  the vanished client's unread bytes itself.
+
+Client bytes are taken only as fast as the board consumes them (:data:`CLIENT_CHUNK` at a
+time), so little of a vanished client is ever queued in the board.
 """
 
 import errno
+import fcntl
 import os
 import select
+import struct
+import termios
 import threading
 import tty
+
+from maxaccel.host.protocol import MAGIC
 
 __all__ = ["pump", "PtyServer"]
 
 #: Seconds of board time (simulated time, for a virtual board) to run between polls of the
-#: client side: short, so a reply starts to flow while the board is still working.
-BOARD_SLICE_S = 0.002
+#: client side: short, so a reply starts to flow while the board is still working and a new
+#: client is noticed within a fraction of a second (500 cycles at the virtual boards' 1 MHz:
+#: about 0.2 s on ``sim``).
+BOARD_SLICE_S = 0.0005
 
 #: Bytes taken from the client at a time: a simulated board consumes them before the next
-#: poll (about half a second on ``sim``), which bounds how late a hang-up is seen.
-CLIENT_CHUNK = 1024
+#: poll (about a tenth of a second on ``sim``), which bounds how late a hang-up is seen.
+CLIENT_CHUNK = 256
 
 
-def pump(board, read_fd, write_fd, stop, *, poll_s=0.005, on_hangup=None):
+def _packet_mode(fd):
+    """Put a pseudo-terminal master in packet mode: each read then starts with a status byte
+    (0 before data; flags such as ``TIOCPKT_FLUSHWRITE`` alone)."""
+    fcntl.ioctl(fd, termios.TIOCPKT, struct.pack("i", 1))
+
+
+class _Client:
+    """The client side of a pump: what it sent and not yet given to the board, and whether a
+    client is there."""
+
+    def __init__(self, read_fd, packet, on_hangup):
+        self.read_fd = read_fd
+        self.packet = packet
+        self.on_hangup = on_hangup
+        self.present = False
+        self.incoming = b""
+        # A board just reset hunts for a frame's magic and drops what comes before it; so does
+        # the server, without making the simulator chew through it (what the kernel still
+        # holds of a vanished client, which a flush does not always discard).
+        self.hunting = False
+
+    def poll(self, wait_s):
+        """Take what the client sent within ``wait_s``; returns False if the session ended
+        (a hang-up, or a flush of the client's output): the board's output so far is then for
+        nobody."""
+        readable, _, _ = select.select([self.read_fd], [], [], wait_s)
+        if not readable:
+            self.present = True
+            return True
+        try:
+            data = os.read(self.read_fd, CLIENT_CHUNK + self.packet)
+        except BlockingIOError:
+            return True
+        except OSError as error:
+            if error.errno != errno.EIO:
+                raise
+            # No process holds the slave open: the client has gone.
+            ended, self.present = self.present, False
+            if ended:
+                self._end()
+            return False
+        if self.packet and data:
+            status, data = data[0], data[1:]
+            if status & termios.TIOCPKT_FLUSHWRITE:
+                self.present = True
+                self._end()
+                return False
+            if status & termios.TIOCPKT_FLUSHREAD:
+                # The client discarded its input: what the board sent so far is stale.
+                return False
+        if data:
+            self.present = True
+            self.incoming += data
+            if self.hunting:
+                start = self.incoming.find(MAGIC)
+                if start < 0:
+                    keep = len(MAGIC) - 1     # the start of a magic split across reads
+                    self.incoming = self.incoming[-keep:] if MAGIC.startswith(
+                        self.incoming[-keep:]) else b""
+                else:
+                    self.incoming = self.incoming[start:]
+                    self.hunting = False
+        return True
+
+    def _end(self):
+        self.incoming = b""
+        self.hunting = True
+        if self.on_hangup is not None:
+            self.on_hangup()
+
+
+def pump(board, read_fd, write_fd, stop, *, poll_s=0.005, on_hangup=None, packet=False):
     """Move bytes between file descriptors and a board until ``stop`` (a threading.Event) is set.
 
     Bytes read from ``read_fd`` are written to the board; bytes the board sends are written to
@@ -43,33 +131,25 @@ def pump(board, read_fd, write_fd, stop, *, poll_s=0.005, on_hangup=None):
     When ``read_fd`` is a pseudo-terminal master whose slave no process holds open any more
     (reading it fails with ``EIO``), the client has gone: what the board still sends is
     discarded, ``on_hangup()`` is called once (the server resets the board there), and the
-    pump waits for the next client.
+    pump waits for the next client. With ``packet=True`` (``read_fd`` a master in packet mode)
+    a client's flush of its output is handled the same way, and after a flush of its input
+    the board's output so far is dropped; the client side is looked at again just before any
+    output goes out, so nothing older than a flush reaches the client.
     """
-    pending = b""
-    client = False
+    client = _Client(read_fd, packet, on_hangup)
+    busy = False    # the board sent something last time: do not wait for the client
     while not stop.is_set():
-        readable, _, _ = select.select([read_fd], [], [], poll_s)
-        if not readable:
-            client = True
-        else:
-            try:
-                data = os.read(read_fd, CLIENT_CHUNK)
-            except BlockingIOError:
-                data = b""
-            except OSError as error:
-                if error.errno != errno.EIO:
-                    raise
-                if client:
-                    client = False
-                    pending = b""
-                    if on_hangup is not None:
-                        on_hangup()
-                stop.wait(poll_s)
+        if client.hunting or not client.incoming:
+            if not client.poll(0 if busy else poll_s) and not client.present:
+                stop.wait(poll_s)   # nobody there
                 continue
-            if data:
-                client = True
-                board.write(data)
-        pending += board.read(1 << 16, BOARD_SLICE_S)
+        if client.incoming and not client.hunting:
+            chunk, client.incoming = client.incoming[:CLIENT_CHUNK], client.incoming[CLIENT_CHUNK:]
+            board.write(chunk)
+        pending = board.read(1 << 16, BOARD_SLICE_S)
+        busy = bool(pending)
+        if pending and packet and not client.poll(0):
+            continue    # output of a session that has ended, or older than the client's flush
         while pending and not stop.is_set():
             try:
                 pending = pending[os.write(write_fd, pending):]
@@ -100,7 +180,7 @@ class PtyServer:
     url : str
         The device URL for :func:`maxaccel.host.device.open_device`.
     hangups : int
-        Clients that went away (each one reset the board).
+        Clients that went away or abandoned their output (each reset the board).
 
     Use as a context manager, or call :meth:`close`.
     """
@@ -116,6 +196,7 @@ class PtyServer:
             # Not kept open: the master then sees a client hang up (EIO).
             os.close(slave)
         os.set_blocking(self._master, False)
+        _packet_mode(self._master)
         self.link = None
         if link is not None:
             link = os.fspath(link)
@@ -140,7 +221,8 @@ class PtyServer:
 
     def _run(self):
         try:
-            pump(self.board, self._master, self._master, self._stop, on_hangup=self._hangup)
+            pump(self.board, self._master, self._master, self._stop, on_hangup=self._hangup,
+                 packet=True)
         except BaseException as error:   # reported by wait() / close(), not lost in a thread
             self._error = error
 
