@@ -31,6 +31,7 @@ import select
 import struct
 import termios
 import threading
+import time
 import tty
 
 from maxaccel.host.protocol import MAGIC
@@ -141,7 +142,7 @@ def pump(board, read_fd, write_fd, stop, *, poll_s=0.005, on_hangup=None, packet
     while not stop.is_set():
         if client.hunting or not client.incoming:
             if not client.poll(0 if busy else poll_s) and not client.present:
-                stop.wait(poll_s)   # nobody there
+                time.sleep(poll_s)   # nobody there
                 continue
         if client.incoming and not client.hunting:
             chunk, client.incoming = client.incoming[:CLIENT_CHUNK], client.incoming[CLIENT_CHUNK:]
@@ -242,7 +243,9 @@ class PtyServer:
         if self._stop.is_set():
             return
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=10)
+        if self._thread.is_alive():     # never seen; a daemon thread, so the process can end
+            raise RuntimeError("the pseudo-terminal pump did not stop within 10 s")
         self._close_fds()
         if self.link is not None and os.path.islink(self.link):
             os.unlink(self.link)

@@ -287,3 +287,29 @@ def test_xdma_transport_through_a_pair_of_fifos(tmp_path, board_name):
         thread.join()
         for fd in fds.values():
             os.close(fd)
+
+
+def test_serial_baud_defaults_to_our_boards_or_comes_from_the_board_name():
+    """One definition: the default is boards.targets.DEFAULT_BAUD, which the UART boards use;
+    ?board=NAME takes that board's rate."""
+    from maxaccel.boards.targets import DEFAULT_BAUD, TARGETS
+    from maxaccel.host.transport import open_transport
+    assert DEFAULT_BAUD in {t.baud for t in TARGETS.values()}
+    master, slave = os.openpty()
+    port = os.ttyname(slave)
+    try:
+        for query, baud, origin in [("", DEFAULT_BAUD, "the default"),
+                                    ("?board=arty_a7_35", TARGETS["arty_a7_35"].baud,
+                                     "board arty_a7_35"),
+                                    ("?board=icebreaker", TARGETS["icebreaker"].baud,
+                                     "board icebreaker"),
+                                    ("?baud=115200", 115200, "given")]:
+            transport = open_transport(f"serial://{port}{query}")
+            try:
+                assert (transport.baud, transport.baud_from) == (baud, origin)
+                assert f"tried {port} at {baud} baud ({origin})" in transport.describe()
+            finally:
+                transport.close()
+    finally:
+        os.close(master)
+        os.close(slave)
