@@ -129,7 +129,7 @@ def _check_input_files(pairs):
             raise _Failure(f"cannot load input {name!r} from {path!r}: no such file")
 
 
-def _open(url, args):
+def _open(url):
     """open_device with a progress bar named after the device; logs a slow opening (the first
     use of 'verilator' builds the model)."""
     from maxaccel.host.device import open_device
@@ -171,7 +171,7 @@ def _run(args, out):
                 " (symbolic sizes set to 1)"
             print(f"  {spec.name}: {_describe(feeds[spec.name])}{symbolic}", file=out)
 
-    with _open(args.device, args) as device:
+    with _open(args.device) as device:
         session.device = device
         started = time.monotonic()
         outputs = session.run(None, feeds)
@@ -238,7 +238,7 @@ def _bench(args, out):
         elements = args.elements or bench.default_elements(url)
         sizes.update(elements)
         try:
-            with _open(url, args) as device:
+            with _open(url) as device:
                 print(f"{device!r}", file=out, flush=True)
                 measurements += bench.measure_device(
                     device, elements, dtype=args.dtype,
