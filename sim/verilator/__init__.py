@@ -138,10 +138,11 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
     (work / harness_name).write_text(harness_text)
     log = work / "build.log"
     # The last build's duration (any design of this name) is the progress bar's estimate.
-    timing = final.parent / f"{final.name.rsplit('-', 1)[0]}.build-seconds"
+    timings = sorted(final.parent.glob(f"{final.name.rsplit('-', 1)[0]}-*/build-seconds"),
+                     key=lambda path: path.stat().st_mtime)
     try:
-        expected_s = float(timing.read_text())
-    except (OSError, ValueError):
+        expected_s = float(timings[-1].read_text())
+    except (IndexError, OSError, ValueError):
         expected_s = FIRST_BUILD_S
     message.info(f"compiling {top} with Verilator (once per design, about {expected_s:.0f} s; "
                  f"cached in {final.parent})")
@@ -152,8 +153,7 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
              "--exe", harness_name, f"{top}.v", "-o", f"lib{top}.so",
              "-j", str(min(4, os.cpu_count() or 1))],
             cwd=work, stdout=output, stderr=subprocess.STDOUT)
-    if result.returncode == 0:
-        timing.write_text(f"{time.monotonic() - started:.1f}\n")
+    seconds = time.monotonic() - started
     built = work / "obj_dir" / f"lib{top}.so"
     if result.returncode != 0 or not built.exists():
         raise VerilatorUnavailable(f"Verilator could not build {top} (exit status "
@@ -162,6 +162,7 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
     ready.mkdir()
     shutil.move(str(built), ready / built.name)
     shutil.move(str(log), ready / "build.log")
+    (ready / "build-seconds").write_text(f"{seconds:.1f}\n")
     (ready / f"{top}.v").write_text(verilog_text)
     try:
         os.rename(ready, final)     # atomic; another process may have won the race
