@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 
 from amaranth.hdl import ClockDomain, Elaboratable, Instance, Module, Signal
@@ -26,7 +25,9 @@ from amaranth.lib import io
 from amaranth.lib.cdc import ResetSynchronizer
 
 from maxaccel.boards.fmax import _utilisation, tool
-from maxaccel.boards.targets import report_markdown, target as find_target
+from maxaccel.boards.targets import check_lanes, load_reports, report_markdown
+from maxaccel.boards.targets import target as find_target
+from maxaccel.contract.progress import timed
 
 __all__ = ["BuildError", "build", "toolchain_environment", "ecp5_pll", "BoardTop"]
 
@@ -143,10 +144,17 @@ def _fmax(log):
     return float(found[-1]) if found else None
 
 
-def _progress_while(process_name, progress, done):
-    started = time.monotonic()
-    while not done.wait(10):
-        progress(f"  {process_name}: {time.monotonic() - started:.0f} s")
+#: Seconds a board build is expected to take when no report of it ships with the package.
+_UNKNOWN_BUILD_S = 300.0
+
+
+def expected_build_seconds(board):
+    """How long ``board``'s build took when its shipped report was made (the progress bar's
+    estimate); :data:`_UNKNOWN_BUILD_S` without one."""
+    for report in load_reports():
+        if report.get("board") == board and report.get("build_seconds"):
+            return float(report["build_seconds"])
+    return _UNKNOWN_BUILD_S
 
 
 def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
@@ -163,8 +171,7 @@ def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
     target = find_target(board)
     lanes = target.lanes if lanes is None else lanes
     clock_mhz = target.clock_mhz if clock_mhz is None else clock_mhz
-    if lanes < 1 or lanes & (lanes - 1):
-        raise ValueError(f"--lanes must be a power of two (1, 2, 4, ...), not {lanes}")
+    check_lanes(lanes)
     out = pathlib.Path(out_dir or pathlib.Path("build") / board)
     if target.family == "xilinx":
         try:
@@ -194,19 +201,17 @@ def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
              f"UART {target.baud} baud -> {out}")
     saved = {k: os.environ.get(k) for k in environment}
     os.environ.update(environment)
-    done = threading.Event()
-    ticker = threading.Thread(target=_progress_while,
-                              args=("yosys, nextpnr, packer running", progress, done),
-                              daemon=True)
-    ticker.start()
+    expected_s = expected_build_seconds(board)
+    progress(f"yosys, nextpnr and the packer running (the last build took about "
+             f"{expected_s:.0f} s)")
     started = time.monotonic()
     try:
-        platform.build(BoardTop(top, pll), name="maxaccel", build_dir=str(out),
-                       nextpnr_opts="--timing-allow-fail", debug_verilog=False)
+        with timed(f"building {board}", expected_s):
+            platform.build(BoardTop(top, pll), name="maxaccel", build_dir=str(out),
+                           nextpnr_opts="--timing-allow-fail", debug_verilog=False)
     except subprocess.CalledProcessError as failure:
         raise BuildError(_why_failed(target, out, failure.returncode, lanes)) from None
     finally:
-        done.set()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

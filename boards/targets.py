@@ -8,7 +8,12 @@ amaranth-boards platform when a build needs it.
 from dataclasses import dataclass, field
 import importlib
 
-__all__ = ["Target", "TARGETS", "target", "report_markdown", "load_reports"]
+__all__ = ["Target", "TARGETS", "DEFAULT_BAUD", "target", "check_lanes", "report_markdown", "load_reports",
+           "reports_dir"]
+
+#: The UART bit rate of the boards we build unless a target says otherwise; also the host's
+#: default for ``serial://PORT`` without ``?baud=`` or ``?board=``.
+DEFAULT_BAUD = 3_000_000
 
 
 @dataclass(frozen=True)
@@ -81,16 +86,16 @@ _ICE40_CORE = dict(replay_depth=64, max_dims=1, max_operands=1, pool_channels=1,
 TARGETS = {t.name: t for t in [
     Target(name="icebreaker", title="1BitSquared iCEBreaker", family="ice40",
            device="iCE40UP5K-SG48", platform_class="amaranth_boards.icebreaker:ICEBreakerPlatform",
-           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=1, clock_mhz=12.0,
+           link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=1, clock_mhz=12.0,
            core=_ICE40_CORE),
     Target(name="ice40_hx8k_breakout", title="Lattice iCE40-HX8K Breakout Board", family="ice40",
            device="iCE40HX8K-CT256",
            platform_class="amaranth_boards.ice40_hx8k_b_evn:ICE40HX8KBEVNPlatform",
-           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=1, clock_mhz=12.0,
+           link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=1, clock_mhz=12.0,
            core=_ICE40_CORE),
     Target(name="ulx3s", title="Radiona ULX3S (ECP5 25F)", family="ecp5",
            device="LFE5U-25F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_25F_Platform",
-           link="uart", baud=3_000_000, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,
+           link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,
            core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64)),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
@@ -102,6 +107,12 @@ TARGETS = {t.name: t for t in [
            link="xdma", link_bytes_per_s=1.6e9, lanes=2, clock_mhz=125.0,
            core=dict(replay_depth=1024, max_dims=4, max_operands=4, pool_channels=256)),
 ]}
+
+
+def check_lanes(lanes):
+    """ValueError unless ``lanes`` is a power of two (1, 2, 4, ...)."""
+    if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"--lanes must be a power of two (1, 2, 4, ...), not {lanes}")
 
 
 def target(name):
@@ -128,11 +139,23 @@ def report_markdown(reports):
     return "\n".join(lines)
 
 
-def load_reports(directory):
+def reports_dir():
+    """Where the board reports of ``docs/boards`` are, wherever the package is installed: in
+    a wheel they are package data (``maxaccel/boards/reports``); in a source tree or an
+    editable install, ``docs/boards`` beside this folder."""
+    import pathlib
+    here = pathlib.Path(__file__).resolve().parent
+    packaged = here / "reports"
+    return packaged if packaged.is_dir() else here.parent / "docs" / "boards"
+
+
+def load_reports(directory=None):
     """The build reports (``report.json`` of ``maxaccel build``, saved as ``BOARD.json``) in
-    ``directory``, in :data:`TARGETS` order; an empty list if there is none."""
+    ``directory`` (default :func:`reports_dir`), in :data:`TARGETS` order; an empty list if
+    there is none."""
     import json
     import pathlib
+    directory = reports_dir() if directory is None else directory
     reports = []
     for name in TARGETS:
         path = pathlib.Path(directory) / f"{name}.json"

@@ -7,7 +7,9 @@
 * :mod:`~maxaccel.contract.checks` -- the argument checks the golden model and the device API
   share;
 * :mod:`~maxaccel.contract.pooling` -- windowed MaxPool's attributes resolved into explicit
-  windows, and the Indices numbering, shared by the golden model and the planners.
+  windows, and the Indices numbering, shared by the golden model and the planners;
+* :mod:`~maxaccel.contract.progress` -- progress bars and the package's logger, for the long
+  work of every package (a transfer, the first Verilator build, a board build).
 
 Every other package imports this one and it imports none of them, which keeps the import graph
 free of cycles (``docs/architecture.md``).

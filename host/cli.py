@@ -1,65 +1,54 @@
-"""The ``maxaccel`` command.
+"""The ``maxaccel`` command (also ``python -m maxaccel``).
 
-``maxaccel run MODEL.onnx [--device URL] [--input NAME=FILE.npy ...] [--output OUT.npz]
-[--seed N]`` runs an ONNX model with its Max, ReduceMax and GlobalMaxPool nodes on a board (the
-virtual board by default), prints each output's shape and dtype, where each node ran, and
-whether the outputs are bit for bit those of the golden model. Inputs not given are generated
-(random values mixed with edge cases: NaNs, signed zeros, infinities, extremes) from a printed
-seed.
-
-``maxaccel bench`` measures throughput and link efficiency on a device. ``maxaccel serve
-[--device URL] [--link PATH]`` exposes the virtual board on a pseudo-terminal, for pyserial or
-any terminal program.
+Commands: ``run``, ``bench``, ``serve``, ``boards``, ``build``, ``program``; each checks every
+argument before it starts any work. ``-v`` and ``-q`` set the level of the ``maxaccel`` logger
+(:mod:`logging`); progress bars (:mod:`maxaccel.contract.progress`) appear on stderr when it is a
+terminal, unless ``-q``. Ctrl-C stops a command with one line and exit status 130. The help
+texts below are plain text, as ``--help`` prints them.
 """
 
 import argparse
+import importlib.metadata
+import logging
+import os
+import pathlib
 import sys
 import time
 
 import numpy as np
 
-__all__ = ["main", "ProgressBar"]
+from maxaccel.contract import progress as _progress
 
+__all__ = ["main"]
 
-def _amount(count, total):
-    return f"{count / 1e6:.2f} MB" if total >= 1e6 else f"{count / 1e3:.1f} kB"
+log = _progress.log
 
+RUN_DESCRIPTION = """\
+Run an ONNX model with its Max, ReduceMax and GlobalMaxPool nodes on a board (the virtual board
+by default). Prints each output's shape and dtype, where each node ran, and whether the outputs
+are bit for bit those of the golden model. Inputs not given are generated (random values mixed
+with edge cases: NaNs, signed zeros, infinities, extremes) from a printed seed."""
 
-class ProgressBar:
-    """``progress(done, total)`` callback drawing a bar on a stream (stderr), once a transfer
-    has taken longer than ``delay_s``; redrawn at most every ``interval_s``."""
+BENCH_DESCRIPTION = """\
+Measure throughput, host overhead and link efficiency per device and tensor size, with numpy and
+onnxruntime on this CPU for comparison; optionally a plot and the figures as JSON, and the table
+of the board build reports shipped with the package."""
 
-    def __init__(self, stream=None, delay_s=1.0, width=30, clock=time.monotonic,
-                 interval_s=0.1):
-        self.stream = sys.stderr if stream is None else stream
-        self.delay_s = delay_s
-        self.width = width
-        self.clock = clock
-        self.interval_s = interval_s
-        self._start = None
-        self._drawn_at = None
+SERVE_DESCRIPTION = """\
+Serve a virtual board on a pseudo-terminal until interrupted (Ctrl-C or SIGTERM). Any serial
+client connects to it as to a board's serial port: the host driver with
+open_device("serial:///dev/pts/N"), pyserial, or a terminal program. A client that goes away
+mid-request leaves a freshly reset board for the next one."""
 
-    def __call__(self, done, total):
-        now = self.clock()
-        if self._start is None:
-            self._start = now
-        elapsed = now - self._start
-        finished = done >= total
-        due = self._drawn_at is None or now - self._drawn_at >= self.interval_s or finished
-        if total and elapsed >= self.delay_s and due:
-            filled = self.width * done // total
-            rate = done / elapsed if elapsed > 0 else 0.0
-            self.stream.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] "
-                              f"{100 * done // total:3d}% {_amount(done, total)} of "
-                              f"{_amount(total, total)}, {_amount(rate, rate)}/s")
-            self.stream.flush()
-            self._drawn_at = now
-        if finished:
-            if self._drawn_at is not None:
-                self.stream.write("\n")
-                self.stream.flush()
-            self._start = self._drawn_at = None
+BOARDS_DESCRIPTION = "The boards 'maxaccel build' knows, with device, link, default lanes and clock."
 
+BUILD_DESCRIPTION = """\
+Build a board's bitstream with the YoWASP toolchain (Lattice) or its Vivado build plan (Xilinx),
+and print and write its report (logic, flip-flops, block RAMs, Fmax)."""
+
+PROGRAM_DESCRIPTION = """\
+Load the bitstream 'maxaccel build' made onto the board, with the programmer its amaranth-boards
+platform names (iceprog, openFPGALoader)."""
 
 class _Failure(Exception):
     """A user mistake or an unusable device: printed as one line, exit status 2."""
@@ -109,10 +98,60 @@ def _describe(array):
     return f"{array.dtype} [{', '.join(map(str, array.shape))}]"
 
 
-def _run(args, out):
+def _check_url(url, option="--device"):
+    from maxaccel.host.transport import check_url
+    try:
+        check_url(url)
+    except (TypeError, ValueError) as error:
+        raise _Failure(f"{option} {url}: {error}") from None
+
+
+def _check_output(path, option):
+    """A file the command will write: its folder exists and may be written, it is no folder."""
+    if path is None:
+        return
+    target = pathlib.Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise _Failure(f"{option} {path}: is a directory")
+    if not folder.is_dir():
+        raise _Failure(f"{option} {path}: directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise _Failure(f"{option} {path}: directory {str(folder)!r} is not writable")
+
+
+def _check_input_files(pairs):
+    for pair in pairs or []:
+        name, sep, path = pair.partition("=")
+        if not sep or not name or not path:
+            raise _Failure(f"--input takes NAME=FILE.npy, got {pair!r}")
+        if not os.path.isfile(path):
+            raise _Failure(f"cannot load input {name!r} from {path!r}: no such file")
+
+
+def _open(url):
+    """open_device with a progress bar named after the device; logs a slow opening (the first
+    use of 'verilator' builds the model)."""
     from maxaccel.host.device import open_device
+    started = time.monotonic()
+    device = open_device(url, progress=_progress.TransferProgress(url))
+    elapsed = time.monotonic() - started
+    if elapsed > 1:
+        log.info(f"opened {url} in {elapsed:.1f} s")
+    return device
+
+
+def _run(args, out):
     from maxaccel.host.offload import OffloadSession
     from maxaccel.sim import reference
+
+    _check_url(args.device)
+    if not os.path.isfile(args.model):
+        raise _Failure(f"no ONNX model at {args.model!r}")
+    _check_input_files(args.input)
+    _check_output(args.output, "--output")
+    if args.seed is not None and not 0 <= args.seed < 2**128:
+        raise _Failure(f"--seed {args.seed}: must be a non-negative integer")
 
     session = OffloadSession(args.model)
     feeds = _load_inputs(args.input, session)
@@ -132,7 +171,7 @@ def _run(args, out):
                 " (symbolic sizes set to 1)"
             print(f"  {spec.name}: {_describe(feeds[spec.name])}{symbolic}", file=out)
 
-    with open_device(args.device, progress=ProgressBar()) as device:
+    with _open(args.device) as device:
         session.device = device
         started = time.monotonic()
         outputs = session.run(None, feeds)
@@ -173,23 +212,41 @@ def _run(args, out):
 
 
 def _bench(args, out):
-    """Throughput, host overhead and link efficiency per device and tensor size, the CPU for
-    comparison; optionally a plot and the figures as JSON."""
     import json
 
     from maxaccel.host import bench
-    from maxaccel.host.device import open_device
+    from maxaccel.contract.dtypes import format_of
     from maxaccel.host.transport import TransportError
+
+    urls = args.device or ["sim"]
+    for url in urls:
+        _check_url(url)
+    if any(n < 1 for n in args.elements or []):
+        raise _Failure(f"--elements {' '.join(map(str, args.elements))}: sizes must be at "
+                       f"least 1")
+    try:
+        format_of(args.dtype)
+    except TypeError as error:
+        raise _Failure(f"--dtype {args.dtype}: {error}") from None
+    _check_output(args.json, "--json")
+    _check_output(args.plot, "--plot")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (checked before any measurement)
+        except ImportError:
+            raise _Failure("--plot needs matplotlib: pip install 'maxaccel[bench]'") from None
+    if args.reports is not None and not os.path.isdir(args.reports):
+        raise _Failure(f"--reports {args.reports}: no such directory")
 
     print(f"machine: {bench.machine_description()}", file=out)
     measurements, failures, sizes, models = [], [], set(), []
-    for url in args.device or ["sim"]:
+    for url in urls:
         elements = args.elements or bench.default_elements(url)
         sizes.update(elements)
         try:
-            with open_device(url, progress=ProgressBar()) as device:
+            with _open(url) as device:
                 print(f"{device!r}", file=out, flush=True)
-                if args.elements != [0]:
+                if args.elements or not args.model:
                     measurements += bench.measure_device(
                         device, elements, dtype=args.dtype,
                         progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} "
@@ -212,11 +269,14 @@ def _bench(args, out):
         print("whole models: OffloadSession (time outside the device calls) against "
               "onnxruntime on one thread:", file=out)
         print(bench.format_model_table(models), file=out)
-    from maxaccel.boards.targets import load_reports, report_markdown
-    reports = load_reports(args.reports)
+    from maxaccel.boards.targets import load_reports, report_markdown, reports_dir
+    directory = reports_dir() if args.reports is None else args.reports
+    reports = load_reports(directory)
     if reports:
-        print(f"boards (build reports in {args.reports}):", file=out)
+        print(f"boards (build reports in {directory}):", file=out)
         print(report_markdown(reports), file=out)
+    else:
+        print(f"boards: no build reports in {directory}", file=out)
     if args.json:
         with open(args.json, "w") as file:
             json.dump({"machine": bench.machine_description(),
@@ -231,45 +291,47 @@ def _bench(args, out):
 
 
 def _serve(args, out):
-    """Serve a virtual board on a pseudo-terminal until interrupted (Ctrl-C or SIGTERM).
-
-    Any serial client connects to it as to a board's serial port: the host driver with
-    open_device("serial:///dev/pts/N?baud=3000000") (the baud rate is ignored), pyserial, or a
-    terminal program.
-    """
     import signal
 
     from maxaccel.host.transport import open_transport
     from maxaccel.sim.serve import PtyServer
+
+    _check_url(args.device)
+    if args.link is not None:
+        folder = pathlib.Path(args.link).parent
+        if not folder.is_dir():
+            raise _Failure(f"--link {args.link}: directory {str(folder)!r} does not exist")
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt
     # Both explicitly: a shell starts a background job with SIGINT ignored.
     previous = {number: signal.signal(number, interrupted)
                 for number in (signal.SIGINT, signal.SIGTERM)}
-    board = open_transport(args.device)
     try:
-        server = PtyServer(board, link=args.link)
-    except BaseException:
-        board.close()
-        raise
-    try:
-        print(f"serving {args.device} on {server.port}"
-              + (f" (link {server.link})" if server.link else ""), file=out)
-        print(f'connect with open_device("{server.url}"); Ctrl-C stops', file=out, flush=True)
-        server.wait()
-    except KeyboardInterrupt:
-        pass
+        board = open_transport(args.device)
+        try:
+            server = PtyServer(board, link=args.link)
+        except BaseException:
+            board.close()
+            raise
+        try:
+            print(f"serving {args.device} on {server.port}"
+                  + (f" (link {server.link})" if server.link else ""), file=out)
+            print(f'connect with open_device("{server.url}"); Ctrl-C stops', file=out,
+                  flush=True)
+            server.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.close()
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-        server.close()
     print("stopped", file=out, flush=True)
     return 0
 
 
 def _boards(args, out):
-    """The boards 'maxaccel build' knows, with device, link and default lanes and clock."""
     from maxaccel.boards.targets import TARGETS
     rows = [("board", "device", "link", "lanes", "clock", "description")]
     for t in TARGETS.values():
@@ -282,6 +344,18 @@ def _boards(args, out):
     return 0
 
 
+def _check_board(args):
+    from maxaccel.boards.targets import check_lanes, target
+    try:
+        target(args.board)
+        if getattr(args, "lanes", None) is not None:
+            check_lanes(args.lanes)
+    except ValueError as error:
+        raise _Failure(str(error)) from None
+    if getattr(args, "clock", None) is not None and not args.clock > 0:
+        raise _Failure(f"--clock {args.clock:g}: must be a positive frequency in MHz")
+
+
 def _toolchain():
     try:
         from maxaccel.boards import build
@@ -292,8 +366,7 @@ def _toolchain():
 
 
 def _build(args, out):
-    """Build a board's bitstream with the YoWASP toolchain (Lattice) or its Vivado build plan
-    (Xilinx), and print and write its report (logic, flip-flops, block RAMs, Fmax)."""
+    _check_board(args)
     build = _toolchain()
     try:
         build.build(args.board, lanes=args.lanes, clock_mhz=args.clock, out_dir=args.out,
@@ -304,8 +377,7 @@ def _build(args, out):
 
 
 def _program(args, out):
-    """Load the bitstream 'maxaccel build' made onto the board, with the programmer its
-    amaranth-boards platform names (iceprog, openFPGALoader)."""
+    _check_board(args)
     build = _toolchain()
     try:
         build.program(args.board, out_dir=args.out,
@@ -315,16 +387,49 @@ def _program(args, out):
     return 0
 
 
-def _parser():
+def _version():
+    try:
+        return importlib.metadata.version("maxaccel")
+    except importlib.metadata.PackageNotFoundError:   # run from a source tree, not installed
+        return "unknown (not installed)"
+
+
+def _loudness(parser, default):
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", action="count",
+                       default=0 if default else argparse.SUPPRESS,
+                       help="say more (-vv: every retry on the link)")
+    group.add_argument("-q", "--quiet", action="store_true",
+                       default=False if default else argparse.SUPPRESS,
+                       help="only errors and warnings; no progress bars")
+
+
+def _parser(prog="maxaccel"):
+    from maxaccel.boards.targets import DEFAULT_BAUD
     from maxaccel.host.transport import URL_FORMS
+    epilog = (f"Device URLs: sim (the virtual board, simulated), verilator (the same gateware "
+              f"compiled), serial://PORT (at {DEFAULT_BAUD} baud, the rate of the boards we "
+              f"build; ?board=NAME for a board's own rate, ?baud=N for any), "
+              f"xdma:///dev/xdma0. Compiled models are cached in $MAXACCEL_CACHE_DIR (default "
+              f"~/.cache/maxaccel).")
     parser = argparse.ArgumentParser(
-        prog="maxaccel",
+        prog=prog, epilog=epilog,
         description="Offload ONNX Max, ReduceMax and GlobalMaxPool to a maxaccel FPGA board.")
+    parser.add_argument("--version", action="version", version=f"maxaccel {_version()}")
+    _loudness(parser, default=True)
+    # -v / -q also after the command (maxaccel run -q ...).
+    common = argparse.ArgumentParser(add_help=False)
+    _loudness(common, default=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_parser = commands.add_parser
+
+    def add_command(*positional, **options):
+        return add_parser(*positional, parents=[common], **options)
+    commands.add_parser = add_command
     device_help = f"device URL (default: sim, the virtual board); one of: {', '.join(URL_FORMS)}"
 
     run = commands.add_parser("run", help="run an ONNX model, offloading the max family",
-                              description=__doc__.split("\n\n")[1])
+                              description=RUN_DESCRIPTION, epilog=epilog)
     run.add_argument("model", metavar="MODEL.onnx")
     run.add_argument("--device", default="sim", metavar="URL", help=device_help)
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
@@ -336,7 +441,8 @@ def _parser():
     run.set_defaults(handler=_run)
 
     bench = commands.add_parser("bench", help="measure throughput, host overhead and link "
-                                              "efficiency", description=_bench.__doc__)
+                                              "efficiency", description=BENCH_DESCRIPTION,
+                                epilog=epilog)
     bench.add_argument("--device", action="append", metavar="URL",
                        help="a device to measure (repeatable; default: sim)")
     bench.add_argument("--elements", type=int, nargs="+", metavar="N",
@@ -347,32 +453,33 @@ def _parser():
                        help="also time a whole model (repeatable): OffloadSession on each "
                             "device, outside its device calls, against onnxruntime on one "
                             "thread; 'conv' is a built-in model of two 3x3 Convs, a ReduceMax "
-                            "and a Gemm (--elements 0 times only the models)")
+                            "and a Gemm (with --model, operations are timed only if "
+                            "--elements is given)")
     bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
                        help="also time numpy and onnxruntime on this CPU (default: yes)")
     bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
     bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
-    bench.add_argument("--reports", default="docs/boards", metavar="DIR",
-                       help="also print the per-board table of the build reports (BOARD.json) "
-                            "in DIR (default docs/boards)")
+    bench.add_argument("--reports", metavar="DIR",
+                       help="print the per-board table of the build reports (BOARD.json) in "
+                            "DIR (default: the reports shipped with the package)")
     bench.set_defaults(handler=_bench)
 
     serve = commands.add_parser("serve", help="expose the virtual board on a pseudo-terminal",
-                                description=_serve.__doc__.split("\n\n")[0])
+                                description=SERVE_DESCRIPTION)
     serve.add_argument("--device", default="sim", metavar="URL",
                        help="the board to serve (default: sim, the virtual board; "
-                            "sim?lanes=4 and other options as for --device of run)")
+                            "verilator, sim?lanes=4 and other options as for --device of run)")
     serve.add_argument("--link", metavar="PATH",
                        help="also make a symbolic link PATH to the pseudo-terminal (a stable "
                             "name for scripts)")
     serve.set_defaults(handler=_serve)
 
     boards = commands.add_parser("boards", help="list the FPGA boards maxaccel builds for",
-                                 description=_boards.__doc__)
+                                 description=BOARDS_DESCRIPTION)
     boards.set_defaults(handler=_boards)
 
     build = commands.add_parser("build", help="build a bitstream (or a Vivado build plan) for "
-                                              "a board", description=_build.__doc__)
+                                              "a board", description=BUILD_DESCRIPTION)
     build.add_argument("board", metavar="BOARD", help="a board 'maxaccel boards' lists")
     build.add_argument("--lanes", type=int, metavar="N", help="64-bit datapath lanes")
     build.add_argument("--clock", type=float, metavar="MHZ", help="core clock (a PLL makes it)")
@@ -380,20 +487,51 @@ def _parser():
     build.set_defaults(handler=_build)
 
     program = commands.add_parser("program", help="load a built bitstream onto a board",
-                                  description=_program.__doc__)
+                                  description=PROGRAM_DESCRIPTION)
     program.add_argument("board", metavar="BOARD")
     program.add_argument("--out", metavar="DIR", help="build directory (default build/BOARD)")
     program.set_defaults(handler=_program)
     return parser
 
 
-def main(argv=None, out=None):
-    """Entry point of the ``maxaccel`` console script; returns the exit status."""
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (a test may replace it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(logging.Formatter("maxaccel: %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+_HANDLER = _StderrHandler()
+
+
+def _configure_logging(verbose, quiet):
+    if _HANDLER not in log.handlers:
+        log.addHandler(_HANDLER)
+    log.setLevel(logging.WARNING if quiet else logging.INFO if not verbose else logging.DEBUG)
+    _progress.set_enabled(not quiet)
+
+
+def main(argv=None, out=None, prog="maxaccel"):
+    """Entry point of the ``maxaccel`` console script; returns the exit status (2 for a user
+    mistake or an unusable device, 130 after Ctrl-C)."""
     out = sys.stdout if out is None else out
-    args = _parser().parse_args(argv)
+    args = _parser(prog).parse_args(argv)
+    _configure_logging(args.verbose, args.quiet)
     from maxaccel.host.link import DeviceError, LinkError
     try:
         return args.handler(args, out)
+    except KeyboardInterrupt:
+        print(f"maxaccel {args.command}: interrupted", file=sys.stderr)
+        return 130
     except (_Failure, ValueError, TypeError, OSError, LinkError, DeviceError,
             RuntimeError) as error:
         print(f"maxaccel {args.command}: error: {error}", file=sys.stderr)

@@ -45,6 +45,7 @@ from maxaccel.contract.pooling import check_max_pool
 from maxaccel.host.link import Link, LinkError
 from maxaccel.host.plan import plan_broadcast, plan_channels_last
 from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
+from maxaccel.contract.progress import TransferProgress, log
 from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
                                     Capacities, Command, Identity, MaxParameters)
 from maxaccel.host.transport import open_transport
@@ -146,9 +147,11 @@ class Device:
     max_frame_bytes : int
         Largest tensor payload of one command (default 1 MiB): big requests are split into
         several commands, which bounds a retry's cost and paces progress reports.
-    progress : callable, optional
+    progress : callable, "auto" or None
         ``progress(done_bytes, total_bytes)``, called as bytes move during an operation and
-        once with ``done == total`` at its end.
+        once with ``done == total`` at its end. ``"auto"`` (default): a bar with rate and ETA
+        on stderr for operations longer than a second, when stderr is a terminal
+        (:class:`maxaccel.contract.progress.TransferProgress`); None: nothing.
 
     Attributes
     ----------
@@ -159,8 +162,10 @@ class Device:
     """
 
     def __init__(self, transport, *, url=None, timeout_s=None, attempts=4,
-                 max_frame_bytes=1 << 20, progress=None):
+                 max_frame_bytes=1 << 20, progress="auto"):
         self.url = url or type(transport).__name__
+        if isinstance(progress, str) and progress == "auto":
+            progress = TransferProgress(self.url)
         self.link = Link(transport, timeout_s=timeout_s, attempts=attempts,
                          frame_timeout_s=0.05)
         self.max_frame_bytes = max(64, int(max_frame_bytes))
@@ -170,10 +175,17 @@ class Device:
         try:
             reply = self.link.request(Command.IDENTIFY)
         except LinkError as error:
-            raise LinkError(
-                Command.IDENTIFY, error.attempts, error.last_failure,
-                hint=f"no answer from the device at {self.url!r}: is it a maxaccel board, "
-                     f"programmed, powered, and (for serial) at the right baud rate?") from None
+            tried = getattr(transport, "describe", lambda: "")()
+            if error.heard:
+                hint = (f"the device at {self.url!r} sent {error.heard} bytes but no reply: "
+                        f"it is busy (still answering an earlier request, e.g. an interrupted "
+                        f"client's: try again), or the baud rate is wrong")
+            else:
+                hint = (f"no answer from the device at {self.url!r}: is it a maxaccel board, "
+                        f"programmed and powered?")
+            raise LinkError(Command.IDENTIFY, error.attempts, error.last_failure,
+                            hint=hint + (f"; {tried}" if tried else ""),
+                            heard=error.heard) from None
         self.identity = Identity.decode(reply)
         if self.identity.version != VERSION:
             raise RuntimeError(f"the device at {self.url!r} speaks protocol version "
@@ -478,12 +490,22 @@ class Device:
         """One public call: progress over ``total_bytes`` tensor bytes, a fresh buffer view."""
         self._loaded.clear()
         self._progress_done, self._progress_total = 0, total_bytes
+        warning = getattr(self.link.transport, "slow_warning", lambda n: None)(total_bytes)
+        if warning:
+            log.warning(warning)
         try:
             yield
             if self.progress is not None and total_bytes:
                 self.progress(total_bytes, total_bytes)
+        except KeyboardInterrupt:
+            # One short traceback for the caller instead of the simulator's or the port's.
+            raise KeyboardInterrupt(f"interrupted; the device at {self.url!r} drops the "
+                                    f"request and answers the next one") from None
         finally:
             self._progress_total = 0
+            close = getattr(self.progress, "close", None)
+            if close is not None:
+                close()
 
     def _moved(self, count):
         if self.progress is not None and self._progress_total:

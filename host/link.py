@@ -9,9 +9,12 @@ requests (a late answer to a retried request) are recognised by their sequence n
 discarded. Every command of the protocol is idempotent, so resending is always safe.
 """
 
+import logging
 import time
 
 from maxaccel.contract.wire import Command, FrameParser, Status, encode_frame
+
+_log = logging.getLogger("maxaccel")
 
 __all__ = ["LinkError", "DeviceError", "Link"]
 
@@ -54,12 +57,16 @@ class LinkError(OSError):
         How many times it was sent.
     last_failure : str
         What went wrong the last time.
+    heard : int
+        Bytes received meanwhile that were no reply to this request (a board busy with an
+        earlier request, or a wrong baud rate, sends some; an absent one none).
     """
 
-    def __init__(self, command, attempts, last_failure, hint=""):
+    def __init__(self, command, attempts, last_failure, hint="", heard=0):
         self.command = command
         self.attempts = attempts
         self.last_failure = last_failure
+        self.heard = heard
         super().__init__(f"{_command_name(command)} failed after {attempts} attempt"
                          f"{'s' if attempts != 1 else ''}; last failure: {last_failure}"
                          f"{'; ' + hint if hint else ''}")
@@ -124,6 +131,7 @@ class Link:
         self.on_bytes = None
         self._parser = FrameParser()
         self._seq = 0
+        self._interrupted = False
 
     def request(self, command, payload=b""):
         """Send ``command`` with ``payload``; return the reply's payload.
@@ -136,10 +144,35 @@ class Link:
             The device refused the request with a status a retry cannot fix.
         maxaccel.host.transport.TransportError
             The pipe itself failed (a port that went away).
+        KeyboardInterrupt
+            Ctrl-C: the request is abandoned; the next one first lets the device drop what it
+            had of this one (:meth:`recover`).
         """
+        if self._interrupted:
+            self.recover()
+        try:
+            return self._request(command, payload)
+        except KeyboardInterrupt:
+            self._interrupted = True
+            raise
+
+    def recover(self):
+        """Leave the device ready after an abandoned request: the transport discards what it
+        has not sent and lets the device drop a partial frame (waiting out its frame timeout,
+        or power-cycling a simulated board), and everything received is forgotten."""
+        self._interrupted = False
+        abandon = getattr(self.transport, "abandon", None)
+        if abandon is not None:
+            abandon(2 * self.frame_timeout_s)
+        else:   # a bare byte pipe (a test's): silence, then drain
+            self._resync()
+        self._parser.reset()
+
+    def _request(self, command, payload):
         frame = None
         failure = None
         self.requests += 1
+        heard = self.bytes_read
         for attempt in range(self.attempts):
             if attempt:
                 self.retries += 1
@@ -150,6 +183,8 @@ class Link:
                 frame = self._exchange(command, seq, payload)
             except _Broken as error:
                 failure = str(error)
+                _log.debug("%s, attempt %d of %d: %s", _command_name(command), attempt + 1,
+                           self.attempts, failure)
                 continue
             if frame.status == Status.OK:
                 return frame.payload
@@ -157,7 +192,15 @@ class Link:
                 raise DeviceError(command, frame.status)
             failure = (f"the device answered {_status_name(frame.status)} "
                        f"({_STATUS_MEANING[frame.status]})")
-        raise LinkError(command, self.attempts, failure)
+            _log.debug("%s, attempt %d of %d: %s", _command_name(command), attempt + 1,
+                       self.attempts, failure)
+        heard = self.bytes_read - heard
+        hint = ""
+        if heard and frame is None:
+            hint = (f"the device sent {heard} bytes meanwhile, none a reply to this request: "
+                    f"it is busy (still answering an earlier request, e.g. an interrupted "
+                    f"client's) or the baud rate is wrong")
+        raise LinkError(command, self.attempts, failure, hint=hint, heard=heard)
 
     def _count(self, read=0, written=0):
         self.bytes_read += read
@@ -178,6 +221,10 @@ class Link:
             if data:
                 self._count(read=len(data))
                 replies += self._parser.feed(data)
+        # Bytes that are no frame (garbage, a wrong baud rate) do not keep a request waiting:
+        # the timeout runs from the last frame seen or in progress.
+        framed_at = time.monotonic()
+        skipped = self._parser.skipped_bytes
         while True:
             match = None
             for reply in replies:
@@ -189,6 +236,13 @@ class Link:
                 if not match.intact:
                     raise _Broken("the reply failed its frame check")
                 return match
+            now = time.monotonic()
+            if replies or self._parser.partial() is not None:
+                framed_at = now
+            elif now - framed_at > self.timeout_s:
+                raise _Broken(f"no reply within {self.timeout_s:g} s (only "
+                              f"{self._parser.skipped_bytes - skipped} bytes that were no "
+                              f"frame)")
             want = min(self._parser.wanted(), 1 << 16)
             data = self.transport.read(want, self.timeout_s)
             if not data:

@@ -20,8 +20,11 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 ``sim``                         the virtual board, in this process (Amaranth's simulator)
 ``verilator``                   the same board compiled with Verilator: about a thousand times
                                 faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters)
-``serial://PORT?baud=N``        a serial port through pyserial (``serial:///dev/ttyUSB1``,
-                                ``serial://COM3``; any pyserial URL such as ``loop://``)
+``serial://PORT``               a serial port through pyserial (``serial:///dev/ttyUSB1``,
+                                ``serial://COM3``; any pyserial URL such as ``loop://``), at
+                                :data:`DEFAULT_BAUD`, the rate of the boards we build;
+                                ``?board=NAME`` takes a board's own rate
+                                (:data:`maxaccel.boards.targets.TARGETS`), ``?baud=N`` any
 ``xdma:///dev/xdma0``           Xilinx XDMA character devices ``/dev/xdma0_h2c_0`` (to the
                                 board) and ``/dev/xdma0_c2h_0`` (from it)
 ==============================  =====================================================
@@ -32,11 +35,13 @@ import select
 import time
 import urllib.parse
 
-__all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport", "SimTransport", "open_transport",
-           "register_scheme", "URL_FORMS"]
+from maxaccel.boards.targets import DEFAULT_BAUD, TARGETS
+
+__all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport", "SimTransport",
+           "open_transport", "check_url", "register_scheme", "URL_FORMS", "DEFAULT_BAUD"]
 
 #: The device URL forms users may give, for error messages and ``--help``.
-URL_FORMS = ("sim", "serial://PORT?baud=N (e.g. serial:///dev/ttyUSB1?baud=3000000)",
+URL_FORMS = ("sim", "serial://PORT[?board=NAME|?baud=N] (e.g. serial:///dev/ttyUSB1?board=ulx3s)",
              "xdma:///dev/xdma0", "verilator")
 
 
@@ -66,6 +71,21 @@ class Transport:
     def close(self):
         raise NotImplementedError
 
+    def abandon(self, silence_s):
+        """After an interrupted request: stay silent for ``silence_s`` (longer than the
+        device's frame timeout, so it abandons a partial frame), then discard what came in."""
+        time.sleep(silence_s)
+        self.reset_input()
+
+    def slow_warning(self, nbytes):
+        """A line to show before a request of ``nbytes`` that will take minutes on this
+        transport, or None."""
+        return None
+
+    def describe(self):
+        """What was tried, for a message about a device that does not answer."""
+        return ""
+
 
 class SerialTransport(Transport):
     """A serial port (UART) through pyserial.
@@ -76,12 +96,14 @@ class SerialTransport(Transport):
         Device path (``/dev/ttyUSB1``, ``COM3``) or any pyserial URL (``loop://``,
         ``socket://host:port``).
     baud : int
-        Bits per second.
+        Bits per second (default :data:`DEFAULT_BAUD`).
     write_timeout_s : float
         Longest a write may block before :class:`TransportError`.
+    baud_from : str
+        Where the rate came from, for messages (``"the default"``, ``"board ulx3s"``).
     """
 
-    def __init__(self, port, baud=115200, *, write_timeout_s=5.0):
+    def __init__(self, port, baud=DEFAULT_BAUD, *, write_timeout_s=5.0, baud_from="given"):
         try:
             import serial
         except ImportError as error:  # pragma: no cover - pyserial is a dependency
@@ -95,6 +117,10 @@ class SerialTransport(Transport):
                 from None
         self.port = port
         self.baud = baud
+        self.baud_from = baud_from
+        # Nothing of an earlier session may reach the board (a pseudo-terminal served by
+        # 'maxaccel serve' also takes this as "a new client": it resets its board).
+        self._port.reset_output_buffer()
         # Ten bits a byte on the wire: a frame of n bytes needs n * 10 / baud seconds; wait for
         # a reply to start for at least a second and ten 4 KiB chunks' worth.
         self.reply_timeout_s = max(1.0, 10 * self.write_chunk * 10 / baud)
@@ -120,6 +146,16 @@ class SerialTransport(Transport):
 
     def reset_input(self):
         self._port.reset_input_buffer()
+
+    def abandon(self, silence_s):
+        self._port.reset_output_buffer()    # what an interrupted write left unsent
+        super().abandon(silence_s)
+
+    def describe(self):
+        others = sorted({t.baud for t in TARGETS.values() if t.baud and t.baud != self.baud})
+        return (f"tried {self.port} at {self.baud} baud ({self.baud_from}); "
+                + (f"other boards run at {', '.join(map(str, others))} baud: " if others
+                   else "") + "give ?board=NAME or ?baud=N")
 
     def close(self):
         self._port.close()
@@ -251,8 +287,15 @@ class SimTransport(Transport):
         except TypeError as error:
             raise ValueError(f"{kind}: {error}") from None
 
+        self.kind = kind
+
     def write(self, data):
         self.board.write(data)
+        drain = getattr(self.board, "drain", None)
+        if drain is not None:
+            # Return when the board has taken the bytes, as a serial port does: progress then
+            # follows the simulation, and a slow board holds its writer back.
+            drain()
 
     def read(self, size, timeout_s):
         return self.board.read(size, timeout_s)
@@ -260,33 +303,84 @@ class SimTransport(Transport):
     def reset_input(self):
         self.board.reset_input()
 
+    def reset(self):
+        """Power-cycle the simulated board (the server does this when a client vanishes)."""
+        self.board.reset()
+
+    def abandon(self, silence_s):
+        # A simulated board is power-cycled: waiting out a frame timeout, and the padding of a
+        # reply it had started, would take the simulator minutes (the host sleeping does not
+        # advance simulated time at all).
+        self.reset()
+
+    def slow_warning(self, nbytes):
+        if self.kind != "sim":
+            return None
+        from maxaccel.sim.virtual_board import BYTES_PER_S
+        seconds = nbytes / BYTES_PER_S
+        if seconds < 60:
+            return None
+        return (f"this moves {nbytes / 1e6:.2f} MB through the Python-simulated board: about "
+                f"{seconds / 60:.0f} min; 'verilator' is the same gateware compiled, about "
+                f"a thousand times faster")
+
     def close(self):
         self.board.close()
 
 
-def _open_serial(parsed, options):
+def _serial_arguments(parsed, options):
+    """``(port, baud, where the baud came from)`` of a ``serial://`` URL."""
     port = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
     if not port:
-        raise ValueError("serial URL names no port: use serial:///dev/ttyUSB1?baud=3000000 "
-                         "or serial://COM3?baud=115200")
-    baud = options.pop("baud", 115200)
+        raise ValueError("serial URL names no port: use serial:///dev/ttyUSB1 "
+                         "(?board=NAME or ?baud=N) or serial://COM3")
+    board = options.pop("board", None)
+    baud = options.pop("baud", None)
     if options:
         raise ValueError(f"unknown serial URL option(s) {', '.join(sorted(options))}; "
-                         f"accepted: baud")
-    return SerialTransport(port, baud)
+                         f"accepted: board, baud")
+    if board is not None and baud is not None:
+        raise ValueError("give a serial URL ?board=NAME or ?baud=N, not both")
+    if board is not None:
+        uart = [name for name, t in TARGETS.items() if t.baud]
+        if board not in uart:
+            raise ValueError(f"?board={board!r}: no board of that name has a serial link; "
+                             f"known: {', '.join(uart)}")
+        return port, TARGETS[board].baud, f"board {board}"
+    if baud is None:
+        return port, DEFAULT_BAUD, "the default"
+    try:
+        baud = int(baud)
+    except ValueError:
+        raise ValueError(f"?baud={baud!r} must be an integer (bits per second)") from None
+    if baud <= 0:
+        raise ValueError(f"?baud={baud} must be positive")
+    return port, baud, "given"
 
 
-def _open_xdma(parsed, options):
+def _open_serial(parsed, options):
+    port, baud, baud_from = _serial_arguments(parsed, options)
+    return SerialTransport(port, baud, baud_from=baud_from)
+
+
+def _check_xdma(parsed, options):
     if options or not parsed.path or parsed.netloc:
         raise ValueError(f"XDMA URL must be xdma:///dev/xdmaN (the device path prefix), "
                          f"got {parsed.geturl()!r}")
+
+
+def _open_xdma(parsed, options):
+    _check_xdma(parsed, options)
     return XdmaTransport(parsed.path)
 
 
-def _options(query, url):
+def _options(query, url, integer=True):
     options = {}
     for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
         value = values[-1]
+        if not integer:
+            options[key] = value
+            continue
         try:
             options[key] = int(value)
         except ValueError:
@@ -303,6 +397,35 @@ def register_scheme(scheme, factory):
     _HIDDEN_SCHEMES[scheme] = factory
 
 
+def _parse(url):
+    """``(kind, parsed, options)`` of a device URL; ValueError or TypeError if it has no
+    accepted form or its options are malformed. Opens nothing."""
+    if not isinstance(url, str):
+        raise TypeError(f"a device URL is a string, got {url!r}; accepted: "
+                        f"{', '.join(URL_FORMS)}")
+    for kind in SimTransport.BOARDS:
+        if url == kind or url.startswith(kind + "?"):
+            return kind, None, _options(url[len(kind) + 1:], url)
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme in _HIDDEN_SCHEMES:
+        return "hidden", parsed, {}
+    if parsed.scheme == "serial":
+        return "serial", parsed, _options(parsed.query, url, integer=False)
+    if parsed.scheme == "xdma":
+        return "xdma", parsed, _options(parsed.query, url)
+    raise ValueError(f"unknown device URL {url!r}; accepted: {', '.join(URL_FORMS)}")
+
+
+def check_url(url):
+    """Check a device URL's form and options without opening anything (what a command does
+    before any work); raises as :func:`open_transport` would for a malformed URL."""
+    kind, parsed, options = _parse(url)
+    if kind == "serial":
+        _serial_arguments(parsed, options)
+    elif kind == "xdma":
+        _check_xdma(parsed, options)
+
+
 def open_transport(url):
     """The transport a device URL names (see the module docstring).
 
@@ -313,17 +436,11 @@ def open_transport(url):
     TransportError
         The port or device files could not be opened.
     """
-    if not isinstance(url, str):
-        raise TypeError(f"a device URL is a string, got {url!r}; accepted: "
-                        f"{', '.join(URL_FORMS)}")
-    for kind in SimTransport.BOARDS:
-        if url == kind or url.startswith(kind + "?"):
-            return SimTransport(kind, **_options(url[len(kind) + 1:], url))
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme in _HIDDEN_SCHEMES:
+    kind, parsed, options = _parse(url)
+    if kind in SimTransport.BOARDS:
+        return SimTransport(kind, **options)
+    if kind == "hidden":
         return _HIDDEN_SCHEMES[parsed.scheme](url)
-    if parsed.scheme == "serial":
-        return _open_serial(parsed, _options(parsed.query, url))
-    if parsed.scheme == "xdma":
-        return _open_xdma(parsed, _options(parsed.query, url))
-    raise ValueError(f"unknown device URL {url!r}; accepted: {', '.join(URL_FORMS)}")
+    if kind == "serial":
+        return _open_serial(parsed, options)
+    return _open_xdma(parsed, options)

@@ -67,7 +67,7 @@ class VerilatorBoard:
     As :class:`~maxaccel.sim.virtual_board.VirtualBoard`: ``write(data)`` queues bytes,
     ``read(size, timeout=None)`` simulates until ``size`` bytes came out, the board is
     quiescent, or ``timeout`` seconds of simulated time have passed; ``reset_input()``,
-    ``close()``, context manager.
+    ``reset()``, ``close()``, context manager.
 
     Raises
     ------
@@ -163,6 +163,15 @@ class VerilatorBoard:
 
     def reset_input(self):
         """Discard the bytes received from the board and not read yet."""
+        self._received.clear()
+
+    def reset(self):
+        """Power-cycle the board: a fresh model instance (the compiled library is kept), every
+        byte written or received and not read discarded."""
+        self._check_open()
+        self._library.maxaccel_board_delete(self._handle)
+        self._handle = self._library.maxaccel_board_new(_RESET_CYCLES)
+        self._pending.clear()
         self._received.clear()
 
     def close(self):

@@ -6,6 +6,8 @@ the host driver, the CLI and the tests use it as one more transport.
 
 import collections
 import math
+import signal
+import threading
 import time
 
 from amaranth.hdl import Value
@@ -14,7 +16,12 @@ from amaranth.sim import Simulator
 from maxaccel.hdl.top import UNITS, Core, UARTTop
 from maxaccel.contract.wire import MAX_COUNT
 
-__all__ = ["VirtualBoard", "CORE_DEFAULTS"]
+__all__ = ["VirtualBoard", "CORE_DEFAULTS", "BYTES_PER_S"]
+
+#: Request bytes the Python-simulated board takes per second of wall-clock time with
+#: :data:`CORE_DEFAULTS` (a byte per cycle at 1 300 to 3 300 cycles a second, see the class
+#: docstring): the basis of the warning before a long ``sim`` job.
+BYTES_PER_S = 2000
 
 #: The virtual boards' :class:`~maxaccel.hdl.top.Core` parameters, unless given: a small core
 #: (2 lanes, a 64-beat replay buffer) that simulates fast, a 1 MHz nominal clock, and a short
@@ -71,8 +78,8 @@ class VirtualBoard:
 
     Transport interface
     -------------------
-    ``write(data) -> int``, ``read(size, timeout=None) -> bytes``, ``reset_input()``,
-    ``close()``, and use as a context manager. ``read`` returns as soon as ``size`` bytes came
+    ``write(data) -> int``, ``read(size, timeout=None) -> bytes``, ``drain()``,
+    ``reset_input()``, ``reset()``, ``close()``, and use as a context manager. ``read`` returns as soon as ``size`` bytes came
     out; it returns fewer (possibly none)
 
     * when the board is *quiescent*: nothing queued for it and nothing in progress in the
@@ -220,17 +227,39 @@ class VirtualBoard:
         self._idle_cycles = 0
         next_check = self.cycles     # of the wall clock, every 256 cycles
         advance = self._sim.advance
-        while not done():
-            if self._idle_cycles >= settle and not self._pending:
-                return "quiescent"
-            if last_cycle is not None and self.cycles >= last_cycle:
-                return "cycles"
-            if deadline is not None and self.cycles >= next_check:
-                next_check = self.cycles + 256
-                if time.monotonic() > deadline:
-                    return "timeout"
-            advance()
-        return "done"
+        # Ctrl-C is held until the simulator is between two steps: raised inside one, it would
+        # end the testbench coroutine and leave a board that never answers again.
+        interrupted = []
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.getsignal(signal.SIGINT)
+            if callable(previous):
+                signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+            else:
+                previous = None
+        verdict = "done"
+        try:
+            while not done():
+                if interrupted:
+                    break
+                if self._idle_cycles >= settle and not self._pending:
+                    verdict = "quiescent"
+                    break
+                if last_cycle is not None and self.cycles >= last_cycle:
+                    verdict = "cycles"
+                    break
+                if deadline is not None and self.cycles >= next_check:
+                    next_check = self.cycles + 256
+                    if time.monotonic() > deadline:
+                        verdict = "timeout"
+                        break
+                advance()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        if interrupted:
+            previous(signal.SIGINT, None)     # the handler that was there: KeyboardInterrupt
+        return verdict
 
     def write(self, data):
         """Queue ``data`` for the board; returns the number of bytes queued."""
@@ -259,6 +288,13 @@ class VirtualBoard:
         del self._received[:size]
         return data
 
+    def drain(self):
+        """Simulate until the board has taken every byte written (its replies are kept for
+        :meth:`read`): a write that returns when the bytes are on the wire, as a serial port's,
+        so a progress report follows the board rather than a queue."""
+        pending = self._pending
+        self._run_until(lambda: not pending, timeout=self.wall_timeout, settle=float("inf"))
+
     def run(self, cycles):
         """Simulate ``cycles`` more clock cycles (input keeps flowing, output is kept)."""
         target = self.cycles + cycles
@@ -280,6 +316,19 @@ class VirtualBoard:
     def reset_output(self):
         """Discard the bytes written and not yet taken by the board."""
         self._pending.clear()
+
+    def reset(self):
+        """Power-cycle the board: the gateware back to its initial state, every byte written
+        or received and not read discarded (what a server does when a client vanished
+        mid-request)."""
+        if self._closed:
+            raise ValueError("the virtual board is closed")
+        self._pending.clear()
+        self._received.clear()
+        self._sim.reset()
+        start = self.cycles
+        while self.cycles == start:    # restart the bench and leave reset, as at creation
+            self._sim.advance()
 
     def close(self):
         self._closed = True

@@ -18,7 +18,7 @@ register_scheme("fake", lambda url: FakeBoard())
 def test_bench_times_whole_models_outside_the_device_calls(tmp_path):
     figures = tmp_path / "bench.json"
     out = io.StringIO()
-    status = cli.main(["bench", "--device", "fake://", "--elements", "0", "--no-cpu",
+    status = cli.main(["bench", "--device", "fake://", "--no-cpu",
                        "--model", "conv", "--model", str(SQUEEZENET), "--json", str(figures)],
                       out=out)
     assert status == 0

@@ -3,6 +3,8 @@
 import io
 import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -116,23 +118,6 @@ def test_bench_names_a_device_it_cannot_measure():
     assert "serial:///dev/does-not-exist: not measured: cannot open serial port" in text
 
 
-def test_progress_bar_appears_only_after_the_delay_and_is_throttled():
-    clock = iter([0.0, 0.5, 1.5, 1.55, 1.7, 2.0]).__next__
-    stream = io.StringIO()
-    bar = cli.ProgressBar(stream, delay_s=1.0, width=10, clock=clock, interval_s=0.1)
-    bar(10, 100)
-    bar(20, 100)
-    assert stream.getvalue() == ""
-    bar(50, 100)
-    assert stream.getvalue() == "\r[#####.....]  50% 0.1 kB of 0.1 kB, 0.0 kB/s"
-    bar(60, 100)  # 50 ms later: not redrawn
-    assert stream.getvalue().count("\r") == 1
-    bar(70, 100)
-    assert stream.getvalue().count("\r") == 2
-    bar(100, 100)
-    assert stream.getvalue().endswith("100% 0.1 kB of 0.1 kB, 0.1 kB/s\n")
-
-
 def test_the_main_job_command_runs_on_the_virtual_board(capsys):
     """``maxaccel run examples/max_family.onnx``: default device, the simulated gateware."""
     status, text = run("run", str(EXAMPLE), "--seed", "1")
@@ -151,3 +136,98 @@ def test_boards_lists_every_target_with_device_link_lanes_and_clock():
         (line,) = [l for l in lines if l.startswith(target.name + " ")]
         assert target.device in line and f"{target.clock_mhz:g} MHz" in line
         assert ("UART" if target.link == "uart" else "XDMA") in line
+
+
+def test_version_and_python_dash_m(tmp_path):
+    """``python -m maxaccel`` is the console script; run from elsewhere than the repository."""
+    import importlib.metadata
+    done = subprocess.run([sys.executable, "-m", "maxaccel", "--version"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"maxaccel {importlib.metadata.version('maxaccel')}"
+    done = subprocess.run([sys.executable, "-m", "maxaccel", "boards"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "ulx3s" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "serve", "boards", "build", "program"])
+def test_help_is_plain_text(command, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = capsys.readouterr().out
+    assert "usage: maxaccel " + command in text
+    for markup in ("``", ":class:", ":func:", ":mod:", "\\n\\n"):
+        assert markup not in text
+
+
+def test_verbose_and_quiet_set_the_log_level(capsys):
+    """-q hides what is only informative; -v shows it; both before or after the command."""
+    import logging
+
+    from maxaccel.contract import progress
+    for argv, level in [(["boards"], logging.INFO), (["-q", "boards"], logging.WARNING),
+                        (["boards", "-q"], logging.WARNING), (["-v", "boards"], logging.DEBUG),
+                        (["boards", "-vv"], logging.DEBUG)]:
+        assert run(*argv)[0] == 0
+        assert progress.log.getEffectiveLevel() == level, argv
+        assert progress.enabled() == (level != logging.WARNING)
+    run("boards")   # back to the default for the other tests
+
+
+def test_verbose_and_quiet_exclude_each_other(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["-v", "-q", "boards"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", str(EXAMPLE), "--device", "foo://"], "--device foo://: unknown device URL"),
+    (["run", str(EXAMPLE), "--device", "serial:///dev/ttyUSB0?baud=fast"],
+     "?baud='fast' must be an integer"),
+    (["run", str(EXAMPLE), "--output", "/nonexistent/dir/out.npz"],
+     "--output /nonexistent/dir/out.npz: directory '/nonexistent/dir' does not exist"),
+    (["run", str(EXAMPLE), "--output", "/"], "--output /: is a directory"),
+    (["run", str(EXAMPLE), "--seed", "-1"], "--seed -1: must be a non-negative integer"),
+    (["bench", "--device", "sim", "--device", "foo://"], "--device foo://"),
+    (["bench", "--elements", "0"], "sizes must be at least 1"),
+    (["bench", "--dtype", "complex64"], "--dtype complex64: unsupported dtype complex64"),
+    (["bench", "--json", "/nonexistent/x.json"], "directory '/nonexistent' does not exist"),
+    (["bench", "--reports", "/nonexistent"], "--reports /nonexistent: no such directory"),
+    (["serve", "--link", "/nonexistent/tty"], "--link /nonexistent/tty: directory"),
+    (["build", "nosuchboard"], "unknown board 'nosuchboard'; known boards: icebreaker"),
+    (["build", "ulx3s", "--lanes", "3"], "--lanes must be a power of two"),
+    (["build", "ulx3s", "--clock", "0"], "--clock 0: must be a positive frequency"),
+    (["program", "nosuchboard"], "unknown board 'nosuchboard'"),
+])
+def test_every_argument_is_checked_before_any_work(capsys, argv, message):
+    """Nothing is printed to stdout (no inputs generated, nothing measured): the error comes
+    first, as one line."""
+    status, text = run(*argv)
+    err = capsys.readouterr().err
+    assert status == 2 and text == ""
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_bench_plot_without_matplotlib_fails_before_measuring(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)    # import matplotlib fails
+    status, text = run("bench", "--device", "fake://", "--plot", str(tmp_path / "x.png"))
+    assert status == 2 and text == ""
+    assert "--plot needs matplotlib: pip install 'maxaccel[bench]'" in capsys.readouterr().err
+
+
+def test_bench_finds_the_board_reports_outside_the_repository(monkeypatch, tmp_path):
+    from maxaccel.boards.targets import TARGETS, reports_dir
+    monkeypatch.chdir(tmp_path)
+    status, text = run("bench", "--device", "fake://", "--elements", "64", "--no-cpu")
+    assert status == 0
+    assert f"boards (build reports in {reports_dir()}):" in text
+    for name in TARGETS:
+        assert f"| {name} |" in text
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
+    def interrupt(args, out):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_boards", interrupt)
+    assert run("boards") == (130, "")
+    assert capsys.readouterr().err == "maxaccel boards: interrupted\n"

@@ -207,9 +207,13 @@ def test_refusals_raise_device_error_naming_the_status():
 
 @pytest.mark.parametrize("url, error, message", [
     ("bogus://x", ValueError, r"unknown device URL 'bogus://x'; accepted: sim, serial://PORT"),
-    ("/dev/ttyUSB0", ValueError, r"accepted: sim, serial://PORT\?baud=N .*xdma:///dev/xdma0"),
+    ("/dev/ttyUSB0", ValueError,
+     r"accepted: sim, serial://PORT\[\?board=NAME\|\?baud=N\] .*xdma:///dev/xdma0"),
     ("serial://", ValueError, r"serial URL names no port"),
-    ("serial:///dev/ttyS99?baud=fast", ValueError, r"option baud='fast' .* must be an integer"),
+    ("serial:///dev/ttyS99?baud=fast", ValueError, r"\?baud='fast' must be an integer"),
+    ("serial:///dev/ttyS99?board=nitefury", ValueError,
+     r"\?board='nitefury': no board of that name has a serial link; known: icebreaker"),
+    ("serial:///dev/ttyS99?board=ulx3s&baud=9600", ValueError, r"not both"),
     ("serial:///dev/ttyS99?speed=9600", ValueError, r"unknown serial URL option\(s\) speed"),
     ("serial:///dev/does-not-exist?baud=9600", TransportError,
      r"cannot open serial port '/dev/does-not-exist' at 9600 baud"),
@@ -282,3 +286,29 @@ def test_xdma_transport_through_a_pair_of_fifos(tmp_path, board_name):
         thread.join()
         for fd in fds.values():
             os.close(fd)
+
+
+def test_serial_baud_defaults_to_our_boards_or_comes_from_the_board_name():
+    """One definition: the default is boards.targets.DEFAULT_BAUD, which the UART boards use;
+    ?board=NAME takes that board's rate."""
+    from maxaccel.boards.targets import DEFAULT_BAUD, TARGETS
+    from maxaccel.host.transport import open_transport
+    assert DEFAULT_BAUD in {t.baud for t in TARGETS.values()}
+    master, slave = os.openpty()
+    port = os.ttyname(slave)
+    try:
+        for query, baud, origin in [("", DEFAULT_BAUD, "the default"),
+                                    ("?board=arty_a7_35", TARGETS["arty_a7_35"].baud,
+                                     "board arty_a7_35"),
+                                    ("?board=icebreaker", TARGETS["icebreaker"].baud,
+                                     "board icebreaker"),
+                                    ("?baud=115200", 115200, "given")]:
+            transport = open_transport(f"serial://{port}{query}")
+            try:
+                assert (transport.baud, transport.baud_from) == (baud, origin)
+                assert f"tried {port} at {baud} baud ({origin})" in transport.describe()
+            finally:
+                transport.close()
+    finally:
+        os.close(master)
+        os.close(slave)

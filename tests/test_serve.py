@@ -45,14 +45,14 @@ def served(tmp_path):
     finally:
         if process.poll() is None:
             process.kill()
-        process.wait()
+        process.communicate()
 
 
 def test_serial_transport_drives_the_served_board(served):
     link, banner, process = served
     port = os.readlink(link)
     assert f"serving sim?lanes=2 on {port} (link {link})" in banner
-    assert f'open_device("serial://{link}?baud=3000000")' in banner
+    assert f'open_device("serial://{link}")' in banner
 
     rng = np.random.default_rng(11)
     a = random_values(rng, np.float32, (3, 5))
@@ -136,3 +136,85 @@ def test_echoing_board_sees_every_byte_in_order():
         finally:
             os.close(fd)
     assert bytes(received) == payload
+
+
+def _abort_mid_request(port, seconds=0.5):
+    """A client that sends as much of a large REDUCE as the port takes in ``seconds`` and
+    vanishes (closes the port mid-frame), as a killed process would."""
+    from maxaccel.contract.wire import PARAMETERS, Command, encode_frame
+    from maxaccel.contract.dtypes import DType
+    runs = 16384      # 64 KiB of float32 in, 64 KiB back: minutes for the simulated board
+    frame = encode_frame(Command.REDUCE, 0, PARAMETERS[Command.REDUCE].pack(DType.FLOAT, runs, 1)
+                         + bytes(4 * runs))
+    fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        import tty
+        tty.setraw(fd)
+        sent, deadline = 0, time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            _, writable, _ = select.select([], [fd], [], 0.05)
+            if writable:
+                try:
+                    sent += os.write(fd, frame[sent:sent + 4096])
+                except BlockingIOError:
+                    pass
+    finally:
+        os.close(fd)
+    assert 0 < sent < len(frame)
+    return sent
+
+
+def test_an_aborted_client_costs_the_next_one_at_most_one_request_timeout(served):
+    """The next client opens with the default timeouts of a serial port and is answered at
+    once (at most one attempt lost), and its results are right."""
+    link, _, _ = served
+    for _ in range(2):
+        _abort_mid_request(link)
+        started = time.monotonic()
+        with open_device(f"serial://{link}") as device:
+            opened = time.monotonic() - started
+            assert device.link.retries <= 1
+            assert opened < device.link.timeout_s + 1.0, f"IDENTIFY took {opened:.1f} s"
+            x = np.float32([[1, -0.0, np.nan], [0.0, -3, 2]])
+            assert_same_bits(device.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+
+
+def test_a_busy_board_is_reported_as_busy_and_an_absent_one_as_absent():
+    """Bytes that are no reply (a board still answering an earlier request) say "busy"; none at
+    all say "no answer"; both say what was tried."""
+    from maxaccel.host.link import LinkError
+    from maxaccel.boards.targets import DEFAULT_BAUD
+    import threading
+    import tty
+    master, slave = os.openpty()
+    tty.setraw(slave)
+    os.set_blocking(master, False)
+    port = os.ttyname(slave)
+    stop = threading.Event()
+
+    def chatter():     # a board streaming the padding of some earlier reply
+        while not stop.wait(0.01):
+            try:
+                os.write(master, b"\0" * 64)
+            except BlockingIOError:
+                pass
+    thread = threading.Thread(target=chatter, daemon=True)
+    try:
+        with pytest.raises(LinkError) as absent:
+            open_device(f"serial://{port}", timeout_s=0.1, attempts=2)
+        thread.start()
+        with pytest.raises(LinkError) as busy:
+            open_device(f"serial://{port}", timeout_s=0.1, attempts=2)
+    finally:
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+        os.close(master)
+        os.close(slave)
+    assert "no answer from the device" in str(absent.value) and "busy" not in str(absent.value)
+    assert absent.value.heard == 0
+    assert "busy (still answering an earlier request" in str(busy.value)
+    assert busy.value.heard > 0
+    for error in (absent, busy):
+        assert f"tried {port} at {DEFAULT_BAUD} baud (the default); other boards run at " \
+               f"4000000 baud: give ?board=NAME or ?baud=N" in str(error.value)

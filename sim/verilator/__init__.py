@@ -21,12 +21,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+
+from maxaccel.contract.progress import log as message, timed
 
 __all__ = ["VerilatorUnavailable", "compile_model", "require_verilator", "cache_dir",
            "HARNESS_DIR"]
 
 #: The C++ harnesses shipped with the package.
 HARNESS_DIR = pathlib.Path(__file__).parent
+
+#: Seconds a first Verilator build is expected to take (the core on two busy cores) until one
+#: has been timed on this machine.
+FIRST_BUILD_S = 40.0
 
 #: Verilator and C++ flags; part of the cache key.
 VERILATOR_FLAGS = ("--cc", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast",
@@ -130,12 +137,23 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
     (work / f"{top}.v").write_text(verilog_text)
     (work / harness_name).write_text(harness_text)
     log = work / "build.log"
-    with open(log, "w") as output:
+    # The last build's duration (any design of this name) is the progress bar's estimate.
+    timings = sorted(final.parent.glob(f"{final.name.rsplit('-', 1)[0]}-*/build-seconds"),
+                     key=lambda path: path.stat().st_mtime)
+    try:
+        expected_s = float(timings[-1].read_text())
+    except (IndexError, OSError, ValueError):
+        expected_s = FIRST_BUILD_S
+    message.info(f"compiling {top} with Verilator (once per design, about {expected_s:.0f} s; "
+                 f"cached in {final.parent})")
+    started = time.monotonic()
+    with open(log, "w") as output, timed(f"Verilator: {top}", expected_s):
         result = subprocess.run(
             [command, *flags, "-MAKEFLAGS", MAKE_FLAGS, "--top-module", top,
              "--exe", harness_name, f"{top}.v", "-o", f"lib{top}.so",
              "-j", str(min(4, os.cpu_count() or 1))],
             cwd=work, stdout=output, stderr=subprocess.STDOUT)
+    seconds = time.monotonic() - started
     built = work / "obj_dir" / f"lib{top}.so"
     if result.returncode != 0 or not built.exists():
         raise VerilatorUnavailable(f"Verilator could not build {top} (exit status "
@@ -144,6 +162,7 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
     ready.mkdir()
     shutil.move(str(built), ready / built.name)
     shutil.move(str(log), ready / "build.log")
+    (ready / "build-seconds").write_text(f"{seconds:.1f}\n")
     (ready / f"{top}.v").write_text(verilog_text)
     try:
         os.rename(ready, final)     # atomic; another process may have won the race
