@@ -186,6 +186,21 @@ def _onnxruntime_refusal(model):
     return None
 
 
+#: The attributes of MaxPool (every opset) that ``max_pool`` takes, with their defaults.
+_MAX_POOL_ATTRIBUTES = {"strides": None, "pads": None, "dilations": None, "ceil_mode": 0,
+                        "auto_pad": "NOTSET", "storage_order": 0}
+
+
+def _max_pool_arguments(attributes):
+    """Keyword arguments of ``max_pool`` from a MaxPool node's attributes (``auto_pad`` comes
+    as bytes from ONNX)."""
+    arguments = {name: attributes.get(name, default)
+                 for name, default in _MAX_POOL_ATTRIBUTES.items()}
+    if isinstance(arguments["auto_pad"], bytes):
+        arguments["auto_pad"] = arguments["auto_pad"].decode()
+    return dict(kernel_shape=attributes.get("kernel_shape"), **arguments)
+
+
 def _reduce_max_arguments(attributes, inputs):
     """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax of any opset version: axes
     from the attribute (before 18) or the optional second input (18 and later)."""
@@ -432,7 +447,13 @@ class OffloadSession:
         inputs = [values[n] if n else None for n in step.inputs]
         node = step.node
         if step.transpose is None:
-            result, where = self._family(node.op_type, step.attributes, inputs)
+            wanted = sum(1 for name in step.outputs if name)
+            result, where = self._family(node.op_type, step.attributes, inputs, wanted)
+            if node.op_type == "MaxPool" and wanted > 1:
+                for name, value in zip(step.outputs, result):
+                    if name:
+                        values[name] = value
+                return where
         else:
             # Transpose + reduction: reduce the untransposed tensor over the mapped axes, then
             # move the (now size-1) axes where the transposed result has them.
@@ -453,14 +474,17 @@ class OffloadSession:
                 values[name] = np.asarray(result)
         return ONNX_REFERENCE
 
-    def _family(self, op_type, attributes, inputs):
+    def _family(self, op_type, attributes, inputs, outputs=1):
         """``(result, where)`` of a max-family node, on the device or (for an element type the
-        device lacks) the golden model."""
+        device lacks) the golden model; a MaxPool with ``outputs`` 2 gives ``(y, indices)``."""
         device, where = self._device_for(inputs[0].dtype)
         if op_type == "Max":
             return device.max(*[x for x in inputs if x is not None]), where
         if op_type == "GlobalMaxPool":
             return device.global_max_pool(inputs[0]), where
+        if op_type == "MaxPool":
+            return device.max_pool(inputs[0], **_max_pool_arguments(attributes),
+                                   return_indices=outputs > 1), where
         axes, keepdims, noop = _reduce_max_arguments(attributes, inputs)
         return device.reduce_max(inputs[0], axes=axes, keepdims=keepdims,
                                  noop_with_empty_axes=noop), where
@@ -486,7 +510,9 @@ class OffloadSession:
                 attributes = {a.name: helper.get_attribute_value(a)
                               for a in self.onnx_node.attribute}
                 inputs = [None if x is None else np.asarray(x) for x in inputs]
-                return (session._family(op_type, attributes, inputs)[0],)
+                outputs = sum(1 for name in self.onnx_node.output if name)
+                result = session._family(op_type, attributes, inputs, outputs)[0]
+                return tuple(result) if op_type == "MaxPool" and outputs > 1 else (result,)
             return type(op_type, (OpRun,), {"op_domain": "", "_run": _run})
         return [make(op_type) for op_type in FAMILY]
 

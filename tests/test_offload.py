@@ -337,3 +337,41 @@ def test_onnx_backend_node_cases_on_the_virtual_board(virtual_board):
             assert session.last_run[0][2] == "device"
             for value, shipped in zip(got, expected):
                 assert_same_bits(value, shipped, name)
+
+
+# ---- windowed MaxPool: the 28 backend cases (19 generated, 9 PyTorch-converted) ---------------
+
+def maxpool_cases():
+    from test_reference_maxpool import BACKEND_CASES
+    return BACKEND_CASES
+
+
+MAXPOOL_CASES = maxpool_cases()
+#: The cases small enough for Amaranth's simulator (the rest run on the compiled board).
+SMALL_MAXPOOL_CASES = sorted(name for name, (_, data_sets) in MAXPOOL_CASES.items()
+                             if all(inputs[0].size <= 64 for inputs, _ in data_sets))
+
+
+def check_maxpool_case(device, name):
+    """The MaxPool node placed on the device, Y and Indices equal to the shipped output."""
+    model, data_sets = MAXPOOL_CASES[name]
+    session = OffloadSession(model, device=device)
+    for inputs, expected in data_sets:
+        got = session.run(None, {model.graph.input[0].name: inputs[0]})
+        assert [where for _, _, where in session.last_run] == ["device"], name
+        assert len(got) == len(expected)
+        for value, shipped in zip(got, expected):
+            assert_same_bits(value, shipped, name)
+
+
+@pytest.mark.parametrize("name", sorted(MAXPOOL_CASES))
+def test_onnx_backend_maxpool_case(device, name):
+    check_maxpool_case(device, name)
+
+
+def test_onnx_backend_maxpool_cases_on_the_virtual_board(virtual_board):
+    names = sorted(MAXPOOL_CASES) if virtual_board.url.startswith("verilator") \
+        else SMALL_MAXPOOL_CASES
+    assert len(names) >= 5
+    for name in names:
+        check_maxpool_case(virtual_board, name)
