@@ -6,6 +6,7 @@
     ReduceMax(relu, axes=[2])    -> peak   [2, 3, 1, 5]   device (axes as an input, opset 18)
     GlobalMaxPool(maxed)         -> pooled [2, 3, 1, 1]   device
     Add(peak, pooled)            -> total  [2, 3, 1, 5]   cpu
+    MaxPool(relu, 2x2 stride 2)  -> window [2, 3, 2, 2]   device, with its Indices (opset 18)
 
 Run it with ``maxaccel run examples/max_family.onnx``. Regenerate with
 ``python examples/make_model.py`` (IR version 10, so onnxruntime 1.31 reads it too).
@@ -29,6 +30,8 @@ def build():
                          keepdims=1),
         helper.make_node("GlobalMaxPool", ["maxed"], ["pooled"], name="global_pool"),
         helper.make_node("Add", ["peak", "pooled"], ["total"], name="add"),
+        helper.make_node("MaxPool", ["relu"], ["window", "window_indices"], name="window_pool",
+                         kernel_shape=[2, 2], strides=[2, 2]),
     ]
     graph = helper.make_graph(
         nodes, "max_family",
@@ -37,7 +40,9 @@ def build():
          helper.make_tensor_value_info("floor", f32, [5])],
         [helper.make_tensor_value_info("maxed", f32, [2, 3, 4, 5]),
          helper.make_tensor_value_info("pooled", f32, [2, 3, 1, 1]),
-         helper.make_tensor_value_info("total", f32, [2, 3, 1, 5])],
+         helper.make_tensor_value_info("total", f32, [2, 3, 1, 5]),
+         helper.make_tensor_value_info("window", f32, [2, 3, 2, 2]),
+         helper.make_tensor_value_info("window_indices", TensorProto.INT64, [2, 3, 2, 2])],
         initializer=[numpy_helper.from_array(np.array([2], np.int64), "axes")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],

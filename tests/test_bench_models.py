@@ -24,14 +24,14 @@ def test_bench_times_whole_models_outside_the_device_calls(tmp_path):
     assert status == 0
     text = out.getvalue()
     assert "| two Convs, ReduceMax, Gemm (1x3x192x192) | fake:// | 6 (1) |" in text
-    assert "| squeezenet1_1.onnx | fake:// | 83 (0) |" in text
+    assert "| squeezenet1_1.onnx | fake:// | 83 (3) |" in text
     models = json.loads(figures.read_text())["models"]
     assert [m["model"] for m in models] == ["two Convs, ReduceMax, Gemm (1x3x192x192)",
                                             "squeezenet1_1.onnx"]
     conv, squeezenet = models
     assert 0 < conv["device_s"] < conv["session_s"]
     assert 0 < conv["outside_s"] < conv["session_s"]
-    assert squeezenet["device_s"] == 0 and squeezenet["onnxruntime_s"] > 0
+    assert 0 < squeezenet["device_s"] < squeezenet["session_s"] and squeezenet["onnxruntime_s"] > 0
 
 
 def test_the_timed_device_counts_only_operator_calls():

@@ -46,7 +46,7 @@ def test_run_generates_inputs_and_checks_against_the_golden_model(tmp_path, caps
     again = run("run", str(EXAMPLE), "--device", "fake://", "--seed", "7")[1]
     assert again.splitlines()[:4] == text.splitlines()[:4]
     saved = np.load(target)
-    assert sorted(saved.files) == ["maxed", "pooled", "total"]
+    assert sorted(saved.files) == ["maxed", "pooled", "total", "window", "window_indices"]
     rng = np.random.default_rng(7)
     from maxaccel.contract.dtypes import format_of
     from maxaccel.sim.values import random_values

@@ -221,7 +221,7 @@ def test_a_cnn_shaped_model(device):
     session = OffloadSession(model, device=device)
     assert session.placements == [
         ("conv", "Conv", "onnxruntime"), ("relu", "Relu", "onnxruntime"),
-        ("maxpool", "MaxPool", "onnxruntime"), ("to_nhwc", "Transpose", "onnxruntime"),
+        ("maxpool", "MaxPool", "device"), ("to_nhwc", "Transpose", "onnxruntime"),
         ("reduce", "ReduceMax", "device"),
         ("to_nchw", "Transpose", "device"), ("global_pool", "GlobalMaxPool", "device"),
         ("flatten", "Flatten", "onnxruntime"), ("concat", "Concat", "onnxruntime"),
@@ -234,10 +234,12 @@ def test_a_cnn_shaped_model(device):
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     since = len(board.log)
     got = session.run(None, {"x": x})
-    # Both reductions on the channels-last unit; no transpose crossed the link.
-    assert [code for code, _ in board.log[since:]] == [Command.POOL_CHANNELS_LAST] * 2
-    assert [s.name for s in session.last_steps] == ["partition 0", "reduce", "global_pool",
-                                                    "partition 1"]
+    # The 2x2 stride-2 MaxPool is one REDUCE (non-overlapping windows, each element once); both
+    # reductions on the channels-last unit; no transpose crossed the link.
+    assert [code for code, _ in board.log[since:]] == [Command.REDUCE] \
+        + [Command.POOL_CHANNELS_LAST] * 2
+    assert [s.name for s in session.last_steps] == ["partition 0", "maxpool", "partition 1",
+                                                    "reduce", "global_pool", "partition 2"]
     for value, want in zip(got, runtime.run(None, {"x": x})):
         np.testing.assert_allclose(value, want, rtol=1e-5)
     # With a NaN (payload) and signed zeros in the data, the max-family nodes keep the
