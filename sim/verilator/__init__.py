@@ -140,7 +140,8 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None, syn
 
 def _build(command, flags, make_flags, sources, harness_name, harness_text, top, final):
     """Build in a temporary directory beside ``final`` and rename it into place; ``sources``
-    maps Verilog file names to their text (the design first)."""
+    maps Verilog file names to their text (the design first; ``.vh`` files are only
+    included by the others)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     for source_name, text in sources.items():
@@ -150,7 +151,8 @@ def _build(command, flags, make_flags, sources, harness_name, harness_text, top,
     with open(log, "w") as output:
         result = subprocess.run(
             [command, *flags, "-MAKEFLAGS", make_flags, "--top-module", top,
-             "--exe", harness_name, *sources, "-o", f"lib{top}.so",
+             "--exe", harness_name, *[n for n in sources if n.endswith(".v")],
+             "-o", f"lib{top}.so",
              "-j", str(min(4, os.cpu_count() or 1))],
             cwd=work, stdout=output, stderr=subprocess.STDOUT)
     built = work / "obj_dir" / f"lib{top}.so"
