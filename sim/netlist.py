@@ -46,9 +46,10 @@ __all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "netlist_targets",
 #: with its defaults).
 SYNTHESIS_COMMANDS = {"ice40": "synth_ice40", "ecp5": "synth_ecp5"}
 
-# A gate-level netlist is ten to twenty megabytes of C++: -O1 builds it in a fraction of
-# -O2's time and simulates it about as fast (measured: docs/semantics.md). The cell models
-# trip lint warnings that are not errors in a netlist (widths, unused, timescale).
+# A gate-level netlist is twenty megabytes and more of C++: -O1 (Verilator and the C++
+# compiler) to keep the build short; the simulation is fast enough for the suites
+# (docs/semantics.md; -O2 was not compared). The cell models trip lint warnings that are not
+# errors in a netlist (widths, unused, timescale).
 _VERILATOR_FLAGS = tuple(f for f in VERILATOR_FLAGS if f != "-O3") + (
     "-O1", "-Wno-lint", "-Wno-style", "-Wno-TIMESCALEMOD")
 _MAKE_FLAGS = MAKE_FLAGS.replace("OPT_FAST=-O2", "OPT_FAST=-O1").replace("OPT_GLOBAL=-O2",
