@@ -4,7 +4,9 @@ with yosys's cell models under Verilator, gives the golden model's bits through 
 The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs here on every
 CI run: a cold build is yosys and Verilator, about two minutes on two cores, cached after. The
 ULX3S (ECP5) design is five times the cells and builds for many minutes: it is marked slow and
-runs only with ``MAXACCEL_SLOW=1``.
+runs only with ``MAXACCEL_SLOW=1``. It currently FAILS on broadcasting Max (a replayed operand
+read more than once comes out as zeros), where the ``verilator`` board is right: an open
+finding, see ``docs/semantics.md`` section 5.
 """
 
 import os
