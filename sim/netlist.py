@@ -30,6 +30,7 @@ import hashlib
 import importlib.metadata
 import os
 import pathlib
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -158,7 +159,24 @@ class Synthesis:
                 raise VerilatorUnavailable(
                     f"yosys could not synthesise {top} for {self.family} (exit status "
                     f"{run.returncode}): {(run.stderr or log)[-2000:]}")
-            return (work / "netlist.v").read_text()
+            netlist = (work / "netlist.v").read_text()
+        self.check_models(netlist)
+        return netlist
+
+    def check_models(self, netlist):
+        """:class:`VerilatorUnavailable` if the netlist uses a cell whose yosys model is only a
+        blackbox (ECP5's ``DP16KD`` block RAM, for one): its outputs would read 0 and the
+        board would give wrong bits that are no fault of the design or the synthesis."""
+        blackboxes = set()
+        for text in self.cell_models().values():
+            blackboxes |= set(re.findall(r"\(\*\s*blackbox\s*\*\)\s*module\s+(\w+)", text))
+        used = sorted(cell for cell in blackboxes
+                      if re.search(rf"^\s*{cell}\s", netlist, re.MULTILINE))
+        if used:
+            raise VerilatorUnavailable(
+                f"the {self.family} netlist uses {', '.join(used)}, for which yosys ships no "
+                f"simulation model (a blackbox in share/{self.family}/cells_sim.v): a netlist "
+                f"board of this design cannot be simulated faithfully")
 
 
 class NetlistBoard(VerilatorBoard):

@@ -4,9 +4,9 @@ with yosys's cell models under Verilator, gives the golden model's bits through 
 The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs here on every
 CI run: a cold build is yosys and Verilator, about two minutes on two cores, cached after. The
 ULX3S (ECP5) design is five times the cells and builds for many minutes: it is marked slow and
-runs only with ``MAXACCEL_SLOW=1``. It currently FAILS on broadcasting Max (a replayed operand
-read more than once comes out as zeros), where the ``verilator`` board is right: an open
-finding, see ``docs/semantics.md`` section 5.
+runs only with ``MAXACCEL_SLOW=1``. It cannot pass yet: yosys ships no simulation model of the
+ECP5 ``DP16KD`` block RAM (only a blackbox), so the board refuses the netlist, naming the cell
+(``docs/semantics.md`` section 5), until such a model is supplied.
 """
 
 import os
@@ -120,3 +120,13 @@ def test_node_cases_and_edge_corpus_sample_on_the_ulx3s_netlist():
         check_node_cases(device)
         check_edge_digest(device)
         check_reductions(device)
+
+
+def test_a_cell_without_a_simulation_model_is_refused():
+    """yosys's ECP5 models declare DP16KD as a blackbox: a netlist using it would read 0 from
+    its block RAMs, so the board refuses it, naming the cell; LUTs and flip-flops pass."""
+    from maxaccel.sim.verilator import VerilatorUnavailable
+    with pytest.raises(VerilatorUnavailable, match=r"ecp5 netlist uses DP16KD, for which yosys "
+                                                   r"ships no simulation model"):
+        Synthesis("ecp5").check_models("module top;\n  DP16KD #(\n  ) ram (\n  );\nendmodule\n")
+    Synthesis("ecp5").check_models("module top;\n  LUT4 #(\n  ) lut (\n  );\nendmodule\n")
