@@ -29,7 +29,8 @@ from maxaccel.boards.targets import check_lanes, load_reports, report_markdown
 from maxaccel.boards.targets import target as find_target
 from maxaccel.contract.progress import timed
 
-__all__ = ["BuildError", "build", "toolchain_environment", "ecp5_pll", "BoardTop"]
+__all__ = ["BuildError", "build", "toolchain_environment", "ecp5_pll", "BoardTop",
+           "core_parameters"]
 
 #: Logic cell and block RAM names in nextpnr's utilisation table, and flip-flop cell prefixes
 #: in yosys' statistics, per family.
@@ -89,11 +90,19 @@ def check_baud(target, clock_mhz):
                          f"bit): choose a clock that is a multiple of {target.baud / 1e6:g} MHz")
 
 
+def core_parameters(target, lanes, clock_mhz):
+    """The :class:`~maxaccel.hdl.top.Core` parameters of a target's bitstream (besides those
+    :class:`~maxaccel.hdl.top.UARTTop` fixes): also what its netlist board
+    (:mod:`maxaccel.sim.netlist`) simulates."""
+    return dict(clock_hz=round(clock_mhz * 1e6), lanes=lanes, **target.core)
+
+
 def uart_top(target, lanes, clock_mhz):
     """The :class:`~maxaccel.hdl.top.UARTTop` a target is built with."""
     from maxaccel.hdl.top import UARTTop
     check_baud(target, clock_mhz)
-    return UARTTop(round(clock_mhz * 1e6), target.baud, lanes=lanes, **target.core)
+    parameters = core_parameters(target, lanes, clock_mhz)
+    return UARTTop(parameters.pop("clock_hz"), target.baud, **parameters)
 
 
 class BoardTop(Elaboratable):

@@ -20,6 +20,8 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 ``sim``                         the virtual board, in this process (Amaranth's simulator)
 ``verilator``                   the same board compiled with Verilator: about a thousand times
                                 faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters)
+``netlist:BOARD``               a Lattice board's Core as yosys synthesises it, simulated gate by
+                                gate with Verilator (``netlist:ice40_hx8k_breakout``)
 ``serial://PORT``               a serial port through pyserial (``serial:///dev/ttyUSB1``,
                                 ``serial://COM3``; any pyserial URL such as ``loop://``), at
                                 :data:`DEFAULT_BAUD`, the rate of the boards we build;
@@ -42,7 +44,8 @@ __all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport", "S
 
 #: The device URL forms users may give, for error messages and ``--help``.
 URL_FORMS = ("sim", "serial://PORT[?board=NAME|?baud=N] (e.g. serial:///dev/ttyUSB1?board=ulx3s)",
-             "xdma:///dev/xdma0", "verilator")
+             "xdma:///dev/xdma0", "verilator",
+             "netlist:BOARD (e.g. netlist:ice40_hx8k_breakout)")
 
 
 class TransportError(OSError):
@@ -271,7 +274,8 @@ class SimTransport(Transport):
     reply_timeout_s = 3600.0
 
     BOARDS = {"sim": ("maxaccel.sim.virtual_board", "VirtualBoard"),
-              "verilator": ("maxaccel.sim.verilator_board", "VerilatorBoard")}
+              "verilator": ("maxaccel.sim.verilator_board", "VerilatorBoard"),
+              "netlist": ("maxaccel.sim.netlist", "NetlistBoard")}
 
     def __init__(self, kind="sim", **options):
         import importlib
@@ -403,6 +407,12 @@ def _parse(url):
     if not isinstance(url, str):
         raise TypeError(f"a device URL is a string, got {url!r}; accepted: "
                         f"{', '.join(URL_FORMS)}")
+    if url.partition(":")[0].partition("?")[0] == "netlist":
+        board = url.partition(":")[2]
+        if not board or not board.isidentifier():
+            raise ValueError(f"netlist URL must be netlist:BOARD with a Lattice board of "
+                             f"'maxaccel boards' (e.g. netlist:ice40_hx8k_breakout), got {url!r}")
+        return "netlist", None, {"board": board}
     for kind in SimTransport.BOARDS:
         if url == kind or url.startswith(kind + "?"):
             return kind, None, _options(url[len(kind) + 1:], url)

@@ -23,9 +23,11 @@ _OUT_FULL, _QUIESCENT, _CYCLES_RAN_OUT = 0, 1, 2    # maxaccel_board_run's verdi
 _RESET_CYCLES = 2
 
 
-def _load(core):
-    library = compile_model(core, "core_harness.cpp", name="core", top="maxaccel_core",
-                            defines={"LINK_BYTES": core.link_bytes})
+def _load(core, synthesis=None, name="core"):
+    """The harness around ``core`` compiled (Amaranth's Verilog, or the netlist ``synthesis``
+    makes) and loaded, its functions declared."""
+    library = compile_model(core, "core_harness.cpp", name=name, top="maxaccel_core",
+                            defines={"LINK_BYTES": core.link_bytes}, synthesis=synthesis)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     library.maxaccel_board_new.argtypes = [ctypes.c_uint32]
     library.maxaccel_board_new.restype = ctypes.c_void_p
@@ -89,10 +91,15 @@ class VerilatorBoard:
         self.identity = core.identity
         self.link_bytes = core.link_bytes
         self.timeout = timeout
-        self._library = _load(core)
+        self._library = self._compile(core)
         self._handle = self._library.maxaccel_board_new(_RESET_CYCLES)
         self._pending = bytearray()
         self._received = bytearray()
+
+    def _compile(self, core):
+        """The compiled model of ``core`` (:class:`~maxaccel.sim.netlist.NetlistBoard`
+        compiles a synthesised netlist instead)."""
+        return _load(core)
 
     @property
     def cycles(self):

@@ -368,25 +368,31 @@ def test_large_tensors_go_in_few_large_frames():
 def test_edge_corpus_on_the_virtual_board(kind):
     """A digest of the corpus above through the real gateware, every dtype (the whole corpus
     runs there too: on the compiled board always, on the simulated one marked slow)."""
-    rng = np.random.default_rng(500)
     with open_virtual_board(kind) as dev:
-        for fmt in ALL:
-            data = random_values(rng, fmt, (3, 5), edge_fraction=0.5)
-            assert_same_bits(dev.reduce_max(data, axes=[1], keepdims=False),
-                             reference.reduce_max(data, axes=[1], keepdims=False), str(fmt))
-            if fmt.kind != "bool":
-                arrays = [random_values(rng, fmt, s, edge_fraction=0.5)
-                          for s in [(2, 1, 4), (3, 1), (1,)]]
-                assert_same_bits(dev.max(*arrays), reference.max(*arrays), str(fmt))
-            if fmt.is_float:
-                edges = edge_bits(fmt)
-                nans = edges[reference.is_nan(edges)]
-                matrix = rng.choice(edges[~reference.is_nan(edges)], size=(7, 7))
-                matrix[np.arange(7), np.arange(7)] = nans[:7]
-                got = dev.reduce_max(matrix, axes=[1])
-                assert (reference.bits_of(got) == fmt.canonical_nan).all()
-                x = random_values(rng, fmt, (1, 2, 3, 2))
-                assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))
+        check_edge_digest(dev)
+
+
+def check_edge_digest(dev):
+    """The digest: every dtype reduced, broadcast (but bool) and, for floats, a NaN in every
+    row and a global pool; also run on the netlist boards (tests/test_netlist_board.py)."""
+    rng = np.random.default_rng(500)
+    for fmt in ALL:
+        data = random_values(rng, fmt, (3, 5), edge_fraction=0.5)
+        assert_same_bits(dev.reduce_max(data, axes=[1], keepdims=False),
+                         reference.reduce_max(data, axes=[1], keepdims=False), str(fmt))
+        if fmt.kind != "bool":
+            arrays = [random_values(rng, fmt, s, edge_fraction=0.5)
+                      for s in [(2, 1, 4), (3, 1), (1,)]]
+            assert_same_bits(dev.max(*arrays), reference.max(*arrays), str(fmt))
+        if fmt.is_float:
+            edges = edge_bits(fmt)
+            nans = edges[reference.is_nan(edges)]
+            matrix = rng.choice(edges[~reference.is_nan(edges)], size=(7, 7))
+            matrix[np.arange(7), np.arange(7)] = nans[:7]
+            got = dev.reduce_max(matrix, axes=[1])
+            assert (reference.bits_of(got) == fmt.canonical_nan).all()
+            x = random_values(rng, fmt, (1, 2, 3, 2))
+            assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))
 
 
 # ---- windowed MaxPool through REDUCE -------------------------------------------------------------

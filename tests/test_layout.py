@@ -12,7 +12,7 @@ PACKAGES = ("contract", "hdl", "sim", "host", "boards")
 ALLOWED = {
     "contract": set(),
     "hdl": {"contract"},
-    "sim": {"contract", "hdl"},
+    "sim": {"contract", "hdl", "boards"},
     "boards": {"contract", "hdl"},
     "host": {"contract", "sim", "boards"},
 }

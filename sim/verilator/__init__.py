@@ -10,6 +10,11 @@ renamed into place, so concurrent builds (pytest-xdist) are safe.
 
 The harness is C++ source exporting ``extern "C"`` functions; Verilator spells an Amaranth
 port ``i__payload`` as ``i___05Fpayload`` in C++.
+
+With ``synthesis`` (a :class:`maxaccel.sim.netlist.Synthesis`), the Verilog compiled is not
+Amaranth's but the gate-level netlist yosys synthesises from the same RTLIL for an FPGA family,
+with yosys's simulation models of that family's cells; the synthesis's fingerprint (script,
+yosys version, cell models) joins the cache key.
 """
 
 import ctypes
@@ -79,7 +84,7 @@ def require_verilator():
     return command, version or "unknown"
 
 
-def compile_model(elaboratable, harness, *, name, top="model", defines=None):
+def compile_model(elaboratable, harness, *, name, top="model", defines=None, synthesis=None):
     """Compile ``elaboratable`` with the C++ ``harness`` and load it.
 
     Parameters
@@ -96,6 +101,9 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None):
         The Verilog module name (the harness's ``V<top>`` class).
     defines : dict, optional
         Preprocessor macros for the harness (``-D NAME=VALUE``).
+    synthesis : maxaccel.sim.netlist.Synthesis, optional
+        Compile the netlist this synthesis makes of the design (and its cell models) instead
+        of Amaranth's Verilog.
 
     Returns
     -------
@@ -117,24 +125,34 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None):
     harness_text = harness_path.read_text()
     # The key hashes Amaranth's RTLIL (deterministic, and no Yosys run on a cache hit).
     design = rtlil.convert(elaboratable, name=top)
-    flags = list(VERILATOR_FLAGS)
+    flags = list(VERILATOR_FLAGS if synthesis is None else synthesis.verilator_flags)
+    make_flags = MAKE_FLAGS if synthesis is None else synthesis.make_flags
     for macro, value in sorted((defines or {}).items()):
         flags += ["-CFLAGS", f"-D{macro}={value}"]
     key = hashlib.sha256("\0".join(
-        [design, harness_text, version, " ".join(flags), MAKE_FLAGS]
+        [design, harness_text, version, " ".join(flags), make_flags]
+        + ([] if synthesis is None else [synthesis.fingerprint()])
     ).encode()).hexdigest()[:20]
     final = cache_dir() / f"{name}-{key}"
     library = final / f"lib{top}.so"
     if not library.exists():
-        _build(command, flags, verilog.convert(elaboratable, name=top), harness_path.name,
-               harness_text, top, final)
+        if synthesis is None:
+            sources = {f"{top}.v": verilog.convert(elaboratable, name=top)}
+        else:
+            sources = {f"{top}.v": synthesis.netlist(design, top), **synthesis.cell_models()}
+        _build(command, flags, make_flags, sources, harness_path.name, harness_text, top,
+               final)
     return ctypes.CDLL(str(library))
 
 
-def _build(command, flags, verilog_text, harness_name, harness_text, top, final):
+def _build(command, flags, make_flags, sources, harness_name, harness_text, top, final):
+    """Build in a temporary directory beside ``final`` and rename it into place; ``sources``
+    maps Verilog file names to their text (the design first; ``.vh`` files are only
+    included by the others)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     work = pathlib.Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    (work / f"{top}.v").write_text(verilog_text)
+    for source_name, text in sources.items():
+        (work / source_name).write_text(text)
     (work / harness_name).write_text(harness_text)
     log = work / "build.log"
     # The last build's duration (any design of this name) is the progress bar's estimate.
@@ -149,8 +167,9 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
     started = time.monotonic()
     with open(log, "w") as output, timed(f"Verilator: {top}", expected_s):
         result = subprocess.run(
-            [command, *flags, "-MAKEFLAGS", MAKE_FLAGS, "--top-module", top,
-             "--exe", harness_name, f"{top}.v", "-o", f"lib{top}.so",
+            [command, *flags, "-MAKEFLAGS", make_flags, "--top-module", top,
+             "--exe", harness_name, *[n for n in sources if n.endswith(".v")],
+             "-o", f"lib{top}.so",
              "-j", str(min(4, os.cpu_count() or 1))],
             cwd=work, stdout=output, stderr=subprocess.STDOUT)
     seconds = time.monotonic() - started
@@ -163,7 +182,7 @@ def _build(command, flags, verilog_text, harness_name, harness_text, top, final)
     shutil.move(str(built), ready / built.name)
     shutil.move(str(log), ready / "build.log")
     (ready / "build-seconds").write_text(f"{seconds:.1f}\n")
-    (ready / f"{top}.v").write_text(verilog_text)
+    shutil.move(str(work / f"{top}.v"), ready / f"{top}.v")
     try:
         os.rename(ready, final)     # atomic; another process may have won the race
     except OSError:
