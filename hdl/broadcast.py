@@ -6,6 +6,9 @@ coalesced output shape is a row, sent as ``row_beats`` beats; the rows are enume
 
 * The **streamed** operand (at most one, of the full output shape) arrives on the ``streamed``
   input, one beat per output beat, and is never stored: the largest operand needs no memory.
+  Several same-shape operands and nothing replayed (the *fold*: ``streamed`` = S >= 2, rows of
+  one beat) arrive there too, S beats per output beat, one per cycle, and the unit folds each
+  S consecutive beats into one output beat.
 * Every other operand is **replayed**: it is first loaded, row-aligned, into the on-chip replay
   buffer (a ``LOAD`` command), then read back by a strided address generator during the ``RUN``
   pass, as many times as broadcasting needs. Dimensions along which the operand is broadcast
@@ -27,6 +30,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
+from maxaccel.contract.wire import MAX_STREAMED
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
@@ -84,7 +88,9 @@ class BroadcastMax(wiring.Component):
         ``operands``
             Number M of replayed operands (0 .. ``max_operands``).
         ``streamed``
-            1 if an operand arrives on ``streamed``.
+            S, the number of operands arriving on ``streamed``: 0, 1, or S >= 2 (then
+            ``operands`` is 0 and ``row_beats`` 1: each output beat is the fold of S
+            consecutive streamed beats).
         ``row_beats``, ``last_nbytes``
             Beats per output row (>= 1) and valid bytes of its last beat (1 .. ``8 * lanes``).
         ``counts[d]``
@@ -105,8 +111,9 @@ class BroadcastMax(wiring.Component):
         Beats to store; only ``data`` is used. Ready only during a ``LOAD``.
     streamed : In(stream.Signature(beat_layout(lanes)))
         The streamed operand, one beat per output beat in output order, rows beat-aligned like
-        the output; only ``data`` is used (the framing comes from ``config``). Ready only while
-        a ``RUN`` with ``streamed == 1`` needs its next beat.
+        the output (with S >= 2 streamed operands, S beats per output beat); only ``data`` is
+        used (the framing comes from ``config``). Ready only while a ``RUN`` with ``streamed``
+        needs its next beat.
     output : Out(stream.Signature(beat_layout(lanes)))
         The result rows: ``first``/``last`` mark each row, ``nbytes`` is ``8 * lanes`` except
         ``last_nbytes`` in the last beat of a row; padding bytes are unspecified.
@@ -119,11 +126,12 @@ class BroadcastMax(wiring.Component):
     ``LOAD`` writes one beat per cycle. A ``RUN`` reads one replayed beat per cycle from the
     single read port, so it emits one output beat every ``max(M, 1)`` cycles: one per cycle for
     a streamed operand plus one replayed operand (or a replayed or streamed operand alone),
-    one every M cycles with M replayed operands. The first output beat is valid
+    one every M cycles with M replayed operands. A fold of S streamed operands takes one
+    streamed beat per cycle and emits one output beat every S cycles. The first output beat is valid
     :attr:`LATENCY` ``= 12`` cycles after the ``RUN`` command is accepted (the address queue;
     memory read; read data registered twice; key transform, two cycles; the slot-0 compare
     with the streamed beat, two; the fold of the slots, four), so a pass without stalls takes
-    ``12 + N * max(M, 1)`` cycles for N output beats. ``streamed.ready`` depends
+    ``12 + N * max(M, S, 1)`` cycles for N output beats. ``streamed.ready`` depends
     combinationally on ``output.ready``; ``output.valid`` does not depend on any ``ready``.
 
     The fold runs in key space (see :mod:`maxaccel.hdl.lane`), per lane, with every
@@ -132,8 +140,8 @@ class BroadcastMax(wiring.Component):
     * the replayed beat (all padding, key 0, when M = 0, so that the max below is the
       streamed beat) and the streamed beat go through :class:`ToKey` in two register stages;
     * a two-stage *first* :class:`KeyMax` takes, for slot 0 of an output beat, the max of its
-      operand and the streamed beat; it passes the slot's operand through (``take_b``) for
-      slots k > 0, and for slot 0 when nothing streams (the key of a value is already that of
+      operand and the streamed beat (of every slot, in a fold); it passes the slot's operand
+      through (``take_b``) for slots k > 0, and for slot 0 when nothing streams (the key of a value is already that of
       the max of the value with itself, NaNs canonical);
     * the slots of each output beat are then folded as
       :class:`~maxaccel.hdl.reduce.RunAccumulator` folds a run, a two-cycle loop of two
@@ -185,7 +193,7 @@ class BroadcastMax(wiring.Component):
         config_layout = data.StructLayout({
             "dtype": DType,
             "operands": range(max_operands + 1),
-            "streamed": 1,
+            "streamed": range(MAX_STREAMED + 1),
             "row_beats": range(max_count + 1),
             "last_nbytes": range(LANE_BYTES * lanes + 1),
             "counts": data.ArrayLayout(range(max_count + 1), max_dims),
@@ -260,10 +268,12 @@ class BroadcastMax(wiring.Component):
         # pipeline as far as the two-entry queue lets it, so its counters load on registers
         # alone (``queue.w_rdy``) and never wait on the output or streamed handshakes.
         operand_count = self.max_operands
+        # Slots per output beat: M replayed operands, or the S streamed ones of a fold.
+        slot_limit = max(operand_count, MAX_STREAMED)
         issuing = Signal()
         # The registers below are all loaded when a RUN is accepted, so they need no reset
         # (which would keep their enables out of the flip-flops' clock enables).
-        slot = Signal(range(operand_count), reset_less=True)
+        slot = Signal(range(slot_limit), reset_less=True)
         beat = Signal(range(self.max_count), reset_less=True)
         # Outer counters count down to 0; ``at_end[d]`` (left[d] == 0), ``last_slot`` and
         # ``last_beat`` are registers, set when their counter is loaded, so no compare sits on
@@ -276,8 +286,8 @@ class BroadcastMax(wiring.Component):
         # operand), kept in registers so that queueing a slot is a select, not an add.
         beat_address = Signal(data.ArrayLayout(self.addr_bits, operand_count), reset_less=True)
         # Registered when the RUN is accepted, to keep subtractions off the counter paths.
-        before_final_slot = Signal(range(operand_count), reset_less=True)   # operands - 2
-        single_slot = Signal(reset_less=True)                               # operands <= 1
+        before_final_slot = Signal(range(slot_limit), reset_less=True)      # slots - 2
+        single_slot = Signal(reset_less=True)                               # slots <= 1
         before_final_beat = Signal(range(self.max_count), reset_less=True)  # row_beats - 2
         single_beat = Signal(reset_less=True)                               # row_beats == 1
         last_slot = Signal(reset_less=True)
@@ -326,8 +336,9 @@ class BroadcastMax(wiring.Component):
             issue.eq(issuing & queue.w_rdy),
             queue.w_en.eq(issue),
             queue.w_data.eq(queued.as_value()),
-            queued.address.eq(beat_address[slot]),
-            queued.tag.stream.eq((slot == 0) & config.streamed),
+            # (a fold's slots beyond the replayed operands read an address nobody uses)
+            queued.address.eq(beat_address[slot[:max(1, (operand_count - 1).bit_length())]]),
+            queued.tag.stream.eq(((slot == 0) | stream_only) & config.streamed.any()),
             queued.tag.last_slot.eq(last_slot),
             queued.tag.first.eq(beat == 0),
             queued.tag.last.eq(last_beat),
@@ -468,10 +479,11 @@ class BroadcastMax(wiring.Component):
                 for d in range(self.max_dims):
                     m.d.sync += [left[d].eq(config.counts[d] - 1),
                                  at_end[d].eq(config.counts[d] == 1)]
+                slots = Mux(config.operands == 0, config.streamed, config.operands)
                 m.d.sync += [
-                    before_final_slot.eq(config.operands - 2),
-                    single_slot.eq(config.operands <= 1),
-                    last_slot.eq(config.operands <= 1),
+                    before_final_slot.eq(slots - 2),
+                    single_slot.eq(slots <= 1),
+                    last_slot.eq(slots <= 1),
                     before_final_beat.eq(config.row_beats - 2),
                     single_beat.eq(config.row_beats == 1),
                     last_beat.eq(config.row_beats == 1),
