@@ -312,7 +312,9 @@ def _row_col(rng, n, dt):
 RATIO_OPERATIONS = {
     "ReduceMax / GlobalMaxPool": (
         lambda rng, n, dt: (_random(rng, (1, 16, max(1, n // 16)), dt),),
-        lambda m, x: m.global_max_pool(x)),
+        # GlobalMaxPool takes floats only; an integer tensor reduces its spatial axis.
+        lambda m, x: (m.global_max_pool(x) if x.dtype.kind == "f"
+                      else m.reduce_max(x, axes=(2,)))),
     "max(a, b), same shape": (lambda rng, n, dt: tuple(_random(rng, (n,), dt) for _ in range(2)),
                               lambda m, *x: m.max(*x)),
     "max(a, b, c), same shape": (
@@ -344,8 +346,8 @@ class Ratio:
 def _board(device):
     """The virtual board behind ``device`` (its transport, unwrapped), which counts cycles."""
     transport = device.link.transport
-    while not hasattr(transport, "cycles") and hasattr(transport, "_transport"):
-        transport = transport._transport
+    transport = getattr(transport, "_transport", transport)    # a _TimedTransport's
+    transport = getattr(transport, "board", transport)         # a SimTransport's board
     if not hasattr(transport, "cycles"):
         raise ValueError(f"{device.url!r} does not count cycles: ratios need a virtual board "
                          f"(sim or verilator)")

@@ -19,7 +19,7 @@ from maxaccel.hdl.beat import beat_layout
 from maxaccel.hdl.broadcast import BroadcastMax, BroadcastOp
 from maxaccel.contract.dtypes import FORMATS, DType, format_of
 from maxaccel.host.plan import plan_broadcast
-from broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
+from broadcast_model import (load_commands, pack_operand, run_cycles, slots, unit_config,
                              unpack_output)
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, lanes_to_bytes, run_streams
@@ -325,23 +325,27 @@ def test_throughput_streamed_and_replayed(lanes):
     arrays = [finite(rng, fmt, (6, 20)), finite(rng, fmt, (20,))]
     plan, run_taken, arrivals = run_arrivals(lanes, arrays)
     assert len(plan.replayed) == 1 and plan.streamed is not None
-    # One output beat per cycle; the first is offered 12 cycles after the RUN is accepted.
-    assert arrivals == [run_taken + 13 + i for i in range(plan.output_beats)]
+    # One output beat per cycle; the first is offered LATENCY cycles after the RUN is accepted.
+    assert arrivals == [run_taken + BroadcastMax.LATENCY + 1 + i
+                        for i in range(plan.output_beats)]
     assert arrivals[-1] - run_taken == run_cycles(plan)
 
 
-@pytest.mark.parametrize("shapes", [[(40,)], [(1, 24), (5, 1)], [(3, 8), (8,), (3, 1)],
-                                    [(2, 8), (8,), (2, 1), (1,), (2, 8)]],
-                         ids=["streamed", "two replayed", "streamed+two", "streamed+four"])
-def test_throughput_replayed_operands(shapes):
+@pytest.mark.parametrize("shapes, cycles", [
+    ([(40,)], 1), ([(1, 24), (5, 1)], 1), ([(3, 8), (8,), (3, 1)], 1),
+    ([(1, 8), (2, 1), (1, 1)], 2), ([(2, 8), (8,), (2, 1), (1,), (2, 8)], 2),
+    ([(2, 8), (8,), (2, 1), (1,), (1, 8), (2, 1)], 3)],
+    ids=["streamed", "two replayed", "streamed+two", "three replayed", "streamed+four",
+         "streamed+five"])
+def test_throughput_replayed_operands(shapes, cycles):
     rng = np.random.default_rng(10)
     fmt = format_of(np.int32)
     arrays = [finite(rng, fmt, shape) for shape in shapes]
     plan, run_taken, arrivals = run_arrivals(1, arrays)
-    slots = max(len(plan.replayed), 1)
-    assert slots == max(len(shapes) - 1, 1) if plan.streamed else slots == len(shapes)
-    # One replayed beat read per cycle: an output beat every ``slots`` cycles.
-    assert arrivals == [run_taken + 12 + slots * (i + 1) for i in range(plan.output_beats)]
+    assert slots(plan) == cycles
+    # Two replayed beats read per cycle: an output beat every ``ceil(M / 2)`` cycles.
+    assert arrivals == [run_taken + BroadcastMax.LATENCY + cycles * (i + 1)
+                        for i in range(plan.output_beats)]
     assert arrivals[-1] - run_taken == run_cycles(plan)
 
 
