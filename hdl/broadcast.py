@@ -144,8 +144,8 @@ class BroadcastMax(wiring.Component):
       streamed beat) and the streamed beat go through :class:`ToKey` in two register stages;
     * a two-stage *first* :class:`KeyMax` takes, for slot 0 of an output beat, the max of its
       operand and the streamed beat (of every slot, in a fold); it passes the slot's operand
-      through (``take_b``) for slots k > 0, and for slot 0 when nothing streams (the key of a value is already that of
-      the max of the value with itself, NaNs canonical);
+      through (``take_b``) for slots k > 0, and for slot 0 when nothing streams (the key of a
+      value is already that of the max of the value with itself, NaNs canonical);
     * the slots of each output beat are then folded as
       :class:`~maxaccel.hdl.reduce.RunAccumulator` folds a run, a two-cycle loop of two
       interleaved partial maxima and a two-stage close, whose result register is the output

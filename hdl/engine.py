@@ -47,7 +47,8 @@ class CommandEngine(wiring.Component):
     1. **Header.** :class:`FrameReceiver` hunts for a header that passes its check.
     2. **Parameters.** The command's parameter block (``PARAMETERS`` of
        :mod:`maxaccel.contract.wire`, ``MaxParameters.layout`` for ``MAX``) is shifted into a
-       register. A payload shorter than the block is ``BAD_LENGTH``, an unknown command
+       register, its fields only (the padding that aligns the data is counted, not stored).
+       A payload shorter than the block is ``BAD_LENGTH``, an unknown command
        ``BAD_COMMAND``; both are decided from the header.
     3. **Checks.** The data length and reply length the parameters imply are computed with a
        bit-serial :class:`SaturatingMultiplier` (one cycle per significant bit of the second

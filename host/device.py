@@ -18,9 +18,10 @@ How each operator is planned:
     Operands of the same shape: folded by the broadcast unit, ``MAX`` with S streamed
     operands whose rows of one beat are interleaved (:func:`maxaccel.host.plan.plan_fold`: a
     beat per cycle, every input once on the link); on a board without that unit their elements
-    interleaved, a ``REDUCE`` of runs of as many elements as operands. With broadcasting, :func:`maxaccel.host.plan.plan_broadcast`
-    coalesces the broadcast, picks the operand that streams and places the others in the replay buffer: ``LOAD`` each replayed operand, then one
-    ``MAX`` pass with the streamed one. A pass that does not fit the device (buffer, outer
+    interleaved, a ``REDUCE`` of runs of as many elements as operands. With broadcasting,
+    :func:`maxaccel.host.plan.plan_broadcast` coalesces the broadcast, picks the operand that
+    streams and places the others in the replay buffer: ``LOAD`` each replayed operand, then
+    one ``MAX`` pass with the streamed one. A pass that does not fit the device (buffer, outer
     dimensions, counts) or whose output exceeds ``max_frame_bytes`` is tiled along the output's
     outer axes; an operand that a tile shares with the previous one (broadcast along the tiled
     axis) is not loaded again. More operands than one pass folds are folded in groups.
@@ -363,8 +364,11 @@ class Device:
             axis = spanned[-1]
             fixed = sum(o.beats for o in plan.replayed
                         if operands[o.index].array.shape[axis] == 1)
-            room = max(1, self.identity.replay_depth - fixed)
-            pieces = max(2, -(-(plan.memory_beats - fixed) // room))
+            depth = self.identity.replay_depth
+            if fixed >= depth:      # those need tiling along another axis too (recursively)
+                pieces = max(2, -(-plan.memory_beats // depth))
+                return axis, max(1, shape[axis] // pieces)
+            pieces = max(2, -(-(plan.memory_beats - fixed) // (depth - fixed)))
             while pieces < shape[axis] and not self._tile_fits(operands, axis,
                                                                -(-shape[axis] // pieces)):
                 pieces += 1
