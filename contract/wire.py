@@ -20,7 +20,9 @@ __all__ = [
 ]
 
 MAGIC = b"MX"
-VERSION = 1
+#: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
+#: :data:`PAYLOAD_ALIGN`, ``MAX``'s ``streamed`` a count (the fold).
+VERSION = 2
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
@@ -217,8 +219,8 @@ PARAMETERS = {
     Command.LOAD: ParameterBlock([("dtype", 1), ("base", 4), ("rows", 4), ("row_length", 4)]),
 }
 
-#: Largest outer count, and largest row length in beats, of a ``MAX`` pass (protocol version 1;
-#: the ``BroadcastMax`` unit's ``max_count``).
+#: Largest outer count, and largest row length in beats, of a ``MAX`` pass (fixed by the
+#: protocol; the ``BroadcastMax`` unit's ``max_count``).
 MAX_COUNT = 65535
 
 #: Bytes of one datapath lane; a beat is ``LANE_BYTES * lanes`` bytes (``IDENTIFY``'s lanes).
