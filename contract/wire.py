@@ -12,14 +12,17 @@ from dataclasses import dataclass
 __all__ = [
     "MAGIC", "VERSION", "HEADER_SIZE", "TRAILER_SIZE", "FRAME_OVERHEAD", "CRC_ALGORITHM",
     "Command", "Status", "Frame", "Identity", "PARAMETERS", "COUNTERS", "COUNTER_NAMES",
-    "MAX_COUNT", "MaxOperand", "MaxParameters", "crc32", "encode_frame", "FrameParser",
-    "LANE_BYTES", "Field", "ParameterBlock", "parameter_block", "Capacities", "Rule",
-    "CommandRules", "RULES", "STATUS_ORDER", "DATA_COMMANDS", "command_rules", "Problem",
+    "MAX_COUNT", "MAX_STREAMED", "MaxOperand", "MaxParameters", "crc32", "encode_frame",
+    "FrameParser",
+    "LANE_BYTES", "PAYLOAD_ALIGN", "Field", "ParameterBlock", "parameter_block", "Capacities",
+    "Rule", "CommandRules", "RULES", "STATUS_ORDER", "DATA_COMMANDS", "command_rules", "Problem",
     "quantities", "problems", "verdict", "request_verdict", "rules_markdown",
 ]
 
 MAGIC = b"MX"
-VERSION = 1
+#: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
+#: :data:`PAYLOAD_ALIGN`, ``MAX``'s ``streamed`` a count (the fold).
+VERSION = 2
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
@@ -29,6 +32,13 @@ CRC_ALGORITHM = "CRC32_ISO_HDLC"
 MAX_PAYLOAD = 1 << 30
 
 _HEADER = struct.Struct("<2sBBI")
+
+#: Every data command's parameter block is padded (with bytes the device ignores) so that the
+#: request data after it starts this many bytes, or a multiple, from the frame's start: on a
+#: link of up to this many bytes a cycle (16 on PCIe and the compiled virtual board) a frame
+#: that starts on a link word puts its first data byte on one too, and a row of one beat is
+#: one word (``docs/protocol.md``, "Alignment").
+PAYLOAD_ALIGN = 16
 
 
 class Command(enum.IntEnum):
@@ -144,6 +154,17 @@ class ParameterBlock:
     ----------
     fields : sequence of (name, size) or (name, size, signed)
         In block order; offsets follow from the sizes.
+
+    A block with fields is padded after them so that ``HEADER_SIZE + size`` is a multiple of
+    :data:`PAYLOAD_ALIGN` (the data after it starts on a link word); the padding bytes are sent
+    as zeros and ignored by the device.
+
+    Attributes
+    ----------
+    size : int
+        Bytes of the block on the wire, padding included.
+    fields_size : int
+        Bytes of its fields (the device stores only these).
     """
 
     def __init__(self, fields):
@@ -151,10 +172,13 @@ class ParameterBlock:
         for name, size, *signed in fields:
             self.fields.append(Field(name, offset, size, bool(signed and signed[0])))
             offset += size
-        self.size = offset
+        self.fields_size = offset
+        padding = (-(HEADER_SIZE + offset)) % PAYLOAD_ALIGN if fields else 0
+        self.size = offset + padding
         self.names = tuple(f.name for f in self.fields)
         self._by_name = {f.name: f for f in self.fields}
-        self.struct = struct.Struct("<" + "".join(f.code for f in self.fields))
+        self.struct = struct.Struct("<" + "".join(f.code for f in self.fields)
+                                    + f"{padding}x")
         assert self.struct.size == self.size
 
     def __getitem__(self, name):
@@ -183,6 +207,9 @@ def _max_block(max_dims, max_operands):
             + [(f"slot[{k}].steps[{d}]", 4, True) for d in range(max_dims)])])
 
 
+#: Most streamed operands one ``MAX`` pass folds (its ``streamed`` field is a byte).
+MAX_STREAMED = (1 << 8 * _max_block(1, 1)["streamed"].size) - 1
+
 #: Parameter blocks of the commands whose block does not depend on the device (the ``MAX``
 #: block does: :func:`parameter_block`).
 PARAMETERS = {
@@ -192,8 +219,8 @@ PARAMETERS = {
     Command.LOAD: ParameterBlock([("dtype", 1), ("base", 4), ("rows", 4), ("row_length", 4)]),
 }
 
-#: Largest outer count, and largest row length in beats, of a ``MAX`` pass (protocol version 1;
-#: the ``BroadcastMax`` unit's ``max_count``).
+#: Largest outer count, and largest row length in beats, of a ``MAX`` pass (fixed by the
+#: protocol; the ``BroadcastMax`` unit's ``max_count``).
 MAX_COUNT = 65535
 
 #: Bytes of one datapath lane; a beat is ``LANE_BYTES * lanes`` bytes (``IDENTIFY``'s lanes).
@@ -237,20 +264,20 @@ class MaxParameters:
 
     The output of the pass is ``prod(counts)`` rows of ``row_length`` elements, enumerated by
     ``len(counts)`` outer counters (outermost first, C order). Each output element is the max of
-    the streamed operand's element (if ``streamed``) and, for every replayed operand k, the
+    the streamed operands' elements (if ``streamed``) and, for every replayed operand k, the
     element at the operand's current row address (``base`` + the sum of ``steps`` taken so far,
     modulo ``2**addr_bits``) + the element's beat within the row (beat 0 and element 0 for a
     ``splat`` operand). Replayed operands must have been written by ``LOAD`` before; the
     buffer keeps its contents across commands until they are overwritten.
 
     Layout (little-endian, fixed width for a device reporting ``max_dims`` = D and
-    ``max_operands`` = K; size ``8 + 4*D + K*(8 + 4*D)`` bytes; :meth:`layout` as a
-    ``struct.Struct``)::
+    ``max_operands`` = K: ``8 + 4*D + K*(8 + 4*D)`` bytes of fields, then zero padding to
+    :data:`PAYLOAD_ALIGN`; :meth:`layout` as a :class:`ParameterBlock`)::
 
         offset        size  field
         0             1     dtype: ONNX element type code
         1             1     operands: M, the number of replayed operands (0 .. K)
-        2             1     streamed: 1 if the request data carries the streamed operand, else 0
+        2             1     streamed: S, streamed operands (0 .. MAX_STREAMED = 255)
         3             1     reserved, 0
         4             4     row_length: elements per output row (>= 1), u32
         8             4*D   counts[D]: outer counts, outermost first, each >= 1 (1 where unused),
@@ -261,15 +288,20 @@ class MaxParameters:
                       4*D     steps[D]: row-address steps, i32 each (two's complement; the
                               device may read them as u32 and keep the low addr_bits)
 
-    The request data after the block is the streamed operand (``prod(counts) * row_length``
-    elements, dense, C order) when ``streamed`` is 1, nothing otherwise; the reply payload is the
-    output, ``prod(counts) * row_length`` elements, dense (the device drops the padding of each
-    row's last beat). At least one operand is required (``M >= 1`` or ``streamed``).
+    The request data after the block is the streamed operands: with S = 1 the one streamed
+    operand (``prod(counts) * row_length`` elements, dense, C order); with S >= 2 (the
+    element-wise fold of same-shape operands, no replayed operand, a row of at most one beat)
+    the S operands interleaved row by row, each output row's S input rows one after another
+    (``prod(counts) * S * row_length`` elements), so the device folds S consecutive beats into
+    one output beat at a beat per cycle. The reply payload is the output, ``prod(counts) *
+    row_length`` elements, dense (the device drops the padding of each row's last beat). At
+    least one operand is required (``M >= 1`` or ``S >= 1``).
 
     The device answers ``BAD_LENGTH`` if the payload is not the block plus the streamed data,
-    ``UNSUPPORTED_DTYPE`` for a dtype it lacks, ``BAD_PARAMETER`` for ``M > K``, no operand, a
-    zero count or row length or a flag other than 0/1, and ``TOO_LARGE`` for a count or a row
-    of more than :data:`MAX_COUNT` (beats).
+    ``UNSUPPORTED_DTYPE`` for a dtype it lacks, ``BAD_PARAMETER`` for ``M > K``, no operand,
+    ``S >= 2`` with ``M >= 1``, a zero count or row length or a splat flag other than 0/1,
+    and ``TOO_LARGE`` for a count or a row of more than :data:`MAX_COUNT` (beats) or
+    ``S >= 2`` with a row of more than one beat (:data:`RULES`).
 
     Attributes
     ----------
@@ -277,7 +309,8 @@ class MaxParameters:
     row_length : int
     counts : tuple of int
         Exactly D entries.
-    streamed : bool
+    streamed : int
+        S, the number of streamed operands (a bool is 0 or 1).
     operands : tuple of MaxOperand
         The replayed operands, in slot order (M of them).
     """
@@ -285,7 +318,7 @@ class MaxParameters:
     dtype: int
     row_length: int
     counts: tuple
-    streamed: bool
+    streamed: int
     operands: tuple = ()
 
     @staticmethod
@@ -363,7 +396,7 @@ class MaxParameters:
             for k in range(fields["operands"]))
         return (cls(fields["dtype"], fields["row_length"],
                     tuple(fields[f"counts[{d}]"] for d in range(max_dims)),
-                    bool(fields["streamed"]), operands),
+                    fields["streamed"], operands),
                 bytes(payload[block.size:]))
 
 
@@ -482,8 +515,8 @@ def _max_rules():
              lambda f, q, cap, ops: f["operands"] > cap.max_operands),
         Rule(Status.BAD_PARAMETER, "a reserved byte is not 0",
              lambda f, q, cap, ops: f["reserved"] != 0),
-        Rule(Status.BAD_PARAMETER, "the streamed flag is not 0 or 1",
-             lambda f, q, cap, ops: f["streamed"] > 1),
+        Rule(Status.BAD_PARAMETER, "several streamed operands with a replayed one",
+             lambda f, q, cap, ops: (f["streamed"] > 1) & (f["operands"] != 0)),
         Rule(Status.BAD_PARAMETER, "no operand (none replayed and none streamed)",
              lambda f, q, cap, ops: (f["operands"] == 0) & (f["streamed"] == 0)),
         Rule(Status.BAD_PARAMETER, "a row length of 0",
@@ -498,12 +531,14 @@ def _max_rules():
                                             for d in dims(cap))),
         Rule(Status.TOO_LARGE, "a row of more than MAX_COUNT beats",
              lambda f, q, cap, ops: q["row_beats"] > cap.max_count),
+        Rule(Status.TOO_LARGE, "several streamed operands with a row of more than one beat",
+             lambda f, q, cap, ops: (f["streamed"] > 1) & (q["row_beats"] > 1)),
         Rule(Status.TOO_LARGE, "an operand's base at or beyond the replay buffer's depth",
              lambda f, q, cap, ops: ops.any(
                  (f["operands"] > k) & (f[f"slot[{k}].base"] >= cap.replay_depth)
                  for k in slots(cap))),
         _reply_rule(),
-        _length_rule("prod(counts) x row_length elements if streamed is 1, none if 0"),
+        _length_rule("prod(counts) x streamed x row_length elements"),
     )
 
 

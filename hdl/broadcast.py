@@ -6,6 +6,9 @@ coalesced output shape is a row, sent as ``row_beats`` beats; the rows are enume
 
 * The **streamed** operand (at most one, of the full output shape) arrives on the ``streamed``
   input, one beat per output beat, and is never stored: the largest operand needs no memory.
+  Several same-shape operands and nothing replayed (the *fold*: ``streamed`` = S >= 2, rows of
+  one beat) arrive there too, S beats per output beat, one per cycle, and the unit folds each
+  S consecutive beats into one output beat.
 * Every other operand is **replayed**: it is first loaded, row-aligned, into the on-chip replay
   buffer (a ``LOAD`` command), then read back by a strided address generator during the ``RUN``
   pass, as many times as broadcasting needs. Dimensions along which the operand is broadcast
@@ -27,6 +30,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
+from maxaccel.contract.wire import MAX_STREAMED
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
@@ -54,7 +58,8 @@ class BroadcastMax(wiring.Component):
         64-bit lanes per beat.
     depth : int
         Beats the replay buffer holds (one ``Memory`` of ``depth`` x ``64 * lanes`` bits, one
-        write port and one read port, so it maps to block RAM). At least 2.
+        write port and :attr:`READ_PORTS` read ports: a simple dual-port block RAM per read
+        port, holding the same data). At least 2.
     max_dims : int
         Outer dimensions of the coalesced output (rows are enumerated by this many counters).
     max_operands : int
@@ -84,7 +89,9 @@ class BroadcastMax(wiring.Component):
         ``operands``
             Number M of replayed operands (0 .. ``max_operands``).
         ``streamed``
-            1 if an operand arrives on ``streamed``.
+            S, the number of operands arriving on ``streamed``: 0, 1, or S >= 2 (then
+            ``operands`` is 0 and ``row_beats`` 1: each output beat is the fold of S
+            consecutive streamed beats).
         ``row_beats``, ``last_nbytes``
             Beats per output row (>= 1) and valid bytes of its last beat (1 .. ``8 * lanes``).
         ``counts[d]``
@@ -105,8 +112,9 @@ class BroadcastMax(wiring.Component):
         Beats to store; only ``data`` is used. Ready only during a ``LOAD``.
     streamed : In(stream.Signature(beat_layout(lanes)))
         The streamed operand, one beat per output beat in output order, rows beat-aligned like
-        the output; only ``data`` is used (the framing comes from ``config``). Ready only while
-        a ``RUN`` with ``streamed == 1`` needs its next beat.
+        the output (with S >= 2 streamed operands, S beats per output beat); only ``data`` is
+        used (the framing comes from ``config``). Ready only while a ``RUN`` with ``streamed``
+        needs its next beat.
     output : Out(stream.Signature(beat_layout(lanes)))
         The result rows: ``first``/``last`` mark each row, ``nbytes`` is ``8 * lanes`` except
         ``last_nbytes`` in the last beat of a row; padding bytes are unspecified.
@@ -116,25 +124,28 @@ class BroadcastMax(wiring.Component):
 
     Throughput and latency
     ----------------------
-    ``LOAD`` writes one beat per cycle. A ``RUN`` reads one replayed beat per cycle from the
-    single read port, so it emits one output beat every ``max(M, 1)`` cycles: one per cycle for
-    a streamed operand plus one replayed operand (or a replayed or streamed operand alone),
-    one every M cycles with M replayed operands. The first output beat is valid
-    :attr:`LATENCY` ``= 12`` cycles after the ``RUN`` command is accepted (the address queue;
-    memory read; read data registered twice; key transform, two cycles; the slot-0 compare
-    with the streamed beat, two; the fold of the slots, four), so a pass without stalls takes
-    ``12 + N * max(M, 1)`` cycles for N output beats. ``streamed.ready`` depends
+    ``LOAD`` writes one beat per cycle. A ``RUN`` reads two replayed beats per cycle (one per
+    read port: a *slot* is a pair of operands), so it emits one output beat every
+    ``max(ceil(M / 2), 1)`` cycles: one per cycle for a streamed operand plus one or two
+    replayed ones (a tensor, a row and a column), one every ``ceil(M / 2)`` cycles with more.
+    A fold of S streamed operands takes one streamed beat per cycle and emits one output beat
+    every S cycles. The first output beat is valid :attr:`LATENCY` ``= 14`` cycles after the
+    ``RUN`` command is accepted (the address queue; memory read; read data registered twice;
+    key transform, two cycles; the max of the pair, two; the slot-0 compare with the streamed
+    beat, two; the fold of the slots, four), so a pass without stalls takes ``14 + N *
+    max(ceil(M / 2), S, 1)`` cycles for N output beats. ``streamed.ready`` depends
     combinationally on ``output.ready``; ``output.valid`` does not depend on any ``ready``.
 
     The fold runs in key space (see :mod:`maxaccel.hdl.lane`), per lane, with every
     register-to-register path about one half of a :class:`KeyMax` or of a :class:`ToKey`:
 
+    * a two-stage *pair* :class:`KeyMax` takes the max of the slot's two replayed beats;
     * the replayed beat (all padding, key 0, when M = 0, so that the max below is the
       streamed beat) and the streamed beat go through :class:`ToKey` in two register stages;
     * a two-stage *first* :class:`KeyMax` takes, for slot 0 of an output beat, the max of its
-      operand and the streamed beat; it passes the slot's operand through (``take_b``) for
-      slots k > 0, and for slot 0 when nothing streams (the key of a value is already that of
-      the max of the value with itself, NaNs canonical);
+      operand and the streamed beat (of every slot, in a fold); it passes the slot's operand
+      through (``take_b``) for slots k > 0, and for slot 0 when nothing streams (the key of a
+      value is already that of the max of the value with itself, NaNs canonical);
     * the slots of each output beat are then folded as
       :class:`~maxaccel.hdl.reduce.RunAccumulator` folds a run, a two-cycle loop of two
       interleaved partial maxima and a two-stage close, whose result register is the output
@@ -152,7 +163,11 @@ class BroadcastMax(wiring.Component):
     """
 
     #: Cycles from a ``RUN`` accepted to its first output beat valid.
-    LATENCY = 12
+    LATENCY = 14
+
+    #: Replayed beats read per cycle: the buffer has this many read ports (a copy of the
+    #: block RAM each), so an output beat of M replayed operands takes ``ceil(M / 2)`` cycles.
+    READ_PORTS = 2
 
     def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=65535):
         for name, value, least in [("lanes", lanes, 1), ("depth", depth, 2),
@@ -185,7 +200,7 @@ class BroadcastMax(wiring.Component):
         config_layout = data.StructLayout({
             "dtype": DType,
             "operands": range(max_operands + 1),
-            "streamed": 1,
+            "streamed": range(MAX_STREAMED + 1),
             "row_beats": range(max_count + 1),
             "last_nbytes": range(LANE_BYTES * lanes + 1),
             "counts": data.ArrayLayout(range(max_count + 1), max_dims),
@@ -226,7 +241,7 @@ class BroadcastMax(wiring.Component):
 
         m.submodules.buffer = buffer = Memory(shape=lane_array, depth=self.depth, init=[])
         write = buffer.write_port()
-        read = buffer.read_port(domain="sync")
+        reads = [buffer.read_port(domain="sync") for _ in range(self.READ_PORTS)]
 
         loading = Signal()
         busy = Signal()         # a LOAD or a RUN is executing
@@ -260,10 +275,15 @@ class BroadcastMax(wiring.Component):
         # pipeline as far as the two-entry queue lets it, so its counters load on registers
         # alone (``queue.w_rdy``) and never wait on the output or streamed handshakes.
         operand_count = self.max_operands
+        # Slots per output beat: the pairs of the M replayed operands (two read ports), or the
+        # S streamed beats of a fold. Slot p reads operands 2p and 2p + 1.
+        pairs = -(-operand_count // self.READ_PORTS)
+        port_bits = self.READ_PORTS.bit_length() - 1      # READ_PORTS is a power of two
+        slot_limit = max(pairs, MAX_STREAMED)
         issuing = Signal()
         # The registers below are all loaded when a RUN is accepted, so they need no reset
         # (which would keep their enables out of the flip-flops' clock enables).
-        slot = Signal(range(operand_count), reset_less=True)
+        slot = Signal(range(slot_limit), reset_less=True)
         beat = Signal(range(self.max_count), reset_less=True)
         # Outer counters count down to 0; ``at_end[d]`` (left[d] == 0), ``last_slot`` and
         # ``last_beat`` are registers, set when their counter is loaded, so no compare sits on
@@ -276,8 +296,9 @@ class BroadcastMax(wiring.Component):
         # operand), kept in registers so that queueing a slot is a select, not an add.
         beat_address = Signal(data.ArrayLayout(self.addr_bits, operand_count), reset_less=True)
         # Registered when the RUN is accepted, to keep subtractions off the counter paths.
-        before_final_slot = Signal(range(operand_count), reset_less=True)   # operands - 2
-        single_slot = Signal(reset_less=True)                               # operands <= 1
+        before_final_slot = Signal(range(slot_limit), reset_less=True)      # slots - 2
+        full_pairs = Signal(range(pairs + 1), reset_less=True)              # operands // 2
+        single_slot = Signal(reset_less=True)                               # slots <= 1
         before_final_beat = Signal(range(self.max_count), reset_less=True)  # row_beats - 2
         single_beat = Signal(reset_less=True)                               # row_beats == 1
         last_slot = Signal(reset_less=True)
@@ -314,11 +335,13 @@ class BroadcastMax(wiring.Component):
         nbytes_shape = range(LANE_BYTES * lanes + 1)
         slot_tag = data.StructLayout({
             "stream": 1,        # a valid slot 0 of a pass with a streamed operand
+            "second": 1,        # the slot's second read port reads an operand
             "last_slot": 1,
             "first": 1, "last": 1, "nbytes": nbytes_shape,
             "final": 1,         # the pass's last slot
         })
-        entry = data.StructLayout({"address": self.addr_bits, "tag": slot_tag})
+        entry = data.StructLayout({
+            "address": data.ArrayLayout(self.addr_bits, self.READ_PORTS), "tag": slot_tag})
         m.submodules.queue = queue = SyncFIFO(width=entry.size, depth=2)
         queued = Signal(entry)
         issue = Signal()
@@ -326,14 +349,23 @@ class BroadcastMax(wiring.Component):
             issue.eq(issuing & queue.w_rdy),
             queue.w_en.eq(issue),
             queue.w_data.eq(queued.as_value()),
-            queued.address.eq(beat_address[slot]),
-            queued.tag.stream.eq((slot == 0) & config.streamed),
+            queued.tag.stream.eq(((slot == 0) | stream_only) & config.streamed.any()),
+            queued.tag.second.eq(slot < full_pairs),
             queued.tag.last_slot.eq(last_slot),
             queued.tag.first.eq(beat == 0),
             queued.tag.last.eq(last_beat),
             queued.tag.nbytes.eq(Mux(last_beat, config.last_nbytes, LANE_BYTES * lanes)),
             queued.tag.final.eq(last_slot & last_beat & finished),
         ]
+
+        # Slot p's addresses: operands 2p and 2p + 1 (a fold's slots read addresses nobody uses).
+        with m.Switch(slot):
+            for pair in range(pairs):
+                with m.Case(pair):
+                    for port in range(self.READ_PORTS):
+                        k = self.READ_PORTS * pair + port
+                        if k < operand_count:
+                            m.d.comb += queued.address[port].eq(beat_address[k])
 
         # Each counter's next value is formed from registers alone, and ``issue`` only enables
         # the load.
@@ -386,8 +418,8 @@ class BroadcastMax(wiring.Component):
             head_tag.as_value()[:slot_tag.size].eq(head.tag),    # the fields in common
             head_tag.stream.eq(head.tag.stream & queue.r_rdy),
             head_tag.format.eq(lane_format),
-            read.addr.eq(head.address),
-            read.en.eq(advance),
+            *[read.addr.eq(head.address[port]) for port, read in enumerate(reads)],
+            *[read.en.eq(advance) for read in reads],
             queue.r_en.eq(advance),
         ]
         s1_valid, s1 = delay(m, "s1", advance, queue.r_rdy, head_tag, tag, 1)
@@ -402,31 +434,43 @@ class BroadcastMax(wiring.Component):
         # the ECP5) stays alone in its cycle, into a register that feeds only the next one, so
         # that it can sit next to the block RAM. The streamed beat is taken in stage 3.
         s2_valid, s2 = delay(m, "s2", advance, s1_valid, s1, tag, 1)
-        s2_data = register(m, advance, read.data, "s2_data")
+        s2_data = [register(m, advance, read.data, f"s2_data_{port}")
+                   for port, read in enumerate(reads)]
         s3_valid, s3 = delay(m, "s3", advance, s2_valid, s2, tag, 1)
-        s3_data = register(m, advance, s2_data, "s3_data")
+        s3_data = [register(m, advance, d, f"s3_data_{port}") for port, d in enumerate(s2_data)]
         m.d.comb += needs_stream.eq(s3.stream)
 
-        # 4, 5: the replayed beat's and the streamed beat's order keys, in two stages (ToKey's
-        # NaN tests, then the key). With no replayed operand the replayed beat is all padding,
-        # key 0, below every value's key, so the max with the streamed beat below is that beat.
+        # 4, 5: the replayed beats' and the streamed beat's order keys, in two stages (ToKey's
+        # NaN tests, then the key). A replayed beat that holds no operand (all of them with no
+        # replayed operand, the second of an odd M's last pair) is all padding, key 0, below
+        # every value's key, so the maxima below are those of the other operands.
         keys_valid, keys_tag = delay(m, "keys", advance, s3_valid, s3, tag, 1)
-        filled = Mux(stream_only, 0, (1 << LANE_BYTES) - 1)
-        slot_keys = to_keys(m, advance, keys_tag.format,
-                            [lane_of(s3_data, j) for j in range(lanes)],
-                            filled=[filled] * lanes, name="slot_key")
+        filled = [Mux(stream_only, 0, (1 << LANE_BYTES) - 1),
+                  Mux(s3.second, (1 << LANE_BYTES) - 1, 0)]
+        slot_keys = [to_keys(m, advance, keys_tag.format,
+                             [lane_of(s3_data[port], j) for j in range(lanes)],
+                             filled=[filled[port]] * lanes, name=f"slot_key_{port}")
+                     for port in range(self.READ_PORTS)]
         streamed_keys = to_keys(m, advance, s3.format, list(self.streamed.payload.data),
                                 name="streamed_key")
         keys_valid, keys_tag = delay(m, "keys_2", advance, keys_valid, keys_tag, tag, 1)
 
-        # 6, 7: the slot's operand, max'ed with the streamed beat in slot 0 (KeyMax.take_b
-        # passes it through otherwise; max(x, x) would be x).
-        firsts = [key_max(m, f"first_{j}", advance, keys_tag.format.size, streamed_key,
-                          slot_key, take_b=~keys_tag.stream)
-                  for j, (slot_key, streamed_key) in enumerate(zip(slot_keys, streamed_keys))]
-        first_valid, first_tag = delay(m, "first", advance, keys_valid, keys_tag, tag, 2)
+        # 6, 7: the max of the slot's two replayed beats; the streamed beat's keys wait.
+        pair_keys = [key_max(m, f"pair_{j}", advance, keys_tag.format.size, a, b)
+                     for j, (a, b) in enumerate(zip(*slot_keys))]
+        streamed_keys = [register(m, advance, register(m, advance, key, f"streamed_wait_{j}"),
+                                  f"streamed_waited_{j}")
+                         for j, key in enumerate(streamed_keys)]
+        pair_valid, pair_tag = delay(m, "pair", advance, keys_valid, keys_tag, tag, 2)
 
-        # 8 to 11: the slots of each output beat folded, as RunAccumulator folds a run (two
+        # 8, 9: the slot's operands, max'ed with the streamed beat in slot 0 (KeyMax.take_b
+        # passes them through otherwise; max(x, x) would be x).
+        firsts = [key_max(m, f"first_{j}", advance, pair_tag.format.size, streamed_key,
+                          pair_key, take_b=~pair_tag.stream)
+                  for j, (pair_key, streamed_key) in enumerate(zip(pair_keys, streamed_keys))]
+        first_valid, first_tag = delay(m, "first", advance, pair_valid, pair_tag, tag, 2)
+
+        # 10 to 13: the slots of each output beat folded, as RunAccumulator folds a run (two
         # interleaved partial maxima, then their max); its result register is the output
         # register, turned into values by FromKey.
         results, result_valid = accumulate_runs(m, advance, first_tag.format, firsts,
@@ -468,10 +512,13 @@ class BroadcastMax(wiring.Component):
                 for d in range(self.max_dims):
                     m.d.sync += [left[d].eq(config.counts[d] - 1),
                                  at_end[d].eq(config.counts[d] == 1)]
+                slots = Mux(config.operands == 0, config.streamed,
+                            (config.operands + self.READ_PORTS - 1) >> port_bits)
                 m.d.sync += [
-                    before_final_slot.eq(config.operands - 2),
-                    single_slot.eq(config.operands <= 1),
-                    last_slot.eq(config.operands <= 1),
+                    before_final_slot.eq(slots - 2),
+                    full_pairs.eq(config.operands >> port_bits),
+                    single_slot.eq(slots <= 1),
+                    last_slot.eq(slots <= 1),
                     before_final_beat.eq(config.row_beats - 2),
                     single_beat.eq(config.row_beats == 1),
                     last_beat.eq(config.row_beats == 1),

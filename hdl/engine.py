@@ -47,7 +47,8 @@ class CommandEngine(wiring.Component):
     1. **Header.** :class:`FrameReceiver` hunts for a header that passes its check.
     2. **Parameters.** The command's parameter block (``PARAMETERS`` of
        :mod:`maxaccel.contract.wire`, ``MaxParameters.layout`` for ``MAX``) is shifted into a
-       register. A payload shorter than the block is ``BAD_LENGTH``, an unknown command
+       register, its fields only (the padding that aligns the data is counted, not stored).
+       A payload shorter than the block is ``BAD_LENGTH``, an unknown command
        ``BAD_COMMAND``; both are decided from the header.
     3. **Checks.** The data length and reply length the parameters imply are computed with a
        bit-serial :class:`SaturatingMultiplier` (one cycle per significant bit of the second
@@ -231,11 +232,12 @@ class CommandEngine(wiring.Component):
         blocks = {code: parameter_block(code, max_dims, max_operands) for code in DATA_COMMANDS}
         specs = {code: command_rules(code, max_dims) for code in DATA_COMMANDS}
         capacities = Capacities.of(self.identity)
-        block_bytes = max(b.size for b in blocks.values())
+        # Only a block's fields are stored: its padding (``PAYLOAD_ALIGN``) is counted, not kept.
+        block_bytes = max(b.fields_size for b in blocks.values())
         block = Signal(8 * block_bytes)
 
         def fields_of(code):
-            start = block_bytes - blocks[code].size
+            start = block_bytes - blocks[code].fields_size
             return {f.name: block[8 * (start + f.offset):8 * (start + f.offset + f.size)]
                     for f in blocks[code].fields}
 
@@ -248,8 +250,10 @@ class CommandEngine(wiring.Component):
         command = Signal(8)
         seq = Signal(8)
         length = Signal(32)
-        needed = Signal(range(block_bytes + 1))
-        received = Signal(range(block_bytes + 1))
+        wire_bytes = max(b.size for b in blocks.values())
+        needed = Signal(range(wire_bytes + 1))          # the block's bytes on the wire
+        stored = Signal(range(block_bytes + 1))         # its fields' bytes
+        received = Signal(range(wire_bytes + 1))
         status = Signal(8)
         final = Signal(8)
         pad = Signal()
@@ -357,7 +361,7 @@ class CommandEngine(wiring.Component):
         checks.d.comb += [
             config.dtype.eq(dtype),
             config.operands.eq(max_operand_count),
-            config.streamed.eq(max_streamed[0]),
+            config.streamed.eq(max_streamed),
             config.row_beats.eq(row_beats),
             config.last_nbytes.eq(last_nbytes),
         ]
@@ -478,7 +482,7 @@ class CommandEngine(wiring.Component):
                                 m.d.sync += status.eq(Status.BAD_LENGTH)
                         for code, s in blocks.items():
                             with m.Case(code):
-                                m.d.sync += needed.eq(s.size)
+                                m.d.sync += [needed.eq(s.size), stored.eq(s.fields_size)]
                                 with m.If(header.length < s.size):
                                     m.d.sync += status.eq(Status.BAD_LENGTH)
                                 with m.Else():
@@ -489,10 +493,9 @@ class CommandEngine(wiring.Component):
             with m.State("PARAMS"):
                 m.d.comb += taking_parameters.eq(1)
                 with m.If(receiver.payload.valid):
-                    m.d.sync += [
-                        block.eq(Cat(block[8:], parameter_byte)),
-                        received.eq(received + 1),
-                    ]
+                    m.d.sync += received.eq(received + 1)
+                    with m.If(received < stored):
+                        m.d.sync += block.eq(Cat(block[8:], parameter_byte))
                     with m.If(received == needed - 1):
                         m.next = "GEOMETRY_DTYPE"
                 take_trailer(to_reply)   # only a timeout ends a frame here

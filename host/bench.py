@@ -29,7 +29,8 @@ import time
 import numpy as np
 
 __all__ = ["OPERATIONS", "Measurement", "measure_device", "measure_cpu", "default_elements",
-           "format_table", "plot"]
+           "format_table", "plot", "RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio",
+           "measure_ratios", "format_ratios"]
 
 
 #: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about
@@ -482,3 +483,131 @@ def format_model_table(measurements):
                      f"{_si(m.outside_s, 's')} | {_si(m.onnxruntime_s, 's')} | "
                      f"{m.ratio:.2f}x |")
     return "\n".join(lines)
+
+
+# ---- Every operation against a ReduceMax of the same input bytes (issue 18), in device cycles.
+
+def _row_col(rng, n, dt):
+    rows, columns = _matrix(n)
+    return (_random(rng, (rows, columns), dt), _random(rng, (1, columns), dt),
+            _random(rng, (rows, 1), dt))
+
+
+#: name -> (inputs(rng, elements, dtype), device/reference call); each is compared with a
+#: ``reduce_max`` of one tensor of as many elements as all its inputs together.
+RATIO_OPERATIONS = {
+    "ReduceMax / GlobalMaxPool": (
+        lambda rng, n, dt: (_random(rng, (1, 16, max(1, n // 16)), dt),),
+        # GlobalMaxPool takes floats only; an integer tensor reduces its spatial axis.
+        lambda m, x: (m.global_max_pool(x) if x.dtype.kind == "f"
+                      else m.reduce_max(x, axes=(2,)))),
+    "max(a, b), same shape": (lambda rng, n, dt: tuple(_random(rng, (n,), dt) for _ in range(2)),
+                              lambda m, *x: m.max(*x)),
+    "max(a, b, c), same shape": (
+        lambda rng, n, dt: tuple(_random(rng, (n,), dt) for _ in range(3)),
+        lambda m, *x: m.max(*x)),
+    "max(a, row, col)": (_row_col, lambda m, *x: m.max(*x)),
+}
+
+#: The dtypes of the ratio table.
+RATIO_DTYPES = ("float32", "float16", "int8", "float64")
+
+
+@dataclass
+class Ratio:
+    """One operation's device cycles against a ReduceMax of the same input bytes."""
+
+    where: str
+    operation: str
+    dtype: str
+    elements: int
+    cycles: int
+    reduce_cycles: int
+
+    @property
+    def ratio(self):
+        return self.cycles / self.reduce_cycles
+
+
+def _board(device):
+    """The virtual board behind ``device`` (its transport, unwrapped), which counts cycles."""
+    transport = device.link.transport
+    transport = getattr(transport, "_transport", transport)    # a _TimedTransport's
+    transport = getattr(transport, "board", transport)         # a SimTransport's board
+    if not hasattr(transport, "cycles"):
+        raise ValueError(f"{device.url!r} does not count cycles: ratios need a virtual board "
+                         f"(sim or verilator)")
+    return transport
+
+
+def measure_ratios(device, elements=1 << 18, *, dtypes=RATIO_DTYPES, operations=None, seed=0,
+                   progress=None):
+    """Device cycles of each of :data:`RATIO_OPERATIONS` (``elements`` per operand) over those
+    of a ``reduce_max`` of as many input elements, per dtype, on a virtual board (cycles are
+    deterministic, unlike wall time). Every result is checked against the golden model.
+
+    Returns
+    -------
+    list of Ratio
+    """
+    from maxaccel.sim import reference
+    board = _board(device)
+    rng = np.random.default_rng(seed)
+
+    def cycles(call):
+        start = board.cycles
+        result = call()
+        return result, board.cycles - start
+
+    results = []
+    for dtype in dtypes:
+        for name in operations or RATIO_OPERATIONS:
+            make, call = RATIO_OPERATIONS[name]
+            inputs = make(rng, elements, np.dtype(dtype))
+            result, spent = cycles(lambda: call(device, *inputs))
+            reference.assert_same_bits(result, call(reference, *inputs),
+                                       f"{name} {[x.shape for x in inputs]}")
+            flat = _random(rng, (sum(x.size for x in inputs),), np.dtype(dtype))
+            result, baseline = cycles(lambda: device.reduce_max(flat))
+            reference.assert_same_bits(result, reference.reduce_max(flat), "reduce_max")
+            results.append(Ratio(device.url, name, str(np.dtype(dtype)), elements, spent,
+                                 baseline))
+            if progress is not None:
+                progress(results[-1])
+    return results
+
+
+def format_ratios(ratios):
+    """The ratios as a markdown table: one row per operation, one column per dtype."""
+    dtypes = list(dict.fromkeys(r.dtype for r in ratios))
+    table = {(r.operation, r.dtype): r.ratio for r in ratios}
+    lines = ["| operation | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
+    for operation in dict.fromkeys(r.operation for r in ratios):
+        cells = [f"{table[operation, d]:.2f}" if (operation, d) in table else "-"
+                 for d in dtypes]
+        lines.append(f"| {operation} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _main(argv=None):
+    import argparse
+    from maxaccel.host import open_device
+    parser = argparse.ArgumentParser(
+        prog="python -m maxaccel.host.bench",
+        description="Each operation's device cycles over a ReduceMax of the same input bytes.")
+    parser.add_argument("--device", default="verilator", metavar="URL")
+    parser.add_argument("--elements", type=int, default=1 << 18, metavar="N",
+                        help="elements per operand (default 262144)")
+    parser.add_argument("--dtype", action="append", help=f"default: {' '.join(RATIO_DTYPES)}")
+    args = parser.parse_args(argv)
+    with open_device(args.device) as device:
+        ratios = measure_ratios(
+            device, args.elements, dtypes=args.dtype or RATIO_DTYPES,
+            progress=lambda r: print(f"  {r.dtype:<8} {r.operation:<26} {r.cycles:>9} cycles, "
+                                     f"ReduceMax {r.reduce_cycles:>9}: {r.ratio:.3f}",
+                                     flush=True))
+    print(format_ratios(ratios))
+
+
+if __name__ == "__main__":
+    _main()

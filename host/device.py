@@ -21,10 +21,13 @@ How each operator is planned:
     ``N x C x D1..Dn`` is ``N*C`` runs of ``prod(D)`` elements: the same ``REDUCE`` path. With
     ``channels_last=True``, ``N x D1..Dn x C`` goes to the channels-last pooling unit.
 ``max``
-    Operands of the same shape: their elements interleaved, a ``REDUCE`` of runs of as many
-    elements as operands. With broadcasting, :func:`maxaccel.host.plan.plan_broadcast`
-    coalesces the broadcast, picks the operand that streams and places the others in the replay buffer: ``LOAD`` each replayed operand, then one
-    ``MAX`` pass with the streamed one. A pass that does not fit the device (buffer, outer
+    Operands of the same shape: folded by the broadcast unit, ``MAX`` with S streamed
+    operands whose rows of one beat are interleaved (:func:`maxaccel.host.plan.plan_fold`: a
+    beat per cycle, every input once on the link); on a board without that unit their elements
+    interleaved, a ``REDUCE`` of runs of as many elements as operands. With broadcasting,
+    :func:`maxaccel.host.plan.plan_broadcast` coalesces the broadcast, picks the operand that
+    streams and places the others in the replay buffer: ``LOAD`` each replayed operand, then
+    one ``MAX`` pass with the streamed one. A pass that does not fit the device (buffer, outer
     dimensions, counts) or whose output exceeds ``max_frame_bytes`` is tiled along the output's
     outer axes; an operand that a tile shares with the previous one (broadcast along the tiled
     axis) is not loaded again. More operands than one pass folds are folded in groups.
@@ -43,11 +46,11 @@ from maxaccel.contract.checks import check_global_max_pool, check_max, check_red
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.pooling import check_max_pool
 from maxaccel.host.link import Link, LinkError
-from maxaccel.host.plan import plan_broadcast, plan_channels_last
+from maxaccel.host.plan import plan_broadcast, plan_channels_last, plan_fold
 from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
 from maxaccel.contract.progress import TransferProgress, log
-from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, PARAMETERS, VERSION,
-                                    Capacities, Command, Identity, MaxParameters)
+from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, MAX_STREAMED, PARAMETERS,
+                                    VERSION, Capacities, Command, Identity, MaxParameters)
 from maxaccel.host.transport import open_transport
 
 __all__ = ["Device", "open_device"]
@@ -391,9 +394,12 @@ class Device:
             operands = [_Operand.new(np.broadcast_to(o.array, out.shape), out.ndim)
                         for o in operands]
         if all(o.array.shape == out.shape for o in operands):
-            # No broadcasting: the Max of k operands is a reduction of k-element runs, their
-            # elements interleaved (host memory, not link). It streams with no buffer, no
-            # LOAD, any k, and the smallest parameter block.
+            if len(operands) > 1 and identity.replay_depth:
+                self._fold_into(operands, out, fmt)
+                return
+            # No broadcasting and no broadcast unit (or one operand): the Max of k operands
+            # is a reduction of k-element runs, their elements interleaved (host memory, not
+            # link); the reducer yields one result per cycle.
             stacked = np.stack([o.array for o in operands], axis=-1)
             _store(out, self._reduce_runs(stacked, out.size, len(operands), fmt)
                    .reshape(out.shape))
@@ -417,6 +423,27 @@ class Device:
             tile = out[(slice(None),) * axis + (slice(start, stop),)]
             self._max_into([o.sliced(axis, start, stop) for o in operands], tile, fmt)
 
+    def _fold_into(self, operands, out, fmt):
+        """Same-shape operands folded by the broadcast unit (``MAX`` with S streamed operands,
+        their rows of one beat interleaved): a beat per cycle, each input crossing the link
+        once, up to ``MAX_STREAMED`` operands a pass."""
+        while len(operands) > MAX_STREAMED:
+            partial = np.empty(out.shape, out.dtype)
+            self._fold_into(operands[:MAX_STREAMED], partial, fmt)
+            operands = [_Operand.new(partial, out.ndim)] + operands[MAX_STREAMED:]
+        identity = self.identity
+        flats = [np.ascontiguousarray(o.array).reshape(-1) for o in operands]
+        flat_out = out.reshape(-1) if out.flags.c_contiguous else np.empty(out.size, out.dtype)
+        for fold in plan_fold(out.size, len(flats), fmt.nbytes, identity.lanes,
+                              self.max_frame_bytes):
+            block = fold.parameters(fmt.dtype, len(flats), identity.max_dims).encode(
+                identity.max_dims, identity.max_operands)
+            reply = self._request(Command.MAX, block + _encode(fold.interleave(flats), fmt))
+            elements = fold.rows * fold.row_length
+            _store(flat_out[fold.start:fold.start + elements], _decode(reply, fmt, (elements,)))
+        if not out.flags.c_contiguous:
+            _store(out, flat_out.reshape(out.shape))
+
     def _split(self, plan, operands, out):
         """``(axis, size)``: tile ``out`` along ``axis`` in pieces of ``size``."""
         shape = out.shape
@@ -432,9 +459,20 @@ class Device:
             # The replayed operands overflow the buffer: tile along the innermost axis they
             # span, so each tile's slice is loaded once and replayed for every outer row.
             # (Tiling an outer axis first would reload the same slices for every tile.)
+            # As few tiles as fit: the operands broadcast along the axis keep their beats in
+            # every tile, the others' shrink with the tile.
             axis = spanned[-1]
-            pieces = max(2, -(-plan.memory_beats // self.identity.replay_depth))
-            return axis, max(1, shape[axis] // pieces)
+            fixed = sum(o.beats for o in plan.replayed
+                        if operands[o.index].array.shape[axis] == 1)
+            depth = self.identity.replay_depth
+            if fixed >= depth:      # those need tiling along another axis too (recursively)
+                pieces = max(2, -(-plan.memory_beats // depth))
+                return axis, max(1, shape[axis] // pieces)
+            pieces = max(2, -(-(plan.memory_beats - fixed) // (depth - fixed)))
+            while pieces < shape[axis] and not self._tile_fits(operands, axis,
+                                                               -(-shape[axis] // pieces)):
+                pieces += 1
+            return axis, -(-shape[axis] // pieces)
         axis = next(a for a, n in enumerate(shape) if n > 1)
         pieces = max(2, -(-out.nbytes // self.max_frame_bytes),
                      -(-plan.memory_beats // self.identity.replay_depth),
@@ -442,6 +480,16 @@ class Device:
         if len(plan.dims) - 1 > self.identity.max_dims:
             pieces = shape[axis]
         return axis, max(1, shape[axis] // pieces)
+
+    def _tile_fits(self, operands, axis, size):
+        """Whether the replayed operands of a tile of ``size`` along ``axis`` fit the buffer."""
+        identity = self.identity
+        shapes = [o.array.shape[:axis] + (min(size, o.array.shape[axis]),)
+                  + o.array.shape[axis + 1:] for o in operands]
+        plan = plan_broadcast(shapes, operands[0].array.dtype.itemsize, identity.lanes,
+                              identity.replay_depth, identity.max_dims, identity.max_operands,
+                              MAX_COUNT, check=False)
+        return plan.memory_beats <= identity.replay_depth
 
     def _run_pass(self, plan, operands, out, fmt):
         identity = self.identity

@@ -23,13 +23,15 @@ never imports amaranth.
 import math
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 
 from maxaccel.contract.dtypes import DType
 from maxaccel.contract import wire
-from maxaccel.contract.wire import LANE_BYTES, Capacities, Command, MaxParameters
+from maxaccel.contract.wire import LANE_BYTES, MAX_COUNT, Capacities, Command, MaxParameters
 
 __all__ = ["BroadcastError", "CapacityError", "OperandPlan", "BroadcastPlan",
-           "broadcast_shape", "plan_broadcast", "plan_channels_last"]
+           "broadcast_shape", "plan_broadcast", "plan_channels_last", "FoldPass", "plan_fold"]
 
 
 class BroadcastError(ValueError):
@@ -386,3 +388,52 @@ def plan_channels_last(shape, axes):
     sizes = [n for n, _ in significant]
     return math.prod(sizes[:first]), math.prod(sizes[first:last]), math.prod(sizes[last:])
 
+
+@dataclass(frozen=True)
+class FoldPass:
+    """One ``MAX`` request of a fold (:func:`plan_fold`): output elements ``start`` to
+    ``start + rows * row_length``, as ``rows`` rows of ``row_length`` elements, each sent as
+    the S operands' rows one after another.
+
+    Attributes
+    ----------
+    start, rows, row_length : int
+    """
+
+    start: int
+    rows: int
+    row_length: int
+
+    def parameters(self, dtype, streamed, max_dims):
+        """The pass's :class:`~maxaccel.contract.wire.MaxParameters` (S = ``streamed``)."""
+        counts = (1,) * (max_dims - 1) + (self.rows,)
+        return MaxParameters(int(dtype), self.row_length, counts, streamed)
+
+    def interleave(self, flats):
+        """The request data: the operands' (1-D, C order) rows interleaved, shape
+        ``(rows, S, row_length)``."""
+        stop = self.start + self.rows * self.row_length
+        return np.stack([f[self.start:stop].reshape(self.rows, self.row_length)
+                         for f in flats], axis=1)
+
+
+def plan_fold(elements, operands, itemsize, lanes, max_frame_bytes, max_count=MAX_COUNT):
+    """The ``MAX`` passes of an element-wise Max of ``operands`` same-shape operands of
+    ``elements`` elements each, folded by the device (``streamed`` = S >= 2).
+
+    Rows are one beat (``8 * lanes // itemsize`` elements), so the device takes a beat per
+    cycle; a pass carries as many rows as a frame of ``max_frame_bytes`` of data holds (at
+    most ``max_count``); the elements left over after the last whole row form one shorter row.
+
+    Returns
+    -------
+    list of FoldPass
+    """
+    row = LANE_BYTES * lanes // itemsize
+    per_pass = max(1, min(max_count, max_frame_bytes // (operands * row * itemsize)))
+    whole = elements // row
+    passes = [FoldPass(start * row, min(per_pass, whole - start), row)
+              for start in range(0, whole, per_pass)]
+    if elements % row:
+        passes.append(FoldPass(whole * row, 1, elements % row))
+    return passes

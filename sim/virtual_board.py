@@ -73,6 +73,8 @@ class VirtualBoard:
     ----------
     identity : maxaccel.contract.wire.Identity
         What the gateware reports to ``IDENTIFY``.
+    link_bytes : int
+        Bytes per cycle of the link between the bench and the core (1 at the UART pins).
     cycles : int
         Clock cycles simulated so far.
 
@@ -113,6 +115,7 @@ class VirtualBoard:
         else:
             self._top = Core(clock_hz=clock_hz, **parameters)
         self.identity = self._top.identity
+        self.link_bytes = parameters["link_bytes"]
         self.clock_hz = clock_hz
         self.timeout = timeout
         self.wall_timeout = wall_timeout

@@ -13,7 +13,8 @@ import numpy as np
 from maxaccel.hdl.broadcast import BroadcastMax
 from maxaccel.host.plan import CapacityError, _shape_text
 
-__all__ = ["unit_config", "load_commands", "run_cycles", "pack_operand", "unpack_output"]
+__all__ = ["unit_config", "load_commands", "run_cycles", "slots", "pack_operand",
+           "unpack_output"]
 
 
 def load_commands(plan):
@@ -23,9 +24,14 @@ def load_commands(plan):
 
 def run_cycles(plan):
     """Cycles of the ``RUN`` pass without stalls, from accepting the command to the last
-    output beat: one replayed beat is read per cycle, and the first output beat is valid
-    ``BroadcastMax.LATENCY`` cycles after the command is accepted."""
-    return BroadcastMax.LATENCY + plan.output_beats * max(len(plan.replayed), 1)
+    output beat: ``BroadcastMax.READ_PORTS`` replayed beats are read per cycle, and the first
+    output beat is valid ``BroadcastMax.LATENCY`` cycles after the command is accepted."""
+    return BroadcastMax.LATENCY + plan.output_beats * slots(plan)
+
+
+def slots(plan):
+    """Cycles per output beat of a pass: its replayed operands, ``READ_PORTS`` a cycle."""
+    return max(-(-len(plan.replayed) // BroadcastMax.READ_PORTS), 1)
 
 
 def unit_config(plan, dtype):

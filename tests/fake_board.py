@@ -234,7 +234,9 @@ class FakeBoard:
         rows = math.prod(counts)
         operands = []
         if parameters.streamed:
-            operands.append(self._elements(data, fmt, (rows, row_length)))
+            # S streamed operands, interleaved row by row.
+            streamed = self._elements(data, fmt, (rows, parameters.streamed, row_length))
+            operands += [streamed[:, s] for s in range(parameters.streamed)]
         # The address generator: the row address advances by steps[d] when counter d advances
         # (the counters inside it wrap), modulo 2**addr_bits.
         index = np.indices(counts).reshape(len(counts), -1).T

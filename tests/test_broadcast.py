@@ -7,6 +7,8 @@ as the command engine does. Batching amortises elaboration; every case is still 
 own, bit for bit, with its own framing.
 """
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from amaranth.hdl import Module, Mux, Signal
@@ -17,7 +19,7 @@ from maxaccel.hdl.beat import beat_layout
 from maxaccel.hdl.broadcast import BroadcastMax, BroadcastOp
 from maxaccel.contract.dtypes import FORMATS, DType, format_of
 from maxaccel.host.plan import plan_broadcast
-from broadcast_model import (load_commands, pack_operand, run_cycles, unit_config,
+from broadcast_model import (load_commands, pack_operand, run_cycles, slots, unit_config,
                              unpack_output)
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, lanes_to_bytes, run_streams
@@ -112,8 +114,39 @@ class Batch:
                 pack_operand(plan, plan.streamed.index, arrays[plan.streamed.index]),
                 plan.row_beats, plan.last_nbytes)
         shapes = ", ".join(str(a.shape) for a in arrays)
-        self.cases.append((arrays, plan, f"{what} {fmt.numpy_dtype} [{shapes}]".strip()))
+        self.cases.append((arrays, plan, f"{what} {fmt.numpy_dtype} [{shapes}]".strip(),
+                           lambda raw: unpack_output(plan, raw, arrays[0].dtype)))
         return plan
+
+    def add_fold(self, arrays, what="fold"):
+        """A fold: S >= 2 same-shape ``(rows, row_length)`` operands, rows of at most one beat,
+        streamed interleaved row by row (``streamed`` = S, nothing replayed)."""
+        arrays = [np.asarray(a) for a in arrays]
+        fmt = format_of(arrays[0].dtype)
+        rows, row_length = arrays[0].shape
+        unit = self.unit
+        beat_bytes = 8 * unit.lanes
+        row_bytes = row_length * fmt.nbytes
+        assert row_bytes <= beat_bytes
+        fold = SimpleNamespace(output_beats=rows, row_beats=1, last_nbytes=row_bytes,
+                               beat_bytes=beat_bytes)
+        config = {"dtype": int(fmt.dtype), "operands": 0, "streamed": len(arrays),
+                  "row_beats": 1, "last_nbytes": row_bytes,
+                  "counts": [1] * (unit.max_dims - 1) + [rows],
+                  "operand": [{"base": 0, "splat": 0, "steps": [0] * unit.max_dims}] *
+                  unit.max_operands}
+        self.commands.append({"command": {"op": BroadcastOp.RUN, "base": 0, "count": 0},
+                              "config": config})
+        interleaved = np.stack(arrays, axis=1).reshape(rows * len(arrays), row_length)
+        beats = np.zeros((len(interleaved), beat_bytes), np.uint8)
+        beats[:, :row_bytes] = interleaved.view(np.uint8).reshape(len(interleaved), row_bytes)
+        self.streamed += beat_payloads(beats, 1, row_bytes)
+
+        def unpack(raw):
+            return raw.reshape(rows, beat_bytes)[:, :row_bytes].copy().view(
+                arrays[0].dtype).reshape(rows, row_length)
+        self.cases.append((arrays, fold, f"{what} {fmt.numpy_dtype} S={len(arrays)}", unpack))
+        return fold
 
     def run(self, stalls=Stalls()):
         h = self.harness
@@ -122,7 +155,7 @@ class Batch:
             sources[h.load] = self.loads
         if self.streamed:
             sources[h.streamed] = self.streamed
-        total = sum(plan.output_beats for _, plan, _ in self.cases)
+        total = sum(case[1].output_beats for case in self.cases)
 
         def idle_at_end(ctx):
             assert not ctx.get(h.busy), "the unit is still busy after its last output beat"
@@ -131,7 +164,7 @@ class Batch:
                           stalls=stalls, check=idle_at_end, timeout=5_000)
         received = run.received["output"]
         start = 0
-        for arrays, plan, what in self.cases:
+        for arrays, plan, what, unpack in self.cases:
             beats = received[start:start + plan.output_beats]
             start += plan.output_beats
             for position, beat in enumerate(beats):
@@ -142,7 +175,7 @@ class Batch:
                 assert got == expected, f"{what}: beat {position} (first, last, nbytes) " \
                                         f"{got} != {expected}"
             raw = np.frombuffer(b"".join(lanes_to_bytes(b.data) for b in beats), np.uint8)
-            actual = unpack_output(plan, raw, arrays[0].dtype)
+            actual = unpack(raw)
             reference.assert_same_bits(actual, reference.max(*arrays), what)
         return run
 
@@ -292,24 +325,56 @@ def test_throughput_streamed_and_replayed(lanes):
     arrays = [finite(rng, fmt, (6, 20)), finite(rng, fmt, (20,))]
     plan, run_taken, arrivals = run_arrivals(lanes, arrays)
     assert len(plan.replayed) == 1 and plan.streamed is not None
-    # One output beat per cycle; the first is offered 12 cycles after the RUN is accepted.
-    assert arrivals == [run_taken + 13 + i for i in range(plan.output_beats)]
+    # One output beat per cycle; the first is offered LATENCY cycles after the RUN is accepted.
+    assert arrivals == [run_taken + BroadcastMax.LATENCY + 1 + i
+                        for i in range(plan.output_beats)]
     assert arrivals[-1] - run_taken == run_cycles(plan)
 
 
-@pytest.mark.parametrize("shapes", [[(40,)], [(1, 24), (5, 1)], [(3, 8), (8,), (3, 1)],
-                                    [(2, 8), (8,), (2, 1), (1,), (2, 8)]],
-                         ids=["streamed", "two replayed", "streamed+two", "streamed+four"])
-def test_throughput_replayed_operands(shapes):
+@pytest.mark.parametrize("shapes, cycles", [
+    ([(40,)], 1), ([(1, 24), (5, 1)], 1), ([(3, 8), (8,), (3, 1)], 1),
+    ([(1, 8), (2, 1), (1, 1)], 2), ([(2, 8), (8,), (2, 1), (1,), (2, 8)], 2),
+    ([(2, 8), (8,), (2, 1), (1,), (1, 8), (2, 1)], 3)],
+    ids=["streamed", "two replayed", "streamed+two", "three replayed", "streamed+four",
+         "streamed+five"])
+def test_throughput_replayed_operands(shapes, cycles):
     rng = np.random.default_rng(10)
     fmt = format_of(np.int32)
     arrays = [finite(rng, fmt, shape) for shape in shapes]
     plan, run_taken, arrivals = run_arrivals(1, arrays)
-    slots = max(len(plan.replayed), 1)
-    assert slots == max(len(shapes) - 1, 1) if plan.streamed else slots == len(shapes)
-    # One replayed beat read per cycle: an output beat every ``slots`` cycles.
-    assert arrivals == [run_taken + 12 + slots * (i + 1) for i in range(plan.output_beats)]
+    assert slots(plan) == cycles
+    # Two replayed beats read per cycle: an output beat every ``ceil(M / 2)`` cycles.
+    assert arrivals == [run_taken + BroadcastMax.LATENCY + cycles * (i + 1)
+                        for i in range(plan.output_beats)]
     assert arrivals[-1] - run_taken == run_cycles(plan)
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=STALL_IDS)
+def test_fold_of_streamed_operands(stalls):
+    """S same-shape streamed operands, rows of one beat or less: each S beats fold into one,
+    for every dtype, NaNs and signed zeros in any position, between ordinary passes."""
+    rng = np.random.default_rng(14)
+    batch = Batch(2, max_dims=2, max_operands=2)
+    for index, fmt in enumerate(MAX_DTYPES):
+        per_beat = 16 // fmt.nbytes
+        count = [2, 3, 5][index % 3]
+        row_length = per_beat if index % 2 else max(1, per_beat - 1)
+        batch.add_fold([random_values(rng, fmt, (3, row_length), edge_fraction=0.3)
+                        for _ in range(count)])
+        if index % 4 == 0:
+            batch.add([finite(rng, fmt, (2, 5)), finite(rng, fmt, (5,))], "between folds")
+    batch.run(stalls)
+
+
+@pytest.mark.parametrize("count", [2, 3, 7])
+def test_throughput_fold(count):
+    """A fold takes one streamed beat per cycle: an output beat every S cycles."""
+    rng = np.random.default_rng(15)
+    batch = Batch(1, max_dims=2, max_operands=2)
+    batch.add_fold([finite(rng, format_of(np.float32), (6, 2)) for _ in range(count)])
+    arrivals = batch.run().arrivals["output"]
+    run_taken = 1
+    assert arrivals == [run_taken + BroadcastMax.LATENCY + count * (i + 1) for i in range(6)]
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=STALL_IDS)

@@ -24,7 +24,7 @@ from maxaccel.hdl.packing import RowPacker, RowUnpacker
 from maxaccel.hdl.linkword import WordSplitter, link_signature
 from maxaccel.hdl.top import Core
 from maxaccel.contract.dtypes import FORMATS, DType, format_of
-from maxaccel.host.plan import plan_broadcast
+from maxaccel.host.plan import plan_broadcast, plan_fold
 from maxaccel.contract.wire import (COUNTERS, COUNTER_NAMES, Capacities, Command, DATA_COMMANDS,
                                     FrameParser, Identity, MAX_COUNT, MAX_PAYLOAD, MaxParameters,
                                     PARAMETERS, Status, crc32, encode_frame, parameter_block,
@@ -247,6 +247,66 @@ MAX_CASES = [
 ]
 
 
+def fold_requests(identity, arrays):
+    """The ``MAX`` requests of a fold of same-shape 1-D ``arrays`` (the host's plan_fold)."""
+    fmt = format_of(arrays[0].dtype)
+    for fold in plan_fold(arrays[0].size, len(arrays), fmt.nbytes, identity.lanes, 1 << 20):
+        block = fold.parameters(fmt.dtype, len(arrays), identity.max_dims).encode(
+            identity.max_dims, identity.max_operands)
+        yield fold, block + fold.interleave(arrays).tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
+                                   np.int8, np.uint32, np.int64], ids=dtype_name)
+def test_fold_matches_the_golden_model(clean_board, dtype):
+    """MAX with S >= 2 streamed operands interleaved by row: rows of one beat and a shorter
+    last row, NaNs and signed zeros anywhere."""
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(300 + fmt.dtype)
+    per_beat = 8 * clean_board.identity.lanes // fmt.nbytes
+    for count, elements in [(2, 2 * per_beat + 1), (3, per_beat), (5, 3)]:
+        arrays = [random_values(rng, fmt, (elements,), edge_fraction=0.3) for _ in range(count)]
+        got = []
+        for fold, payload in fold_requests(clean_board.identity, arrays):
+            frame = exchange(clean_board, Command.MAX, payload, seq=count)
+            expect_status(frame, Status.OK, fold.rows * fold.row_length * fmt.nbytes)
+            got.append(np.frombuffer(frame.payload, fmt.numpy_dtype))
+        assert_same_bits(np.concatenate(got), reference.max(*arrays),
+                         f"fold of {count} x {elements} {fmt.numpy_dtype}")
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_fold_takes_one_link_word_per_beat(clean_board, count):
+    """Cycles per element, exactly: one more output row of a fold (S beats of input) costs S
+    link words on the board's link, one cycle each (the data starts on a word: the block is
+    padded), so a float32 fold at 16 bytes a cycle is S / 4 cycles per output element. (Both
+    sizes have counts of the same bit length: the checks' bit-serial products cost the same.)"""
+    identity, link = clean_board.identity, clean_board.link_bytes
+    beat = 8 * identity.lanes
+    rows = 8
+    cycles = []
+    for n in (2 * rows, 3 * rows):
+        arrays = [np.arange(n * beat // 4, dtype=np.float32) + k for k in range(count)]
+        ((_, payload),) = fold_requests(identity, arrays)
+        start = clean_board.cycles
+        expect_status(exchange(clean_board, Command.MAX, payload), Status.OK, n * beat)
+        cycles.append(clean_board.cycles - start)
+    assert cycles[1] - cycles[0] == rows * count * -(-beat // link)
+
+
+def test_reduce_of_one_beat_runs_takes_one_link_word_per_run(clean_board):
+    """REDUCE's data starts on a link word too: a run of one beat is one word, one cycle."""
+    link, beat = clean_board.link_bytes, 8 * clean_board.identity.lanes
+    cycles = []
+    for runs in (16, 32 - 8):
+        x = np.arange(runs * beat // 4, dtype=np.float32).reshape(runs, beat // 4)
+        start = clean_board.cycles
+        expect_status(exchange(clean_board, Command.REDUCE, reduce_payload(x)), Status.OK,
+                      runs * 4)
+        cycles.append(clean_board.cycles - start)
+    assert cycles[1] - cycles[0] == 8 * -(-beat // link)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
                                    np.int8, np.uint32, np.int64], ids=dtype_name)
 def test_load_and_max_match_the_golden_model(clean_board, dtype):
@@ -432,7 +492,8 @@ def test_truncated_frame_times_out_and_the_next_frame_is_answered(clean_board):
         (reply,) = replies(clean_board, 1)
         assert (reply.code, reply.seq) == (Command.REDUCE, 11)
         # Cut in the parameter block: no reply had started; later: padded to its length.
-        expect_status(reply, Status.TIMEOUT, 0 if cut < 12 + 9 else 4 * 2)
+        cut_in_block = cut < 12 + PARAMETERS[Command.REDUCE].size
+        expect_status(reply, Status.TIMEOUT, 0 if cut_in_block else 4 * 2)
         clean_board.write(encode_frame(Command.REDUCE, 12, reduce_payload(x)))
         (reply,) = replies(clean_board, 1)
         expect_status(reply, Status.OK, 8)

@@ -6,8 +6,8 @@ import pytest
 
 from maxaccel.contract.dtypes import DType
 from maxaccel.host.plan import plan_broadcast
-from maxaccel.contract.wire import (FrameParser, MaxOperand, MaxParameters, encode_frame,
-                                    Command)
+from maxaccel.contract.wire import (HEADER_SIZE, PAYLOAD_ALIGN, FrameParser, MaxOperand,
+                                    MaxParameters, encode_frame, Command)
 
 
 def test_max_block_layout_is_fixed_width_little_endian():
@@ -48,12 +48,16 @@ def test_max_block_refuses_a_device_it_does_not_fit(change, message):
 
 def test_max_block_decode_rejects_bad_blocks():
     good = MaxParameters(DType.INT8, 1, (1,), True, ()).encode(1, 1)
-    with pytest.raises(ValueError, match="shorter than its 24-byte parameter block"):
+    # 24 bytes of fields, padded so that the data starts 48 bytes into the frame.
+    assert len(good) == MaxParameters.size(1, 1) == 36 and (HEADER_SIZE + 36) % PAYLOAD_ALIGN == 0
+    assert good[24:] == bytes(12)
+    with pytest.raises(ValueError, match="shorter than its 36-byte parameter block"):
         MaxParameters.decode(good[:-1], 1, 1)
-    for offset, value in [(1, 2), (2, 2), (3, 1), (16, 2)]:  # M > K, streamed, reserved, splat
+    # M > K, S >= 2 with a replayed operand, reserved, splat
+    for offset, value in [(1, 2), (2, 2), (3, 1), (16, 2)]:
         bad = bytearray(good)
         bad[offset] = value
-        if offset == 16:
+        if offset in (2, 16):
             bad[1] = 1
         with pytest.raises(ValueError):
             MaxParameters.decode(bytes(bad), 1, 1)
