@@ -413,3 +413,36 @@ def test_parameters():
                 dict(index_bits=1.5), dict(max_rank=True)]:
         with pytest.raises(ValueError):
             WindowMaxPool(**bad)
+
+
+def _random_axis(rng, size_limit):
+    """A random axis whose windows all hold an element: pads below the extent, and a window
+    that would start in the right padding dropped (as ceil mode does)."""
+    while True:
+        size = int(rng.integers(1, size_limit + 1))
+        kernel, stride, dilation = (int(v) for v in rng.integers(1, 4, size=3))
+        extent = (kernel - 1) * dilation + 1
+        if extent > 4:
+            continue
+        pads = tuple(int(p) for p in rng.integers(0, extent, size=2))
+        if size + pads[0] + pads[1] < extent:
+            continue
+        a = axis(size, kernel, stride, dilation, pads, ceil=bool(rng.integers(0, 2)))
+        if all(any(0 <= p < size for p in a.taps(o)) for o in range(a.out)):
+            return a
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(24))
+def test_random_geometry(seed):
+    # Random rank, geometry, dtype and stalls; values with ties and edge values.
+    rng = _rng("random", seed)
+    rank = int(rng.integers(1, 4))
+    axes = tuple(_random_axis(rng, {1: 30, 2: 10, 3: 5}[rank]) for _ in range(rank))
+    dtype = ALL_DTYPES[seed % len(ALL_DTYPES)]
+    shape = (int(rng.integers(1, 4)), 1) + tuple(a.size for a in axes)
+    x = random_values(rng, dtype, shape, edge_fraction=0.3)
+    if seed % 2:
+        x = rng.choice(x.reshape(-1)[:3], size=shape)          # few distinct values: ties
+    check_pool(x, axes, stalls=Stalls(rng.random() * 0.6, rng.random() * 0.6, seed),
+               spare=int(rng.integers(0, 3)))
