@@ -93,6 +93,15 @@ def _broadcast(lanes):
     return BroadcastMax(lanes, 64, 4, 4)
 
 
+def _window(lanes):
+    from maxaccel.hdl.window import WindowMaxPool
+    return WindowMaxPool(**WINDOW_FIGURES)
+
+
+#: The WindowMaxPool built for the figures (one element per cycle: ``lanes`` does not apply).
+WINDOW_FIGURES = dict(max_rank=3, max_extent=3, max_columns=64, max_plane=256)
+
+
 #: The streaming units of the accelerator, as built for the figures: name -> (factory of
 #: ``lanes``, the parameters in words). Pool and broadcast use ``hdl/top.py``'s defaults.
 UNITS = {
@@ -101,6 +110,8 @@ UNITS = {
     "ReductionTree": (_tree, "ReductionTree(lanes), values in and out"),
     "ChannelsLastPool": (_pool, "ChannelsLastPool(lanes, max_channels=32)"),
     "BroadcastMax": (_broadcast, "BroadcastMax(lanes, depth=64, max_dims=4, max_operands=4)"),
+    "WindowMaxPool": (_window, "WindowMaxPool(max_rank=3, max_extent=3, max_columns=64, "
+                               "max_plane=256), one element per cycle"),
 }
 
 

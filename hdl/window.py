@@ -22,7 +22,7 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.host.dtypes import DType
 
 from .kit import decode_format, delay, from_key, refuse, register, to_keys
-from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level
 
 __all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool"]
 
@@ -115,7 +115,7 @@ class AxisPass(wiring.Component):
         self.dim_bits = dim_bits
         self.levels = _tree_levels(max_extent)
         #: Clock edges from an item taken at ``i`` to its row's window result on ``o``.
-        self.latency = 1 + self.levels
+        self.latency = 1 + 2 * self.levels
         items = stream.Signature(item_layout(index_bits))
         super().__init__({
             "i": In(items), "o": Out(items),
@@ -139,29 +139,38 @@ class AxisPass(wiring.Component):
         for j in range(extent):
             with m.If(kernel_less == j):
                 m.d.comb += span.eq(multiples[j])
-        first_end = Signal(signed(2 * dim_bits + 1))
-        m.d.comb += first_end.eq(span - cfg.pad)
-        first_end = register(m, 1, first_end, "first_end").as_signed()
         refused = ((cfg.kernel == 0) | (cfg.stride == 0) | (cfg.dilation == 0)
                    | (cfg.size == 0) | (cfg.out == 0) | (kernel_less >= extent)
                    | (span >= extent) | (span < cfg.pad))
         m.d.sync += self.config_error.eq(refused)
+        # Steps from the image's first to the end of window 0 (negative only if refused).
+        gap_shape = signed(dim_bits + 2)
+        first_gap = Signal(gap_shape)
+        m.d.comb += first_gap.eq(span - cfg.pad)
+        first_gap = register(m, 1, first_gap, "first_gap").as_signed()
+        stride_less = register(m, 1, cfg.stride - 1, "stride_less")
+        size_less = register(m, 1, cfg.size - 1, "size_less")
+        windows = register(m, 1, cfg.out, "windows")
         wide = register(m, 1, mask[1:].any(), "wide")   # some tap beyond the newest is used
         inner_last = [register(m, 1, self.config[b].out - 1, f"last_{b}") for b in self.inner]
 
-        # --- Counters: where the next item of the image is. --------------------------------
-        step_bits = dim_bits + 1
-        row = Signal(step_bits)                   # the step along this axis
-        out_row = Signal(dim_bits)                # windows closed so far
-        next_end = Signal(signed(2 * dim_bits + 2))
-        fresh = Signal(init=1)                    # image start: next_end is first_end
+        # --- Counters: where the next item of the image is, all counting down. -------------
+        gap = Signal(gap_shape)                   # steps until the next window ends
+        rows_after = Signal(dim_bits)             # real steps after this one
+        windows_left = Signal(dim_bits)           # windows not closed yet
+        virtual = Signal()                        # this step is past the last real one
+        seen = Signal(extent)                     # bit t: at least t + 1 steps before this one
+        at_start = Signal(init=1)                 # no item of the image has come yet
         columns = [Signal(dim_bits, name=f"column_{b}") for b in self.inner]
         address = Signal(range(self.depth + 1))   # saturates at depth
         row_end = Cat(c == last for c, last in zip(columns, inner_last)).all() \
             if columns else 1
-        end = Mux(fresh, first_end, next_end)
-        ends = (Cat(row, Const(0, 1)).as_signed() >= end) & (out_row != cfg.out)
-        virtual = (row >= cfg.size) & (row != 0)
+        ends = Signal()                           # a window ends at this step
+        m.d.comb += ends.eq((windows_left != 0) & ((gap == 0) | gap[-1]))
+
+        def restart():
+            return [gap.eq(first_gap), rows_after.eq(size_less), windows_left.eq(windows),
+                    virtual.eq(0), seen.eq(0), at_start.eq(1)]
 
         # --- The pipeline: stage A (now), B (taps), the compare tree. ----------------------
         advance = Signal()
@@ -176,13 +185,19 @@ class AxisPass(wiring.Component):
             m.d.comb += entering.eq(self.i.payload)
 
         with m.If(fire):
+            m.d.sync += at_start.eq(0)
             with m.If(row_end):
-                out_next = out_row + ends
-                with m.If((row + 1 >= cfg.size) & (out_next == cfg.out)):
-                    m.d.sync += [row.eq(0), out_row.eq(0), fresh.eq(1)]
+                last_real = virtual | (rows_after == 0)
+                with m.If(last_real & (windows_left == ends)):
+                    m.d.sync += restart()
                 with m.Else():
-                    m.d.sync += [row.eq(row + 1), out_row.eq(out_next), fresh.eq(0),
-                                 next_end.eq(end + Mux(ends, cfg.stride, 0))]
+                    m.d.sync += [
+                        gap.eq(Mux(ends, stride_less, gap - 1)),
+                        windows_left.eq(windows_left - ends),
+                        virtual.eq(last_real),
+                        rows_after.eq(rows_after - 1),
+                        seen.eq(Cat(1, seen[:-1])),
+                    ]
                 m.d.sync += [c.eq(0) for c in columns]
                 m.d.sync += address.eq(0)
             with m.Else():
@@ -196,14 +211,16 @@ class AxisPass(wiring.Component):
                     m.d.sync += address.eq(address + 1)
             with m.If((address == self.depth) & wide):
                 m.d.sync += self.capacity_error.eq(1)
+        with m.Elif(at_start):
+            # Between images the counters follow the configuration.
+            m.d.sync += restart()
 
         b_valid = register(m, advance, fire, "b_valid")
         b_item = Signal(item_shape, name="b_item")
         with m.If(advance):
             m.d.sync += b_item.eq(entering)
         b_ends = register(m, advance, ends, "b_ends")
-        b_use = register(m, advance, Cat(
-            [1] + [mask[t] & (row >= t) for t in range(1, extent)]), "b_use")
+        b_use = register(m, advance, Cat(1, mask[1:] & seen[:-1]), "b_use")
         b_address = register(m, advance, address, "b_address")
         stored = [b_item]                         # tap t: the item t steps ago, same column
         storing = advance & b_valid
@@ -235,28 +252,53 @@ class AxisPass(wiring.Component):
             m.d.comb += [tap.eq(stored[t]), tap.real.eq(stored[t].real & b_use[t])]
             taps.append(tap)
         valid = b_valid & b_ends
+        valids = [b_valid]
         for level in range(self.levels):
             merged = []
             for k in range(0, len(taps), 2):
-                pair = taps[k:k + 2]
-                winner = Signal(item_shape, name=f"max_{level}_{k // 2}")
-                with m.If(advance):
-                    m.d.sync += winner.eq(pair[0] if len(pair) == 1 else _earliest_max(*pair))
-                merged.append(winner)
+                merged.append(_earliest_max(m, f"max_{level}_{k // 2}", advance, *taps[k:k + 2]))
             taps = merged
-            valid = register(m, advance, valid, f"valid_{level}")
+            valid = register(m, advance, register(m, advance, valid, f"valid_{level}_a"),
+                             f"valid_{level}_b")
+            valids.append(valid)
         assert len(taps) == 1
         m.d.comb += [self.o.valid.eq(valid), self.o.payload.eq(taps[0])]
-
-        in_flight = Cat(b_valid, valid).any()
-        m.d.comb += self.idle.eq(~in_flight & fresh & (row == 0) & (address == 0))
+        m.d.comb += self.idle.eq(~Cat(valids).any() & at_start)
         return m
 
 
-def _earliest_max(earlier, later):
-    """The item of greater key, ``earlier`` on equal keys; padding never wins over a value."""
-    later_wins = later.real & (~earlier.real | (later.key > earlier.key))
-    return Mux(later_wins, later.as_value(), earlier.as_value())
+def _earliest_max(m, name, enable, earlier, later=None):
+    """The item of greater key, ``earlier`` on equal keys (padding never wins over a value), in
+    two register stages that load with ``enable``; ``earlier`` alone if there is no ``later``.
+
+    The keys are compared as :class:`~maxaccel.hdl.lane.KeyMax` compares an 8-byte element
+    (keys are zero-extended, so that is the order of every dtype): byte compares and the first
+    butterfly level in the first stage, the other two levels and the select in the second.
+    """
+    shape = earlier.shape()
+    first_a = Signal(shape, name=f"{name}_a")
+    first_b = Signal(shape, name=f"{name}_b")
+    winner = Signal(shape, name=name)
+    if later is None:
+        with m.If(enable):
+            m.d.sync += [first_a.eq(earlier), winner.eq(first_a)]
+        return winner
+    merge = Const(1, 1)
+    flags = ([byte(earlier.key, i) >= byte(later.key, i) for i in range(LANE_BYTES)],
+             [byte(earlier.key, i) == byte(later.key, i) for i in range(LANE_BYTES)])
+    flags = key_compare_level(flags, 1, merge)
+    greater_equal = Signal(LANE_BYTES, name=f"{name}_ge")
+    equal = Signal(LANE_BYTES, name=f"{name}_eq")
+    with m.If(enable):
+        m.d.sync += [first_a.eq(earlier), first_b.eq(later),
+                     greater_equal.eq(Cat(flags[0])), equal.eq(Cat(flags[1]))]
+    flags = (list(greater_equal), list(equal))
+    for level in (2, 3):
+        flags = key_compare_level(flags, level, merge)
+    later_wins = first_b.real & (~first_a.real | ~flags[0][0])
+    with m.If(enable):
+        m.d.sync += winner.eq(Mux(later_wins, first_b.as_value(), first_a.as_value()))
+    return winner
 
 
 class WindowMaxPool(wiring.Component):
@@ -347,7 +389,7 @@ class WindowMaxPool(wiring.Component):
         self.max_plane = max_plane if max_rank >= 3 else 1
         self.dim_bits = dim_bits
         self.index_bits = index_bits
-        self.latency = 2 + max_rank * (1 + _tree_levels(max_extent))
+        self.latency = 2 + max_rank * (1 + 2 * _tree_levels(max_extent))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
