@@ -437,10 +437,12 @@ class WindowMaxPool(wiring.Component):
         accept = self.i.valid & self.i.ready
         positions = [Signal(self.dim_bits, name=f"position_{a}") for a in range(rank)]
         index = Signal(self.index_bits)
+        size_less = [register(m, 1, self.config[a].size - 1, f"size_less_{a}")
+                     for a in range(rank)]
         with m.If(accept):
             carry = 1
             for a in reversed(range(rank)):
-                last = positions[a] == self.config[a].size - 1
+                last = positions[a] == size_less[a]
                 with m.If(carry):
                     m.d.sync += positions[a].eq(Mux(last, 0, positions[a] + 1))
                 carry = carry & last
