@@ -153,24 +153,43 @@ class AxisPass(wiring.Component):
         windows = register(m, 1, cfg.out, "windows")
         wide = register(m, 1, mask[1:].any(), "wide")   # some tap beyond the newest is used
         inner_last = [register(m, 1, self.config[b].out - 1, f"last_{b}") for b in self.inner]
+        # The zero tests of the counters' start values, registered too.
+        first_gap_zero = register(m, 1, first_gap == 0, "first_gap_zero")
+        stride_one = register(m, 1, cfg.stride == 1, "stride_one")
+        size_one = register(m, 1, cfg.size == 1, "size_one")
+        windows_one = register(m, 1, cfg.out == 1, "windows_one")
+        inner_one = [register(m, 1, self.config[b].out == 1, f"one_{b}") for b in self.inner]
 
-        # --- Counters: where the next item of the image is, all counting down. -------------
+        # --- Counters: where the next item of the image is. Each counts down and keeps
+        # flags of its next zero tests, set when it is loaded, so a step's decisions are a
+        # few gates of flip-flops, never a compare or an add. ----------------------------
         gap = Signal(gap_shape)                   # steps until the next window ends
+        gap_zero = Signal()
         rows_after = Signal(dim_bits)             # real steps after this one
+        rows_zero = Signal()
         windows_left = Signal(dim_bits)           # windows not closed yet
+        windows_zero, windows_single = Signal(), Signal()
         virtual = Signal()                        # this step is past the last real one
         seen = Signal(extent)                     # bit t: at least t + 1 steps before this one
         at_start = Signal(init=1)                 # no item of the image has come yet
+        # The column of the item in the row: one count-down per inner axis, an odometer.
         columns = [Signal(dim_bits, name=f"column_{b}") for b in self.inner]
-        address = Signal(range(self.depth + 1))   # saturates at depth
-        row_end = Cat(c == last for c, last in zip(columns, inner_last)).all() \
-            if columns else 1
+        columns_zero = [Signal(name=f"column_{b}_zero") for b in self.inner]
+        address = Signal(range(self.depth + 1))   # the column, counting up; saturates at depth
+        row_end = Cat(columns_zero).all() if columns else 1
         ends = Signal()                           # a window ends at this step
-        m.d.comb += ends.eq((windows_left != 0) & ((gap == 0) | gap[-1]))
+        m.d.comb += ends.eq(~windows_zero & (gap_zero | gap[-1]))
+
+        def reload_columns():
+            return ([c.eq(last) for c, last in zip(columns, inner_last)]
+                    + [z.eq(one) for z, one in zip(columns_zero, inner_one)]
+                    + [address.eq(0)])
 
         def restart():
-            return [gap.eq(first_gap), rows_after.eq(size_less), windows_left.eq(windows),
-                    virtual.eq(0), seen.eq(0), at_start.eq(1)]
+            return [gap.eq(first_gap), gap_zero.eq(first_gap_zero),
+                    rows_after.eq(size_less), rows_zero.eq(size_one),
+                    windows_left.eq(windows), windows_zero.eq(0), windows_single.eq(windows_one),
+                    virtual.eq(0), seen.eq(0), at_start.eq(1)] + reload_columns()
 
         # --- The pipeline: stage A (now), B (taps), the compare tree. ----------------------
         advance = Signal()
@@ -187,26 +206,35 @@ class AxisPass(wiring.Component):
         with m.If(fire):
             m.d.sync += at_start.eq(0)
             with m.If(row_end):
-                last_real = virtual | (rows_after == 0)
-                with m.If(last_real & (windows_left == ends)):
+                last_real = virtual | rows_zero
+                with m.If(last_real & Mux(ends, windows_single, windows_zero)):
                     m.d.sync += restart()
                 with m.Else():
+                    with m.If(ends):
+                        m.d.sync += [gap.eq(stride_less), gap_zero.eq(stride_one),
+                                     windows_left.eq(windows_left - 1),
+                                     windows_zero.eq(windows_single),
+                                     windows_single.eq(windows_left == 2)]
+                    with m.Else():
+                        m.d.sync += [gap.eq(gap - 1), gap_zero.eq(gap == 1)]
                     m.d.sync += [
-                        gap.eq(Mux(ends, stride_less, gap - 1)),
-                        windows_left.eq(windows_left - ends),
                         virtual.eq(last_real),
                         rows_after.eq(rows_after - 1),
+                        rows_zero.eq(rows_after == 1),
                         seen.eq(Cat(1, seen[:-1])),
                     ]
-                m.d.sync += [c.eq(0) for c in columns]
-                m.d.sync += address.eq(0)
+                    m.d.sync += reload_columns()
             with m.Else():
-                # The inner columns count like an odometer, innermost fastest.
+                # The innermost column counts down; at zero it reloads and the next one counts.
                 carry = 1
-                for c, last in reversed(list(zip(columns, inner_last))):
+                for c, z, last, one in reversed(list(zip(columns, columns_zero, inner_last,
+                                                         inner_one))):
                     with m.If(carry):
-                        m.d.sync += c.eq(Mux(c == last, 0, c + 1))
-                    carry = carry & (c == last)
+                        with m.If(z):
+                            m.d.sync += [c.eq(last), z.eq(one)]
+                        with m.Else():
+                            m.d.sync += [c.eq(c - 1), z.eq(c == 1)]
+                    carry = carry & z
                 with m.If(address != self.depth):
                     m.d.sync += address.eq(address + 1)
             with m.If((address == self.depth) & wide):
