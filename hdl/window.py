@@ -115,7 +115,7 @@ class AxisPass(wiring.Component):
         self.dim_bits = dim_bits
         self.levels = _tree_levels(max_extent)
         #: Clock edges from an item taken at ``i`` to its row's window result on ``o``.
-        self.latency = 1 + 2 * self.levels
+        self.latency = 2 + 2 * self.levels
         items = stream.Signature(item_layout(index_bits))
         super().__init__({
             "i": In(items), "o": Out(items),
@@ -192,11 +192,10 @@ class AxisPass(wiring.Component):
                     virtual.eq(0), seen.eq(0), at_start.eq(1)] + reload_columns()
 
         # --- The pipeline: stage A (now), B (taps), the compare tree. ----------------------
-        advance = Signal()
-        m.d.comb += [
-            advance.eq(~self.o.valid | self.o.ready),
-            self.i.ready.eq(advance & ~virtual),
-        ]
+        # One enable for every stage, a register: high unless the skid register behind the
+        # output register holds an item, so ``i.ready`` never depends on ``o.ready``.
+        advance = Signal(init=1)
+        m.d.comb += self.i.ready.eq(advance & ~virtual)
         fire = Signal()
         m.d.comb += fire.eq(advance & (virtual | self.i.valid))
         entering = Signal(item_shape)
@@ -290,8 +289,23 @@ class AxisPass(wiring.Component):
                              f"valid_{level}_b")
             valids.append(valid)
         assert len(taps) == 1
-        m.d.comb += [self.o.valid.eq(valid), self.o.payload.eq(taps[0])]
-        m.d.comb += self.idle.eq(~Cat(valids).any() & at_start)
+        # The result goes into the output register if that is free or being taken, else into
+        # the skid register (empty whenever the pipeline advances), which refills the output
+        # register when it is taken.
+        arriving = advance & valid
+        skid = Signal(item_shape, name="skid")
+        skid_valid = Signal()
+        output_free = ~self.o.valid | self.o.ready
+        with m.If(output_free):
+            m.d.sync += [
+                self.o.valid.eq(skid_valid | arriving),
+                self.o.payload.eq(Mux(skid_valid, skid.as_value(), taps[0].as_value())),
+                skid_valid.eq(0),
+            ]
+        with m.Elif(arriving):
+            m.d.sync += [skid_valid.eq(1), skid.eq(taps[0])]
+        m.d.sync += advance.eq(output_free | ~(skid_valid | arriving))
+        m.d.comb += self.idle.eq(~Cat(valids).any() & ~self.o.valid & ~skid_valid & at_start)
         return m
 
 
@@ -417,7 +431,7 @@ class WindowMaxPool(wiring.Component):
         self.max_plane = max_plane if max_rank >= 3 else 1
         self.dim_bits = dim_bits
         self.index_bits = index_bits
-        self.latency = 2 + max_rank * (1 + 2 * _tree_levels(max_extent))
+        self.latency = 2 + max_rank * (2 + 2 * _tree_levels(max_extent))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
