@@ -60,6 +60,11 @@ def _tree_levels(taps):
     return max(1, (taps - 1).bit_length())
 
 
+def _pass_latency(max_extent):
+    """:attr:`AxisPass.latency`: the tap stage, two cycles per tree level, the output."""
+    return 2 + 2 * _tree_levels(max_extent)
+
+
 class AxisPass(wiring.Component):
     """One axis of a windowed max pool: a stream of items in steps of that axis in, the
     maximum over each window's taps out.
@@ -92,7 +97,14 @@ class AxisPass(wiring.Component):
         Items a row may hold (1 for the innermost axis: registers, no memory).
     config_shape : Layout
         Shape of ``config`` (an array of :func:`axis_layout`).
-    index_bits : int
+    index_bits, dim_bits : int
+        Widths of the items' index and of the configuration fields.
+
+    Attributes
+    ----------
+    latency : int
+        Clock edges from an item taken on ``i`` to its window result taken from ``o`` (by a
+        ready sink, if a window ends at its step): ``2 + 2 * max(1, ceil(log2(max_extent)))``.
 
     Ports
     -----
@@ -114,8 +126,7 @@ class AxisPass(wiring.Component):
         self.depth = depth
         self.dim_bits = dim_bits
         self.levels = _tree_levels(max_extent)
-        #: Clock edges from an item taken at ``i`` to its row's window result on ``o``.
-        self.latency = 2 + 2 * self.levels
+        self.latency = _pass_latency(max_extent)
         items = stream.Signature(item_layout(index_bits))
         super().__init__({
             "i": In(items), "o": Out(items),
@@ -407,10 +418,15 @@ class WindowMaxPool(wiring.Component):
     inserts one cycle per virtual step: per input row ``max(0, end - size + 1)`` for the
     innermost axis, where ``end = (out - 1) * stride - pad + (kernel - 1) * dilation``, and
     per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
-    of an outer axis. An output whose window's last element (or last virtual step) is taken at
-    edge ``e`` is on ``o`` for a ready sink at edge ``e +`` :attr:`latency`:
-    ``2 + max_rank * (1 + max(1, ceil(log2(max_extent))))`` (two cycles of keys, then per pass
-    the tap stage and the compare tree).
+    of an outer axis, when they back up to the input. An output whose window's last element (or
+    last virtual step) is taken at edge ``e`` is taken by a ready sink at edge ``e +``
+    :attr:`latency`, ``2 + max_rank * (2 + 2 * max(1, ceil(log2(max_extent))))``: two cycles
+    of keys, then per pass the tap stage, two cycles per compare tree level and the output
+    register.
+
+    Each pass's stages move with one enable, a register that is high unless the skid register
+    behind the pass's output register holds an item, so ``i.ready`` never depends
+    combinationally on ``o.ready``.
     """
 
     SETTLE = 2
@@ -431,7 +447,7 @@ class WindowMaxPool(wiring.Component):
         self.max_plane = max_plane if max_rank >= 3 else 1
         self.dim_bits = dim_bits
         self.index_bits = index_bits
-        self.latency = 2 + max_rank * (2 + 2 * _tree_levels(max_extent))
+        self.latency = 2 + max_rank * _pass_latency(max_extent)
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
