@@ -296,9 +296,9 @@ class AxisPass(wiring.Component):
             for k in range(0, len(taps), 2):
                 merged.append(_earliest_max(m, f"max_{level}_{k // 2}", advance, *taps[k:k + 2]))
             taps = merged
-            valid = register(m, advance, register(m, advance, valid, f"valid_{level}_a"),
-                             f"valid_{level}_b")
-            valids.append(valid)
+            halfway = register(m, advance, valid, f"valid_{level}_a")
+            valid = register(m, advance, halfway, f"valid_{level}_b")
+            valids += [halfway, valid]
         assert len(taps) == 1
         # The result goes into the output register if that is free or being taken, else into
         # the skid register (empty whenever the pipeline advances), which refills the output
@@ -510,7 +510,9 @@ class WindowMaxPool(wiring.Component):
             Cat(fmt.size[k] for k, size in enumerate(ELEMENT_SIZES) if i < size).any()
             for i in range(LANE_BYTES)))
         key, = to_keys(m, advance, fmt, [self.i.payload.data], filled=[filled])
-        valid, keyed_index = delay(m, "keyed", advance, accept, index, self.index_bits, 2)
+        halfway, halfway_index = delay(m, "keyed", advance, accept, index, self.index_bits, 1)
+        valid, keyed_index = delay(m, "keyed_1", advance, halfway, halfway_index,
+                                   self.index_bits, 1)
         m.d.comb += [
             keyed_valid.eq(valid),
             first.valid.eq(keyed_valid),
@@ -539,7 +541,7 @@ class WindowMaxPool(wiring.Component):
         m.d.comb += [
             self.config_error.eq(Cat(p.config_error for p in passes).any() | columns_refused),
             self.capacity_error.eq(Cat(p.capacity_error for p in passes).any()),
-            self.idle.eq(Cat(p.idle for p in passes).all() & ~keyed_valid
+            self.idle.eq(Cat(p.idle for p in passes).all() & ~halfway & ~keyed_valid
                          & (index == 0) & (settle == 0)),
         ]
         return ResetInserter(self.clear)(m)

@@ -371,7 +371,8 @@ def test_empty_window_flagged():
 @stall_params
 def test_clear_abandons_partial_image(stalls):
     dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=4)
-    axes = (axis(3, 3, 2, pads=(1, 1)), axis(4, 3, 2, pads=(1, 1)))
+    # One output column: the last outputs come one at a time, so idle sees every stage.
+    axes = (axis(3, 3, 2, pads=(1, 1)), axis(4, 3, 3))
     x = random_values(_rng("clear"), np.float32, (1, 1, 3, 4), edge_fraction=0.2)
     values, indices = oracle(x, axes)
     beats = [{"data": int(b)} for b in reference.bits_of(x).reshape(-1)]
@@ -382,19 +383,25 @@ def test_clear_abandons_partial_image(stalls):
         await ctx.tick()
         ctx.set(dut.clear, 0)
         ctx.set(dut.o.ready, 1)
-        received, pending = [], list(beats)
-        for _ in range(len(beats) + WindowMaxPool.SETTLE + dut.latency + 10):
+        received, pending, idle, last_out = [], list(beats), [], None
+        for edge in range(1, len(beats) + WindowMaxPool.SETTLE + dut.latency + 10):
             if pending:
                 ctx.set(dut.i.payload, pending[0])
             ctx.set(dut.i.valid, bool(pending))
-            _, _, ready, valid, payload = await ctx.tick().sample(dut.i.ready, dut.o.valid,
-                                                                    dut.o.payload)
+            _, _, ready, valid, payload, was_idle = await ctx.tick().sample(
+                dut.i.ready, dut.o.valid, dut.o.payload, dut.idle)
+            idle.append(was_idle)
             if pending and ready:
                 pending.pop(0)
             if valid:
                 received.append((int(payload.data), int(payload.index)))
+                last_out = edge
         assert not pending
-        assert ctx.get(dut.idle) == 1
+        # Not idle while the configuration settles; idle until the first element is taken
+        # (at edge SETTLE + 1), then not until the last output is taken.
+        settle = WindowMaxPool.SETTLE
+        assert idle == ([0] * settle + [1] + [0] * (last_out - settle - 1)
+                        + [1] * (len(idle) - last_out))
         got = reference.from_bits(np.array([d for d, _ in received], dtype=np.uint32),
                                   format_of(np.float32))
         reference.assert_same_bits(got, values)
