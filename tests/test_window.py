@@ -107,7 +107,7 @@ def configure(dut, dtype, axes):
     return setup
 
 
-def step_edges(axes, images, settle):
+def step_edges(axes, settle):
     """With no stalls and only the innermost axis adding virtual steps, the edge at which each
     step of the innermost axis (real or virtual) is taken: {(image, outer..., x): edge}."""
     inner = axes[-1]
@@ -158,7 +158,7 @@ def check_pool(x, axes, *, stalls, dut=None, garbage=True, exact=None, spare=2):
     np.testing.assert_array_equal(got_index, indices, err_msg=what)
     if exact is not None and stalls == NO_STALLS:
         assert all(a.extra == 0 for a in axes[:-1])
-        edge = step_edges(axes, None, WindowMaxPool.SETTLE)
+        edge = step_edges(axes, WindowMaxPool.SETTLE)
         images = len(bits) // int(np.prod([a.size for a in axes]))
         outer = axes[:-1]
         expected = []
