@@ -60,9 +60,10 @@ def _tree_levels(taps):
     return max(1, (taps - 1).bit_length())
 
 
-def _pass_latency(max_extent):
-    """:attr:`AxisPass.latency`: the tap stage, two cycles per tree level, the output."""
-    return 2 + 2 * _tree_levels(max_extent)
+def _pass_latency(max_extent, depth):
+    """:attr:`AxisPass.latency`: the tap stage, the read data registered (block RAM only), two
+    cycles per tree level, the output."""
+    return 2 + (depth > 1) + 2 * _tree_levels(max_extent)
 
 
 class AxisPass(wiring.Component):
@@ -104,7 +105,8 @@ class AxisPass(wiring.Component):
     ----------
     latency : int
         Clock edges from an item taken on ``i`` to its window result taken from ``o`` (by a
-        ready sink, if a window ends at its step): ``2 + 2 * max(1, ceil(log2(max_extent)))``.
+        ready sink, if a window ends at its step): ``2 + 2 * max(1, ceil(log2(max_extent)))``,
+        plus 1 with block RAM (``depth > 1``).
 
     Ports
     -----
@@ -126,7 +128,7 @@ class AxisPass(wiring.Component):
         self.depth = depth
         self.dim_bits = dim_bits
         self.levels = _tree_levels(max_extent)
-        self.latency = _pass_latency(max_extent)
+        self.latency = _pass_latency(max_extent, depth)
         items = stream.Signature(item_layout(index_bits))
         super().__init__({
             "i": In(items), "o": Out(items),
@@ -291,6 +293,18 @@ class AxisPass(wiring.Component):
             taps.append(tap)
         valid = b_valid & b_ends
         valids = [b_valid]
+        if self.depth > 1:
+            # The block RAM's read data get a cycle to themselves (its clock-to-output is slow:
+            # 5.6 ns on the ECP5), the taps registered before the compares.
+            registered = []
+            for t, tap in enumerate(taps):
+                held = Signal(item_shape, name=f"held_{t}")
+                with m.If(advance):
+                    m.d.sync += held.eq(tap)
+                registered.append(held)
+            taps = registered
+            valid = register(m, advance, valid, "held_valid")
+            valids.append(valid)
         for level in range(self.levels):
             merged = []
             for k in range(0, len(taps), 2):
@@ -420,9 +434,10 @@ class WindowMaxPool(wiring.Component):
     per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
     of an outer axis, when they back up to the input. An output whose window's last element (or
     last virtual step) is taken at edge ``e`` is taken by a ready sink at edge ``e +``
-    :attr:`latency`, ``2 + max_rank * (2 + 2 * max(1, ceil(log2(max_extent))))``: two cycles
-    of keys, then per pass the tap stage, two cycles per compare tree level and the output
-    register.
+    :attr:`latency`, ``2 + max_rank * (2 + 2 * max(1, ceil(log2(max_extent)))) + (max_rank -
+    1)`` (with buffers of more than one entry): two cycles of keys, then per pass the tap stage,
+    the read data registered (the passes with block RAM), two cycles per compare tree level and
+    the output register.
 
     Each pass's stages move with one enable, a register that is high unless the skid register
     behind the pass's output register holds an item, so ``i.ready`` never depends
@@ -447,7 +462,12 @@ class WindowMaxPool(wiring.Component):
         self.max_plane = max_plane if max_rank >= 3 else 1
         self.dim_bits = dim_bits
         self.index_bits = index_bits
-        self.latency = 2 + max_rank * _pass_latency(max_extent)
+        # Items a row holds, per axis: one element for the innermost axis (registers), a row
+        # of out[-1] for the next (line buffers), a plane for the third (plane buffers).
+        self._depths = {max_rank - 1: 1, max_rank - 2: self.max_columns,
+                        max_rank - 3: self.max_plane}
+        self.latency = 2 + sum(_pass_latency(max_extent, self._depths[axis])
+                               for axis in range(max_rank))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
@@ -477,11 +497,11 @@ class WindowMaxPool(wiring.Component):
         with m.If(settle != 0):
             m.d.sync += settle.eq(settle - 1)
 
-        depths = {rank - 1: 1, rank - 2: self.max_columns, rank - 3: self.max_plane}
         passes = []
         for axis in reversed(range(rank)):
-            passes.append(AxisPass(axis, range(axis + 1, rank), self.max_extent, depths[axis],
-                                   self.config_shape, self.index_bits, self.dim_bits))
+            passes.append(AxisPass(axis, range(axis + 1, rank), self.max_extent,
+                                   self._depths[axis], self.config_shape, self.index_bits,
+                                   self.dim_bits))
             m.submodules[f"axis_{axis}"] = passes[-1]
             m.d.comb += passes[-1].config.eq(self.config)
         for inner, outer in zip(passes, passes[1:]):
