@@ -98,8 +98,14 @@ def _window(lanes):
     return WindowMaxPool(**WINDOW_FIGURES)
 
 
-#: The WindowMaxPool built for the figures (one element per cycle: ``lanes`` does not apply).
+def _window_2d(lanes):
+    from maxaccel.hdl.window import WindowMaxPool
+    return WindowMaxPool(**WINDOW_2D_FIGURES)
+
+
+#: The WindowMaxPools built for the figures (one element per cycle: ``lanes`` does not apply).
 WINDOW_FIGURES = dict(max_rank=3, max_extent=3, max_columns=64, max_plane=256)
+WINDOW_2D_FIGURES = dict(max_rank=2, max_extent=3, max_columns=128)
 
 
 #: The streaming units of the accelerator, as built for the figures: name -> (factory of
@@ -112,6 +118,8 @@ UNITS = {
     "BroadcastMax": (_broadcast, "BroadcastMax(lanes, depth=64, max_dims=4, max_operands=4)"),
     "WindowMaxPool": (_window, "WindowMaxPool(max_rank=3, max_extent=3, max_columns=64, "
                                "max_plane=256), one element per cycle"),
+    "WindowMaxPool-2d": (_window_2d, "WindowMaxPool(max_rank=2, max_extent=3, "
+                                     "max_columns=128), one element per cycle"),
 }
 
 
