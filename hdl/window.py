@@ -148,14 +148,17 @@ class AxisPass(wiring.Component):
         mask = register(m, 1, Cat(
             Cat((j <= kernel_less) & (multiples[j] == t) for j in range(extent)).any()
             for t in range(extent)), "tap_mask")
-        span = Signal(2 * dim_bits)             # (kernel - 1) * dilation, if kernel <= extent
+        # (kernel - 1) * dilation if kernel <= extent; then the checks and the first gap from
+        # it, a register later (the configuration's paths are as short as the datapath's).
+        span = Signal(2 * dim_bits)
         for j in range(extent):
             with m.If(kernel_less == j):
                 m.d.comb += span.eq(multiples[j])
-        refused = ((cfg.kernel == 0) | (cfg.stride == 0) | (cfg.dilation == 0)
-                   | (cfg.size == 0) | (cfg.out == 0) | (kernel_less >= extent)
-                   | (span >= extent) | (span < cfg.pad))
-        m.d.sync += self.config_error.eq(refused)
+        span = register(m, 1, span, "span")
+        zero_field = register(m, 1, (cfg.kernel == 0) | (cfg.stride == 0) | (cfg.dilation == 0)
+                              | (cfg.size == 0) | (cfg.out == 0) | (kernel_less >= extent),
+                              "zero_field")
+        m.d.sync += self.config_error.eq(zero_field | (span >= extent) | (span < cfg.pad))
         # Steps from the image's first to the end of window 0 (negative only if refused).
         gap_shape = signed(dim_bits + 2)
         first_gap = Signal(gap_shape)
@@ -444,6 +447,9 @@ class WindowMaxPool(wiring.Component):
     combinationally on ``o.ready``.
     """
 
+    #: Cycles ``i.ready`` stays low after reset or ``clear``. The derived configuration is up
+    #: to three registers deep; the first element reaches the passes two cycles after it is
+    #: taken, when every pass has loaded its counters from it.
     SETTLE = 2
 
     def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
