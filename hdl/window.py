@@ -143,20 +143,19 @@ class AxisPass(wiring.Component):
         cfg = self.config[self.axis]
 
         # --- The configuration, derived and registered (static during an image). ----------
-        kernel_less = cfg.kernel - 1
         multiples = [j * cfg.dilation for j in range(extent)]
         mask = register(m, 1, Cat(
-            Cat((j <= kernel_less) & (multiples[j] == t) for j in range(extent)).any()
+            Cat((j < cfg.kernel) & (multiples[j] == t) for j in range(extent)).any()
             for t in range(extent)), "tap_mask")
         # (kernel - 1) * dilation if kernel <= extent; then the checks and the first gap from
         # it, a register later (the configuration's paths are as short as the datapath's).
         span = Signal(2 * dim_bits)
         for j in range(extent):
-            with m.If(kernel_less == j):
+            with m.If(cfg.kernel == j + 1):
                 m.d.comb += span.eq(multiples[j])
         span = register(m, 1, span, "span")
         zero_field = register(m, 1, (cfg.kernel == 0) | (cfg.stride == 0) | (cfg.dilation == 0)
-                              | (cfg.size == 0) | (cfg.out == 0) | (kernel_less >= extent),
+                              | (cfg.size == 0) | (cfg.out == 0) | (cfg.kernel > extent),
                               "zero_field")
         m.d.sync += self.config_error.eq(zero_field | (span >= extent) | (span < cfg.pad))
         # Steps from the image's first to the end of window 0 (negative only if refused).
