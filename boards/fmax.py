@@ -96,6 +96,21 @@ def _broadcast(lanes):
     return BroadcastMax(lanes, 64, 4, 4)
 
 
+def _window(lanes):
+    from maxaccel.hdl.window import WindowMaxPool
+    return WindowMaxPool(**WINDOW_FIGURES)
+
+
+def _window_2d(lanes):
+    from maxaccel.hdl.window import WindowMaxPool
+    return WindowMaxPool(**WINDOW_2D_FIGURES)
+
+
+#: The WindowMaxPools built for the figures (one element per cycle: ``lanes`` does not apply).
+WINDOW_FIGURES = dict(max_rank=3, max_extent=3, max_columns=64, max_plane=256)
+WINDOW_2D_FIGURES = dict(max_rank=2, max_extent=3, max_columns=128)
+
+
 #: The streaming units of the accelerator, as built for the figures: name -> (factory of
 #: ``lanes``, the parameters in words). Pool and broadcast use ``hdl/top.py``'s defaults.
 UNITS = {
@@ -104,6 +119,10 @@ UNITS = {
     "ReductionTree": (_tree, "ReductionTree(lanes), values in and out"),
     "ChannelsLastPool": (_pool, "ChannelsLastPool(lanes, max_channels=32)"),
     "BroadcastMax": (_broadcast, "BroadcastMax(lanes, depth=64, max_dims=4, max_operands=4)"),
+    "WindowMaxPool": (_window, "WindowMaxPool(max_rank=3, max_extent=3, max_columns=64, "
+                               "max_plane=256), one element per cycle"),
+    "WindowMaxPool-2d": (_window_2d, "WindowMaxPool(max_rank=2, max_extent=3, "
+                                     "max_columns=128), one element per cycle"),
 }
 
 

@@ -1,0 +1,572 @@
+"""Windowed max pooling (ONNX MaxPool) of a stream of elements, with the Indices.
+
+:class:`WindowMaxPool` takes the elements of ``N x C`` images one after another, each image's
+spatial elements in row-major order, and returns for each image its pooled outputs in row-major
+order, each with the flat spatial index of the element that won. See ``docs/architecture.md``,
+"Windowed max pooling".
+
+On order keys the maximum is associative, so a window separates into one pass per spatial axis,
+innermost first: the innermost pass takes each input row and emits, per output column, the
+maximum of that column's taps along the row; the next pass takes those rows and emits, per output
+row, the maximum over its taps along the next axis; and so on. Each pass is the same
+:class:`AxisPass`: a delay line holding the items of the last ``max_extent - 1`` steps of its
+axis (registers for the innermost axis, block RAM line buffers for the others), a tree of
+compares over the taps the kernel and dilation select, and counters that say where windows end.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from maxaccel.host.dtypes import DType
+
+from .kit import decode_format, delay, from_key, refuse, register, to_keys
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level
+
+__all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool"]
+
+#: The per-axis configuration fields, in the order they are documented.
+AXIS_FIELDS = ("size", "pad", "out", "kernel", "stride", "dilation")
+
+
+def axis_layout(dim_bits):
+    """The configuration of one spatial axis.
+
+    Fields
+    ------
+    size : dim_bits
+        Input length ``D`` along the axis (>= 1).
+    pad : dim_bits
+        Padding at the beginning (``pads[axis]`` of ONNX). The padding at the end is implied
+        by ``out``.
+    out : dim_bits
+        Output length (>= 1): windows ``0 .. out - 1``; window ``o`` has taps at input
+        positions ``o * stride - pad + j * dilation`` for ``j`` in ``0 .. kernel - 1``; taps
+        outside ``0 .. size - 1`` are padding and never contribute.
+    kernel, stride, dilation : dim_bits
+        >= 1 each; the extent ``(kernel - 1) * dilation + 1`` at most ``max_extent``.
+    """
+    return data.StructLayout({name: dim_bits for name in AXIS_FIELDS})
+
+
+def item_layout(index_bits):
+    """What travels between the passes: an element's order key (zero-extended to 64 bits),
+    its flat spatial index, and ``real`` (clear for padding)."""
+    return data.StructLayout({"key": LANE_BITS, "index": index_bits, "real": 1})
+
+
+def _tree_levels(taps):
+    return max(1, (taps - 1).bit_length())
+
+
+def _pass_latency(max_extent, depth):
+    """:attr:`AxisPass.latency`: the tap stage, the read data registered (block RAM only), two
+    cycles per tree level, the output."""
+    return 2 + (depth > 1) + 2 * _tree_levels(max_extent)
+
+
+class AxisPass(wiring.Component):
+    """One axis of a windowed max pool: a stream of items in steps of that axis in, the
+    maximum over each window's taps out.
+
+    The input is a sequence of *images* of this axis: ``size`` steps, each step a row of
+    ``prod(out)`` items of the inner axes (one item for the innermost axis), the items of a row
+    in order. The output is ``out`` rows of the same length per image: output row ``o``,
+    column ``c`` is the earliest item of greatest key (``real`` items only) among column ``c``
+    of the input steps ``o * stride - pad + j * dilation``, ``j < kernel``, that lie inside the
+    image. Ties keep the earlier step, so passes chained innermost first pick the first element
+    in row-major window order.
+
+    Rows are kept in a *delay line*: ``max_extent - 1`` registers (``depth == 1``) or block RAMs
+    of ``depth`` entries, tap ``t`` holding the item of the same column ``t`` steps ago. A step
+    at which window ``o`` ends (its last tap) sends the row's items, each with the maximum of its
+    selected taps, to the output. Windows that end beyond the last step (right padding) are
+    closed by *virtual* steps of padding items that the pass makes itself (the input is not
+    ready meanwhile): ``max(0, (out - 1) * stride - pad + (kernel - 1) * dilation - size + 1)``
+    steps of one row each per image.
+
+    Parameters
+    ----------
+    axis : int
+        Which entry of ``config`` this pass reads.
+    inner : sequence of int
+        The axes inside this one (their ``out`` make the row length).
+    max_extent : int
+        Taps of the delay line, the largest ``(kernel - 1) * dilation + 1``.
+    depth : int
+        Items a row may hold (1 for the innermost axis: registers, no memory).
+    config_shape : Layout
+        Shape of ``config`` (an array of :func:`axis_layout`).
+    index_bits, dim_bits : int
+        Widths of the items' index and of the configuration fields.
+
+    Attributes
+    ----------
+    latency : int
+        Clock edges from an item taken on ``i`` to its window result taken from ``o`` (by a
+        ready sink, if a window ends at its step): ``2 + 2 * max(1, ceil(log2(max_extent)))``,
+        plus 1 with block RAM (``depth > 1``).
+
+    Ports
+    -----
+    i, o : stream of :func:`item_layout`
+    config : In(config_shape)
+        Static while an image is in flight.
+    config_error : Out(1)
+        Registered: this axis's configuration is refused (see :class:`WindowMaxPool`).
+    capacity_error : Out(1)
+        Sticky: a row longer than ``depth`` items came while taps beyond the first are used.
+    idle : Out(1)
+        Between images, nothing in flight.
+    """
+
+    def __init__(self, axis, inner, max_extent, depth, config_shape, index_bits, dim_bits):
+        self.axis = axis
+        self.inner = tuple(inner)
+        self.max_extent = max_extent
+        self.depth = depth
+        self.dim_bits = dim_bits
+        self.levels = _tree_levels(max_extent)
+        self.latency = _pass_latency(max_extent, depth)
+        items = stream.Signature(item_layout(index_bits))
+        super().__init__({
+            "i": In(items), "o": Out(items),
+            "config": In(config_shape),
+            "config_error": Out(1), "capacity_error": Out(1), "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        extent, dim_bits = self.max_extent, self.dim_bits
+        item_shape = self.i.payload.shape()
+        cfg = self.config[self.axis]
+
+        # --- The configuration, derived and registered (static during an image). ----------
+        multiples = [j * cfg.dilation for j in range(extent)]
+        mask = register(m, 1, Cat(
+            Cat((j < cfg.kernel) & (multiples[j] == t) for j in range(extent)).any()
+            for t in range(extent)), "tap_mask")
+        # (kernel - 1) * dilation if kernel <= extent; then the checks and the first gap from
+        # it, a register later (the configuration's paths are as short as the datapath's).
+        span = Signal(2 * dim_bits)
+        for j in range(extent):
+            with m.If(cfg.kernel == j + 1):
+                m.d.comb += span.eq(multiples[j])
+        span = register(m, 1, span, "span")
+        zero_field = register(m, 1, (cfg.kernel == 0) | (cfg.stride == 0) | (cfg.dilation == 0)
+                              | (cfg.size == 0) | (cfg.out == 0) | (cfg.kernel > extent),
+                              "zero_field")
+        m.d.sync += self.config_error.eq(zero_field | (span >= extent) | (span < cfg.pad))
+        # Steps from the image's first to the end of window 0 (negative only if refused).
+        gap_shape = signed(dim_bits + 2)
+        first_gap = Signal(gap_shape)
+        m.d.comb += first_gap.eq(span - cfg.pad)
+        first_gap = register(m, 1, first_gap, "first_gap").as_signed()
+        stride_less = register(m, 1, cfg.stride - 1, "stride_less")
+        size_less = register(m, 1, cfg.size - 1, "size_less")
+        windows = register(m, 1, cfg.out, "windows")
+        wide = register(m, 1, mask[1:].any(), "wide")   # some tap beyond the newest is used
+        inner_last = [register(m, 1, self.config[b].out - 1, f"last_{b}") for b in self.inner]
+        # The zero tests of the counters' start values, registered too.
+        first_gap_zero = register(m, 1, first_gap == 0, "first_gap_zero")
+        stride_one = register(m, 1, cfg.stride == 1, "stride_one")
+        size_one = register(m, 1, cfg.size == 1, "size_one")
+        windows_one = register(m, 1, cfg.out == 1, "windows_one")
+        inner_one = [register(m, 1, self.config[b].out == 1, f"one_{b}") for b in self.inner]
+
+        # --- Counters: where the next item of the image is. Each counts down and keeps
+        # flags of its next zero tests, set when it is loaded, so a step's decisions are a
+        # few gates of flip-flops, never a compare or an add. ----------------------------
+        gap = Signal(gap_shape)                   # steps until the next window ends
+        gap_zero = Signal()
+        rows_after = Signal(dim_bits)             # real steps after this one
+        rows_zero = Signal()
+        windows_left = Signal(dim_bits)           # windows not closed yet
+        windows_zero, windows_single = Signal(), Signal()
+        virtual = Signal()                        # this step is past the last real one
+        seen = Signal(extent)                     # bit t: at least t + 1 steps before this one
+        at_start = Signal(init=1)                 # no item of the image has come yet
+        # The column of the item in the row: one count-down per inner axis, an odometer.
+        columns = [Signal(dim_bits, name=f"column_{b}") for b in self.inner]
+        columns_zero = [Signal(name=f"column_{b}_zero") for b in self.inner]
+        address = Signal(range(self.depth + 1))   # the column, counting up; saturates at depth
+        row_end = Cat(columns_zero).all() if columns else 1
+        ends = Signal()                           # a window ends at this step
+        m.d.comb += ends.eq(~windows_zero & (gap_zero | gap[-1]))
+
+        def reload_columns():
+            return ([c.eq(last) for c, last in zip(columns, inner_last)]
+                    + [z.eq(one) for z, one in zip(columns_zero, inner_one)]
+                    + [address.eq(0)])
+
+        def restart():
+            return [gap.eq(first_gap), gap_zero.eq(first_gap_zero),
+                    rows_after.eq(size_less), rows_zero.eq(size_one),
+                    windows_left.eq(windows), windows_zero.eq(0), windows_single.eq(windows_one),
+                    virtual.eq(0), seen.eq(0), at_start.eq(1)] + reload_columns()
+
+        # --- The pipeline: stage A (now), B (taps), the compare tree. ----------------------
+        # One enable for every stage, a register: high unless the skid register behind the
+        # output register holds an item, so ``i.ready`` never depends on ``o.ready``.
+        advance = Signal(init=1)
+        m.d.comb += self.i.ready.eq(advance & ~virtual)
+        fire = Signal()
+        m.d.comb += fire.eq(advance & (virtual | self.i.valid))
+        entering = Signal(item_shape)
+        with m.If(~virtual):
+            m.d.comb += entering.eq(self.i.payload)
+
+        with m.If(fire):
+            m.d.sync += at_start.eq(0)
+            with m.If(row_end):
+                last_real = virtual | rows_zero
+                with m.If(last_real & Mux(ends, windows_single, windows_zero)):
+                    m.d.sync += restart()
+                with m.Else():
+                    with m.If(ends):
+                        m.d.sync += [gap.eq(stride_less), gap_zero.eq(stride_one),
+                                     windows_left.eq(windows_left - 1),
+                                     windows_zero.eq(windows_single),
+                                     windows_single.eq(windows_left == 2)]
+                    with m.Else():
+                        m.d.sync += [gap.eq(gap - 1), gap_zero.eq(gap == 1)]
+                    m.d.sync += [
+                        virtual.eq(last_real),
+                        rows_after.eq(rows_after - 1),
+                        rows_zero.eq(rows_after == 1),
+                        seen.eq(Cat(1, seen[:-1])),
+                    ]
+                    m.d.sync += reload_columns()
+            with m.Else():
+                # The innermost column counts down; at zero it reloads and the next one counts.
+                carry = 1
+                for c, z, last, one in reversed(list(zip(columns, columns_zero, inner_last,
+                                                         inner_one))):
+                    with m.If(carry):
+                        with m.If(z):
+                            m.d.sync += [c.eq(last), z.eq(one)]
+                        with m.Else():
+                            m.d.sync += [c.eq(c - 1), z.eq(c == 1)]
+                    carry = carry & z
+                with m.If(address != self.depth):
+                    m.d.sync += address.eq(address + 1)
+            with m.If((address == self.depth) & wide):
+                m.d.sync += self.capacity_error.eq(1)
+        with m.Elif(at_start):
+            # Between images the counters follow the configuration.
+            m.d.sync += restart()
+
+        b_valid = register(m, advance, fire, "b_valid")
+        b_item = Signal(item_shape, name="b_item")
+        with m.If(advance):
+            m.d.sync += b_item.eq(entering)
+        b_ends = register(m, advance, ends, "b_ends")
+        b_use = register(m, advance, Cat(1, mask[1:] & seen[:-1]), "b_use")
+        b_address = register(m, advance, address, "b_address")
+        stored = [b_item]                         # tap t: the item t steps ago, same column
+        storing = advance & b_valid
+        if self.depth == 1:
+            for t in range(1, extent):
+                held = Signal(item_shape, name=f"tap_{t}")
+                with m.If(storing):
+                    m.d.sync += held.eq(stored[-1])
+                stored.append(held)
+        else:
+            for t in range(1, extent):
+                line = m.submodules[f"line_{t}"] = Memory(
+                    shape=item_shape, depth=self.depth, init=[])
+                write = line.write_port()
+                read = line.read_port(transparent_for=(write,))
+                m.d.comb += [
+                    read.en.eq(advance),
+                    read.addr.eq(Mux(address != self.depth, address, 0)),
+                    write.en.eq(storing & (b_address != self.depth)),
+                    write.addr.eq(b_address),
+                    write.data.eq(stored[-1]),
+                ]
+                stored.append(read.data)
+
+        # The taps in scan order (oldest first), unselected ones as padding.
+        taps = []
+        for t in reversed(range(extent)):
+            tap = Signal(item_shape, name=f"use_{t}")
+            m.d.comb += [tap.eq(stored[t]), tap.real.eq(stored[t].real & b_use[t])]
+            taps.append(tap)
+        valid = b_valid & b_ends
+        valids = [b_valid]
+        if self.depth > 1:
+            # The block RAM's read data get a cycle to themselves (its clock-to-output is slow:
+            # 5.6 ns on the ECP5), the taps registered before the compares.
+            registered = []
+            for t, tap in enumerate(taps):
+                held = Signal(item_shape, name=f"held_{t}")
+                with m.If(advance):
+                    m.d.sync += held.eq(tap)
+                registered.append(held)
+            taps = registered
+            valid = register(m, advance, valid, "held_valid")
+            valids.append(valid)
+        for level in range(self.levels):
+            merged = []
+            for k in range(0, len(taps), 2):
+                merged.append(_earliest_max(m, f"max_{level}_{k // 2}", advance, *taps[k:k + 2]))
+            taps = merged
+            halfway = register(m, advance, valid, f"valid_{level}_a")
+            valid = register(m, advance, halfway, f"valid_{level}_b")
+            valids += [halfway, valid]
+        assert len(taps) == 1
+        # The result goes into the output register if that is free or being taken, else into
+        # the skid register (empty whenever the pipeline advances), which refills the output
+        # register when it is taken.
+        arriving = advance & valid
+        skid = Signal(item_shape, name="skid")
+        skid_valid = Signal()
+        output_free = ~self.o.valid | self.o.ready
+        with m.If(output_free):
+            m.d.sync += [
+                self.o.valid.eq(skid_valid | arriving),
+                self.o.payload.eq(Mux(skid_valid, skid.as_value(), taps[0].as_value())),
+                skid_valid.eq(0),
+            ]
+        with m.Elif(arriving):
+            m.d.sync += [skid_valid.eq(1), skid.eq(taps[0])]
+        m.d.sync += advance.eq(output_free | ~(skid_valid | arriving))
+        m.d.comb += self.idle.eq(~Cat(valids).any() & ~self.o.valid & ~skid_valid & at_start)
+        return m
+
+
+def _earliest_max(m, name, enable, earlier, later=None):
+    """The item of greater key, ``earlier`` on equal keys (padding never wins over a value), in
+    two register stages that load with ``enable``; ``earlier`` alone if there is no ``later``.
+
+    The keys are compared as :class:`~maxaccel.hdl.lane.KeyMax` compares an 8-byte element
+    (keys are zero-extended, so that is the order of every dtype): byte compares and the first
+    butterfly level in the first stage, the other two levels and the select in the second.
+    """
+    shape = earlier.shape()
+    first_a = Signal(shape, name=f"{name}_a")
+    first_b = Signal(shape, name=f"{name}_b")
+    winner = Signal(shape, name=name)
+    if later is None:
+        with m.If(enable):
+            m.d.sync += [first_a.eq(earlier), winner.eq(first_a)]
+        return winner
+    merge = Const(1, 1)
+    flags = ([byte(earlier.key, i) >= byte(later.key, i) for i in range(LANE_BYTES)],
+             [byte(earlier.key, i) == byte(later.key, i) for i in range(LANE_BYTES)])
+    flags = key_compare_level(flags, 1, merge)
+    greater_equal = Signal(LANE_BYTES, name=f"{name}_ge")
+    equal = Signal(LANE_BYTES, name=f"{name}_eq")
+    with m.If(enable):
+        m.d.sync += [first_a.eq(earlier), first_b.eq(later),
+                     greater_equal.eq(Cat(flags[0])), equal.eq(Cat(flags[1]))]
+    flags = (list(greater_equal), list(equal))
+    for level in (2, 3):
+        flags = key_compare_level(flags, level, merge)
+    later_wins = first_b.real & (~first_a.real | ~flags[0][0])
+    with m.If(enable):
+        m.d.sync += winner.eq(Mux(later_wins, first_b.as_value(), first_a.as_value()))
+    return winner
+
+
+class WindowMaxPool(wiring.Component):
+    """Streaming windowed max pooling of ``N x C`` images with the index of each maximum.
+
+    Input: the elements of each image (``prod(size)`` of them, row-major over the spatial
+    axes), images one after another, **one element per beat** (its bytes little-endian from
+    byte 0 of ``data``; the bytes above the element are ignored). Output: for each image its
+    ``prod(out)`` pooled elements in row-major order, one per beat, with the flat row-major
+    index (into the unpadded image, ``0 .. prod(size) - 1``) of the element that won. Values
+    follow the contract's order (``+0`` above ``-0``, NaN absorbing, NaNs out as the canonical
+    quiet NaN); padding never contributes; ties go to the first element in row-major window
+    order whose key is the maximum (for a NaN window, the first NaN). A window must hold at least
+    one element (the host refuses others; ``empty_window`` flags one).
+
+    A pool of rank ``r < max_rank`` is given as a ``max_rank`` pool with unit outer axes
+    (``size = out = kernel = stride = dilation = 1``, ``pad = 0``).
+
+    Parameters
+    ----------
+    max_rank : int
+        Spatial axes, 1 to 3. A pass per axis.
+    max_extent : int
+        Largest kernel extent ``(kernel - 1) * dilation + 1`` on any axis (>= 1).
+    max_columns : int
+        Largest ``out`` of the innermost axis (the line buffers' depth), for ``max_rank >= 2``.
+    max_plane : int
+        Largest ``out[1] * out[2]`` (the plane buffers' depth), for ``max_rank == 3``.
+    dim_bits : int
+        Width of every configuration field.
+    index_bits : int
+        Width of the output index: ``prod(size)`` must be below ``2**index_bits``.
+
+    Ports
+    -----
+    i : In(stream.Signature(StructLayout({"data": 64})))
+    o : Out(stream.Signature(StructLayout({"data": 64, "index": index_bits})))
+        ``data``: the element in the low ``itemsize`` bytes, the other bytes zero.
+    dtype : In(DType)
+    config : In(ArrayLayout(axis_layout(dim_bits), max_rank))
+        Entry 0 is the outermost spatial axis. ``dtype`` and ``config`` are static while an
+        image is in flight: change them only while ``idle`` (or with ``clear``).
+    clear : In(1)
+        Synchronous reset of the unit (not of its line buffers): abandons a partial image.
+
+    Status
+    ------
+    idle : Out(1)
+        Between images, nothing in flight.
+    config_error : Out(1)
+        Registered: some axis has a zero field, an extent above ``max_extent``, an
+        ``out`` of the innermost axis above ``max_columns`` (``max_rank >= 2``), or a first
+        window of padding only on the left (``(kernel - 1) * dilation < pad``).
+    capacity_error : Out(1)
+        Sticky until ``clear``: a line or plane buffer was too short for its rows (an outer
+        axis with taps beyond the newest, and ``out[1] * out[2] > max_plane``).
+    empty_window : Out(1)
+        Sticky until ``clear``: a window held only padding (its output is unspecified).
+
+    Latency and throughput
+    ----------------------
+    ``i.ready`` is low for the first :attr:`SETTLE` cycles after reset or ``clear`` (the
+    configuration is registered). Then one element is taken per cycle, except that each pass
+    inserts one cycle per virtual step: per input row ``max(0, end - size + 1)`` for the
+    innermost axis, where ``end = (out - 1) * stride - pad + (kernel - 1) * dilation``, and
+    per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
+    of an outer axis, when they back up to the input. An output whose window's last element (or
+    last virtual step) is taken at edge ``e`` is taken by a ready sink at edge ``e +``
+    :attr:`latency`, ``2 + max_rank * (2 + 2 * max(1, ceil(log2(max_extent)))) + (max_rank -
+    1)`` (with buffers of more than one entry): two cycles of keys, then per pass the tap stage,
+    the read data registered (the passes with block RAM), two cycles per compare tree level and
+    the output register.
+
+    Each pass's stages move with one enable, a register that is high unless the skid register
+    behind the pass's output register holds an item, so ``i.ready`` never depends
+    combinationally on ``o.ready``.
+    """
+
+    #: Cycles ``i.ready`` stays low after reset or ``clear``. The derived configuration is up
+    #: to three registers deep; the first element reaches the passes two cycles after it is
+    #: taken, when every pass has loaded its counters from it.
+    SETTLE = 2
+
+    def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
+                 dim_bits=16, index_bits=32):
+        for name, value, least in [("max_rank", max_rank, 1), ("max_extent", max_extent, 1),
+                                   ("max_columns", max_columns, 1), ("max_plane", max_plane, 1),
+                                   ("dim_bits", dim_bits, 2), ("index_bits", index_bits, 1)]:
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                refuse(self, f"WindowMaxPool: {name} must be an integer >= {least}, "
+                             f"not {value!r}")
+        if max_rank > 3:
+            refuse(self, f"WindowMaxPool: max_rank must be 1, 2 or 3, not {max_rank}")
+        self.max_rank = max_rank
+        self.max_extent = max_extent
+        self.max_columns = max_columns if max_rank >= 2 else 1
+        self.max_plane = max_plane if max_rank >= 3 else 1
+        self.dim_bits = dim_bits
+        self.index_bits = index_bits
+        # Items a row holds, per axis: one element for the innermost axis (registers), a row
+        # of out[-1] for the next (line buffers), a plane for the third (plane buffers).
+        self._depths = {max_rank - 1: 1, max_rank - 2: self.max_columns,
+                        max_rank - 3: self.max_plane}
+        self.latency = 2 + sum(_pass_latency(max_extent, self._depths[axis])
+                               for axis in range(max_rank))
+        self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
+        super().__init__({
+            "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
+            "o": Out(stream.Signature(data.StructLayout({"data": LANE_BITS,
+                                                         "index": index_bits}))),
+            "dtype": In(DType),
+            "config": In(self.config_shape),
+            "clear": In(1),
+            "idle": Out(1),
+            "config_error": Out(1),
+            "capacity_error": Out(1),
+            "empty_window": Out(1),
+        })
+
+    @property
+    def limits(self):
+        """The capacities, by name (what IDENTIFY reports)."""
+        return {"max_rank": self.max_rank, "max_extent": self.max_extent,
+                "max_columns": self.max_columns, "max_plane": self.max_plane,
+                "dim_bits": self.dim_bits, "index_bits": self.index_bits}
+
+    def elaborate(self, platform):
+        m = Module()
+        rank = self.max_rank
+        fmt = decode_format(m, self.dtype)
+        settle = Signal(range(self.SETTLE + 1), init=self.SETTLE)
+        with m.If(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
+
+        passes = []
+        for axis in reversed(range(rank)):
+            passes.append(AxisPass(axis, range(axis + 1, rank), self.max_extent,
+                                   self._depths[axis], self.config_shape, self.index_bits,
+                                   self.dim_bits))
+            m.submodules[f"axis_{axis}"] = passes[-1]
+            m.d.comb += passes[-1].config.eq(self.config)
+        for inner, outer in zip(passes, passes[1:]):
+            wiring.connect(m, inner.o, outer.i)
+
+        # --- Input: the element's key (two stages) and its flat index. --------------------
+        first = passes[0].i
+        keyed_valid = Signal()
+        advance = ~keyed_valid | first.ready
+        m.d.comb += self.i.ready.eq(advance & (settle == 0))
+        accept = self.i.valid & self.i.ready
+        positions = [Signal(self.dim_bits, name=f"position_{a}") for a in range(rank)]
+        index = Signal(self.index_bits)
+        size_less = [register(m, 1, self.config[a].size - 1, f"size_less_{a}")
+                     for a in range(rank)]
+        with m.If(accept):
+            carry = 1
+            for a in reversed(range(rank)):
+                last = positions[a] == size_less[a]
+                with m.If(carry):
+                    m.d.sync += positions[a].eq(Mux(last, 0, positions[a] + 1))
+                carry = carry & last
+            m.d.sync += index.eq(Mux(carry, 0, index + 1))
+        filled = Signal(LANE_BYTES)         # the bytes of element 0
+        m.d.comb += filled.eq(Cat(
+            Cat(fmt.size[k] for k, size in enumerate(ELEMENT_SIZES) if i < size).any()
+            for i in range(LANE_BYTES)))
+        key, = to_keys(m, advance, fmt, [self.i.payload.data], filled=[filled])
+        halfway, halfway_index = delay(m, "keyed", advance, accept, index, self.index_bits, 1)
+        valid, keyed_index = delay(m, "keyed_1", advance, halfway, halfway_index,
+                                   self.index_bits, 1)
+        m.d.comb += [
+            keyed_valid.eq(valid),
+            first.valid.eq(keyed_valid),
+            first.payload.key.eq(key),
+            first.payload.index.eq(keyed_index),
+            first.payload.real.eq(1),
+        ]
+
+        # --- Output: keys back to values, element 0 only. ---------------------------------
+        last = passes[-1].o
+        value = from_key(m, "from_key", fmt, last.payload.key)
+        m.d.comb += [
+            self.o.valid.eq(last.valid),
+            last.ready.eq(self.o.ready),
+            self.o.payload.data.eq(Cat(byte(value, i) & filled[i].replicate(8)
+                                       for i in range(LANE_BYTES))),
+            self.o.payload.index.eq(last.payload.index),
+        ]
+        with m.If(self.o.valid & self.o.ready & ~last.payload.real):
+            m.d.sync += self.empty_window.eq(1)
+
+        columns_refused = 0
+        if rank >= 2:
+            columns_refused = register(m, 1, self.config[rank - 1].out > self.max_columns,
+                                       "columns_refused")
+        m.d.comb += [
+            self.config_error.eq(Cat(p.config_error for p in passes).any() | columns_refused),
+            self.capacity_error.eq(Cat(p.capacity_error for p in passes).any()),
+            self.idle.eq(Cat(p.idle for p in passes).all() & ~halfway & ~keyed_valid
+                         & (index == 0) & (settle == 0)),
+        ]
+        return ResetInserter(self.clear)(m)

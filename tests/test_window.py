@@ -1,0 +1,455 @@
+# amaranth: UnusedElaboratable=no
+# (test_parameters builds units only to inspect them or to see the constructor refuse.)
+
+"""WindowMaxPool: windowed max pooling with indices, checked bit-exactly against a plain oracle
+of the unit's own interface (per-axis size, pad_begin, out, kernel, stride, dilation), with
+random stalls on both sides, exact cycle counts and the status outputs.
+
+The oracle works on order keys: for each window it gathers the in-range taps, takes the largest
+key (NaNs all given the canonical NaN's key) and the smallest flat index holding it, which is
+the first element in row-major window order.
+"""
+
+import itertools
+import zlib
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from maxaccel.hdl.window import AXIS_FIELDS, WindowMaxPool
+from maxaccel.host.dtypes import FORMATS, format_of
+from maxaccel.sim import reference
+from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
+from maxaccel.sim.values import edge_bits, random_values
+
+ALL_DTYPES = [f.numpy_dtype for f in FORMATS.values()]
+FLOATS = [np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32),
+          np.dtype(np.float64)]
+NO_STALLS = Stalls()
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One spatial axis as the unit is given it."""
+
+    size: int
+    pad: int
+    out: int
+    kernel: int = 1
+    stride: int = 1
+    dilation: int = 1
+
+    @property
+    def end(self):
+        """The last tap of the last window (may lie in the right padding)."""
+        return (self.out - 1) * self.stride - self.pad + (self.kernel - 1) * self.dilation
+
+    @property
+    def extra(self):
+        """Virtual steps the unit adds per image of this axis."""
+        return max(0, self.end - self.size + 1)
+
+    def taps(self, o):
+        return [o * self.stride - self.pad + j * self.dilation for j in range(self.kernel)]
+
+
+UNIT = Axis(1, 0, 1)
+
+
+def axis(size, kernel, stride=1, dilation=1, pads=(0, 0), ceil=False):
+    """An Axis from ONNX-style attributes (explicit pads, ceil_mode): the output length by the
+    spec's formula, a ceil-mode window starting in the right padding dropped."""
+    extent = (kernel - 1) * dilation + 1
+    span = size + pads[0] + pads[1] - extent
+    out = (-(-span // stride) if ceil else span // stride) + 1
+    if ceil and (out - 1) * stride >= size + pads[0]:
+        out -= 1
+    return Axis(size, pads[0], out, kernel, stride, dilation)
+
+
+def canonical_keys(x):
+    """Order keys with every NaN at the canonical NaN's key."""
+    return reference.order_key(reference.canonicalize_nans(x)).astype(np.uint64)
+
+
+def oracle(x, axes):
+    """(values, indices) of the pool of ``x`` (``N x C x spatial``) over ``axes``."""
+    fmt = format_of(x.dtype)
+    images = x.reshape((-1,) + tuple(a.size for a in axes))
+    keys = canonical_keys(images)
+    outs = tuple(a.out for a in axes)
+    out_keys = np.zeros((len(images),) + outs, dtype=np.uint64)
+    out_index = np.zeros((len(images),) + outs, dtype=np.int64)
+    for position in itertools.product(*(range(n) for n in outs)):
+        taps = [[p for p in a.taps(o) if 0 <= p < a.size] for a, o in zip(axes, position)]
+        assert all(taps), f"window {position} holds only padding"
+        flat = np.ravel_multi_index(np.ix_(*taps), tuple(a.size for a in axes)).reshape(-1)
+        window = keys.reshape(len(images), -1)[:, flat]
+        first = np.argmax(window, axis=1)          # the first maximum in row-major order
+        out_keys[(slice(None),) + position] = window[np.arange(len(images)), first]
+        out_index[(slice(None),) + position] = flat[first]
+    values = reference.from_order_key(out_keys.astype(fmt.uint_dtype), fmt)
+    return values.reshape(-1), out_index.reshape(-1)
+
+
+def configure(dut, dtype, axes):
+    def setup(ctx):
+        ctx.set(dut.dtype, format_of(dtype).dtype)
+        for a, given in enumerate(axes):
+            for name in AXIS_FIELDS:
+                ctx.set(getattr(dut.config[a], name), getattr(given, name))
+    return setup
+
+
+def step_edges(axes, settle):
+    """With no stalls and only the innermost axis adding virtual steps, the edge at which each
+    step of the innermost axis (real or virtual) is taken: {(image, outer..., x): edge}."""
+    inner = axes[-1]
+    row = inner.size + inner.extra
+    rows = int(np.prod([a.size for a in axes[:-1]]))
+    return lambda image, outer_row, x: settle + 1 + (image * rows + outer_row) * row + x
+
+
+def check_pool(x, axes, *, stalls, dut=None, garbage=True, exact=None, spare=2):
+    """Stream ``x`` through a WindowMaxPool configured with ``axes``; compare with the oracle.
+
+    Unless ``dut`` is given, the unit is built for ``axes``: its line and plane buffers hold
+    ``spare`` entries more than the rows need (0: exactly full).
+    ``exact``: with no stalls, assert the edge of every output (only when no outer axis adds
+    virtual steps) from :func:`step_edges`.
+    """
+    fmt = format_of(x.dtype)
+    rank = len(axes)
+    dut = dut or WindowMaxPool(max_rank=rank, max_extent=max(
+        (a.kernel - 1) * a.dilation + 1 for a in axes), max_columns=axes[-1].out + spare,
+        max_plane=int(np.prod([a.out for a in axes[1:]])) + spare)
+    axes = (UNIT,) * (dut.max_rank - rank) + tuple(axes)
+    bits = reference.bits_of(x).astype(np.uint64).reshape(-1)
+    rng = _rng("garbage", x.shape, str(x.dtype))
+    if garbage and fmt.nbytes < 8:
+        # The bytes above the element are not the element's: the unit must ignore them.
+        noise = rng.integers(0, 1 << 63, size=bits.shape, dtype=np.uint64) << np.uint64(1)
+        bits = bits | (noise & ~np.uint64((1 << fmt.bits) - 1))
+    values, indices = oracle(x, axes)
+    beats = [{"data": int(b)} for b in bits]
+
+    def status(ctx):
+        assert ctx.get(dut.config_error) == 0, "config_error"
+        assert ctx.get(dut.capacity_error) == 0, "capacity_error"
+        assert ctx.get(dut.empty_window) == 0, "empty_window"
+        assert ctx.get(dut.idle) == 1, "idle"
+
+    run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(values))},
+                      stalls=stalls, setup=configure(dut, x.dtype, axes), check=status)
+    received = run.received["o"]
+    got_bits = np.array([int(b.data) for b in received], dtype=np.uint64)
+    if fmt.bits < 64:
+        assert not (got_bits >> np.uint64(fmt.bits)).any(), "bytes above the element not zero"
+    got = reference.from_bits(got_bits.astype(fmt.uint_dtype), fmt)
+    what = f"{x.dtype} {x.shape} {axes}"
+    reference.assert_same_bits(got, values, what=what)
+    got_index = np.array([int(b.index) for b in received], dtype=np.int64)
+    np.testing.assert_array_equal(got_index, indices, err_msg=what)
+    if exact is not None and stalls == NO_STALLS:
+        assert all(a.extra == 0 for a in axes[:-1])
+        edge = step_edges(axes, WindowMaxPool.SETTLE)
+        images = len(bits) // int(np.prod([a.size for a in axes]))
+        outer = axes[:-1]
+        expected = []
+        for image in range(images):
+            for position in itertools.product(*(range(a.out) for a in axes)):
+                last = [a.taps(o)[-1] for a, o in zip(axes, position)]
+                outer_row = int(np.ravel_multi_index(last[:-1], [a.size for a in outer])) \
+                    if outer else 0
+                expected.append(edge(image, outer_row, last[-1]) + dut.latency)
+        assert run.arrivals["o"] == expected
+    return run
+
+
+stall_params = pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+
+
+# --- values ------------------------------------------------------------------------------------
+
+RESNET = (axis(5, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))   # the ResNet stem's pool
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_every_dtype(dtype):
+    # Each dtype meets one stall pattern (every pattern meets several dtypes).
+    index = ALL_DTYPES.index(dtype)
+    stalls = STALL_PATTERNS[index % len(STALL_PATTERNS)]
+    x = random_values(_rng("dtype", str(dtype)), dtype, (2, 1, 5, 6), edge_fraction=0.3)
+    check_pool(x, RESNET, stalls=stalls)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_nan_at_every_window_position(dtype):
+    # 3 x 3 windows, stride 3: image k has a NaN at window position k of every window (quiet,
+    # signalling, negative, with payloads, in turn), images 9.. a second NaN later in the
+    # window, so the first one's index must come out; the last image has none.
+    fmt = format_of(dtype)
+    nans = [b for b in reference.bits_of(edge_bits(fmt))[reference.is_nan(edge_bits(fmt))]]
+    rng = _rng("nan", str(dtype))
+    images = 9 + 8 + 1
+    x = rng.standard_normal((images, 1, 6, 6)).astype(dtype)
+    bits = reference.bits_of(x).copy()
+    for image in range(17):
+        first = image % 9
+        for wy, wx in itertools.product(range(2), range(2)):
+            y, xx = divmod(first, 3)
+            bits[image, 0, 3 * wy + y, 3 * wx + xx] = nans[(image + wy + wx) % len(nans)]
+            if image >= 9:
+                later = first + 1 + (image - 9) % (8 - first) if first < 8 else None
+                if later is not None:
+                    y, xx = divmod(later, 3)
+                    bits[image, 0, 3 * wy + y, 3 * wx + xx] = nans[(image + 1) % len(nans)]
+    x = reference.from_bits(bits, fmt)
+    stalls = STALL_PATTERNS[FLOATS.index(np.dtype(dtype))]
+    check_pool(x, (axis(6, 3, 3), axis(6, 3, 3)), stalls=stalls)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_signed_zeros_and_ties(dtype):
+    # Windows of ±0 in every order (a 3-tap 1-D window over 8 patterns x 3 positions), then
+    # windows of equal values: +0 wins over -0 wherever it stands, and the first of equal
+    # keys gives the index.
+    fmt = format_of(dtype)
+    patterns = [[(p >> k) & 1 for k in range(3)] for p in range(8)]
+    zeros = np.array([fmt.sign_mask if negative else 0 for p in patterns for negative in p],
+                     dtype=fmt.uint_dtype)
+    ones = reference.bits_of(np.array([1.5, -2.0, 1.5, 1.5, -2.0, -2.0], dtype=dtype))
+    bits = np.concatenate([zeros, ones]).reshape(1, 1, -1)
+    x = reference.from_bits(bits, fmt)
+    stalls = STALL_PATTERNS[(FLOATS.index(np.dtype(dtype)) + 1) % 4]
+    check_pool(x, (axis(30, 3, 3),), stalls=stalls)
+    check_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS)     # overlapping windows
+
+
+def test_integer_ties_with_the_padding_key():
+    # The least uint8 and int8 values have key 0, like padding: padding must still not win.
+    for dtype in (np.uint8, np.int8):
+        least = np.iinfo(dtype).min
+        x = np.full((2, 1, 4, 5), least, dtype=dtype)
+        x[1, 0, 2, 3] = least + 1
+        check_pool(x, (axis(4, 3, 2, pads=(2, 1), ceil=True), axis(5, 3, 1, pads=(1, 2))),
+                   stalls=STALL_PATTERNS[3])
+
+
+# --- geometry ----------------------------------------------------------------------------------
+
+GEOMETRY = {
+    # name: (dtype, N x C, axes)
+    "1d-k2s2": (np.float32, 3, (axis(9, 2, 2),)),
+    "1d-k3s1-pads": (np.int16, 2, (axis(7, 3, 1, pads=(1, 2)),)),
+    "1d-dilated": (np.float16, 2, (axis(11, 3, 2, dilation=2, pads=(2, 1)),)),
+    "1d-ceil": (np.uint8, 3, (axis(8, 3, 2, ceil=True),)),
+    "1d-ceil-drop": (np.int32, 1, (axis(6, 2, 3, pads=(0, 2), ceil=True),)),
+    "1d-kernel1": (np.float64, 2, (axis(5, 1, 2),)),
+    "1d-stride-beyond-kernel": (np.int8, 2, (axis(10, 2, 4, pads=(1, 0)),)),
+    "2d-2x2s2": (np.float32, 2, (axis(4, 2, 2), axis(6, 2, 2))),
+    "2d-asymmetric": (ml_dtypes.bfloat16, 2, (axis(5, 3, 2, pads=(0, 2)),
+                                               axis(4, 2, 1, pads=(1, 0)))),
+    "2d-ceil": (np.float16, 1, (axis(5, 2, 2, ceil=True), axis(7, 3, 2, pads=(1, 1),
+                                                                  ceil=True))),
+    "2d-dilated": (np.int64, 1, (axis(6, 2, 1, dilation=3, pads=(1, 1)),
+                                 axis(7, 2, 2, dilation=2, pads=(0, 1)))),
+    "2d-one-element-rows": (np.float32, 2, (axis(6, 3, 1, pads=(1, 1)), axis(1, 1, 1))),
+    "2d-one-column": (np.uint16, 2, (axis(5, 2, 1, pads=(1, 0)), axis(3, 3, 1))),
+    "3d-2x2x2": (np.float32, 2, (axis(4, 2, 2), axis(3, 2, 1), axis(4, 2, 2))),
+    "3d-pads-dilation": (np.int32, 1, (axis(3, 2, 1, pads=(1, 1)),
+                                       axis(4, 2, 2, dilation=2, pads=(1, 0), ceil=True),
+                                       axis(5, 3, 2, pads=(1, 1)))),
+    "3d-ceil": (np.uint64, 1, (axis(3, 2, 2, ceil=True), axis(3, 2, 2, ceil=True),
+                               axis(3, 2, 2, ceil=True))),
+}
+
+
+@pytest.mark.parametrize("case", GEOMETRY)
+def test_geometry(case):
+    # Values from a small range, so that ties (and the tie rule) are everywhere.
+    dtype, images, axes = GEOMETRY[case]
+    stalls = STALL_PATTERNS[list(GEOMETRY).index(case) % len(STALL_PATTERNS)]
+    rng = _rng("geometry", case)
+    shape = (images, 1) + tuple(a.size for a in axes)
+    x = rng.integers(0, 4, size=shape).astype(dtype)
+    check_pool(x, axes, stalls=stalls, spare=2 * (list(GEOMETRY).index(case) % 2))
+
+
+def test_rank_below_capacity():
+    # A 1-D and a 2-D pool on a rank-3 unit: outer unit axes.
+    dut = WindowMaxPool(max_rank=3, max_extent=3, max_columns=4, max_plane=8)
+    x = random_values(_rng("rank"), np.float32, (2, 1, 7), edge_fraction=0.2)
+    check_pool(x, (axis(7, 3, 2, pads=(1, 1)),), stalls=STALL_PATTERNS[2], dut=dut)
+    dut = WindowMaxPool(max_rank=3, max_extent=3, max_columns=4, max_plane=8)
+    x = random_values(_rng("rank2"), np.int8, (1, 2, 3, 5), edge_fraction=0.2)
+    check_pool(x, (axis(3, 2, 1), axis(5, 3, 2, pads=(1, 1))), stalls=STALL_PATTERNS[3],
+               dut=dut)
+
+
+# --- cycles ------------------------------------------------------------------------------------
+
+CYCLE_CASES = {
+    # Every output's arrival edge, exactly, with no stalls: one element per cycle, plus one
+    # cycle per virtual step of the innermost axis.
+    "resnet-stem": (np.float32, 2, (axis(4, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))),
+    "2x2s2": (np.int8, 2, (axis(4, 2, 2), axis(4, 2, 2))),
+    "right-padding-virtual-steps": (np.float16, 2, (axis(3, 2, 1), axis(5, 3, 1, pads=(0, 2)))),
+    "3d": (np.uint8, 1, (axis(3, 2, 1), axis(3, 2, 1), axis(4, 3, 1, dilation=2, pads=(2, 2)))),
+    "1d-wide-extent": (np.int32, 3, (axis(9, 3, 2, dilation=3, pads=(3, 3)),)),
+}
+
+
+@pytest.mark.parametrize("case", CYCLE_CASES)
+def test_exact_cycles(case):
+    dtype, images, axes = CYCLE_CASES[case]
+    x = random_values(_rng("cycles", case), dtype, (images, 1) + tuple(a.size for a in axes),
+                      edge_fraction=0.2)
+    check_pool(x, axes, stalls=NO_STALLS, exact=True)
+
+
+def test_latency_formula():
+    for rank, extent, latency in [(1, 1, 6), (1, 3, 8), (2, 2, 11), (3, 3, 22), (3, 4, 22),
+                                  (3, 5, 28), (2, 9, 23)]:
+        assert WindowMaxPool(max_rank=rank, max_extent=extent).latency == latency
+
+
+# --- status ------------------------------------------------------------------------------------
+
+
+def _status_only(dut, axes, dtype, beats, outputs, expect, stalls=NO_STALLS):
+    def status(ctx):
+        for name, value in expect.items():
+            assert ctx.get(getattr(dut, name)) == value, name
+    return run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, outputs)},
+                       stalls=stalls, setup=configure(dut, dtype, axes), check=status)
+
+
+@pytest.mark.parametrize("axes, error", [
+    ((axis(4, 3, 1), axis(4, 3, 1)), 0),
+    ((axis(4, 3, 1), axis(4, 4, 1)), 1),                       # extent 4 > 3
+    ((axis(4, 3, 1), axis(9, 2, 1, dilation=3)), 1),           # extent 4 > 3
+    ((axis(4, 3, 1), Axis(4, 0, 1, 0, 1, 1)), 1),              # kernel 0
+    ((axis(4, 3, 1), Axis(4, 0, 1, 2, 0, 1)), 1),              # stride 0
+    ((axis(4, 3, 1), Axis(4, 0, 1, 2, 1, 0)), 1),              # dilation 0
+    ((axis(4, 3, 1), Axis(0, 0, 1, 2, 1, 1)), 1),              # size 0
+    ((axis(4, 3, 1), Axis(4, 0, 0, 2, 1, 1)), 1),              # out 0
+    ((axis(4, 3, 1), Axis(4, 2, 2, 2, 1, 1)), 1),              # first window all padding
+    ((axis(4, 3, 1), axis(7, 1, 1)), 1),                       # 7 columns > max_columns
+])
+def test_config_error(axes, error):
+    dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=6)
+    _status_only(dut, axes, np.float32, [], 0, {"config_error": error, "idle": 1})
+
+
+def test_capacity_error():
+    # 3 x 4 output columns in the plane buffers of a rank-3 unit that holds 8: flagged; the
+    # same pool with no taps along the outer axis needs no plane buffer and is not.
+    x = np.zeros((1, 1, 2, 3, 4), dtype=np.int8)
+    for kernel, expect in [(2, 1), (1, 0)]:
+        dut = WindowMaxPool(max_rank=3, max_extent=2, max_columns=4, max_plane=8)
+        axes = (axis(2, kernel, 1), axis(3, 1, 1), axis(4, 1, 1))
+        outputs = int(np.prod([a.out for a in axes]))
+        _status_only(dut, axes, np.int8, [{"data": 0}] * x.size, outputs,
+                     {"capacity_error": expect, "config_error": 0, "idle": 1})
+
+
+def test_empty_window_flagged():
+    # Input 2, kernel 2, dilation 3, pads 1 and 1: window 0 has taps at -1 and 2, both padding.
+    dut = WindowMaxPool(max_rank=1, max_extent=4)
+    axes = (Axis(2, 1, 1, 2, 1, 3),)
+    _status_only(dut, axes, np.float32, [{"data": 0}, {"data": 0}], 1,
+                 {"empty_window": 1, "config_error": 0, "idle": 1})
+
+
+@stall_params
+def test_clear_abandons_partial_image(stalls):
+    dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=4)
+    # One output column: the last outputs come one at a time, so idle sees every stage.
+    axes = (axis(3, 3, 2, pads=(1, 1)), axis(4, 3, 3))
+    x = random_values(_rng("clear"), np.float32, (1, 1, 3, 4), edge_fraction=0.2)
+    values, indices = oracle(x, axes)
+    beats = [{"data": int(b)} for b in reference.bits_of(x).reshape(-1)]
+
+    async def clear_then_pool(ctx):
+        assert ctx.get(dut.idle) == 0
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        ctx.set(dut.o.ready, 1)
+        received, pending, idle, last_out = [], list(beats), [], None
+        for edge in range(1, len(beats) + WindowMaxPool.SETTLE + dut.latency + 10):
+            if pending:
+                ctx.set(dut.i.payload, pending[0])
+            ctx.set(dut.i.valid, bool(pending))
+            _, _, ready, valid, payload, was_idle = await ctx.tick().sample(
+                dut.i.ready, dut.o.valid, dut.o.payload, dut.idle)
+            idle.append(was_idle)
+            if pending and ready:
+                pending.pop(0)
+            if valid:
+                received.append((int(payload.data), int(payload.index)))
+                last_out = edge
+        assert not pending
+        # Not idle while the configuration settles; idle until the first element is taken
+        # (at edge SETTLE + 1), then not until the last output is taken.
+        settle = WindowMaxPool.SETTLE
+        assert idle == ([0] * settle + [1] + [0] * (last_out - settle - 1)
+                        + [1] * (len(idle) - last_out))
+        got = reference.from_bits(np.array([d for d, _ in received], dtype=np.uint32),
+                                  format_of(np.float32))
+        reference.assert_same_bits(got, values)
+        assert [i for _, i in received] == list(indices)
+
+    # Five elements of an image, then the clear.
+    run_streams(dut, sources={dut.i: beats[:5]}, sinks={"o": (dut.o, 0)}, stalls=stalls,
+                setup=configure(dut, np.float32, axes), check=clear_then_pool)
+
+
+def test_parameters():
+    dut = WindowMaxPool(max_rank=2, max_extent=5, max_columns=32, max_plane=99)
+    assert dut.limits == {"max_rank": 2, "max_extent": 5, "max_columns": 32, "max_plane": 1,
+                          "dim_bits": 16, "index_bits": 32}
+    for bad in [dict(max_rank=0), dict(max_rank=4), dict(max_extent=0), dict(max_columns=0),
+                dict(index_bits=1.5), dict(max_rank=True)]:
+        with pytest.raises(ValueError):
+            WindowMaxPool(**bad)
+
+
+def _random_axis(rng, size_limit):
+    """A random axis whose windows all hold an element: pads below the extent, and a window
+    that would start in the right padding dropped (as ceil mode does)."""
+    while True:
+        size = int(rng.integers(1, size_limit + 1))
+        kernel, stride, dilation = (int(v) for v in rng.integers(1, 4, size=3))
+        extent = (kernel - 1) * dilation + 1
+        if extent > 4:
+            continue
+        pads = tuple(int(p) for p in rng.integers(0, extent, size=2))
+        if size + pads[0] + pads[1] < extent:
+            continue
+        a = axis(size, kernel, stride, dilation, pads, ceil=bool(rng.integers(0, 2)))
+        if all(any(0 <= p < size for p in a.taps(o)) for o in range(a.out)):
+            return a
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(24))
+def test_random_geometry(seed):
+    # Random rank, geometry, dtype and stalls; values with ties and edge values.
+    rng = _rng("random", seed)
+    rank = int(rng.integers(1, 4))
+    axes = tuple(_random_axis(rng, {1: 30, 2: 10, 3: 5}[rank]) for _ in range(rank))
+    dtype = ALL_DTYPES[seed % len(ALL_DTYPES)]
+    shape = (int(rng.integers(1, 4)), 1) + tuple(a.size for a in axes)
+    x = random_values(rng, dtype, shape, edge_fraction=0.3)
+    if seed % 2:
+        x = rng.choice(x.reshape(-1)[:3], size=shape)          # few distinct values: ties
+    check_pool(x, axes, stalls=Stalls(rng.random() * 0.6, rng.random() * 0.6, seed),
+               spare=int(rng.integers(0, 3)))
