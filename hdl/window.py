@@ -19,7 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.host.dtypes import DType
+from maxaccel.contract.dtypes import DType
 
 from .kit import decode_format, delay, from_key, refuse, register, to_keys
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level

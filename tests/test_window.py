@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from maxaccel.hdl.window import AXIS_FIELDS, WindowMaxPool
-from maxaccel.host.dtypes import FORMATS, format_of
+from maxaccel.contract.dtypes import FORMATS, format_of
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
 from maxaccel.sim.values import edge_bits, random_values
