@@ -14,11 +14,10 @@ import os
 import numpy as np
 import pytest
 from test_host_device import ALL, REDUCTIONS, check_edge_digest
-from test_offload import CASES
+from test_offload import CASES, check_node_case
 
 from maxaccel.boards.targets import target
 from maxaccel.host.device import Device, open_device
-from maxaccel.host.offload import OffloadSession
 from maxaccel.host.transport import SimTransport
 from maxaccel.sim import reference
 from maxaccel.sim.netlist import Synthesis, netlist_targets
@@ -37,17 +36,8 @@ def ice40():
 def check_node_cases(device):
     """Every ONNX backend node case of Max, ReduceMax and GlobalMaxPool, bit for bit against
     its shipped output and the golden model."""
-    for name, case in sorted(CASES.items()):
-        session = OffloadSession(case.model, device=device)
-        golden = OffloadSession(case.model, device=reference)
-        input_names = [i.name for i in case.model.graph.input]
-        for inputs, expected in case.data_sets:
-            feeds = dict(zip(input_names, inputs))
-            got = session.run(None, feeds)
-            assert [where for _, _, where in session.last_run] == ["device"]
-            for value, shipped, want in zip(got, expected, golden.run(None, feeds)):
-                assert_same_bits(value, want, f"{name} vs the golden model")
-                assert_same_bits(value, shipped, f"{name} vs the shipped output")
+    for name in sorted(CASES):
+        check_node_case(device, name)
 
 
 def check_reductions(device):

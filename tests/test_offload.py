@@ -56,8 +56,9 @@ def test_every_shipped_case_is_found():
             "test_reduce_max_empty_set_bool"} <= set(CASES)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_onnx_backend_node_case(device, name):
+def check_node_case(device, name):
+    """One shipped case on ``device``: the node placed there, bit for bit against its shipped
+    output and the golden model (also run on the netlist boards, tests/test_netlist_board.py)."""
     case = CASES[name]
     session = OffloadSession(case.model, device=device)
     golden = OffloadSession(case.model, device=reference)
@@ -69,6 +70,11 @@ def test_onnx_backend_node_case(device, name):
         for value, shipped, want in zip(got, expected, golden.run(None, feeds)):
             assert_same_bits(value, want, f"{name} vs the golden model")
             assert_same_bits(value, shipped, f"{name} vs the shipped output")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_onnx_backend_node_case(device, name):
+    check_node_case(device, name)
 
 
 def single_node_model(op_type, opset, inputs, outputs, initializers=(), **attributes):

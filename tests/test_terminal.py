@@ -15,8 +15,6 @@ from terminal import Terminal
 
 from maxaccel.contract import progress
 
-pytest.importorskip("maxaccel.sim.virtual_board")
-
 # A script at a terminal: a long reduce_max on the Python-simulated board, interrupted by the
 # test once its bar shows, then a short one on the same device.
 INTERRUPTED_JOB = """
