@@ -9,6 +9,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from .dtypes import FORMATS, format_of
+
 __all__ = [
     "MAGIC", "VERSION", "HEADER_SIZE", "TRAILER_SIZE", "FRAME_OVERHEAD", "CRC_ALGORITHM",
     "Command", "Status", "Frame", "Identity", "PARAMETERS", "COUNTERS", "COUNTER_NAMES",
@@ -660,8 +662,6 @@ def problems(command, fields, capacities, *, data_length=0, dtypes=None):
         The supported dtype codes (default: ``capacities.dtypes`` of an Identity, else all of
         :data:`~maxaccel.contract.dtypes.FORMATS`).
     """
-    from .dtypes import FORMATS
-
     if isinstance(capacities, Identity):
         dtypes = capacities.dtypes if dtypes is None else dtypes
         capacities = Capacities.of(capacities)
@@ -675,7 +675,7 @@ def problems(command, fields, capacities, *, data_length=0, dtypes=None):
     if fields["dtype"] not in dtypes:
         return [Problem(Status.UNSUPPORTED_DTYPE, f"dtype code {fields['dtype']} is not one the "
                                                   f"device supports")]
-    itemsize = next(f.nbytes for code, f in FORMATS.items() if code == fields["dtype"])
+    itemsize = format_of(fields["dtype"]).nbytes
     q = quantities(command, fields, capacities, itemsize, data_length)
     return [Problem(rule.status, rule.description) for rule in spec.rules
             if rule.refuses(fields, q, capacities, _PythonOps)]
