@@ -38,7 +38,7 @@ import numpy as np
 from maxaccel.contract.checks import MAX_DTYPES, check_dtype, check_flag, shape_text, to_native
 
 __all__ = ["AUTO_PADS", "MAX_POOL_DTYPES", "PoolAxis", "PoolGeometry", "resolve_max_pool",
-           "check_max_pool"]
+           "check_max_pool", "WINDOW_RANK", "WINDOW_FIELDS", "window_config", "window_geometry"]
 
 #: Accepted values of ``auto_pad``.
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -308,3 +308,41 @@ def check_max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, cei
     geometry = resolve_max_pool(values.shape, kernel_shape, strides, pads, dilations, ceil_mode,
                                 auto_pad, storage_order)
     return values, fmt, geometry, check_flag(return_indices, "return_indices")
+
+
+# ---- The device's view of a pool: what the MAX_POOL command's parameter block carries.
+
+#: Spatial axes of a ``MAX_POOL`` configuration (the protocol's, and the pooling unit's
+#: ``max_rank``); a pool of lower rank is given with unit outer axes.
+WINDOW_RANK = 3
+#: The fields of one axis of a ``MAX_POOL`` configuration, in block order: the input length,
+#: the padding at the beginning, the output length, kernel, stride and dilation. The padding at
+#: the end, ``auto_pad`` and ``ceil_mode`` are all implied by the output length.
+WINDOW_FIELDS = ("size", "pad", "out", "kernel", "stride", "dilation")
+
+
+def window_config(geometry):
+    """The ``MAX_POOL`` configuration of a pool: :data:`WINDOW_RANK` dicts of
+    :data:`WINDOW_FIELDS`, outermost first (unit axes in front of a pool of lower rank), or
+    ``None`` for a pool of more spatial axes."""
+    axes = geometry.axes
+    if len(axes) > WINDOW_RANK:
+        return None
+    unit = dict(size=1, pad=0, out=1, kernel=1, stride=1, dilation=1)
+    return tuple([unit] * (WINDOW_RANK - len(axes)) + [
+        dict(size=a.size, pad=a.pad_begin, out=a.out_size, kernel=a.kernel, stride=a.stride,
+             dilation=a.dilation) for a in axes])
+
+
+def window_geometry(config, images=1):
+    """The :class:`PoolGeometry` of ``images`` images (channels of one batch item) pooled as a
+    ``MAX_POOL`` configuration says (the inverse of :func:`window_config`): window ``o`` of an
+    axis has taps ``o * stride - pad + j * dilation``, ``j < kernel``; the padding at the end is
+    what the last window reaches past the input (0 if it ends inside)."""
+    axes = []
+    for axis in config:
+        extent = (axis["kernel"] - 1) * axis["dilation"] + 1
+        end = max(0, (axis["out"] - 1) * axis["stride"] - axis["pad"] + extent - axis["size"])
+        axes.append(PoolAxis(axis["size"], axis["kernel"], axis["stride"], axis["dilation"],
+                             axis["pad"], end, axis["out"]))
+    return PoolGeometry((1, images) + tuple(a.size for a in axes), tuple(axes), 0)

@@ -10,6 +10,7 @@ import zlib
 from dataclasses import dataclass
 
 from .dtypes import FORMATS, format_of
+from .pooling import WINDOW_FIELDS, WINDOW_RANK, window_geometry
 
 __all__ = [
     "MAGIC", "VERSION", "HEADER_SIZE", "TRAILER_SIZE", "FRAME_OVERHEAD", "CRC_ALGORITHM",
@@ -19,12 +20,15 @@ __all__ = [
     "LANE_BYTES", "PAYLOAD_ALIGN", "Field", "ParameterBlock", "parameter_block", "Capacities",
     "Rule", "CommandRules", "RULES", "STATUS_ORDER", "DATA_COMMANDS", "command_rules", "Problem",
     "quantities", "problems", "verdict", "request_verdict", "rules_markdown",
+    "WINDOW_FIELD_MAX", "WINDOW_IMAGE_MAX", "WINDOW_INDEX_BYTES", "window_fields",
+    "late_problems",
 ]
 
 MAGIC = b"MX"
 #: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
-#: :data:`PAYLOAD_ALIGN`, ``MAX``'s ``streamed`` a count (the fold).
-VERSION = 2
+#: :data:`PAYLOAD_ALIGN`, ``MAX``'s ``streamed`` a count (the fold). 3: ``MAX_POOL`` and the
+#: pooling unit's capacities in ``IDENTIFY``.
+VERSION = 3
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
@@ -52,6 +56,7 @@ class Command(enum.IntEnum):
     LOAD = 0x04
     MAX = 0x05
     COUNTERS = 0x06
+    MAX_POOL = 0x07
 
 
 class Status(enum.IntEnum):
@@ -92,6 +97,16 @@ class Identity:
         Core clock frequency.
     frame_timeout_cycles : int
         Idle cycles after which the device abandons a partial frame.
+    window_lanes : int
+        Images the windowed pooling unit (``MAX_POOL``) pools side by side, one element of
+        each per beat; 0 without the unit.
+    window_extent : int
+        Largest kernel extent ``(kernel - 1) * dilation + 1`` of a ``MAX_POOL`` axis.
+    window_columns : int
+        Largest output length of the innermost axis (the line buffers' depth).
+    window_plane : int
+        Largest output plane of the two inner axes (the plane buffers' depth), when the
+        outermost axis's kernel extent is above 1.
     """
 
     version: int
@@ -103,24 +118,27 @@ class Identity:
     pool_channels: int
     clock_hz: int
     frame_timeout_cycles: int
+    window_lanes: int = 0
+    window_extent: int = 0
+    window_columns: int = 0
+    window_plane: int = 0
 
-    STRUCT = struct.Struct("<BBIIBBIII")
+    STRUCT = struct.Struct("<BBIIBBIIIBBII")
 
     def encode(self):
         bitmap = sum(1 << int(code) for code in self.dtypes)
         return self.STRUCT.pack(self.version, self.lanes, bitmap, self.replay_depth,
                                 self.max_dims, self.max_operands, self.pool_channels,
-                                self.clock_hz, self.frame_timeout_cycles)
+                                self.clock_hz, self.frame_timeout_cycles, self.window_lanes,
+                                self.window_extent, self.window_columns, self.window_plane)
 
     @classmethod
     def decode(cls, payload):
         if len(payload) != cls.STRUCT.size:
             raise ValueError(f"IDENTIFY reply of {len(payload)} bytes, expected {cls.STRUCT.size}")
-        (version, lanes, bitmap, depth, max_dims, max_operands, channels, clock,
-         timeout) = cls.STRUCT.unpack(payload)
+        (version, lanes, bitmap, *rest) = cls.STRUCT.unpack(payload)
         dtypes = frozenset(code for code in range(32) if bitmap >> code & 1)
-        return cls(version, lanes, dtypes, depth, max_dims, max_operands, channels, clock,
-                   timeout)
+        return cls(version, lanes, dtypes, *rest)
 
 
 @dataclass(frozen=True)
@@ -212,6 +230,18 @@ def _max_block(max_dims, max_operands):
 #: Most streamed operands one ``MAX`` pass folds (its ``streamed`` field is a byte).
 MAX_STREAMED = (1 << 8 * _max_block(1, 1)["streamed"].size) - 1
 
+def window_fields(axis):
+    """The field names of spatial axis ``axis`` (0 outermost) of a ``MAX_POOL`` block, by
+    :data:`~maxaccel.contract.pooling.WINDOW_FIELDS` name: ``{"size": "axis[0].size", ...}``."""
+    return {name: f"axis[{axis}].{name}" for name in WINDOW_FIELDS}
+
+
+#: Largest value of a ``MAX_POOL`` axis field (the pooling unit's 16-bit configuration).
+WINDOW_FIELD_MAX = (1 << 16) - 1
+#: Bytes of one index in a ``MAX_POOL`` reply (u32), and the largest image it can number.
+WINDOW_INDEX_BYTES = 4
+WINDOW_IMAGE_MAX = (1 << 8 * WINDOW_INDEX_BYTES) - 1
+
 #: Parameter blocks of the commands whose block does not depend on the device (the ``MAX``
 #: block does: :func:`parameter_block`).
 PARAMETERS = {
@@ -219,6 +249,9 @@ PARAMETERS = {
     Command.POOL_CHANNELS_LAST: ParameterBlock(
         [("dtype", 1), ("images", 4), ("pixels", 4), ("channels", 4)]),
     Command.LOAD: ParameterBlock([("dtype", 1), ("base", 4), ("rows", 4), ("row_length", 4)]),
+    Command.MAX_POOL: ParameterBlock(
+        [("dtype", 1), ("group", 1), ("indices", 1), ("reserved", 1), ("groups", 4)]
+        + [(field, 4) for axis in range(WINDOW_RANK) for field in window_fields(axis).values()]),
 }
 
 #: Largest outer count, and largest row length in beats, of a ``MAX`` pass (fixed by the
@@ -423,10 +456,14 @@ class Capacities:
     ----------
     lanes, replay_depth, max_dims, max_operands, pool_channels : int
         As :class:`Identity`.
+    window_lanes, window_extent, window_columns, window_plane : int
+        As :class:`Identity`.
     max_count : int
         :data:`MAX_COUNT`.
     max_payload : int
         :data:`MAX_PAYLOAD`.
+    window_field_max, window_image_max : int
+        :data:`WINDOW_FIELD_MAX`, :data:`WINDOW_IMAGE_MAX`.
     """
 
     lanes: int
@@ -434,13 +471,20 @@ class Capacities:
     max_dims: int
     max_operands: int
     pool_channels: int = 0
+    window_lanes: int = 0
+    window_extent: int = 0
+    window_columns: int = 0
+    window_plane: int = 0
     max_count: int = MAX_COUNT
     max_payload: int = MAX_PAYLOAD
+    window_field_max: int = WINDOW_FIELD_MAX
+    window_image_max: int = WINDOW_IMAGE_MAX
 
     @classmethod
     def of(cls, identity):
         return cls(identity.lanes, identity.replay_depth, identity.max_dims,
-                   identity.max_operands, identity.pool_channels)
+                   identity.max_operands, identity.pool_channels, identity.window_lanes,
+                   identity.window_extent, identity.window_columns, identity.window_plane)
 
     @property
     def beat_bytes(self):
@@ -481,6 +525,13 @@ class CommandRules:
         The product or field that counts the rows of the request data.
     rules : tuple of Rule
         In the order of their statuses' priority (:data:`STATUS_ORDER`).
+    indices : str or None
+        The product that counts the Indices in the reply (:data:`WINDOW_INDEX_BYTES` each,
+        added to ``reply_bytes``).
+    late : tuple of (Status, str)
+        What the unit itself finds while the data streams, given as the reply's status (the
+        reply's data is then unspecified): :func:`late_problems` decides it on Python
+        integers; the engine takes it from the unit.
     """
 
     row: str
@@ -489,6 +540,8 @@ class CommandRules:
     reply: object
     request_rows: str
     rules: tuple
+    indices: object = None
+    late: tuple = ()
 
 
 #: The order in which a data command's checks decide (the first status whose rule refuses).
@@ -576,6 +629,62 @@ RULES = {
 }
 
 
+def _max_pool_rules():
+    axes = [window_fields(axis) for axis in range(WINDOW_RANK)]
+    inner, outer = axes[-1], axes[0]
+    span = [f"span[{axis}]" for axis in range(WINDOW_RANK)]   # kernel x dilation
+    positive = ("size", "out", "kernel", "stride", "dilation")
+    return CommandRules(
+        row="group",
+        products=(("image", tuple(a["size"] for a in axes)), ("rows", ("image", "groups")),
+                  ("data", ("rows", "group")),
+                  ("image_out", tuple(a["out"] for a in axes)),
+                  ("reply", ("image_out", "groups", "group")),
+                  ("reply_indices", ("reply", "indices")),
+                  ("plane", (axes[1]["out"], axes[2]["out"])),
+                  *((span[k], (a["kernel"], a["dilation"])) for k, a in enumerate(axes))),
+        data="data", reply="reply", indices="reply_indices", request_rows="rows",
+        rules=(
+            Rule(Status.BAD_PARAMETER, "a reserved byte is not 0",
+                 lambda f, q, cap, ops: f["reserved"] != 0),
+            Rule(Status.BAD_PARAMETER, "an indices flag other than 0 or 1",
+                 lambda f, q, cap, ops: f["indices"] > 1),
+            Rule(Status.BAD_PARAMETER, "a group of 0 images",
+                 lambda f, q, cap, ops: f["group"] == 0),
+            Rule(Status.BAD_PARAMETER, "an axis's size, out, kernel, stride or dilation of 0",
+                 lambda f, q, cap, ops: ops.any(f[a[name]] == 0 for a in axes
+                                                for name in positive)),
+            Rule(Status.BAD_PARAMETER, "a first window of padding only ((kernel - 1) x "
+                 "dilation < pad)",
+                 lambda f, q, cap, ops: ops.any(q[s] < f[a["pad"]] + f[a["dilation"]]
+                                                for s, a in zip(span, axes))),
+            Rule(Status.TOO_LARGE, "a group of more images than window_lanes",
+                 lambda f, q, cap, ops: f["group"] > cap.window_lanes),
+            Rule(Status.TOO_LARGE, "a group wider than a beat",
+                 lambda f, q, cap, ops: q["row_beats"] > 1),
+            Rule(Status.TOO_LARGE, "an axis field above WINDOW_FIELD_MAX",
+                 lambda f, q, cap, ops: ops.any(f[name] > cap.window_field_max
+                                                for a in axes for name in a.values())),
+            Rule(Status.TOO_LARGE, "a kernel extent above window_extent",
+                 lambda f, q, cap, ops: ops.any(q[s] + 1 > cap.window_extent + f[a["dilation"]]
+                                                for s, a in zip(span, axes))),
+            Rule(Status.TOO_LARGE, "an innermost output length above window_columns",
+                 lambda f, q, cap, ops: f[inner["out"]] > cap.window_columns),
+            Rule(Status.TOO_LARGE, "an output plane above window_plane with an outermost "
+                 "kernel extent above 1",
+                 lambda f, q, cap, ops: (q["plane"] > cap.window_plane)
+                 & (q[span[0]] > f[outer["dilation"]])),
+            Rule(Status.TOO_LARGE, "an image of more than WINDOW_IMAGE_MAX elements",
+                 lambda f, q, cap, ops: q["image"] > cap.window_image_max),
+            _reply_rule(),
+            _length_rule("groups x group x prod(size) elements")),
+        late=((Status.BAD_PARAMETER, "a window of padding only (found by the unit while the "
+                                     "data streams; the reply's data is unspecified)"),))
+
+
+RULES[Command.MAX_POOL] = _max_pool_rules()
+
+
 def _max_command_rules(max_dims):
     counts = tuple(f"counts[{d}]" for d in range(max_dims))
     return CommandRules(
@@ -607,7 +716,8 @@ def command_rules(command, max_dims=0):
 
 
 #: The data commands, in code order.
-DATA_COMMANDS = (Command.REDUCE, Command.POOL_CHANNELS_LAST, Command.LOAD, Command.MAX)
+DATA_COMMANDS = (Command.REDUCE, Command.POOL_CHANNELS_LAST, Command.LOAD, Command.MAX,
+                 Command.MAX_POOL)
 
 for _command in DATA_COMMANDS:
     _check_rules(_command, command_rules(_command, 2), parameter_block(_command, 2, 2))
@@ -643,6 +753,8 @@ def quantities(command, fields, capacities, itemsize, data_length=0):
         q[name] = value
     q["data_bytes"] = q[spec.data] * itemsize if spec.data else 0
     q["reply_bytes"] = q[spec.reply] * itemsize if spec.reply else 0
+    if spec.indices:
+        q["reply_bytes"] += q[spec.indices] * WINDOW_INDEX_BYTES
     return q
 
 
@@ -695,13 +807,28 @@ def rules_markdown():
     return "\n".join(lines) + "\n"
 
 
+def late_problems(command, fields):
+    """What the unit finds while an accepted request's data streams (:attr:`CommandRules.late`):
+    for ``MAX_POOL``, a window of padding only."""
+    spec = command_rules(command)
+    if spec is None or not spec.late:
+        return []
+    config = [{name: fields[field] for name, field in window_fields(axis).items()}
+              for axis in range(WINDOW_RANK)]
+    if window_geometry(config).has_empty_windows():
+        return [Problem(*spec.late[0])]
+    return []
+
+
 def verdict(command, fields, identity, *, data_length=0):
     """The status a device with ``identity`` answers for an intact request frame.
 
     The single statement of the status rules and their order for the host, the fake board and
-    the tests; the command engine derives its checks from the same :data:`RULES`.
+    the tests; the command engine derives its checks from the same :data:`RULES`, and takes
+    the late statuses (:func:`late_problems`) from its units.
     """
-    found = problems(command, fields, identity, data_length=data_length)
+    found = (problems(command, fields, identity, data_length=data_length)
+             or late_problems(command, fields))
     return found[0].status if found else Status.OK
 
 

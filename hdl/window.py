@@ -20,11 +20,19 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
+from maxaccel.contract.pooling import WINDOW_RANK
+from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES
+
+from .beat import beat_layout
 
 from .kit import decode_format, delay, from_key, refuse, register, to_keys
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level
 
-__all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool"]
+__all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool", "WindowLanes"]
+
+#: Width of a configuration field of the ``MAX_POOL`` unit (the contract's
+#: ``WINDOW_FIELD_MAX`` is the largest value it holds).
+WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
 
 #: The per-axis configuration fields, in the order they are documented.
 AXIS_FIELDS = ("size", "pad", "out", "kernel", "stride", "dilation")
@@ -568,5 +576,154 @@ class WindowMaxPool(wiring.Component):
             self.capacity_error.eq(Cat(p.capacity_error for p in passes).any()),
             self.idle.eq(Cat(p.idle for p in passes).all() & ~halfway & ~keyed_valid
                          & (index == 0) & (settle == 0)),
+        ]
+        return ResetInserter(self.clear)(m)
+
+
+class WindowLanes(wiring.Component):
+    """``MAX_POOL``'s unit: :class:`WindowMaxPool` units side by side, one image each, fed from
+    and emptied into the command engine's beats.
+
+    A request's data is groups of ``group`` images (``group <= window_lanes``) interleaved
+    element by element: each input beat holds one element of each image of the group, image
+    ``j``'s at byte ``j * itemsize`` (a row of ``group`` elements, ``docs/protocol.md``). Unit
+    ``j`` pools image ``j`` of every group. The units are identical and see the same handshakes,
+    so they move in lockstep: one beat in per cycle, and for each output position one beat out
+    holding the ``group`` maxima the same way, followed, with ``indices``, by one beat of their
+    ``group`` flat indices (u32 each, little-endian). The units beyond ``group`` pool whatever
+    the beat holds there; their results are not sent.
+
+    Parameters
+    ----------
+    lanes : int
+        64-bit lanes of the engine's beats.
+    window_lanes : int
+        Units (images a beat carries); ``window_lanes * 4`` must fit a beat (an index beat).
+    max_extent, max_columns, max_plane : int
+        Capacities of each :class:`WindowMaxPool` (``max_rank`` is
+        :data:`~maxaccel.contract.pooling.WINDOW_RANK`, 16-bit configuration, 32-bit indices).
+
+    Attributes
+    ----------
+    latency : int
+        :attr:`WindowMaxPool.latency`.
+    limits : dict
+        ``window_lanes``, ``window_extent``, ``window_columns``, ``window_plane``: what
+        ``IDENTIFY`` reports.
+
+    Ports
+    -----
+    i : In(stream.Signature(beat_layout(lanes)))
+        Rows of ``group`` elements, one beat each (``nbytes``, ``first`` and ``last`` ignored).
+    o : Out(stream.Signature(beat_layout(lanes)))
+        One-beat rows: ``group * itemsize`` bytes of maxima, then (``indices``) ``group * 4``
+        bytes of indices.
+    dtype : In(DType)
+    config : In(ArrayLayout(axis_layout(16), WINDOW_RANK))
+    group : In(range(window_lanes + 1))
+    indices : In(1)
+        Static during a request, like ``dtype`` and ``config``.
+    clear : In(1)
+        Restart every unit (strobe before a request).
+    idle : Out(1)
+        Nothing in flight.
+    error : Out(1)
+        A unit found a window of padding only, a buffer too short or a configuration it
+        refuses (the request's status is then ``BAD_PARAMETER``).
+
+    Latency and throughput
+    ----------------------
+    Those of :class:`WindowMaxPool`: a beat per cycle in (after :attr:`WindowMaxPool.SETTLE`
+    cycles from ``clear``), with one bubble per virtual step; an output beat per window
+    result, two with ``indices`` (the second holding the units for a cycle).
+    """
+
+    def __init__(self, lanes, window_lanes, *, max_extent=3, max_columns=64, max_plane=1024):
+        beat_bytes = LANE_BYTES * lanes
+        if not isinstance(window_lanes, int) or window_lanes < 1 \
+                or window_lanes * WINDOW_INDEX_BYTES > beat_bytes:
+            refuse(self, f"WindowLanes: window_lanes must be 1 to {beat_bytes // 4} (a beat of "
+                         f"{lanes} lanes holds that many indices), not {window_lanes!r}")
+        self.lanes = lanes
+        self.window_lanes = window_lanes
+        self.units = [WindowMaxPool(max_rank=WINDOW_RANK, max_extent=max_extent,
+                                    max_columns=max_columns, max_plane=max_plane,
+                                    dim_bits=WINDOW_DIM_BITS,
+                                    index_bits=8 * WINDOW_INDEX_BYTES)
+                      for _ in range(window_lanes)]
+        unit = self.units[0]
+        self.latency = unit.latency
+        self.limits = {"window_lanes": window_lanes, "window_extent": unit.max_extent,
+                       "window_columns": unit.max_columns, "window_plane": unit.max_plane}
+        super().__init__(self.signature_for(lanes, window_lanes))
+
+    @staticmethod
+    def signature_for(lanes, window_lanes):
+        """The signature of a :class:`WindowLanes` (without building one)."""
+        beats = stream.Signature(beat_layout(lanes))
+        return wiring.Signature({
+            "i": In(beats), "o": Out(beats),
+            "dtype": In(DType),
+            "config": In(data.ArrayLayout(axis_layout(WINDOW_DIM_BITS), WINDOW_RANK)),
+            "group": In(range(window_lanes + 1)),
+            "indices": In(1),
+            "clear": In(1),
+            "idle": Out(1),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        units, count = self.units, self.window_lanes
+        beat_bits = LANE_BITS * self.lanes
+        fmt = decode_format(m, self.dtype)
+        sizes = list(zip(fmt.size, ELEMENT_SIZES))
+        for j, unit in enumerate(units):
+            m.submodules[f"unit_{j}"] = unit
+            m.d.comb += [unit.dtype.eq(self.dtype), unit.config.eq(self.config),
+                         unit.clear.eq(self.clear)]
+
+        # --- In: element j of the beat to unit j, at the byte the element size says. -------
+        beat = Cat(self.i.payload.data, Const(0, LANE_BITS * count))
+        ready = Cat(u.i.ready for u in units).all()
+        m.d.comb += self.i.ready.eq(ready)
+        for j, unit in enumerate(units):
+            element = 0
+            for is_size, size in sizes:
+                element = element | Mux(is_size, beat[8 * j * size:8 * j * size + LANE_BITS], 0)
+            m.d.comb += [unit.i.valid.eq(self.i.valid & ready),
+                         unit.i.payload.data.eq(element)]
+
+        # --- Out: the units' maxima in one beat, then (indices) their indices in another. ---
+        # Each unit's value has its element in the low bytes and zeros above, so the beat of
+        # maxima is the OR of the values placed at j * itemsize for the decoded size.
+        valid = Cat(u.o.valid for u in units).all()
+        index_phase = Signal()          # the beat of indices is next
+        values = 0
+        for is_size, size in sizes:
+            placed = Cat(u.o.payload.data[:8 * size] for u in units)
+            values = values | Mux(is_size, Cat(placed, Const(0, beat_bits))[:beat_bits], 0)
+        indices = Cat(u.o.payload.index for u in units)
+        value_bytes = 0
+        for is_size, size in sizes:
+            value_bytes = value_bytes | Mux(is_size, self.group * size, 0)
+        m.d.comb += [
+            self.o.valid.eq(valid),
+            self.o.payload.data.eq(Mux(index_phase, indices, values)),
+            self.o.payload.nbytes.eq(Mux(index_phase, self.group * WINDOW_INDEX_BYTES,
+                                         value_bytes)),
+            self.o.payload.first.eq(1),
+            self.o.payload.last.eq(1),
+        ]
+        done = self.o.ready & (index_phase | ~self.indices)
+        for unit in units:
+            m.d.comb += unit.o.ready.eq(valid & done)
+        with m.If(self.o.valid & self.o.ready & self.indices):
+            m.d.sync += index_phase.eq(~index_phase)
+
+        m.d.comb += [
+            self.idle.eq(Cat(u.idle for u in units).all() & ~index_phase),
+            self.error.eq(Cat(u.empty_window | u.capacity_error | u.config_error
+                              for u in units).any()),
         ]
         return ResetInserter(self.clear)(m)

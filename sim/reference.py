@@ -55,7 +55,7 @@ from maxaccel.contract.dtypes import FORMATS, Format, format_of
 from maxaccel.contract.pooling import MAX_POOL_DTYPES, check_max_pool
 
 __all__ = [
-    "max", "reduce_max", "global_max_pool", "max_pool",
+    "max", "reduce_max", "global_max_pool", "max_pool", "pool_windows",
     "assert_same_bits", "bits_of", "from_bits", "order_key", "from_order_key", "is_nan",
     "canonicalize_nans", "MAX_DTYPES", "REDUCE_MAX_DTYPES", "GLOBAL_MAX_POOL_DTYPES",
     "MAX_POOL_DTYPES",
@@ -387,6 +387,14 @@ def max_pool(x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode
     values, fmt, geometry, return_indices = check_max_pool(
         x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
         return_indices)
+    return pool_windows(values, fmt, geometry, return_indices)
+
+
+def pool_windows(values, fmt, geometry, return_indices=False):
+    """:func:`max_pool` of checked arguments: ``values`` (native byte order, of ``fmt``) pooled
+    over the windows of a resolved :class:`~maxaccel.contract.pooling.PoolGeometry` (which
+    may have been made from a device's window configuration, see
+    :func:`~maxaccel.contract.pooling.window_geometry`)."""
     keys = _max_keys(values, fmt)
     inside = np.ones(keys.shape, dtype=bool)
     winners = [] if return_indices else None

@@ -1,0 +1,134 @@
+# amaranth: UnusedElaboratable=no
+# (test_refuses_too_many_lanes builds units only to see the constructor refuse.)
+
+"""WindowLanes: MAX_POOL's unit, WindowMaxPool units side by side fed from the engine's beats.
+
+Groups of images interleaved element by element go in a beat per group element; each output
+position comes out as a beat of the group's maxima, then (with indices) a beat of their u32
+indices. Checked against test_window's oracle, with random stalls on both sides, every element
+size, groups narrower than the units, and exact throughput (a beat per cycle in).
+"""
+
+import numpy as np
+import pytest
+
+from maxaccel.contract.dtypes import format_of
+from maxaccel.hdl.window import AXIS_FIELDS, WindowLanes, WindowMaxPool
+from maxaccel.sim import reference
+from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
+from maxaccel.sim.values import random_values
+from test_window import UNIT, _rng, axis, oracle
+
+LANES = 2                   # 16-byte beats
+RESNET = (axis(5, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))
+
+
+def _unit(window_lanes=4):
+    return WindowLanes(LANES, window_lanes, max_extent=3, max_columns=8, max_plane=16)
+
+
+def check_lanes(dut, x, axes, *, group, indices, stalls):
+    """Stream the images of ``x`` (``images x spatial``, images a multiple of ``group``) through
+    ``dut`` and compare every beat with the oracle."""
+    fmt = format_of(x.dtype)
+    axes = (UNIT,) * (3 - len(axes)) + tuple(axes)
+    images = x.shape[0]
+    bits = reference.bits_of(x).reshape(images // group, group, -1)
+    beats = []
+    for g in range(images // group):
+        for e in range(bits.shape[2]):
+            word = b"".join(int(bits[g, j, e]).to_bytes(fmt.nbytes, "little")
+                            for j in range(group))
+            # The bytes after the group are garbage the unit must not send back.
+            word += bytes(range(0xA0, 0xA0 + 16 - len(word)))
+            beats.append({"data": [int.from_bytes(word[8 * k:8 * k + 8], "little")
+                                   for k in range(LANES)],
+                          "nbytes": group * fmt.nbytes, "first": 1, "last": 1})
+    values, index = oracle(x, axes)
+    outputs = len(values) // group * (2 if indices else 1)
+
+    def setup(ctx):
+        ctx.set(dut.dtype, fmt.dtype)
+        ctx.set(dut.group, group)
+        ctx.set(dut.indices, int(indices))
+        for a, given in enumerate(axes):
+            for name in AXIS_FIELDS:
+                ctx.set(getattr(dut.config[a], name), getattr(given, name))
+
+    def status(ctx):
+        assert ctx.get(dut.error) == 0
+        assert ctx.get(dut.idle) == 1
+
+    run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, outputs)},
+                      stalls=stalls, setup=setup, check=status)
+    got = run.received["o"]
+    per_image = len(values) // images
+    want_values = values.reshape(images // group, group, per_image)
+    want_index = index.reshape(images // group, group, per_image)
+    step = 2 if indices else 1
+    for n, beat in enumerate(got[::step]):
+        g, position = divmod(n, per_image)
+        raw = b"".join(int(beat.data[k]).to_bytes(8, "little") for k in range(LANES))
+        assert beat.nbytes == group * fmt.nbytes and beat.first and beat.last
+        value_bits = np.frombuffer(raw[:group * fmt.nbytes], fmt.uint_dtype)
+        reference.assert_same_bits(reference.from_bits(value_bits, fmt),
+                                   want_values[g, :, position], what=f"output {n}")
+        if indices:
+            beat = got[2 * n + 1]
+            raw = b"".join(int(beat.data[k]).to_bytes(8, "little") for k in range(LANES))
+            assert beat.nbytes == 4 * group
+            np.testing.assert_array_equal(np.frombuffer(raw[:4 * group], "<u4"),
+                                          want_index[g, :, position])
+    return run
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+@pytest.mark.parametrize("dtype, group", [(np.float32, 4), (np.float16, 3), (np.int8, 4),
+                                          (np.float64, 2), (np.uint8, 1)], ids=str)
+def test_groups_of_images(dtype, group, stalls):
+    x = random_values(_rng("lanes", str(dtype), group), np.dtype(dtype), (2 * group, 5, 6),
+                      edge_fraction=0.3)
+    check_lanes(_unit(), x, RESNET, group=group, indices=True, stalls=stalls)
+
+
+@pytest.mark.parametrize("indices", [False, True])
+def test_three_axes_without_and_with_indices(indices):
+    axes = (axis(3, 2, 1, pads=(0, 1)), axis(4, 3, 2, pads=(1, 1), ceil=True),
+            axis(5, 2, 2, dilation=2, pads=(1, 0)))
+    x = random_values(_rng("3d", indices), np.dtype(np.float32), (4, 3, 4, 5), edge_fraction=0.3)
+    check_lanes(_unit(), x, axes, group=4, indices=indices, stalls=STALL_PATTERNS[3])
+
+
+def test_a_beat_per_cycle():
+    # No stalls, no virtual steps (the ResNet stem on an even size): beat b is taken at edge
+    # SETTLE + 1 + b, so the last output (its window ends at the last beat, 95) arrives
+    # exactly the unit's latency later; one bubble anywhere would delay it.
+    axes = (axis(6, 3, 2, pads=(1, 1)), axis(8, 3, 2, pads=(1, 1)))
+    x = random_values(_rng("rate"), np.dtype(np.float32), (8, 6, 8))
+    dut = _unit()
+    run = check_lanes(dut, x, axes, group=4, indices=False, stalls=Stalls())
+    assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 95 + dut.latency
+
+
+def test_error_on_a_window_of_padding_only():
+    # Input 2, kernel 2, dilation 3, pads 1 and 1: the one window's taps are -1 and 2.
+    dut = _unit(2)
+    axes = (UNIT, UNIT, axis(2, 2, 1, dilation=3, pads=(1, 1)))
+    beats = [{"data": [value, 0], "nbytes": 8, "first": 1, "last": 1} for value in (1, 2)]
+
+    def setup(ctx):
+        ctx.set(dut.dtype, format_of(np.float32).dtype)
+        ctx.set(dut.group, 2)
+        for a, given in enumerate(axes):
+            for name in AXIS_FIELDS:
+                ctx.set(getattr(dut.config[a], name), getattr(given, name))
+
+    def status(ctx):
+        assert ctx.get(dut.error) == 1
+
+    run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, 1)}, setup=setup, check=status)
+
+
+def test_refuses_too_many_lanes():
+    with pytest.raises(ValueError, match="window_lanes must be 1 to 4"):
+        WindowLanes(2, 5)
