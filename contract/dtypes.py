@@ -6,12 +6,14 @@ gateware (``maxaccel.hdl``) imports it as its source of truth, never the other w
 """
 
 import enum
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
-__all__ = ["DType", "Format", "FORMATS", "dtype_of", "format_of", "supported_dtype_names"]
+__all__ = ["DType", "Format", "FORMATS", "dtype_of", "format_of", "supported_dtype_names",
+           "encode_elements", "decode_elements"]
 
 
 class DType(enum.IntEnum):
@@ -154,3 +156,21 @@ def format_of(dtype):
 def dtype_of(dtype):
     """The :class:`DType` code of a numpy dtype (see :func:`format_of`)."""
     return format_of(dtype).dtype
+
+
+# ---- Elements on the wire: dense little-endian bytes.
+
+def encode_elements(values, fmt):
+    """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order."""
+    values = np.ascontiguousarray(values)
+    if fmt.nbytes == 1:
+        return values.view(np.uint8).tobytes()
+    return values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False).tobytes()
+
+
+def decode_elements(payload, fmt, shape):
+    """Little-endian elements as a read-only array of ``fmt``'s dtype and ``shape``."""
+    words = np.frombuffer(payload, fmt.uint_dtype)
+    if words.size != math.prod(shape):
+        raise ValueError(f"reply of {len(payload)} bytes for {math.prod(shape)} elements")
+    return words.astype(f"=u{fmt.nbytes}", copy=False).view(fmt.numpy_dtype).reshape(shape)

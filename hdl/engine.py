@@ -20,8 +20,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import FORMATS
+from maxaccel.contract.pooling import WINDOW_RANK
 from maxaccel.contract.wire import (COUNTERS, DATA_COMMANDS, VERSION, Capacities, Command,
-                                    Identity, Status, command_rules, parameter_block)
+                                    WINDOW_INDEX_BYTES, Identity, Status, command_rules,
+                                    parameter_block, window_fields)
 
 from .broadcast import BroadcastMax, BroadcastOp
 from .checks import SATURATED, SaturatingMultiplier, check_programs, verdict_logic
@@ -31,14 +33,19 @@ from .lane import LANE_BYTES
 from .linkword import check_link_bytes, link_signature, one_byte, word_fields
 from .packing import RowPacker, RowUnpacker
 from .pool import ChannelsLastPool
+from .window import WindowLanes
 
 __all__ = ["CommandEngine"]
+
+#: The status of a ``MAX_POOL`` whose units found a window of padding only (the contract's
+#: late status for it).
+(LATE_STATUS, _), = command_rules(Command.MAX_POOL).late
 
 
 class CommandEngine(wiring.Component):
     """Request frames in, datapath commands, reply frames out (``docs/protocol.md``).
 
-    The engine is transport-agnostic: a byte stream in, a byte stream out. It drives three
+    The engine is transport-agnostic: a byte stream in, a byte stream out. It drives up to four
     datapath units through ports wired up by :class:`~maxaccel.hdl.top.Core`; it takes the
     units themselves (not elaborated here) only to read their capacities and layouts.
 
@@ -70,7 +77,9 @@ class CommandEngine(wiring.Component):
     5. **Trailer.** When the request's trailer has been checked, the reply's status is decided:
        ``TIMEOUT`` if the request stopped arriving (its reply, if started, is padded with zero
        bytes to its declared length, and the packer, the unpacker and the units are reset by
-       ``abort``), else ``CRC_ERROR`` if the frame check failed, else the status of step 3. A
+       ``abort``), else ``CRC_ERROR`` if the frame check failed, else the status of step 3,
+       unless the unit found a late problem (``CommandRules.late``: a ``MAX_POOL`` window of
+       padding only), which is then the status once the unit is idle. A
        reply that had not started has an empty payload unless it is an ``IDENTIFY`` or
        ``COUNTERS`` reply with status ``OK``. After a ``LOAD`` the status waits for the last
        beat to be written.
@@ -84,6 +93,7 @@ class CommandEngine(wiring.Component):
     reducer : RunReducer
     pool : ChannelsLastPool or None
     broadcast : BroadcastMax or None
+    window : WindowLanes or None
         The units; they must have the same ``lanes``, a power of two. The engine reads their
         capacities and signatures (it does not elaborate them). Without a pool or broadcast
         unit the engine reports its capacity as 0 in ``IDENTIFY``, so the status rules refuse
@@ -116,7 +126,7 @@ class CommandEngine(wiring.Component):
         Link error counters reported by ``COUNTERS`` (tie to 0 without a UART).
     abort : Out(1)
         One-cycle reset strobe for the units when a started request is abandoned.
-    reduce_active, pool_active, broadcast_active : Out(1)
+    reduce_active, pool_active, broadcast_active, window_active : Out(1)
         The current command is the unit's (registered): a clock enable for the unit, which
         holds still between its commands (and costs the simulator little meanwhile).
     idle : Out(1)
@@ -126,7 +136,9 @@ class CommandEngine(wiring.Component):
     pool : In(pool.signature)
         Only with a pool unit.
     broadcast : In(broadcast.signature)
-        Only with a broadcast unit. Each is the unit's own signature, flipped: the core
+        Only with a broadcast unit.
+    window : In(window.signature)
+        Only with a windowed pooling unit. Each is the unit's own signature, flipped: the core
         connects a unit to the engine with one ``wiring.connect``.
 
     Latency and throughput
@@ -147,11 +159,12 @@ class CommandEngine(wiring.Component):
     ``8 * lanes`` cycles).
     """
 
-    def __init__(self, *, reducer, pool=None, broadcast=None, clock_hz,
+    def __init__(self, *, reducer, pool=None, broadcast=None, window=None, clock_hz,
                  frame_timeout_cycles=None, link_bytes=1):
         lanes = reducer.lanes
         present = {name: unit for name, unit in
-                   [("reducer", reducer), ("pool", pool), ("broadcast", broadcast)] if unit}
+                   [("reducer", reducer), ("pool", pool), ("broadcast", broadcast),
+                    ("window", window)] if unit}
         if any(unit.lanes != lanes for unit in present.values()):
             refuse(self, "the units must have the same lanes, not "
                          + ", ".join(f"{name} {unit.lanes}" for name, unit in present.items()))
@@ -175,13 +188,14 @@ class CommandEngine(wiring.Component):
             version=VERSION, lanes=lanes, dtypes=frozenset(int(code) for code in FORMATS),
             replay_depth=self.depth, max_dims=self.max_dims, max_operands=self.max_operands,
             pool_channels=self.pool_capacity_bytes // 8, clock_hz=clock_hz,
-            frame_timeout_cycles=frame_timeout_cycles)
+            frame_timeout_cycles=frame_timeout_cycles, **(window.limits if window else {}))
         # The signatures of the units' ports; an absent unit's stands in inside the engine.
         self._unit_signatures = {
             "reducer": reducer.signature,
             "pool": pool.signature if pool else ChannelsLastPool.signature_for(lanes, 1),
             "broadcast": broadcast.signature if broadcast else BroadcastMax.signature_for(
                 lanes, 2, self.max_dims, self.max_operands, 1),
+            "window": window.signature if window else WindowLanes.signature_for(lanes, 1),
         }
         super().__init__({
             "i": In(link_signature(link_bytes)),
@@ -193,6 +207,7 @@ class CommandEngine(wiring.Component):
             "reduce_active": Out(1),
             "pool_active": Out(1),
             "broadcast_active": Out(1),
+            "window_active": Out(1),
             **{name: In(self._unit_signatures[name]) for name in present},
         })
 
@@ -207,12 +222,13 @@ class CommandEngine(wiring.Component):
                 ports[name] = getattr(self, name)
             else:
                 ports[name] = port = signature.flip().create(path=(f"absent_{name}",))
-                for stream_port in (port.i,) if name == "pool" else (
+                for stream_port in (port.i,) if name in ("pool", "window") else (
                         port.command, port.load, port.streamed):
                     m.d.comb += stream_port.ready.eq(1)
-                if name == "pool":
+                if name in ("pool", "window"):
                     m.d.comb += port.idle.eq(1)
         reducer, pool, broadcast = ports["reducer"], ports["pool"], ports["broadcast"]
+        window = ports["window"]
         beat_bytes = LANE_BYTES * lanes
         if beat_bytes & (beat_bytes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes}")
@@ -245,6 +261,7 @@ class CommandEngine(wiring.Component):
         pool_fields = by_command[Command.POOL_CHANNELS_LAST]
         load_fields = by_command[Command.LOAD]
         max_fields = by_command[Command.MAX]
+        window_fields_ = by_command[Command.MAX_POOL]
 
         # ---- Request state.
         command = Signal(8)
@@ -273,11 +290,12 @@ class CommandEngine(wiring.Component):
         row_bytes = Signal(35)
         row_beats = Signal(32)
         last_nbytes = Signal(range(beat_bytes + 1))
-        m.d.comb += [reducer.dtype.eq(dtype), pool.dtype.eq(dtype)]
+        m.d.comb += [reducer.dtype.eq(dtype), pool.dtype.eq(dtype), window.dtype.eq(dtype)]
         m.d.sync += [
             self.reduce_active.eq(command == Command.REDUCE),
             self.pool_active.eq(command == Command.POOL_CHANNELS_LAST),
             self.broadcast_active.eq((command == Command.LOAD) | (command == Command.MAX)),
+            self.window_active.eq(command == Command.MAX_POOL),
         ]
 
         # Products (value, overflow) of the checks, one register pair per name the contract
@@ -357,6 +375,13 @@ class CommandEngine(wiring.Component):
             pool.pixels.eq(pool_fields["pixels"]),
             pool.channels.eq(pool_fields["channels"]),
         ]
+        checks.d.comb += [
+            window.group.eq(window_fields_["group"]),
+            window.indices.eq(window_fields_["indices"][0]),
+        ]
+        for axis in range(WINDOW_RANK):
+            for name, field in window_fields(axis).items():
+                checks.d.comb += getattr(window.config[axis], name).eq(window_fields_[field])
         config = broadcast.config
         checks.d.comb += [
             config.dtype.eq(dtype),
@@ -409,8 +434,10 @@ class CommandEngine(wiring.Component):
         selected = {code: Signal(name=f"route_{code.name.lower()}") for code in DATA_COMMANDS}
         m.d.sync += [flag.eq(command == code) for code, flag in selected.items()]
         to_unit = {Command.REDUCE: reducer.i, Command.POOL_CHANNELS_LAST: pool.i,
-                   Command.LOAD: broadcast.load, Command.MAX: broadcast.streamed}
-        from_unit = {Command.POOL_CHANNELS_LAST: pool.o, Command.MAX: broadcast.output}
+                   Command.LOAD: broadcast.load, Command.MAX: broadcast.streamed,
+                   Command.MAX_POOL: window.i}
+        from_unit = {Command.POOL_CHANNELS_LAST: pool.o, Command.MAX: broadcast.output,
+                     Command.MAX_POOL: window.o}
         for code, port in to_unit.items():
             streams.d.comb += port.payload.eq(packer.o.payload)
             with streams.If(selected[code]):
@@ -546,11 +573,18 @@ class CommandEngine(wiring.Component):
                         return 0
                     value, overflow = products[name]
                     return Mux(overflow, SATURATED, value << shift)
+                def index_bytes(name):
+                    if name is None:
+                        return 0
+                    value, overflow = products[name]
+                    return Mux(overflow, SATURATED, value * WINDOW_INDEX_BYTES)
                 with m.Switch(command):
                     for code, spec in specs.items():
                         with m.Case(code):
+                            total = scaled(spec.reply) + index_bytes(spec.indices)
                             m.d.sync += [data_bytes.eq(scaled(spec.data)),
-                                         reply_bytes.eq(scaled(spec.reply))]
+                                         reply_bytes.eq(Mux(total >= SATURATED, SATURATED,
+                                                            total))]
                 m.next = "VALIDATE"
 
             with m.State("VALIDATE"):
@@ -579,6 +613,7 @@ class CommandEngine(wiring.Component):
                     m.d.comb += [
                         packer.start.eq(1),
                         pool.clear.eq(command == Command.POOL_CHANNELS_LAST),
+                        window.clear.eq(command == Command.MAX_POOL),
                     ]
                     with m.If((command == Command.LOAD) | (command == Command.MAX)):
                         m.next = "COMMAND"
@@ -601,8 +636,13 @@ class CommandEngine(wiring.Component):
                 take_trailer(streamed_outcome)
 
             with m.State("SETTLE"):
-                # A LOAD is done when its last beat is written.
-                with m.If(packer.idle & ~broadcast.busy):
+                # A LOAD is done when its last beat is written; a MAX_POOL when its last window
+                # is out of the units, which then know whether a window held only padding (the
+                # contract's late status).
+                with m.If(packer.idle & ~broadcast.busy & window.idle):
+                    with m.If(selected[Command.MAX_POOL] & window.error
+                              & (final == Status.OK)):
+                        m.d.sync += final.eq(LATE_STATUS)
                     m.next = "STATUS"
 
             with m.State("ABORT"):

@@ -19,21 +19,24 @@ from .linkword import link_signature
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
 from .uart import UARTReceiver, UARTTransmitter
+from .window import WindowLanes
 
 __all__ = ["Core", "UARTTop", "UNITS"]
 
 #: The datapath units a :class:`Core` may be built with; ``"reduce"`` is always needed.
-UNITS = ("reduce", "pool", "broadcast")
+UNITS = ("reduce", "pool", "broadcast", "window")
 #: The unit (of :data:`UNITS`) behind each of the command engine's unit ports.
-_UNIT_OF_PORT = {"reducer": "reduce", "pool": "pool", "broadcast": "broadcast"}
+_UNIT_OF_PORT = {"reducer": "reduce", "pool": "pool", "broadcast": "broadcast",
+                 "window": "window"}
 
 
 class Core(wiring.Component):
     """The accelerator: :class:`~maxaccel.hdl.engine.CommandEngine` and its datapath units.
 
     Units: :class:`~maxaccel.hdl.reduce.RunReducer` (``REDUCE``),
-    :class:`~maxaccel.hdl.pool.ChannelsLastPool` (``POOL_CHANNELS_LAST``) and
-    :class:`~maxaccel.hdl.broadcast.BroadcastMax` (``LOAD``, ``MAX``). Each unit is reset by the
+    :class:`~maxaccel.hdl.pool.ChannelsLastPool` (``POOL_CHANNELS_LAST``),
+    :class:`~maxaccel.hdl.broadcast.BroadcastMax` (``LOAD``, ``MAX``) and
+    :class:`~maxaccel.hdl.window.WindowLanes` (``MAX_POOL``). Each unit is reset by the
     engine's ``abort`` when a started request is abandoned, and clocked (a clock enable) only
     while the current command is one of its own: between its commands it holds still, which
     saves power on a board and most of its cost in the Python simulator.
@@ -53,6 +56,12 @@ class Core(wiring.Component):
         ``MAX_COUNT`` (a host plans with it), so change it only for experiments.
     pool_channels : int
         8-byte channels the pooling unit holds (more of smaller dtypes).
+    window_lanes : int, optional
+        Images the windowed pooling unit pools side by side (a ``WindowMaxPool`` each); default
+        a beat's worth of float32, ``2 * lanes``.
+    window_extent, window_columns, window_plane : int
+        Its kernel extent, line buffer and plane buffer capacities
+        (:class:`~maxaccel.hdl.window.WindowLanes`).
     clock_hz : int
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional
@@ -60,10 +69,12 @@ class Core(wiring.Component):
     units : tuple of str
         The datapath units to build (:data:`UNITS`; ``"reduce"`` is required). Without
         ``"broadcast"`` the core reports a replay depth of 0 and refuses ``LOAD`` and ``MAX``;
-        without ``"pool"`` it reports 0 pooling channels and refuses ``POOL_CHANNELS_LAST``
-        (both as ``TOO_LARGE``). The host then does everything through ``REDUCE``: ReduceMax,
-        GlobalMaxPool and same-shape Max as always, a broadcasting Max by expanding the
-        operands on the host (more bytes on the link). For devices too small for all three.
+        without ``"pool"`` it reports 0 pooling channels and refuses ``POOL_CHANNELS_LAST``,
+        without ``"window"`` 0 window lanes and refuses ``MAX_POOL`` (all as ``TOO_LARGE``).
+        The host then does everything through ``REDUCE``: ReduceMax, GlobalMaxPool and
+        same-shape Max as always, a broadcasting Max by expanding the operands on the host, a
+        windowed MaxPool one window per run (more bytes on the link). For devices too small
+        for them all.
     link_bytes : int
         Bytes per cycle of ``i`` and ``o`` (1, 2, 4, 8 or 16, at most ``8 * lanes``): 1 behind
         a UART, a beat's worth behind a wide stream (the compiled virtual board).
@@ -94,7 +105,8 @@ class Core(wiring.Component):
 
     def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
                  reduce_pipeline="deep",
-                 max_count=MAX_COUNT, pool_channels=32, clock_hz=100_000_000,
+                 max_count=MAX_COUNT, pool_channels=32, window_lanes=None, window_extent=3,
+                 window_columns=64, window_plane=1024, clock_hz=100_000_000,
                  frame_timeout_cycles=None, units=UNITS, link_bytes=1):
         if "reduce" not in units or set(units) - set(UNITS):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
@@ -105,6 +117,9 @@ class Core(wiring.Component):
             "pool": lambda: ChannelsLastPool(lanes, pool_channels),
             "broadcast": lambda: BroadcastMax(lanes, replay_depth, max_dims, max_operands,
                                               max_count=max_count),
+            "window": lambda: WindowLanes(lanes, 2 * lanes if window_lanes is None
+                                          else window_lanes, max_extent=window_extent,
+                                          max_columns=window_columns, max_plane=window_plane),
         }
         #: The datapath units built, by the engine's port name.
         self.datapath = {name: make() for name, make in makers.items()

@@ -43,11 +43,12 @@ import math
 import numpy as np
 
 from maxaccel.contract.checks import check_global_max_pool, check_max, check_reduce_max
-from maxaccel.contract.dtypes import FORMATS
+from maxaccel.contract.dtypes import FORMATS, decode_elements, encode_elements
 from maxaccel.contract.pooling import check_max_pool
 from maxaccel.host.link import Link, LinkError
 from maxaccel.host.plan import plan_broadcast, plan_channels_last, plan_fold
 from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
+from maxaccel.host.pool_window import max_pool_by_window, plan_window_pool
 from maxaccel.contract.progress import TransferProgress, log
 from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, MAX_STREAMED, PARAMETERS,
                                     VERSION, Capacities, Command, Identity, MaxParameters)
@@ -84,22 +85,6 @@ def open_device(url="sim", **options):
     except BaseException:
         transport.close()
         raise
-
-
-def _encode(values, fmt):
-    """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order."""
-    values = np.ascontiguousarray(values)
-    if fmt.nbytes == 1:
-        return values.view(np.uint8).tobytes()
-    return values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False).tobytes()
-
-
-def _decode(payload, fmt, shape):
-    """Little-endian elements as a read-only array of ``fmt``'s dtype and ``shape``."""
-    words = np.frombuffer(payload, fmt.uint_dtype)
-    if words.size != math.prod(shape):
-        raise ValueError(f"reply of {len(payload)} bytes for {math.prod(shape)} elements")
-    return words.astype(f"=u{fmt.nbytes}", copy=False).view(fmt.numpy_dtype).reshape(shape)
 
 
 def _store(out, values):
@@ -162,6 +147,8 @@ class Device:
         What the board reported at open.
     link : maxaccel.host.link.Link
         Byte counters and retry statistics.
+    last_max_pool_route : Command or None
+        The command the last :meth:`max_pool` ran through (``MAX_POOL`` or ``REDUCE``).
     """
 
     def __init__(self, transport, *, url=None, timeout_s=None, attempts=4,
@@ -175,6 +162,7 @@ class Device:
         self.progress = progress
         self._loaded = {}
         self._closed = False
+        self.last_max_pool_route = None
         try:
             reply = self.link.request(Command.IDENTIFY)
         except LinkError as error:
@@ -274,17 +262,37 @@ class Device:
         """ONNX ``MaxPool`` on the device: as :func:`maxaccel.sim.reference.max_pool`, bit for
         bit, ``(y, indices)`` with ``return_indices``.
 
-        Runs through ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's
-        input elements, padding never sent, are one run, windows with as many elements one
-        request. Where windows overlap an element crosses the link once per window it lies in
-        (2.25x the input for 3x3 stride 2); ``Indices`` are located on the host in the runs
-        the device reduced, by the contract's tie rule.
+        On a core with the windowed pooling unit the pool streams through ``MAX_POOL``
+        (``host/pool_window.py``): each input element crosses the link once, each output once,
+        and the device sends each maximum's index. A pool the unit cannot take (beyond its
+        capacities, more than 3 spatial axes, a window of padding only), or that would cost
+        the link more that way (a group of images filled up with zero images), runs through
+        ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's input
+        elements, padding never sent, are one run, windows with as many elements one request.
+        Where windows overlap an element then crosses the link once per window it lies in
+        (2.25x the input for 3x3 stride 2), and ``Indices`` are located on the host in the
+        runs the device reduced, by the contract's tie rule. :attr:`last_max_pool_route`
+        says which route the last call took.
         """
         values, fmt, geometry, return_indices = check_max_pool(
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
             return_indices)
         self._check_supported(fmt, "max_pool()")
-        plan = plan_reduce_pool(geometry)
+        window = plan_window_pool(geometry, fmt, self.identity, self.max_frame_bytes)
+        plan = None
+        if window is None or window.groups * window.group > math.prod(geometry.input_shape[:2]):
+            plan = plan_reduce_pool(geometry)
+            if window is not None and window.wire_elements() \
+                    <= plan.sent_elements + plan.output_elements:
+                plan = None
+        if plan is None:
+            self.last_max_pool_route = Command.MAX_POOL
+            with self._operation(window.wire_elements() * fmt.nbytes):
+                return max_pool_by_window(
+                    values, fmt, window,
+                    lambda payload: self._request(Command.MAX_POOL, payload),
+                    return_indices)
+        self.last_max_pool_route = Command.REDUCE
         with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
             return max_pool_by_reduce(
                 values, plan, lambda rows: self._reduce_runs(rows, *rows.shape, fmt),
@@ -340,8 +348,8 @@ class Device:
             for start in range(0, images, step):
                 chunk = rows[start:start + step]
                 reply = self._request(Command.POOL_CHANNELS_LAST, parameters.pack(
-                    fmt.dtype, len(chunk), pixels, channels) + _encode(chunk, fmt))
-                _store(out[start:start + len(chunk)], _decode(reply, fmt,
+                    fmt.dtype, len(chunk), pixels, channels) + encode_elements(chunk, fmt))
+                _store(out[start:start + len(chunk)], decode_elements(reply, fmt,
                                                               (len(chunk), channels)))
             return out
         # Images larger than a frame: pool pieces of pixels, then pool the pieces' maxima.
@@ -352,8 +360,8 @@ class Device:
             for index in range(pieces):
                 chunk = rows[image, index * piece:(index + 1) * piece]
                 reply = self._request(Command.POOL_CHANNELS_LAST, parameters.pack(
-                    fmt.dtype, 1, len(chunk), channels) + _encode(chunk, fmt))
-                _store(partial[image, index], _decode(reply, fmt, (channels,)))
+                    fmt.dtype, 1, len(chunk), channels) + encode_elements(chunk, fmt))
+                _store(partial[image, index], decode_elements(reply, fmt, (channels,)))
         return self._pool_rows(partial, fmt)
 
     def _reduce_runs(self, values, runs, length, fmt):
@@ -370,8 +378,9 @@ class Device:
             for start in range(0, runs, step):
                 chunk = rows[start:start + step]
                 reply = self._request(Command.REDUCE, parameters.pack(
-                    fmt.dtype, len(chunk), length) + _encode(chunk, fmt))
-                _store(out[start:start + len(chunk)], _decode(reply, fmt, (len(chunk),)))
+                    fmt.dtype, len(chunk), length) + encode_elements(chunk, fmt))
+                _store(out[start:start + len(chunk)],
+                       decode_elements(reply, fmt, (len(chunk),)))
             return out
         # Runs longer than a frame: reduce pieces, then reduce the pieces' maxima.
         piece = self.max_frame_bytes // fmt.nbytes
@@ -381,8 +390,8 @@ class Device:
             for index in range(pieces):
                 chunk = rows[run, index * piece:(index + 1) * piece]
                 reply = self._request(Command.REDUCE, parameters.pack(
-                    fmt.dtype, 1, len(chunk)) + _encode(chunk, fmt))
-                _store(partial[run, index:index + 1], _decode(reply, fmt, (1,)))
+                    fmt.dtype, 1, len(chunk)) + encode_elements(chunk, fmt))
+                _store(partial[run, index:index + 1], decode_elements(reply, fmt, (1,)))
         return self._reduce_runs(partial, runs, pieces, fmt)
 
     def _max_into(self, operands, out, fmt):
@@ -438,9 +447,11 @@ class Device:
                               self.max_frame_bytes):
             block = fold.parameters(fmt.dtype, len(flats), identity.max_dims).encode(
                 identity.max_dims, identity.max_operands)
-            reply = self._request(Command.MAX, block + _encode(fold.interleave(flats), fmt))
+            reply = self._request(Command.MAX,
+                                  block + encode_elements(fold.interleave(flats), fmt))
             elements = fold.rows * fold.row_length
-            _store(flat_out[fold.start:fold.start + elements], _decode(reply, fmt, (elements,)))
+            _store(flat_out[fold.start:fold.start + elements],
+                   decode_elements(reply, fmt, (elements,)))
         if not out.flags.c_contiguous:
             _store(out, flat_out.reshape(out.shape))
 
@@ -499,12 +510,12 @@ class Device:
             parameters = MaxParameters.from_plan(plan, fmt.dtype).encode(identity.max_dims,
                                                                          identity.max_operands)
             streamed = plan.streamed
-            data = _encode(operands[streamed.index].array, fmt) if streamed else b""
+            data = encode_elements(operands[streamed.index].array, fmt) if streamed else b""
             reply = self._request(Command.MAX, parameters + data)
         except BaseException:
             self._loaded.clear()  # the buffer's contents are unknown now
             raise
-        _store(out, _decode(reply, fmt, out.shape))
+        _store(out, decode_elements(reply, fmt, out.shape))
 
     def _load(self, o, operand, fmt):
         """``LOAD`` replayed operand ``o`` unless the buffer already holds it there."""
@@ -523,7 +534,7 @@ class Device:
             chunk = rows[start:start + step]
             self._request(Command.LOAD, parameters.pack(
                 fmt.dtype, o.base + start * row_beats, len(chunk), row_length)
-                + _encode(chunk, fmt))
+                + encode_elements(chunk, fmt))
         self._loaded[o.base] = key
 
     # --- link ----------------------------------------------------------------------------------

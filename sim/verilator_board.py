@@ -16,7 +16,13 @@ from maxaccel.hdl.top import Core
 from maxaccel.sim.verilator import compile_model, require_verilator
 from maxaccel.sim.virtual_board import CORE_DEFAULTS
 
-__all__ = ["VerilatorBoard"]
+__all__ = ["VerilatorBoard", "COMPILED_DEFAULTS"]
+
+#: Where the compiled board's defaults differ from :data:`CORE_DEFAULTS`: the link is a beat
+#: wide (``link_bytes=None``: 16 bytes at 2 lanes, the NiteFury's), and the windowed pooling
+#: unit pools a beat's worth of float32 images side by side with the buffers of a real board.
+COMPILED_DEFAULTS = dict(link_bytes=None, window_lanes=None, window_columns=64,
+                         window_plane=1024)
 
 _QUIESCENT_AFTER = 2        # idle cycles, as VirtualBoard's stream bench
 _OUT_FULL, _QUIESCENT, _CYCLES_RAN_OUT = 0, 1, 2    # maxaccel_board_run's verdicts
@@ -82,7 +88,7 @@ class VerilatorBoard:
         if unknown:
             raise TypeError(f"unknown virtual board parameter(s) {', '.join(sorted(unknown))}; "
                             f"accepted: {', '.join(CORE_DEFAULTS)}, timeout")
-        parameters = {**CORE_DEFAULTS, "link_bytes": None, **parameters}
+        parameters = {**CORE_DEFAULTS, **COMPILED_DEFAULTS, **parameters}
         if parameters["link_bytes"] is None:
             parameters["link_bytes"] = min(16, LANE_BYTES * parameters["lanes"])
         self.clock_hz = parameters["clock_hz"]

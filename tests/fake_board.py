@@ -22,9 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from maxaccel.contract.dtypes import FORMATS, format_of
+from maxaccel.contract.pooling import WINDOW_RANK, window_geometry
 from maxaccel.contract.wire import (COUNTERS, LANE_BYTES, PARAMETERS, VERSION, Command,
                                     FrameParser, Identity, MaxParameters, Status, encode_frame,
-                                    request_verdict)
+                                    request_verdict, window_fields)
 from maxaccel.sim import reference
 
 TO_DEVICE = "to_device"
@@ -65,6 +66,7 @@ class FakeBoard:
     Parameters
     ----------
     lanes, replay_depth, max_dims, max_operands, pool_channels : int
+    window_lanes, window_extent, window_columns, window_plane : int
         Capacities reported by ``IDENTIFY`` and enforced.
     dtypes : iterable of DType, optional
         Supported element types (default: all).
@@ -81,13 +83,15 @@ class FakeBoard:
     write_chunk = 4096
 
     def __init__(self, *, lanes=4, replay_depth=512, max_dims=3, max_operands=3,
-                 pool_channels=256, dtypes=None, frame_timeout_s=0.05, reply_timeout_s=0.25,
+                 pool_channels=256, window_lanes=4, window_extent=3, window_columns=64,
+                 window_plane=1024, dtypes=None, frame_timeout_s=0.05, reply_timeout_s=0.25,
                  silent=False, answers=None):
         clock_hz = 1_000_000
         self.identity = Identity(
             VERSION, lanes, frozenset(int(d) for d in (FORMATS if dtypes is None else dtypes)),
             replay_depth, max_dims, max_operands, pool_channels, clock_hz,
-            round(frame_timeout_s * clock_hz))
+            round(frame_timeout_s * clock_hz), window_lanes, window_extent, window_columns,
+            window_plane)
         self.frame_timeout_s = frame_timeout_s
         self.reply_timeout_s = reply_timeout_s
         self.beat_bytes = LANE_BYTES * lanes
@@ -175,6 +179,7 @@ class FakeBoard:
                 Command.IDENTIFY: self._identify, Command.COUNTERS: self._counters,
                 Command.REDUCE: self._reduce, Command.POOL_CHANNELS_LAST: self._pool,
                 Command.LOAD: self._load, Command.MAX: self._max,
+                Command.MAX_POOL: self._max_pool,
             }[frame.code]
             payload = handler(frame.payload)
         self._reply(frame.code, frame.seq, payload, status)
@@ -256,6 +261,27 @@ class FakeBoard:
                 stored = np.tile(stored, row_beats)
             operands.append(stored[:, :row_length * fmt.nbytes].copy().view(fmt.numpy_dtype))
         return self._bytes(reference.max(*operands), fmt)
+
+    def _max_pool(self, payload):
+        block = PARAMETERS[Command.MAX_POOL]
+        fields = block.unpack(payload)
+        fmt = format_of(fields["dtype"])
+        group, groups = fields["group"], fields["groups"]
+        config = [{name: fields[field] for name, field in window_fields(axis).items()}
+                  for axis in range(WINDOW_RANK)]
+        geometry = window_geometry(config, groups * group)
+        data = self._elements(payload[block.size:], fmt, (groups, -1, group))
+        images = data.transpose(0, 2, 1).reshape(geometry.input_shape)
+        y, indices = reference.pool_windows(images, fmt, geometry, return_indices=True)
+        y = y.reshape(groups, group, -1).transpose(0, 2, 1)
+        if not fields["indices"]:
+            return self._bytes(y, fmt)
+        offsets = (indices.reshape(groups * group, -1)
+                   - np.arange(groups * group)[:, None] * geometry.channel_stride)
+        offsets = offsets.reshape(groups, group, -1).transpose(0, 2, 1).astype("<u4")
+        value_bytes = np.frombuffer(self._bytes(y, fmt), np.uint8).reshape(
+            groups, y.shape[1], -1)
+        return np.concatenate([value_bytes, offsets.copy().view(np.uint8)], axis=2).tobytes()
 
 
 class Faulty:

@@ -24,11 +24,13 @@ from maxaccel.hdl.packing import RowPacker, RowUnpacker
 from maxaccel.hdl.linkword import WordSplitter, link_signature
 from maxaccel.hdl.top import Core
 from maxaccel.contract.dtypes import FORMATS, DType, format_of
+from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.plan import plan_broadcast, plan_fold
+from maxaccel.host.pool_window import max_pool_by_window, plan_window_pool
 from maxaccel.contract.wire import (COUNTERS, COUNTER_NAMES, Capacities, Command, DATA_COMMANDS,
                                     FrameParser, Identity, MAX_COUNT, MAX_PAYLOAD, MaxParameters,
                                     PARAMETERS, Status, crc32, encode_frame, parameter_block,
-                                    quantities, request_verdict)
+                                    WINDOW_FIELD_MAX, quantities, request_verdict)
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_words,
@@ -294,6 +296,89 @@ def test_fold_takes_one_link_word_per_beat(clean_board, count):
     assert cycles[1] - cycles[0] == rows * count * -(-beat // link)
 
 
+POOLS = [   # (spatial shape, MaxPool attributes)
+    ((5, 6), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((7,), dict(kernel_shape=[2], strides=[2], ceil_mode=True)),
+    ((3, 4, 5), dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2], dilations=[1, 1, 2],
+                     pads=[0, 1, 1, 1, 1, 0])),
+]
+
+
+def device_max_pool(board, x, attributes, return_indices, seq=0):
+    """MaxPool of ``x`` through the board's MAX_POOL, as the host plans and packs it."""
+    fmt = format_of(x.dtype)
+    geometry = resolve_max_pool(x.shape, **attributes)
+    plan = plan_window_pool(geometry, fmt, board.identity, 1 << 20)
+    assert plan is not None, f"{x.shape} {attributes} does not fit {board.identity}"
+
+    def request(payload):
+        frame = exchange(board, Command.MAX_POOL, payload, seq=seq)
+        fields = PARAMETERS[Command.MAX_POOL].unpack(payload)
+        expect_status(frame, Status.OK, quantities(
+            Command.MAX_POOL, fields, Capacities.of(board.identity), fmt.nbytes)["reply_bytes"])
+        return frame.payload
+    return max_pool_by_window(x, fmt, plan, request, return_indices)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16,
+                                   np.int8, np.uint8, np.int64], ids=dtype_name)
+def test_max_pool_matches_the_golden_model(clean_board, dtype):
+    """MAX_POOL through the whole core: groups of images side by side (and a last group filled
+    up with zero images), NaNs, signed zeros and integer extremes, values and Indices."""
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(400 + fmt.dtype)
+    for (spatial, attributes), indices in zip(POOLS, (True, False, True)):
+        x = random_values(rng, fmt, (1, 3) + spatial, edge_fraction=0.3)
+        got = device_max_pool(clean_board, x, attributes, indices)
+        want = reference.max_pool(x, **attributes, return_indices=indices)
+        what = f"MAX_POOL {spatial} {attributes} {fmt.numpy_dtype}"
+        if indices:
+            assert_same_bits(got[0], want[0], what)
+            np.testing.assert_array_equal(got[1], want[1], err_msg=what)
+        else:
+            assert_same_bits(got, want, what)
+
+
+def test_max_pool_takes_one_link_word_per_group_element(clean_board):
+    """Cycles per element, exactly: one more group of images costs one row of ``group``
+    elements per spatial element, each row ``ceil(group * 4 / link_bytes)`` link words at a
+    word per cycle (float32; 3 x 3 stride 2 on an even size, so the units add no bubble). The
+    reply (a quarter of the bytes) goes out meanwhile."""
+    identity, link = clean_board.identity, clean_board.link_bytes
+    group = identity.window_lanes
+    attributes = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cycles = []
+    for groups in (2, 3):
+        x = np.arange(groups * group * 48, dtype=np.float32).reshape(1, groups * group, 6, 8)
+        start = clean_board.cycles
+        device_max_pool(clean_board, x, attributes, False)
+        cycles.append(clean_board.cycles - start)
+    assert cycles[1] - cycles[0] == 48 * -(-group * 4 // link)
+
+
+def test_max_pool_window_of_padding_only_is_refused_after_the_data(clean_board):
+    """A window of padding only past the first (which the rules refuse up front) is found by
+    the units: the reply has its full length and the status BAD_PARAMETER, as the contract's
+    late rule says; the next request is answered normally."""
+    block = PARAMETERS[Command.MAX_POOL]
+    fields = dict(dtype=int(DType.FLOAT), group=1, groups=1, indices=0)
+    for axis in range(3):
+        fields.update({f"axis[{axis}].{name}": 1 for name in ("size", "out", "kernel",
+                                                              "stride", "dilation")})
+    # Input 4, kernel 2, dilation 2, stride 5, pad 0: window 1 has taps 5 and 7.
+    fields.update({"axis[2].size": 4, "axis[2].out": 2, "axis[2].kernel": 2,
+                   "axis[2].stride": 5, "axis[2].dilation": 2})
+    payload = block.pack(**fields) + np.arange(4, dtype="<f4").tobytes()
+    assert request_verdict(Command.MAX_POOL, payload, clean_board.identity) \
+        == Status.BAD_PARAMETER
+    expect_status(exchange(clean_board, Command.MAX_POOL, payload), Status.BAD_PARAMETER, 2 * 4)
+    fields["axis[2].out"] = 1
+    payload = block.pack(**fields) + np.arange(4, dtype="<f4").tobytes()
+    frame = exchange(clean_board, Command.MAX_POOL, payload, seq=1)
+    expect_status(frame, Status.OK, 4)
+    assert np.frombuffer(frame.payload, "<f4").tolist() == [2.0]
+
+
 def test_reduce_of_one_beat_runs_takes_one_link_word_per_run(clean_board):
     """REDUCE's data starts on a link word too: a run of one beat is one word, one cycle."""
     link, beat = clean_board.link_bytes, 8 * clean_board.identity.lanes
@@ -418,7 +503,9 @@ def _random_request(rng, identity):
     beat = 8 * identity.lanes
     edges = [0, 1, 2, 3, identity.replay_depth - 1, identity.replay_depth, identity.max_operands,
              identity.max_operands + 1, MAX_COUNT, MAX_COUNT + 1, beat * MAX_COUNT + 1,
-             identity.pool_channels * 8 + 1, 1 << 16, (1 << 32) - 1]
+             identity.pool_channels * 8 + 1, 1 << 16, (1 << 32) - 1,
+             identity.window_lanes, identity.window_lanes + 1, identity.window_extent + 1,
+             identity.window_columns + 1, identity.window_plane + 1, WINDOW_FIELD_MAX + 1]
     code = DATA_COMMANDS[rng.integers(len(DATA_COMMANDS))]
     block = parameter_block(code, identity.max_dims, identity.max_operands)
     fields = {name: int(rng.choice(edges[:4] if rng.random() < 0.7 else edges))
