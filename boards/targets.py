@@ -46,11 +46,13 @@ class Target:
         UART bit rate, for UART links.
     core : dict
         Further :class:`~maxaccel.hdl.top.Core` parameters (``replay_depth``, ``max_dims``,
-        ``max_operands``, ``pool_channels``, ``units``, ``reduce_pipeline``) chosen so the
-        design fits the device. The rule for ``reduce_pipeline``: ``"shallow"`` on the boards
-        that run from a 12 MHz oscillator (the iCE40 ones, no PLL: the UART, not the core, is
-        the limit there), where it still meets the clock with margin and frees about a sixth
-        of the logic cells; ``"deep"`` (the default) wherever the clock asks for Fmax.
+        ``max_operands``, ``pool_channels``, ``window_lanes``, ``units``, ``reduce_pipeline``)
+        chosen so the design fits the device. The UART boards pool one image at a time
+        (``window_lanes=1``: a UART brings far less than an element a cycle). The rule for
+        ``reduce_pipeline``: ``"shallow"`` on the boards that run from a 12 MHz oscillator (the
+        iCE40 ones, no PLL: the UART, not the core, is the limit there), where it still meets
+        the clock with margin and frees about a sixth of the logic cells; ``"deep"`` (the
+        default) wherever the clock asks for Fmax.
     """
 
     name: str
@@ -96,11 +98,13 @@ TARGETS = {t.name: t for t in [
     Target(name="ulx3s", title="Radiona ULX3S (ECP5 25F)", family="ecp5",
            device="LFE5U-25F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_25F_Platform",
            link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,
-           core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64)),
+           core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64,
+                     window_lanes=1)),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
            link="uart", baud=4_000_000, link_bytes_per_s=400e3, lanes=2, clock_mhz=100.0,
-           core=dict(replay_depth=512, max_dims=4, max_operands=4, pool_channels=128)),
+           core=dict(replay_depth=512, max_dims=4, max_operands=4, pool_channels=128,
+                     window_lanes=1)),
     Target(name="nitefury", title="RHS Research NiteFury II (Artix-7 M.2, PCIe Gen2 x4)",
            family="xilinx", device="XC7A200T-FBG484-2",
            platform_class="amaranth_boards.nitefury:NitefuryIIPlatform",

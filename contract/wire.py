@@ -21,7 +21,7 @@ __all__ = [
     "Rule", "CommandRules", "RULES", "STATUS_ORDER", "DATA_COMMANDS", "command_rules", "Problem",
     "quantities", "problems", "verdict", "request_verdict", "rules_markdown",
     "WINDOW_FIELD_MAX", "WINDOW_IMAGE_MAX", "WINDOW_INDEX_BYTES", "window_fields",
-    "late_problems",
+    "late_problems", "takes",
 ]
 
 MAGIC = b"MX"
@@ -758,6 +758,13 @@ def quantities(command, fields, capacities, itemsize, data_length=0):
     return q
 
 
+def takes(command, capacities):
+    """Whether a device takes ``command`` at all: ``MAX_POOL`` only with the windowed pooling
+    unit (``window_lanes`` above 0); without it the code is unknown (``BAD_COMMAND``), so a
+    small core spends nothing on the command's block."""
+    return command != Command.MAX_POOL or capacities.window_lanes > 0
+
+
 def problems(command, fields, capacities, *, data_length=0, dtypes=None):
     """Every rule a request breaks, in priority order (empty: the device answers ``OK``).
 
@@ -782,7 +789,7 @@ def problems(command, fields, capacities, *, data_length=0, dtypes=None):
         return [Problem(Status.BAD_LENGTH, "the command takes no payload")] if data_length \
             else []
     spec = command_rules(command, capacities.max_dims)
-    if spec is None:
+    if spec is None or not takes(command, capacities):
         return [Problem(Status.BAD_COMMAND, f"unknown command code {command}")]
     if fields["dtype"] not in dtypes:
         return [Problem(Status.UNSUPPORTED_DTYPE, f"dtype code {fields['dtype']} is not one the "
@@ -835,6 +842,8 @@ def verdict(command, fields, identity, *, data_length=0):
 def request_verdict(command, payload, identity):
     """:func:`verdict` of a whole request payload: its block parsed, a short one refused."""
     block = parameter_block(command, identity.max_dims, identity.max_operands)
+    if not takes(command, identity):
+        return Status.BAD_COMMAND
     if command_rules(command, identity.max_dims) is not None and len(payload) < block.size:
         return Status.BAD_LENGTH
     fields = block.unpack(payload) if block.size else {}

@@ -184,6 +184,9 @@ class CommandEngine(wiring.Component):
         self.clock_hz = clock_hz
         self.frame_timeout_cycles = frame_timeout_cycles
         self.max_parameters = parameter_block(Command.MAX, self.max_dims, self.max_operands)
+        #: The data commands this engine takes (``MAX_POOL`` only with a window unit).
+        self.commands = tuple(code for code in DATA_COMMANDS
+                              if code != Command.MAX_POOL or window is not None)
         self.identity = Identity(
             version=VERSION, lanes=lanes, dtypes=frozenset(int(code) for code in FORMATS),
             replay_depth=self.depth, max_dims=self.max_dims, max_operands=self.max_operands,
@@ -245,8 +248,11 @@ class CommandEngine(wiring.Component):
         # the top N bytes, so every field of every command is a fixed slice. The blocks, the
         # quantities the checks compute and the status rules all come from the wire contract
         # (maxaccel.contract.wire): this engine only maps them onto registers.
-        blocks = {code: parameter_block(code, max_dims, max_operands) for code in DATA_COMMANDS}
-        specs = {code: command_rules(code, max_dims) for code in DATA_COMMANDS}
+        # MAX_POOL is a command only of a core with the window unit (the contract: a device
+        # without one answers BAD_COMMAND), so a small core stores no window block.
+        commands = self.commands
+        blocks = {code: parameter_block(code, max_dims, max_operands) for code in commands}
+        specs = {code: command_rules(code, max_dims) for code in commands}
         capacities = Capacities.of(self.identity)
         # Only a block's fields are stored: its padding (``PAYLOAD_ALIGN``) is counted, not kept.
         block_bytes = max(b.fields_size for b in blocks.values())
@@ -257,11 +263,10 @@ class CommandEngine(wiring.Component):
             return {f.name: block[8 * (start + f.offset):8 * (start + f.offset + f.size)]
                     for f in blocks[code].fields}
 
-        by_command = {code: fields_of(code) for code in DATA_COMMANDS}
+        by_command = {code: fields_of(code) for code in commands}
         pool_fields = by_command[Command.POOL_CHANNELS_LAST]
         load_fields = by_command[Command.LOAD]
         max_fields = by_command[Command.MAX]
-        window_fields_ = by_command[Command.MAX_POOL]
 
         # ---- Request state.
         command = Signal(8)
@@ -375,13 +380,16 @@ class CommandEngine(wiring.Component):
             pool.pixels.eq(pool_fields["pixels"]),
             pool.channels.eq(pool_fields["channels"]),
         ]
-        checks.d.comb += [
-            window.group.eq(window_fields_["group"]),
-            window.indices.eq(window_fields_["indices"][0]),
-        ]
-        for axis in range(WINDOW_RANK):
-            for name, field in window_fields(axis).items():
-                checks.d.comb += getattr(window.config[axis], name).eq(window_fields_[field])
+        if Command.MAX_POOL in commands:
+            pool_window_fields = by_command[Command.MAX_POOL]
+            checks.d.comb += [
+                window.group.eq(pool_window_fields["group"]),
+                window.indices.eq(pool_window_fields["indices"][0]),
+            ]
+            for axis in range(WINDOW_RANK):
+                for name, field in window_fields(axis).items():
+                    checks.d.comb += getattr(window.config[axis], name).eq(
+                        pool_window_fields[field])
         config = broadcast.config
         checks.d.comb += [
             config.dtype.eq(dtype),
@@ -431,15 +439,24 @@ class CommandEngine(wiring.Component):
 
         # ---- Routing between packer, units and unpacker by command, selected by one-hot
         # registers (not by decoding `command` on the way).
-        selected = {code: Signal(name=f"route_{code.name.lower()}") for code in DATA_COMMANDS}
+        selected = {code: Signal(name=f"route_{code.name.lower()}") for code in commands}
         m.d.sync += [flag.eq(command == code) for code, flag in selected.items()]
         to_unit = {Command.REDUCE: reducer.i, Command.POOL_CHANNELS_LAST: pool.i,
                    Command.LOAD: broadcast.load, Command.MAX: broadcast.streamed,
                    Command.MAX_POOL: window.i}
         from_unit = {Command.POOL_CHANNELS_LAST: pool.o, Command.MAX: broadcast.output,
                      Command.MAX_POOL: window.o}
+        to_unit = {code: port for code, port in to_unit.items() if code in commands}
+        from_unit = {code: port for code, port in from_unit.items() if code in commands}
         for code, port in to_unit.items():
-            streams.d.comb += port.payload.eq(packer.o.payload)
+            if code == Command.MAX_POOL:
+                # Beats reach the window units only during their command: their input logic
+                # (a select per unit, the keys) then holds still for every other command,
+                # which keeps the Python simulation of the whole core fast.
+                with streams.If(selected[code]):
+                    streams.d.comb += port.payload.eq(packer.o.payload)
+            else:
+                streams.d.comb += port.payload.eq(packer.o.payload)
             with streams.If(selected[code]):
                 streams.d.comb += [port.valid.eq(packer.o.valid),
                                    packer.o.ready.eq(port.ready)]
@@ -640,9 +657,10 @@ class CommandEngine(wiring.Component):
                 # is out of the units, which then know whether a window held only padding (the
                 # contract's late status).
                 with m.If(packer.idle & ~broadcast.busy & window.idle):
-                    with m.If(selected[Command.MAX_POOL] & window.error
-                              & (final == Status.OK)):
-                        m.d.sync += final.eq(LATE_STATUS)
+                    if Command.MAX_POOL in commands:
+                        with m.If(selected[Command.MAX_POOL] & window.error
+                                  & (final == Status.OK)):
+                            m.d.sync += final.eq(LATE_STATUS)
                     m.next = "STATUS"
 
             with m.State("ABORT"):

@@ -127,8 +127,9 @@ def test_unknown_parameters_are_named():
 
 def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_everything():
     """Small devices build only the run reducer (Core(units=("reduce",))): IDENTIFY says so,
-    LOAD / MAX / POOL_CHANNELS_LAST are refused as TOO_LARGE, and the host does broadcasting
-    Max by expanding operands and pooling through REDUCE, bit for bit."""
+    LOAD / MAX / POOL_CHANNELS_LAST are refused as TOO_LARGE, MAX_POOL is BAD_COMMAND, and
+    the host does broadcasting Max by expanding operands and pooling through REDUCE (windowed
+    MaxPool too), bit for bit."""
     from maxaccel.host.device import Device
     from maxaccel.host.link import DeviceError
     from maxaccel.host.transport import SimTransport
@@ -143,6 +144,10 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
                  PARAMETERS[Command.POOL_CHANNELS_LAST].pack(1, 1, 1, 1) + bytes(4))]:
             with pytest.raises(DeviceError, match="TOO_LARGE"):
                 device.link.request(command, payload)
+        # Without the window unit MAX_POOL is not a command at all (no block stored for it).
+        assert identity.window_lanes == 0
+        with pytest.raises(DeviceError, match="BAD_COMMAND"):
+            device.link.request(Command.MAX_POOL, PARAMETERS[Command.MAX_POOL].pack())
         rng = np.random.default_rng(8)
         arrays = [random_values(rng, format_of(np.float32), s, edge_fraction=0.3)
                   for s in [(3, 4, 5), (4, 1), (5,)]]
@@ -151,3 +156,9 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
         reference.assert_same_bits(device.global_max_pool(x), reference.global_max_pool(x))
         reference.assert_same_bits(device.reduce_max(x, axes=[1, 3]),
                                    reference.reduce_max(x, axes=[1, 3]))
+        attributes = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        y, indices = device.max_pool(x, **attributes, return_indices=True)
+        assert device.last_max_pool_route == Command.REDUCE
+        want = reference.max_pool(x, **attributes, return_indices=True)
+        reference.assert_same_bits(y, want[0])
+        np.testing.assert_array_equal(indices, want[1])
