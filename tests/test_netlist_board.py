@@ -3,13 +3,15 @@ with yosys's cell models under Verilator, gives the golden model's bits through 
 
 The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs here on every
 CI run: a cold build is yosys and Verilator, about two minutes on two cores, cached after. The
-ULX3S (ECP5) design is five times the cells and builds for many minutes: it is marked slow and
-runs only with ``MAXACCEL_SLOW=1``. It cannot pass yet: yosys ships no simulation model of the
-ECP5 ``DP16KD`` block RAM (only a blackbox), so the board refuses the netlist, naming the cell
-(``docs/semantics.md`` section 5), until such a model is supplied.
+ULX3S (ECP5) design is five times the cells and builds for five minutes and more: it is marked
+slow and runs only with ``MAXACCEL_SLOW=1``. Its block RAMs (``DP16KD``, the replay buffer of
+broadcasting Max) have no model in yosys (only a blackbox); the netlist board gives them the
+behaviour in ``sim/verilator/dp16kd_sim.vh`` and refuses, by instance, any whose parameters that
+behaviour does not cover (``docs/semantics.md`` section 6).
 """
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -20,7 +22,7 @@ from maxaccel.boards.targets import target
 from maxaccel.host.device import Device, open_device
 from maxaccel.host.transport import SimTransport
 from maxaccel.sim import reference
-from maxaccel.sim.netlist import Synthesis, netlist_targets
+from maxaccel.sim.netlist import Synthesis, instances, netlist_targets
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import random_values
 
@@ -108,6 +110,9 @@ def test_netlist_urls_name_the_problem():
 @pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
                     reason="the ULX3S netlist builds for many minutes: MAXACCEL_SLOW=1 runs it")
 def test_node_cases_and_edge_corpus_sample_on_the_ulx3s_netlist():
+    """The ECP5 design with its block RAMs (DP16KD, the broadcast replay buffer) simulated
+    by sim/verilator/dp16kd_sim.vh: broadcasting Max (in the node cases and the edge digest)
+    reads its operands back from them."""
     with open_device("netlist:ulx3s") as device:
         assert device.identity.lanes == 2 and device.identity.replay_depth == 256
         check_node_cases(device)
@@ -116,10 +121,51 @@ def test_node_cases_and_edge_corpus_sample_on_the_ulx3s_netlist():
 
 
 def test_a_cell_without_a_simulation_model_is_refused():
-    """yosys's ECP5 models declare DP16KD as a blackbox: a netlist using it would read 0 from
-    its block RAMs, so the board refuses it, naming the cell; LUTs and flip-flops pass."""
+    """A blackbox of yosys's models (an iCE40 PLL, say) would read 0: the board refuses a
+    netlist using one, naming the cell; LUTs and flip-flops pass, and so does ECP5's DP16KD,
+    whose blackbox gets the behaviour of sim/verilator/dp16kd_sim.vh."""
     from maxaccel.sim.verilator import VerilatorUnavailable
-    with pytest.raises(VerilatorUnavailable, match=r"ecp5 netlist uses DP16KD, for which yosys "
-                                                   r"ships no simulation model"):
-        Synthesis("ecp5").check_models("module top;\n  DP16KD #(\n  ) ram (\n  );\nendmodule\n")
+    with pytest.raises(VerilatorUnavailable, match=r"ice40 netlist uses SB_PLL40_CORE, for "
+                                                   r"which yosys ships no simulation model"):
+        Synthesis("ice40").check_models("module top;\n  SB_PLL40_CORE #(\n  ) pll (\n  );\n"
+                                        "endmodule\n")
     Synthesis("ecp5").check_models("module top;\n  LUT4 #(\n  ) lut (\n  );\nendmodule\n")
+    models = Synthesis("ecp5").cell_models()
+    assert "dp16kd_sim.vh" in models
+    assert not re.search(r"blackbox\s*\*\)\s*module\s+DP16KD", models["cells_sim.v"])
+
+
+#: A DP16KD as yosys's ECP5 mapping writes it (the pseudo dual port of the replay buffer).
+DP16KD_INSTANCE = """\
+  DP16KD #(
+    .CLKAMUX("CLKA"),
+    .CSDECODE_A("0b000"),
+    .DATA_WIDTH_A(32'd36),
+    .DATA_WIDTH_B(32'd36),
+    .INITVAL_00(320'h0),
+    .REGMODE_A("NOREG"),
+    .REGMODE_B("NOREG"),
+    .RESETMODE("ASYNC")
+  ) \\broadcast.buffer.0.0  (
+    .CLKA(clk)
+  );
+"""
+
+
+@pytest.mark.parametrize("old,new,problem", [
+    ('.REGMODE_B("NOREG")', ".REGMODE_B(\"OUTREG\")", r"REGMODE_B 'OUTREG'"),
+    (".DATA_WIDTH_B(32'd36)", ".DATA_WIDTH_B(32'd18)", r"DATA_WIDTH_A/B 36/18"),
+    ('.CLKAMUX("CLKA")', '.CLKAMUX("INV")', r"CLKAMUX 'INV' \(an inverted"),
+    ('.CSDECODE_A("0b000")', '.CSDECODE_A("0b101")', r"CSDECODE_A '0b101'"),
+    ('.RESETMODE("ASYNC")', '.INIT_DATA("DYNAMIC")', r"INIT_DATA 'DYNAMIC' \(a parameter"),
+], ids=["outreg", "mixed-36", "inverted-clock", "csdecode", "unknown-parameter"])
+def test_a_dp16kd_the_model_does_not_cover_is_refused_by_name(old, new, problem):
+    """The DP16KD behaviour covers what yosys's ECP5 mapping instantiates; any other
+    parameter is refused with the instance's name, before anything is built."""
+    from maxaccel.sim.verilator import VerilatorUnavailable
+    netlist = f"module top(input clk);\n{DP16KD_INSTANCE}endmodule\n"
+    Synthesis("ecp5").check_models(netlist)
+    assert [name for name, _ in instances(netlist, "DP16KD")] == ["broadcast.buffer.0.0"]
+    with pytest.raises(VerilatorUnavailable,
+                       match=rf"does not cover.*broadcast\.buffer\.0\.0: {problem}"):
+        Synthesis("ecp5").check_models(netlist.replace(old, new))
