@@ -43,7 +43,8 @@ from maxaccel.sim.verilator import MAKE_FLAGS, VERILATOR_FLAGS, VerilatorUnavail
 from maxaccel.sim.verilator_board import VerilatorBoard, _load
 
 __all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS",
-           "netlist_targets", "core_parameters", "instances", "dp16kd_problems"]
+           "netlist_targets", "core_parameters", "instances", "dp16kd_problems",
+           "cells_without_behaviour"]
 
 #: The yosys synthesis command of each family, as amaranth's Lattice platforms run it for
 #: ``maxaccel build`` (no ``synth_opts``: ``synth_ecp5`` with its wide LUTs, ``synth_ice40``
@@ -83,6 +84,26 @@ def _give_behaviour(models, cell, behaviour):
                                    f"maxaccel.sim.netlist.CELL_BEHAVIOURS needs revisiting")
     return (models[:match.start()] + match.group(1) + f'`include "{behaviour}"\n'
             + models[match.end() - len("endmodule"):])
+
+
+def cells_without_behaviour(models):
+    """Names of the modules of the Verilog text ``models`` that have no behaviour: declared
+    ``(* blackbox *)``, or with no ``assign``, ``always``, ``initial``, ``include`` or instance
+    once comments, attributes and ``specify`` blocks are set aside (yosys's Xilinx models
+    declare ``RAMB36E1`` so, with timing but no contents). Their outputs would read 0."""
+    models = re.sub(r"//[^\n]*|/\*.*?\*/", "", models, flags=re.DOTALL)
+    empty = set()
+    for match in re.finditer(r"^\s*((?:\(\*[^*]*\*\)\s*)*)module\s+(\\?[^\s#(;]+)(.*?)"
+                             r"\bendmodule\b", models, re.DOTALL | re.MULTILINE):
+        attributes, name, body = match.groups()
+        body = re.sub(r"\(\*[^*]*\*\)|\bspecify\b.*?\bendspecify\b", "", body,
+                      flags=re.DOTALL)
+        if (re.search(r"\bblackbox\b", attributes)
+                or not (re.search(r"\b(assign|always\w*|initial)\b|`include", body)
+                        or re.search(r"(?:^|;)\s*\\?[A-Za-z_][\w$]*\s*(?:#\s*\(|\\?[A-Za-z_]"
+                                     r"[\w$.\[\]]*\s*\()", body, re.MULTILINE))):
+            empty.add(name)
+    return empty
 
 
 def _parameter_value(text):
@@ -252,20 +273,22 @@ class Synthesis:
 
     def check_models(self, netlist):
         """:class:`VerilatorUnavailable` if the netlist uses a cell that has no simulation
-        model here (a blackbox in yosys's models that :data:`CELL_BEHAVIOURS` does not fill):
+        model here (:func:`cells_without_behaviour`: a blackbox in yosys's models that
+        :data:`CELL_BEHAVIOURS` does not fill, or a declaration without behaviour):
         its outputs would read 0 and the board would give wrong bits that are no fault of the
         design or the synthesis; or an instance of a filled cell with parameters its
         behaviour does not cover (:func:`dp16kd_problems`), named."""
-        blackboxes = set()
+        empty = set()
         for text in self.cell_models().values():
-            blackboxes |= set(re.findall(r"\(\*\s*blackbox\s*\*\)\s*module\s+(\w+)", text))
-        used = sorted(cell for cell in blackboxes
-                      if re.search(rf"^\s*{cell}\s", netlist, re.MULTILINE))
+            empty |= cells_without_behaviour(text)
+        used = sorted(cell for cell in empty
+                      if re.search(rf"^\s*{re.escape(cell)}\s", netlist, re.MULTILINE))
         if used:
             raise VerilatorUnavailable(
                 f"the {self.family} netlist uses {', '.join(used)}, for which yosys ships no "
-                f"simulation model (a blackbox in share/{self.family}/cells_sim.v): a netlist "
-                f"board of this design cannot be simulated faithfully")
+                f"simulation model (a blackbox, or a declaration without behaviour, in "
+                f"share/{self.family}/cells_sim.v): a netlist board of this design cannot be "
+                f"simulated faithfully")
         problems = [f"{name}: {problem}"
                     for cell, check in _BEHAVIOUR_CHECKS.get(self.family, {}).items()
                     for name, parameters in instances(netlist, cell)

@@ -130,9 +130,32 @@ def test_a_cell_without_a_simulation_model_is_refused():
         Synthesis("ice40").check_models("module top;\n  SB_PLL40_CORE #(\n  ) pll (\n  );\n"
                                         "endmodule\n")
     Synthesis("ecp5").check_models("module top;\n  LUT4 #(\n  ) lut (\n  );\nendmodule\n")
+    # SB_SPI has no blackbox attribute, and no behaviour either.
+    with pytest.raises(VerilatorUnavailable, match=r"ice40 netlist uses SB_SPI, for which"):
+        Synthesis("ice40").check_models("module top;\n  SB_SPI spi (\n  );\nendmodule\n")
     models = Synthesis("ecp5").cell_models()
     assert "dp16kd_sim.vh" in models
     assert not re.search(r"blackbox\s*\*\)\s*module\s+DP16KD", models["cells_sim.v"])
+
+
+def test_cells_without_behaviour_are_found_with_or_without_the_blackbox_attribute():
+    """yosys's Xilinx models declare the block RAMs with parameters and timing but no
+    behaviour and no blackbox attribute (why there is no synth_xilinx netlist board yet):
+    the check sees them. The cells the Lattice designs use all have behaviour, DP16KD through
+    the model of sim/verilator."""
+    from maxaccel.sim.netlist import _share_dir, cells_without_behaviour
+    xilinx = cells_without_behaviour((_share_dir() / "xilinx" / "cells_sim.v").read_text())
+    assert {"RAMB18E1", "RAMB36E1"} <= xilinx and not {"LUT6", "FDRE", "CARRY4"} & xilinx
+    assert cells_without_behaviour("module M(input a, output b);\n  specify\n    (a => b) = 1;"
+                                   "\n  endspecify\nendmodule\n") == {"M"}
+    assert cells_without_behaviour("(* blackbox *)\nmodule B(input a, output b);\n"
+                                   "  assign b = a;\nendmodule\n") == {"B"}
+    for family, cells in [("ice40", {"SB_LUT4", "SB_CARRY", "SB_DFF", "SB_DFFESR"}),
+                          ("ecp5", {"LUT4", "TRELLIS_FF", "CCU2C", "PFUMX", "L6MUX21",
+                                    "TRELLIS_DPR16X4", "DP16KD"})]:
+        empty = set().union(*map(cells_without_behaviour,
+                                 Synthesis(family).cell_models().values()))
+        assert not cells & empty, f"{family}: {cells & empty}"
 
 
 #: A DP16KD as yosys's ECP5 mapping writes it (the pseudo dual port of the replay buffer).
