@@ -18,9 +18,12 @@
 //   write: yosys's "rdsrst zero ungated block_wr") or ASYNC (RST zeroes the output at once);
 // * outputs 0 at start (yosys's "rdinit zero"); contents from INITVAL_00..3F, 18-bit unit u in
 //   bits 20*(u%16) .. +17 of INITVAL_(u/16), as brams_map_16kd.v's init_slice writes them;
-// * one port reading the unit the other writes at the same clock edge: the hardware leaves the
-//   data undefined, and this model returns the complement of the old word there, so a design
-//   that relied on either value shows wrong bits instead of passing by luck.
+// * one port reading, at the same clock edge, a word the other port writes: what the hardware
+//   returns in the bits being written is not established here, so this model returns them
+//   complemented (the old value of every other bit), and a design that relied on either old or
+//   new data there shows wrong bits instead of passing by luck. yosys's mapping relies on the
+//   bits not being written reading their old value (it delays a write a cycle and bypasses only
+//   the written bytes), which this keeps.
 //
 // Where a narrow (1/2/4-bit) word sits inside its 18-bit unit matters only for INITVAL contents
 // and for ports of different widths; the netlist board refuses both for narrow ports.
@@ -84,7 +87,9 @@ endfunction
 generate if (PDP) begin: pseudo_dual_port
 	wire [9:0] low_w = {ada[13:5], 1'b0}, high_w = {ada[13:5], 1'b1};
 	wire [9:0] low_r = {adb[13:5], 1'b0}, high_r = {adb[13:5], 1'b1};
-	wire collision = write_a && ada[13:5] == adb[13:5];
+	// Bits port A writes in the word pair port B reads at this edge (see the header).
+	wire [17:0] hit_low = write_a && ada[13:5] == adb[13:5] ? write_mask(18, {12'd0, ada[1:0]}) : 18'd0;
+	wire [17:0] hit_high = write_a && ada[13:5] == adb[13:5] ? write_mask(18, {12'd0, ada[3:2]}) : 18'd0;
 	always @(posedge CLKA)
 		if (write_a) begin
 			mem[low_w] <= written(18, {12'd0, ada[1:0]}, dia, mem[low_w]);
@@ -95,12 +100,14 @@ generate if (PDP) begin: pseudo_dual_port
 			doa <= 18'd0;
 			dob <= 18'd0;
 		end else if (CEB && sel_b) begin
-			doa <= collision ? ~mem[low_r] : mem[low_r];
-			dob <= collision ? ~mem[high_r] : mem[high_r];
+			doa <= mem[low_r] ^ hit_low;
+			dob <= mem[high_r] ^ hit_high;
 		end
 end else begin: true_dual_port
 	wire [9:0] unit_a = ada[13:4], unit_b = adb[13:4];
-	wire [17:0] ones_a = (18'd1 << DATA_WIDTH_A) - 18'd1, ones_b = (18'd1 << DATA_WIDTH_B) - 18'd1;
+	// Bits of the unit a port reads that the other port writes at this edge (see the header).
+	wire [17:0] hit_a = write_b && unit_b == unit_a ? write_mask(DATA_WIDTH_B, adb) : 18'd0;
+	wire [17:0] hit_b = write_a && unit_a == unit_b ? write_mask(DATA_WIDTH_A, ada) : 18'd0;
 	always @(posedge CLKA)
 		if (write_a)
 			mem[unit_a] <= written(DATA_WIDTH_A, ada, dia, mem[unit_a]);
@@ -116,8 +123,7 @@ end else begin: true_dual_port
 			else if (WRITEMODE_A == "READBEFOREWRITE")
 				doa <= word(DATA_WIDTH_A, ada, mem[unit_a]);
 		end else if (CEA && sel_a)
-			doa <= write_b && unit_b == unit_a ? ~word(DATA_WIDTH_A, ada, mem[unit_a]) & ones_a
-			                                    : word(DATA_WIDTH_A, ada, mem[unit_a]);
+			doa <= word(DATA_WIDTH_A, ada, mem[unit_a] ^ hit_a);
 	always @(posedge CLKB or posedge arst_b)
 		if (arst_b || srst_b)
 			dob <= 18'd0;
@@ -127,6 +133,5 @@ end else begin: true_dual_port
 			else if (WRITEMODE_B == "READBEFOREWRITE")
 				dob <= word(DATA_WIDTH_B, adb, mem[unit_b]);
 		end else if (CEB && sel_b)
-			dob <= write_a && unit_a == unit_b ? ~word(DATA_WIDTH_B, adb, mem[unit_b]) & ones_b
-			                                    : word(DATA_WIDTH_B, adb, mem[unit_b]);
+			dob <= word(DATA_WIDTH_B, adb, mem[unit_b] ^ hit_b);
 end endgenerate
