@@ -7,8 +7,11 @@ exactly as its bitstream has it (the target's lanes, clock and core parameters, 
 byte per cycle as behind the UART), synthesised by ``synth_ice40`` / ``synth_ecp5`` as
 ``maxaccel build`` runs them, and simulated with the simulation models yosys ships for the
 family's cells (``share/<family>/cells_sim.v``: LUTs, carry chains, flip-flops, block and
-distributed RAM). So what this board answers is what the synthesised logic computes: a
-synthesis bug, a RAM inferred with other read-during-write behaviour or a mis-mapped carry chain
+distributed RAM). Where yosys ships a cell only as a blackbox, ECP5's ``DP16KD`` block RAM,
+the board gives it a behaviour of its own (``sim/verilator/dp16kd_sim.vh``,
+:data:`CELL_BEHAVIOURS`) and refuses, by instance name, any instance whose parameters that
+behaviour does not cover (:meth:`Synthesis.check_models`). So what this board answers is what
+the synthesised logic computes: a synthesis bug, a RAM inferred with other read-during-write behaviour or a mis-mapped carry chain
 shows as different bytes here, where the ``verilator`` board (Amaranth's own Verilog of the
 same design) would not see it.
 
@@ -39,8 +42,9 @@ from maxaccel.boards.targets import TARGETS, target as find_target
 from maxaccel.sim.verilator import MAKE_FLAGS, VERILATOR_FLAGS, VerilatorUnavailable
 from maxaccel.sim.verilator_board import VerilatorBoard, _load
 
-__all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "netlist_targets",
-           "core_parameters"]
+__all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS",
+           "netlist_targets", "core_parameters", "instances", "dp16kd_problems",
+           "cells_without_behaviour"]
 
 #: The yosys synthesis command of each family, as amaranth's Lattice platforms run it for
 #: ``maxaccel build`` (no ``synth_opts``: ``synth_ecp5`` with its wide LUTs, ``synth_ice40``
@@ -60,6 +64,105 @@ _MAKE_FLAGS = MAKE_FLAGS.replace("OPT_FAST=-O2", "OPT_FAST=-O1").replace("OPT_GL
 # (``input E = 1'b1``), which Verilator 5.48 takes as an assignment overriding what the
 # instance connects (every enable then reads 1); yosys connects every input it uses anyway.
 _FAMILY_FLAGS = {"ice40": ("+define+NO_ICE40_DEFAULT_ASSIGNMENTS",), "ecp5": ()}
+
+
+#: Cells yosys's models leave as blackboxes, given a behaviour of ours: family -> cell -> the
+#: file (in ``sim/verilator``) included as the body of yosys's own declaration of the cell (its
+#: ports and parameters), so the declaration stays yosys's.
+CELL_BEHAVIOURS = {"ecp5": {"DP16KD": "dp16kd_sim.vh"}}
+
+_HERE = pathlib.Path(__file__).parent
+
+
+def _give_behaviour(models, cell, behaviour):
+    """``models`` (a cells_sim.v) with the blackbox ``cell`` made a module whose body is the
+    file ``behaviour``."""
+    match = re.search(rf"\(\*\s*blackbox\s*\*\)\s*(module\s+{cell}\b.*?)\bendmodule\b",
+                      models, re.DOTALL)
+    if match is None:
+        raise VerilatorUnavailable(f"yosys's cell models no longer declare {cell} as a blackbox; "
+                                   f"maxaccel.sim.netlist.CELL_BEHAVIOURS needs revisiting")
+    return (models[:match.start()] + match.group(1) + f'`include "{behaviour}"\n'
+            + models[match.end() - len("endmodule"):])
+
+
+def cells_without_behaviour(models):
+    """Names of the modules of the Verilog text ``models`` that have no behaviour: declared
+    ``(* blackbox *)``, or with no ``assign``, ``always``, ``initial``, ``include`` or instance
+    once comments, attributes and ``specify`` blocks are set aside (yosys's Xilinx models
+    declare ``RAMB36E1`` so, with timing but no contents). Their outputs would read 0."""
+    models = re.sub(r"//[^\n]*|/\*.*?\*/", "", models, flags=re.DOTALL)
+    empty = set()
+    for match in re.finditer(r"^\s*((?:\(\*[^*]*\*\)\s*)*)module\s+(\\?[^\s#(;]+)(.*?)"
+                             r"\bendmodule\b", models, re.DOTALL | re.MULTILINE):
+        attributes, name, body = match.groups()
+        body = re.sub(r"\(\*[^*]*\*\)|\bspecify\b.*?\bendspecify\b", "", body,
+                      flags=re.DOTALL)
+        if (re.search(r"\bblackbox\b", attributes)
+                or not (re.search(r"\b(assign|always\w*|initial)\b|`include", body)
+                        or re.search(r"(?:^|;)\s*\\?[A-Za-z_][\w$]*\s*(?:#\s*\(|\\?[A-Za-z_]"
+                                     r"[\w$.\[\]]*\s*\()", body, re.MULTILINE))):
+            empty.add(name)
+    return empty
+
+
+def _parameter_value(text):
+    """A parameter of ``write_verilog``'s output as Python: a string, or an integer."""
+    text = text.strip()
+    if text.startswith('"'):
+        return text[1:-1]
+    size, _, number = text.partition("'")
+    if not number:
+        return int(size)
+    base = {"d": 10, "h": 16, "b": 2, "o": 8}[number.lstrip("s")[0]]
+    return int(number.lstrip("s")[1:].replace("_", ""), base)
+
+
+def instances(netlist, cell):
+    """``(instance name, {parameter: value})`` of every ``cell`` in a ``write_verilog``
+    netlist."""
+    for match in re.finditer(rf"^\s*{cell}\s*(?:#\((.*?)\)\s*)?(\\\S+|\w+)\s*\(", netlist,
+                             re.MULTILINE | re.DOTALL):
+        parameters = {name: _parameter_value(value) for name, value in
+                      re.findall(r"\.(\w+)\(((?:\"[^\"]*\")|[^()]*)\)", match.group(1) or "")}
+        yield match.group(2).lstrip("\\"), parameters
+
+
+def dp16kd_problems(parameters):
+    """What of a ``DP16KD``'s ``parameters`` (as :func:`instances` gives them) the behaviour
+    ``sim/verilator/dp16kd_sim.vh`` does not cover; empty if it covers them all. Its header
+    says what it covers: the parameters yosys's ECP5 memory mapping sets."""
+    problems = []
+    widths = parameters.get("DATA_WIDTH_A", 18), parameters.get("DATA_WIDTH_B", 18)
+    if 36 in widths:
+        if widths != (36, 36):
+            problems.append(f"DATA_WIDTH_A/B {widths[0]}/{widths[1]} (36 only as the pseudo "
+                            f"dual port, both 36)")
+    elif not set(widths) <= {1, 2, 4, 9, 18}:
+        problems.append(f"DATA_WIDTH_A/B {widths[0]}/{widths[1]} (1, 2, 4, 9, 18, or 36/36)")
+    elif min(widths) < 9 and widths[0] != widths[1]:
+        problems.append(f"DATA_WIDTH_A/B {widths[0]}/{widths[1]} (a 1, 2 or 4-bit port only "
+                        f"with the other of the same width)")
+    elif min(widths) < 9 and any(value for name, value in parameters.items()
+                                 if name.startswith("INITVAL_")):
+        problems.append("INITVAL contents with a 1, 2 or 4-bit port")
+    allowed = {"REGMODE_A": {"NOREG"}, "REGMODE_B": {"NOREG"},
+               "CSDECODE_A": {"0b000"}, "CSDECODE_B": {"0b000"},
+               "RESETMODE": {"SYNC", "ASYNC"},
+               "WRITEMODE_A": {"NORMAL", "WRITETHROUGH", "READBEFOREWRITE"},
+               "WRITEMODE_B": {"NORMAL", "WRITETHROUGH", "READBEFOREWRITE"}}
+    for name, value in sorted(parameters.items()):
+        if name in allowed and value not in allowed[name]:
+            problems.append(f"{name} {value!r} (covered: {', '.join(sorted(allowed[name]))})")
+        elif name.endswith("MUX") and value != name[:-len("MUX")]:
+            problems.append(f"{name} {value!r} (an inverted or remapped pin)")
+        elif not (name in allowed or name.endswith("MUX") or name.startswith("INITVAL_")
+                  or name in {"DATA_WIDTH_A", "DATA_WIDTH_B", "ASYNC_RESET_RELEASE", "GSR"}):
+            problems.append(f"{name} {value!r} (a parameter the model does not know)")
+    return problems
+
+
+_BEHAVIOUR_CHECKS = {"ecp5": {"DP16KD": dp16kd_problems}}
 
 
 def netlist_targets():
@@ -133,10 +236,15 @@ class Synthesis:
 
     def cell_models(self):
         """The family's cell simulation models, file name to text (``.vh`` files are
-        included by the ``.v``)."""
+        included by the ``.v``): yosys's, with the blackboxes of :data:`CELL_BEHAVIOURS`
+        given their behaviour."""
         directory = _share_dir() / self.family
-        return {path.name: path.read_text() for path in sorted(directory.iterdir())
-                if path.name == "cells_sim.v" or path.suffix == ".vh"}
+        models = {path.name: path.read_text() for path in sorted(directory.iterdir())
+                  if path.name == "cells_sim.v" or path.suffix == ".vh"}
+        for cell, behaviour in CELL_BEHAVIOURS.get(self.family, {}).items():
+            models["cells_sim.v"] = _give_behaviour(models["cells_sim.v"], cell, behaviour)
+            models[behaviour] = (_HERE / "verilator" / behaviour).read_text()
+        return models
 
     def fingerprint(self):
         """What besides the design decides the netlist and its models: for the cache key."""
@@ -164,19 +272,31 @@ class Synthesis:
         return netlist
 
     def check_models(self, netlist):
-        """:class:`VerilatorUnavailable` if the netlist uses a cell whose yosys model is only a
-        blackbox (ECP5's ``DP16KD`` block RAM, for one): its outputs would read 0 and the
-        board would give wrong bits that are no fault of the design or the synthesis."""
-        blackboxes = set()
+        """:class:`VerilatorUnavailable` if the netlist uses a cell that has no simulation
+        model here (:func:`cells_without_behaviour`: a blackbox in yosys's models that
+        :data:`CELL_BEHAVIOURS` does not fill, or a declaration without behaviour):
+        its outputs would read 0 and the board would give wrong bits that are no fault of the
+        design or the synthesis; or an instance of a filled cell with parameters its
+        behaviour does not cover (:func:`dp16kd_problems`), named."""
+        empty = set()
         for text in self.cell_models().values():
-            blackboxes |= set(re.findall(r"\(\*\s*blackbox\s*\*\)\s*module\s+(\w+)", text))
-        used = sorted(cell for cell in blackboxes
-                      if re.search(rf"^\s*{cell}\s", netlist, re.MULTILINE))
+            empty |= cells_without_behaviour(text)
+        used = sorted(cell for cell in empty
+                      if re.search(rf"^\s*{re.escape(cell)}\s", netlist, re.MULTILINE))
         if used:
             raise VerilatorUnavailable(
                 f"the {self.family} netlist uses {', '.join(used)}, for which yosys ships no "
-                f"simulation model (a blackbox in share/{self.family}/cells_sim.v): a netlist "
-                f"board of this design cannot be simulated faithfully")
+                f"simulation model (a blackbox, or a declaration without behaviour, in "
+                f"share/{self.family}/cells_sim.v): a netlist board of this design cannot be "
+                f"simulated faithfully")
+        problems = [f"{name}: {problem}"
+                    for cell, check in _BEHAVIOUR_CHECKS.get(self.family, {}).items()
+                    for name, parameters in instances(netlist, cell)
+                    for problem in check(parameters)]
+        if problems:
+            raise VerilatorUnavailable(
+                f"the {self.family} netlist has cells whose parameters the simulation model "
+                f"does not cover, so it cannot be simulated faithfully: {'; '.join(problems)}")
 
 
 class NetlistBoard(VerilatorBoard):
