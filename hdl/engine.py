@@ -656,7 +656,9 @@ class CommandEngine(wiring.Component):
                 # A LOAD is done when its last beat is written; a MAX_POOL when its last window
                 # is out of the units, which then know whether a window held only padding (the
                 # contract's late status).
-                with m.If(packer.idle & ~broadcast.busy & window.idle):
+                window_done = window.idle if Command.MAX_POOL not in self.commands \
+                    else window.idle | ~selected[Command.MAX_POOL]
+                with m.If(packer.idle & ~broadcast.busy & window_done):
                     if Command.MAX_POOL in commands:
                         with m.If(selected[Command.MAX_POOL] & window.error
                                   & (final == Status.OK)):

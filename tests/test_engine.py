@@ -356,6 +356,17 @@ def test_max_pool_takes_one_link_word_per_group_element(clean_board):
     assert cycles[1] - cycles[0] == 48 * -(-group * 4 // link)
 
 
+@pytest.mark.parametrize("kind", ["sim", "verilator"])
+def test_a_fresh_core_answers_every_command_before_its_first_max_pool(kind):
+    """The window units are clocked only during MAX_POOL: a core that has never pooled (its
+    units still settling from reset) must not make other commands wait for them."""
+    with open_board(kind) as board:
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        frame = exchange(board, Command.REDUCE, reduce_payload(x))
+        expect_status(frame, Status.OK, 3 * 4)
+        assert np.frombuffer(frame.payload, "<f4").tolist() == [3.0, 7.0, 11.0]
+
+
 def test_max_pool_window_of_padding_only_is_refused_after_the_data(clean_board):
     """A window of padding only past the first (which the rules refuse up front) is found by
     the units: the reply has its full length and the status BAD_PARAMETER, as the contract's
