@@ -30,7 +30,7 @@ import numpy as np
 
 __all__ = ["OPERATIONS", "Measurement", "measure_device", "measure_cpu", "default_elements",
            "format_table", "plot", "RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio",
-           "measure_ratios", "format_ratios"]
+           "measure_ratios", "format_ratios", "ratio_line", "NoCycleCounter"]
 
 
 #: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about
@@ -494,7 +494,10 @@ def _row_col(rng, n, dt):
 
 
 #: name -> (inputs(rng, elements, dtype), device/reference call); each is compared with a
-#: ``reduce_max`` of one tensor of as many elements as all its inputs together.
+#: ``reduce_max`` of one tensor of as many elements as all its inputs together. A row is one
+#: more entry: ``inputs`` makes the operands of about ``elements`` elements each in the dtype
+#: given, ``call(m, *inputs)`` runs it on ``m``, a :class:`~maxaccel.host.device.Device` or
+#: :mod:`maxaccel.sim.reference` (a windowed MaxPool row would call ``m.max_pool``).
 RATIO_OPERATIONS = {
     "ReduceMax / GlobalMaxPool": (
         lambda rng, n, dt: (_random(rng, (1, 16, max(1, n // 16)), dt),),
@@ -528,6 +531,13 @@ class Ratio:
     def ratio(self):
         return self.cycles / self.reduce_cycles
 
+    def as_dict(self):
+        return {**asdict(self), "ratio": self.ratio}
+
+
+class NoCycleCounter(ValueError):
+    """The device is not a virtual board: it has no clock cycles to count."""
+
 
 def _board(device):
     """The virtual board behind ``device`` (its transport, unwrapped), which counts cycles."""
@@ -535,8 +545,8 @@ def _board(device):
     transport = getattr(transport, "_transport", transport)    # a _TimedTransport's
     transport = getattr(transport, "board", transport)         # a SimTransport's board
     if not hasattr(transport, "cycles"):
-        raise ValueError(f"{device.url!r} does not count cycles: ratios need a virtual board "
-                         f"(sim or verilator)")
+        raise NoCycleCounter(f"{device.url!r} does not count cycles: ratios need a virtual "
+                             f"board (sim or verilator)")
     return transport
 
 
@@ -577,6 +587,12 @@ def measure_ratios(device, elements=1 << 18, *, dtypes=RATIO_DTYPES, operations=
     return results
 
 
+def ratio_line(r):
+    """One :class:`Ratio` as a progress line."""
+    return (f"{r.dtype:<8} {r.operation:<26} {r.cycles:>9} cycles, ReduceMax "
+            f"{r.reduce_cycles:>9}: {r.ratio:.3f}")
+
+
 def format_ratios(ratios):
     """The ratios as a markdown table: one row per operation, one column per dtype."""
     dtypes = list(dict.fromkeys(r.dtype for r in ratios))
@@ -603,9 +619,7 @@ def _main(argv=None):
     with open_device(args.device) as device:
         ratios = measure_ratios(
             device, args.elements, dtypes=args.dtype or RATIO_DTYPES,
-            progress=lambda r: print(f"  {r.dtype:<8} {r.operation:<26} {r.cycles:>9} cycles, "
-                                     f"ReduceMax {r.reduce_cycles:>9}: {r.ratio:.3f}",
-                                     flush=True))
+            progress=lambda r: print(f"  {ratio_line(r)}", flush=True))
     print(format_ratios(ratios))
 
 
