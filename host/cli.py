@@ -287,6 +287,12 @@ def _bench(args, out):
     if reports:
         print(f"boards (build reports in {directory}):", file=out)
         print(report_markdown(reports), file=out)
+        core_link = bench.load_core_link(directory)
+        if core_link:
+            print(f"core against link per operation (each board's core on the compiled "
+                  f"virtual board, {bench.CORE_LINK_FILE}; above 1 the link is the limit):",
+                  file=out)
+            print(bench.format_core_link(core_link), file=out)
     else:
         print(f"boards: no build reports in {directory}", file=out)
     if args.json:

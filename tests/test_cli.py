@@ -250,6 +250,22 @@ def test_bench_finds_the_board_reports_outside_the_repository(monkeypatch, tmp_p
     assert f"boards (build reports in {reports_dir()}):" in text
     for name in TARGETS:
         assert f"| {name} |" in text
+    assert "core against link per operation" in text
+    assert text.count("| nitefury |") == 2          # the boards table and core/link's
+
+
+def test_core_link_of_a_board_report():
+    """``python -m maxaccel.host.bench --boards`` (``docs/boards/core_link.json``), for one
+    board at a small size: the NiteFury's core takes its requests' bytes at up to 16 a cycle,
+    2 GB/s at 125 MHz against the link's 1.6."""
+    from maxaccel.boards.targets import load_reports
+    from maxaccel.host.bench import RATIO_OPERATIONS, format_core_link, measure_core_link
+    (report,) = [r for r in load_reports() if r["board"] == "nitefury"]
+    table = measure_core_link(report, 4096, dtypes=("float32",))
+    assert list(table) == list(RATIO_OPERATIONS)
+    for operation, figures in table.items():
+        assert 0.5 < figures["float32"] <= 2.0 / 1.6, operation
+    assert format_core_link({"nitefury": table}).splitlines()[2].startswith("| nitefury | ")
 
 
 def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
