@@ -105,11 +105,16 @@ TARGETS = {t.name: t for t in [
            link="uart", baud=4_000_000, link_bytes_per_s=400e3, lanes=2, clock_mhz=100.0,
            core=dict(replay_depth=512, max_dims=4, max_operands=4, pool_channels=128,
                      window_lanes=1)),
+    # PCIe Gen2 x4: 4 lanes of 5 GT/s with 8b/10b coding, 500 MB/s each, 2.0 GB/s; a TLP
+    # carries at most 128 payload bytes (the usual Max_Payload_Size) behind 24 bytes of framing,
+    # sequence number, 4-dword header and LCRC (Intel AN 855, "Protocol Overhead"), 1.68 GB/s;
+    # about 5% more goes to DLLPs (ACKs, flow-control updates) and SKP ordered sets: 1.6 GB/s.
     Target(name="nitefury", title="RHS Research NiteFury II (Artix-7 M.2, PCIe Gen2 x4)",
            family="xilinx", device="XC7A200T-FBG484-2",
            platform_class="amaranth_boards.nitefury:NitefuryIIPlatform",
            link="xdma", link_bytes_per_s=1.6e9, lanes=2, clock_mhz=125.0,
-           core=dict(replay_depth=1024, max_dims=4, max_operands=4, pool_channels=256)),
+           core=dict(replay_depth=1024, max_dims=4, max_operands=4, pool_channels=256,
+                     window_lanes=4, window_columns=64, window_plane=1024)),
 ]}
 
 

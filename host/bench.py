@@ -30,7 +30,8 @@ import numpy as np
 
 __all__ = ["OPERATIONS", "Measurement", "measure_device", "measure_cpu", "default_elements",
            "format_table", "plot", "RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio",
-           "measure_ratios", "format_ratios"]
+           "measure_ratios", "format_ratios", "ratio_line", "NoCycleCounter",
+           "measure_core_link", "format_core_link", "CORE_LINK_FILE", "load_core_link"]
 
 
 #: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about
@@ -494,7 +495,10 @@ def _row_col(rng, n, dt):
 
 
 #: name -> (inputs(rng, elements, dtype), device/reference call); each is compared with a
-#: ``reduce_max`` of one tensor of as many elements as all its inputs together.
+#: ``reduce_max`` of one tensor of as many elements as all its inputs together. A row is one
+#: more entry: ``inputs`` makes the operands of about ``elements`` elements each in the dtype
+#: given, ``call(m, *inputs)`` runs it on ``m``, a :class:`~maxaccel.host.device.Device` or
+#: :mod:`maxaccel.sim.reference` (a windowed MaxPool row would call ``m.max_pool``).
 RATIO_OPERATIONS = {
     "ReduceMax / GlobalMaxPool": (
         lambda rng, n, dt: (_random(rng, (1, 16, max(1, n // 16)), dt),),
@@ -515,7 +519,9 @@ RATIO_DTYPES = ("float32", "float16", "int8", "float64")
 
 @dataclass
 class Ratio:
-    """One operation's device cycles against a ReduceMax of the same input bytes."""
+    """One operation's device cycles against a ReduceMax of the same input bytes;
+    ``request_bytes``: the bytes the host sent for the operation (frames, parameter blocks and
+    data), which the core took in ``cycles``."""
 
     where: str
     operation: str
@@ -523,10 +529,18 @@ class Ratio:
     elements: int
     cycles: int
     reduce_cycles: int
+    request_bytes: int
 
     @property
     def ratio(self):
         return self.cycles / self.reduce_cycles
+
+    def as_dict(self):
+        return {**asdict(self), "ratio": self.ratio}
+
+
+class NoCycleCounter(ValueError):
+    """The device is not a virtual board: it has no clock cycles to count."""
 
 
 def _board(device):
@@ -535,8 +549,8 @@ def _board(device):
     transport = getattr(transport, "_transport", transport)    # a _TimedTransport's
     transport = getattr(transport, "board", transport)         # a SimTransport's board
     if not hasattr(transport, "cycles"):
-        raise ValueError(f"{device.url!r} does not count cycles: ratios need a virtual board "
-                         f"(sim or verilator)")
+        raise NoCycleCounter(f"{device.url!r} does not count cycles: ratios need a virtual "
+                             f"board (sim or verilator)")
     return transport
 
 
@@ -555,26 +569,32 @@ def measure_ratios(device, elements=1 << 18, *, dtypes=RATIO_DTYPES, operations=
     rng = np.random.default_rng(seed)
 
     def cycles(call):
-        start = board.cycles
+        start, sent = board.cycles, device.link.bytes_written
         result = call()
-        return result, board.cycles - start
+        return result, board.cycles - start, device.link.bytes_written - sent
 
     results = []
     for dtype in dtypes:
         for name in operations or RATIO_OPERATIONS:
             make, call = RATIO_OPERATIONS[name]
             inputs = make(rng, elements, np.dtype(dtype))
-            result, spent = cycles(lambda: call(device, *inputs))
+            result, spent, sent = cycles(lambda: call(device, *inputs))
             reference.assert_same_bits(result, call(reference, *inputs),
                                        f"{name} {[x.shape for x in inputs]}")
             flat = _random(rng, (sum(x.size for x in inputs),), np.dtype(dtype))
-            result, baseline = cycles(lambda: device.reduce_max(flat))
+            result, baseline, _ = cycles(lambda: device.reduce_max(flat))
             reference.assert_same_bits(result, reference.reduce_max(flat), "reduce_max")
             results.append(Ratio(device.url, name, str(np.dtype(dtype)), elements, spent,
-                                 baseline))
+                                 baseline, sent))
             if progress is not None:
                 progress(results[-1])
     return results
+
+
+def ratio_line(r):
+    """One :class:`Ratio` as a progress line."""
+    return (f"{r.dtype:<8} {r.operation:<26} {r.cycles:>9} cycles, ReduceMax "
+            f"{r.reduce_cycles:>9}: {r.ratio:.3f}")
 
 
 def format_ratios(ratios):
@@ -589,24 +609,108 @@ def format_ratios(ratios):
     return "\n".join(lines)
 
 
+def measure_core_link(report, elements=1 << 18, *, dtypes=RATIO_DTYPES, progress=None):
+    """Core against link, per operation, for the board of a build ``report``
+    (:func:`maxaccel.boards.targets.load_reports`).
+
+    The board's core (its target's capacities and units, the report's lanes and clock, and its
+    link word: ``core_bytes_per_s`` over the clock, 16 bytes behind the NiteFury's XDMA, one
+    behind a UART) runs :data:`RATIO_OPERATIONS` on the compiled virtual board. For each
+    operation, the rate at which the core takes the operation's request bytes (bytes sent over
+    cycles, at the board's clock) over the link's payload rate (``link_bytes_per_s``): the
+    peak ratio ``core_bytes_per_s / link_bytes_per_s`` times the share of its cycles in which
+    the core took a full link word. Above 1 the link is the limit.
+
+    Returns
+    -------
+    dict
+        operation -> {dtype: core/link}
+    """
+    from maxaccel.boards.build import core_parameters
+    from maxaccel.boards.targets import target
+    from maxaccel.host.device import Device
+    from maxaccel.host.transport import SimTransport
+    board = target(report["board"])
+    clock_hz = report["clock_mhz"] * 1e6
+    link_bytes = round(report["core_bytes_per_s"] / clock_hz)
+    parameters = core_parameters(board, report["lanes"], report["clock_mhz"])
+    del parameters["clock_hz"]  # only what IDENTIFY reports; the virtual boards' keeps one model
+    transport = SimTransport("verilator", link_bytes=link_bytes, **parameters)
+    with Device(transport, url=f"verilator:{board.name}") as device:
+        ratios = measure_ratios(device, elements, dtypes=dtypes, progress=progress)
+    table = {}
+    for r in ratios:
+        rate = clock_hz * r.request_bytes / r.cycles
+        table.setdefault(r.operation, {})[r.dtype] = rate / report["link_bytes_per_s"]
+    return table
+
+
+def format_core_link(core_link):
+    """``{board: measure_core_link(...)}`` as a markdown table: one row per board, one column
+    per operation, each cell the lowest core/link over the dtypes."""
+    operations = list(dict.fromkeys(op for table in core_link.values() for op in table))
+    lines = ["| board | " + " | ".join(operations) + " |", "|---|" + "---|" * len(operations)]
+    for board, table in core_link.items():
+        cells = [f"{min(table[op].values()):.2f}x" if op in table else "-"
+                 for op in operations]
+        lines.append(f"| {board} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: The core/link table of the board reports (:func:`measure_core_link` of each), beside them.
+CORE_LINK_FILE = "core_link.json"
+
+
+def load_core_link(directory=None):
+    """The core/link table saved beside the board reports in ``directory`` (default
+    :func:`maxaccel.boards.targets.reports_dir`): ``{board: {operation: {dtype: figure}}}``,
+    or None if there is none."""
+    import json
+    import pathlib
+    from maxaccel.boards.targets import reports_dir
+    path = pathlib.Path(reports_dir() if directory is None else directory) / CORE_LINK_FILE
+    return json.loads(path.read_text())["boards"] if path.exists() else None
+
+
 def _main(argv=None):
     import argparse
+    import json
     from maxaccel.host import open_device
     parser = argparse.ArgumentParser(
         prog="python -m maxaccel.host.bench",
-        description="Each operation's device cycles over a ReduceMax of the same input bytes.")
+        description="Each operation's device cycles over a ReduceMax of the same input bytes; "
+                    "with --boards, core against link per operation for every board report.")
     parser.add_argument("--device", default="verilator", metavar="URL")
-    parser.add_argument("--elements", type=int, default=1 << 18, metavar="N",
+    parser.add_argument("--elements", type=int, metavar="N",
                         help="elements per operand (default 262144)")
     parser.add_argument("--dtype", action="append", help=f"default: {' '.join(RATIO_DTYPES)}")
+    parser.add_argument("--boards", action="store_true",
+                        help="measure core/link per operation of each board report's core on "
+                             "the compiled virtual board (its link word, lanes, capacities)")
+    parser.add_argument("--json", metavar="FILE", help="with --boards: write the table "
+                        f"(docs/boards/{CORE_LINK_FILE} is this file)")
     args = parser.parse_args(argv)
-    with open_device(args.device) as device:
-        ratios = measure_ratios(
-            device, args.elements, dtypes=args.dtype or RATIO_DTYPES,
-            progress=lambda r: print(f"  {r.dtype:<8} {r.operation:<26} {r.cycles:>9} cycles, "
-                                     f"ReduceMax {r.reduce_cycles:>9}: {r.ratio:.3f}",
-                                     flush=True))
-    print(format_ratios(ratios))
+    dtypes = args.dtype or RATIO_DTYPES
+    progress = lambda r: print(f"  {ratio_line(r)}", flush=True)     # noqa: E731
+    elements = args.elements or 1 << 18
+    if not args.boards:
+        with open_device(args.device) as device:
+            ratios = measure_ratios(device, elements, dtypes=dtypes, progress=progress)
+        print(format_ratios(ratios))
+        return
+    from maxaccel.boards.targets import load_reports
+    core_link = {}
+    for report in load_reports():
+        print(f"{report['board']}: {report['lanes']} lane(s), {report['clock_mhz']:g} MHz",
+              flush=True)
+        core_link[report["board"]] = measure_core_link(report, elements, dtypes=dtypes,
+                                                       progress=progress)
+    print(format_core_link(core_link))
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({"command": "python -m maxaccel.host.bench --boards", "elements": elements,
+                       "boards": core_link}, file, indent=1)
+            file.write("\n")
 
 
 if __name__ == "__main__":

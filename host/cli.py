@@ -32,7 +32,8 @@ with edge cases: NaNs, signed zeros, infinities, extremes) from a printed seed."
 BENCH_DESCRIPTION = """\
 Measure throughput, host overhead and link efficiency per device and tensor size, with numpy and
 onnxruntime on this CPU for comparison; optionally a plot and the figures as JSON, and the table
-of the board build reports shipped with the package."""
+of the board build reports shipped with the package. With --ratios, each operation's device
+cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator)."""
 
 SERVE_DESCRIPTION = """\
 Serve a virtual board on a pseudo-terminal until interrupted (Ctrl-C or SIGTERM). Any serial
@@ -221,6 +222,8 @@ def _bench(args, out):
     urls = args.device or ["sim"]
     for url in urls:
         _check_url(url)
+    if args.ratios is not None and args.ratios < 1:
+        raise _Failure(f"--ratios {args.ratios}: elements per operand must be at least 1")
     if any(n < 1 for n in args.elements or []):
         raise _Failure(f"--elements {' '.join(map(str, args.elements))}: sizes must be at "
                        f"least 1")
@@ -239,24 +242,29 @@ def _bench(args, out):
         raise _Failure(f"--reports {args.reports}: no such directory")
 
     print(f"machine: {bench.machine_description()}", file=out)
-    measurements, failures, sizes, models = [], [], set(), []
+    measurements, failures, sizes, models, ratios = [], [], set(), [], []
     for url in urls:
         elements = args.elements or bench.default_elements(url)
         sizes.update(elements)
         try:
             with _open(url) as device:
                 print(f"{device!r}", file=out, flush=True)
-                if args.elements or not args.model:
+                if args.elements or not (args.model or args.ratios):
                     measurements += bench.measure_device(
                         device, elements, dtype=args.dtype,
                         progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} "
                                                  f"elements {m.elements_per_s:>12.0f} "
                                                  f"elements/s", file=out, flush=True))
+                if args.ratios:
+                    ratios += bench.measure_ratios(
+                        device, args.ratios,
+                        progress=lambda r: print(f"  {bench.ratio_line(r)}", file=out,
+                                                 flush=True))
                 for model in args.model or []:
                     models.append(bench.measure_model(device, *bench.load_model(model)))
                     print(f"  {models[-1].model}: {models[-1].ratio:.2f}x onnxruntime outside "
                           f"the device calls", file=out, flush=True)
-        except (TransportError, RuntimeError) as error:
+        except (TransportError, RuntimeError, bench.NoCycleCounter) as error:
             failures.append(f"{url}: {error}")
             print(f"{url}: not measured: {error}", file=out)
     if args.cpu:
@@ -265,6 +273,10 @@ def _bench(args, out):
         print(f"CPU: numpy {np.__version__}, {note}", file=out)
     if measurements:
         print(bench.format_table(measurements), file=out)
+    for url in dict.fromkeys(r.where for r in ratios):
+        print(f"{url}: device cycles over a ReduceMax of the same input bytes, "
+              f"{args.ratios} elements per operand:", file=out)
+        print(bench.format_ratios([r for r in ratios if r.where == url]), file=out)
     if models:
         print("whole models: OffloadSession (time outside the device calls) against "
               "onnxruntime on one thread:", file=out)
@@ -275,6 +287,12 @@ def _bench(args, out):
     if reports:
         print(f"boards (build reports in {directory}):", file=out)
         print(report_markdown(reports), file=out)
+        core_link = bench.load_core_link(directory)
+        if core_link:
+            print(f"core against link per operation (each board's core on the compiled "
+                  f"virtual board, {bench.CORE_LINK_FILE}; above 1 the link is the limit):",
+                  file=out)
+            print(bench.format_core_link(core_link), file=out)
     else:
         print(f"boards: no build reports in {directory}", file=out)
     if args.json:
@@ -282,6 +300,7 @@ def _bench(args, out):
             json.dump({"machine": bench.machine_description(),
                        "measurements": [m.as_dict() for m in measurements],
                        "models": [m.as_dict() for m in models],
+                       "ratios": [r.as_dict() for r in ratios],
                        "not_measured": failures}, file, indent=1)
         print(f"wrote {args.json}", file=out)
     if args.plot:
@@ -454,6 +473,12 @@ def _parser(prog="maxaccel"):
                             "device, outside its device calls, against onnxruntime on one "
                             "thread; 'conv' is a built-in model of two 3x3 Convs, a ReduceMax "
                             "and a Gemm (with --model, operations are timed only if "
+                            "--elements is given)")
+    bench.add_argument("--ratios", type=int, nargs="?", const=1 << 18, metavar="N",
+                       help="also print each operation's device cycles over those of a "
+                            "ReduceMax of the same input bytes, for float32, float16, int8 "
+                            "and float64, N elements per operand (default 262144); virtual "
+                            "boards only (with --ratios, operations are timed only if "
                             "--elements is given)")
     bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
                        help="also time numpy and onnxruntime on this CPU (default: yes)")

@@ -471,13 +471,20 @@ class Device:
             # span, so each tile's slice is loaded once and replayed for every outer row.
             # (Tiling an outer axis first would reload the same slices for every tile.)
             # As few tiles as fit: the operands broadcast along the axis keep their beats in
-            # every tile, the others' shrink with the tile.
-            axis = spanned[-1]
-            fixed = sum(o.beats for o in plan.replayed
-                        if operands[o.index].array.shape[axis] == 1)
+            # every tile (loaded once), the others' shrink with the tile. If those alone fill
+            # the buffer (a column of a beat per row, tiled along the row), the next axis out
+            # they span: a column is then cut into slices and the row loaded once.
             depth = self.identity.replay_depth
-            if fixed >= depth:      # those need tiling along another axis too (recursively)
-                pieces = max(2, -(-plan.memory_beats // depth))
+
+            def fixed_beats(axis):
+                return sum(o.beats for o in plan.replayed
+                           if operands[o.index].array.shape[axis] == 1)
+            axis = next((a for a in reversed(spanned) if fixed_beats(a) < depth), spanned[-1])
+            fixed = fixed_beats(axis)
+            if fixed >= depth:
+                # They need tiling along another axis too (recursively): the others' slices
+                # take half the buffer, the rest is for the slices of those.
+                pieces = max(2, -(-(plan.memory_beats - fixed) // max(1, depth // 2)))
                 return axis, max(1, shape[axis] // pieces)
             pieces = max(2, -(-(plan.memory_beats - fixed) // (depth - fixed)))
             while pieces < shape[axis] and not self._tile_fits(operands, axis,

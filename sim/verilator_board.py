@@ -11,18 +11,23 @@ a second here, against a few thousand). Its default link is a beat wide, not a b
 
 import ctypes
 
+from maxaccel.boards.targets import TARGETS
 from maxaccel.hdl.lane import LANE_BYTES
 from maxaccel.hdl.top import Core
 from maxaccel.sim.verilator import compile_model, require_verilator
 from maxaccel.sim.virtual_board import CORE_DEFAULTS
 
-__all__ = ["VerilatorBoard", "COMPILED_DEFAULTS"]
+__all__ = ["VerilatorBoard", "VERILATOR_DEFAULTS"]
 
-#: Where the compiled board's defaults differ from :data:`CORE_DEFAULTS`: the link is a beat
-#: wide (``link_bytes=None``: 16 bytes at 2 lanes, the NiteFury's), and the windowed pooling
-#: unit pools a beat's worth of float32 images side by side with the buffers of a real board.
-COMPILED_DEFAULTS = dict(link_bytes=None, window_lanes=None, window_columns=64,
-                         window_plane=1024)
+#: The compiled board's :class:`~maxaccel.hdl.top.Core` parameters, unless given: the NiteFury's
+#: core (its lanes and capacities: ``TARGETS["nitefury"]``, whose 16-byte PCIe word this board's
+#: beat-wide link stands for) with the virtual boards' nominal clock and frame timeout
+#: (:data:`~maxaccel.sim.virtual_board.CORE_DEFAULTS`). Its replay buffer (1024 beats, block
+#: RAM on the XC7A200T) holds a 512-row broadcast column and its row at once, where the
+#: simulated board's 64 beats cut ``max(a, row, col)`` into hundreds of tiles; its four windowed
+#: pooling units take a beat of float32 images a cycle.
+VERILATOR_DEFAULTS = {**CORE_DEFAULTS, **TARGETS["nitefury"].core,
+                      "lanes": TARGETS["nitefury"].lanes}
 
 _QUIESCENT_AFTER = 2        # idle cycles, as VirtualBoard's stream bench
 _OUT_FULL, _QUIESCENT, _CYCLES_RAN_OUT = 0, 1, 2    # maxaccel_board_run's verdicts
@@ -55,7 +60,8 @@ class VerilatorBoard:
     ----------
     lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, clock_hz,
     frame_timeout_cycles, units, reduce_pipeline :
-        As :class:`~maxaccel.sim.virtual_board.VirtualBoard` (same defaults).
+        As :class:`~maxaccel.sim.virtual_board.VirtualBoard`; defaults in
+        :data:`VERILATOR_DEFAULTS` (the NiteFury's core: 2 lanes, a 1024-beat replay buffer).
     link_bytes : int, optional
         Bytes per cycle between the bench and the core; default a beat's worth,
         ``min(16, 8 * lanes)``: a wide stream (as PCIe gives), so a compiled board moves a
@@ -88,7 +94,7 @@ class VerilatorBoard:
         if unknown:
             raise TypeError(f"unknown virtual board parameter(s) {', '.join(sorted(unknown))}; "
                             f"accepted: {', '.join(CORE_DEFAULTS)}, timeout")
-        parameters = {**CORE_DEFAULTS, **COMPILED_DEFAULTS, **parameters}
+        parameters = {**VERILATOR_DEFAULTS, "link_bytes": None, **parameters}
         if parameters["link_bytes"] is None:
             parameters["link_bytes"] = min(16, LANE_BYTES * parameters["lanes"])
         self.clock_hz = parameters["clock_hz"]

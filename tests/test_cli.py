@@ -118,6 +118,32 @@ def test_bench_names_a_device_it_cannot_measure():
     assert "serial:///dev/does-not-exist: not measured: cannot open serial port" in text
 
 
+def test_bench_ratios_need_a_board_that_counts_cycles():
+    status, text = run("bench", "--device", "fake://", "--ratios", "64", "--no-cpu")
+    assert status == 1
+    assert ("fake://: not measured: 'fake://' does not count cycles: ratios need a virtual "
+            "board (sim or verilator)") in text
+
+
+def test_bench_prints_the_ratio_table_of_the_compiled_board(tmp_path):
+    """``maxaccel bench --ratios``: every operation of ``RATIO_OPERATIONS`` in every dtype
+    against a ReduceMax of its input bytes, each result checked against the golden model (the
+    exact cycles at the table's size are asserted in tests/test_verilator_board.py)."""
+    from maxaccel.host.bench import RATIO_DTYPES, RATIO_OPERATIONS
+    figures = tmp_path / "bench.json"
+    status, text = run("bench", "--device", "verilator", "--ratios", "1024", "--no-cpu",
+                       "--json", str(figures))
+    assert status == 0
+    assert "verilator: device cycles over a ReduceMax of the same input bytes, 1024 elements " \
+           "per operand:" in text
+    assert "| operation | " + " | ".join(RATIO_DTYPES) + " |" in text
+    ratios = json.loads(figures.read_text())["ratios"]
+    assert {(r["operation"], r["dtype"]) for r in ratios} == \
+        {(o, d) for o in RATIO_OPERATIONS for d in RATIO_DTYPES}
+    assert all(r["ratio"] == r["cycles"] / r["reduce_cycles"] > 0 for r in ratios)
+    assert "| verilator | reduce_max |" not in text         # no --elements: no throughput rows
+
+
 def test_the_main_job_command_runs_on_the_virtual_board(capsys):
     """``maxaccel run examples/max_family.onnx``: default device, the simulated gateware."""
     status, text = run("run", str(EXAMPLE), "--seed", "1")
@@ -190,6 +216,7 @@ def test_verbose_and_quiet_exclude_each_other(capsys):
     (["run", str(EXAMPLE), "--seed", "-1"], "--seed -1: must be a non-negative integer"),
     (["bench", "--device", "sim", "--device", "foo://"], "--device foo://"),
     (["bench", "--elements", "0"], "sizes must be at least 1"),
+    (["bench", "--ratios", "0"], "--ratios 0: elements per operand must be at least 1"),
     (["bench", "--dtype", "complex64"], "--dtype complex64: unsupported dtype complex64"),
     (["bench", "--json", "/nonexistent/x.json"], "directory '/nonexistent' does not exist"),
     (["bench", "--reports", "/nonexistent"], "--reports /nonexistent: no such directory"),
@@ -223,6 +250,22 @@ def test_bench_finds_the_board_reports_outside_the_repository(monkeypatch, tmp_p
     assert f"boards (build reports in {reports_dir()}):" in text
     for name in TARGETS:
         assert f"| {name} |" in text
+    assert "core against link per operation" in text
+    assert text.count("| nitefury |") == 2          # the boards table and core/link's
+
+
+def test_core_link_of_a_board_report():
+    """``python -m maxaccel.host.bench --boards`` (``docs/boards/core_link.json``), for one
+    board at a small size: the NiteFury's core takes its requests' bytes at up to 16 a cycle,
+    2 GB/s at 125 MHz against the link's 1.6."""
+    from maxaccel.boards.targets import load_reports
+    from maxaccel.host.bench import RATIO_OPERATIONS, format_core_link, measure_core_link
+    (report,) = [r for r in load_reports() if r["board"] == "nitefury"]
+    table = measure_core_link(report, 4096, dtypes=("float32",))
+    assert list(table) == list(RATIO_OPERATIONS)
+    for operation, figures in table.items():
+        assert 0.5 < figures["float32"] <= 2.0 / 1.6, operation
+    assert format_core_link({"nitefury": table}).splitlines()[2].startswith("| nitefury | ")
 
 
 def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):

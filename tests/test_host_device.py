@@ -195,6 +195,22 @@ def test_replayed_operand_shared_by_tiles_is_loaded_once():
         assert commands.count(Command.MAX) == big.nbytes // 4096
 
 
+def test_a_column_that_fills_the_buffer_is_cut_into_slices_and_the_row_loaded_once():
+    """max(a, row, col) whose column alone (a beat per row) fills the buffer: tiled along the
+    rows, each tile one LOAD of the column's slice and one MAX; the row, the same in every
+    tile, is loaded once (tiling along the row, as the innermost axis would, reloaded the
+    whole column for every slice of the row: 10 to 13 times the cycles of a ReduceMax)."""
+    rng = np.random.default_rng(13)
+    arrays = [random_values(rng, np.float32, s) for s in [(128, 64), (1, 64), (128, 1)]]
+    with make_device(lanes=2, replay_depth=64, max_dims=4, max_operands=4) as dev:
+        board = dev.link.transport
+        board.log.clear()
+        assert_same_bits(dev.max(*arrays), reference.max(*arrays))
+        commands = [code for code, _ in board.log]
+    # The row is 16 beats, so a tile takes 48 rows of the column: 3 tiles.
+    assert commands == [Command.LOAD] + [Command.LOAD, Command.MAX] * 3
+
+
 def test_more_operands_than_a_pass_folds():
     rng = np.random.default_rng(6)
     arrays = [random_values(rng, np.int16, s) for s in [(4, 5)] * 6 + [(5,), (4, 1), ()]]

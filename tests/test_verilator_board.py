@@ -162,3 +162,32 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
         want = reference.max_pool(x, **attributes, return_indices=True)
         reference.assert_same_bits(y, want[0])
         np.testing.assert_array_equal(indices, want[1])
+
+
+# Device cycles of max(a, row, col), (512, 512) with (1, 512) and (512, 1), and of a ReduceMax of
+# as many input elements, on the default compiled board (the NiteFury's core: a 1024-beat
+# replay buffer holds the column, one beat per row, and the row, so the whole pass is one LOAD
+# of each and one MAX); and at (1024, 1024), where the column alone fills the buffer, so the
+# pass is two tiles of 512 rows (the row loaded once). Cycles are deterministic: a change that
+# costs a cycle fails here.
+ROW_COLUMN_CYCLES = {("float32", 1 << 18): (66588, 66074), ("float16", 1 << 18): (33755, 32998),
+                     ("int8", 1 << 18): (17338, 16550), ("float64", 1 << 18): (132569, 131967),
+                     ("float32", 1 << 20): (264796, 263247), ("int8", 1 << 20): (67358, 65949)}
+
+
+@pytest.fixture(scope="module")
+def default_board():
+    with open_device("verilator") as device:
+        yield device
+
+
+@pytest.mark.parametrize("dtype, elements", list(ROW_COLUMN_CYCLES))
+def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(default_board,
+                                                                               dtype, elements):
+    from maxaccel.host.bench import measure_ratios
+    identity = default_board.identity
+    assert (identity.lanes, identity.replay_depth) == (2, 1024)
+    (ratio,) = measure_ratios(default_board, elements, dtypes=(dtype,),
+                              operations=["max(a, row, col)"])
+    assert (ratio.cycles, ratio.reduce_cycles) == ROW_COLUMN_CYCLES[dtype, elements]
+    assert ratio.ratio <= 1.05      # issue 18: at most 1.1
