@@ -498,7 +498,7 @@ def _row_col(rng, n, dt):
 #: ``reduce_max`` of one tensor of as many elements as all its inputs together. A row is one
 #: more entry: ``inputs`` makes the operands of about ``elements`` elements each in the dtype
 #: given, ``call(m, *inputs)`` runs it on ``m``, a :class:`~maxaccel.host.device.Device` or
-#: :mod:`maxaccel.sim.reference` (a windowed MaxPool row would call ``m.max_pool``).
+#: :mod:`maxaccel.sim.reference`.
 RATIO_OPERATIONS = {
     "ReduceMax / GlobalMaxPool": (
         lambda rng, n, dt: (_random(rng, (1, 16, max(1, n // 16)), dt),),
@@ -511,6 +511,10 @@ RATIO_OPERATIONS = {
         lambda rng, n, dt: tuple(_random(rng, (n,), dt) for _ in range(3)),
         lambda m, *x: m.max(*x)),
     "max(a, row, col)": (_row_col, lambda m, *x: m.max(*x)),
+    # ResNet's stem pool on 16 channels of a square image (128 x 128 at 2^18 elements).
+    "MaxPool 3x3 stride 2 pads 1": (
+        lambda rng, n, dt: (_random(rng, (1, 16) + _matrix(max(1, n // 16)), dt),),
+        lambda m, x: m.max_pool(x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
 }
 
 #: The dtypes of the ratio table.

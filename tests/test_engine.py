@@ -421,7 +421,7 @@ def reduce_block(dtype, runs, run_length):
 
 
 def test_bad_command(clean_board):
-    for code in (0x00, 0x07, 0xFF):
+    for code in (0x00, max(Command) + 1, 0xFF):
         expect_status(exchange(clean_board, code, b"anything at all"), Status.BAD_COMMAND)
 
 

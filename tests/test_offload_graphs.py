@@ -235,9 +235,9 @@ def test_a_cnn_shaped_model(device):
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     since = len(board.log)
     got = session.run(None, {"x": x})
-    # The 2x2 stride-2 MaxPool is one REDUCE (non-overlapping windows, each element once); both
+    # The 2x2 stride-2 MaxPool is one MAX_POOL on the pooling unit (each element once); both
     # reductions on the channels-last unit; no transpose crossed the link.
-    assert [code for code, _ in board.log[since:]] == [Command.REDUCE] \
+    assert [code for code, _ in board.log[since:]] == [Command.MAX_POOL] \
         + [Command.POOL_CHANNELS_LAST] * 2
     assert [s.name for s in session.last_steps] == ["partition 0", "maxpool", "partition 1",
                                                     "reduce", "global_pool", "partition 2"]

@@ -7,7 +7,9 @@ import pytest
 from maxaccel.hdl.top import Core
 from maxaccel.host.device import open_device
 from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.plan import plan_broadcast
+from maxaccel.host.pool_window import plan_window_pool
 from maxaccel.contract.wire import (MAX_COUNT, PARAMETERS, Command, MaxParameters,
                                     encode_frame)
 from maxaccel.sim import verilator
@@ -16,7 +18,7 @@ from maxaccel.sim.verilator_board import VerilatorBoard
 from maxaccel.sim.virtual_board import VirtualBoard
 
 BOARD = dict(lanes=1, replay_depth=16, max_dims=2, max_operands=2, pool_channels=4,
-             frame_timeout_cycles=150)
+             window_lanes=2, window_columns=8, window_plane=16, frame_timeout_cycles=150)
 
 
 def conversation(identity, rng):
@@ -35,8 +37,15 @@ def conversation(identity, rng):
     corrupted[-1] ^= 0x40
     reduce = encode_frame(Command.REDUCE, 9, PARAMETERS[Command.REDUCE].pack(
         format_of(x.dtype).dtype, 3, 5) + x.tobytes())
+    # A MAX_POOL of 2 float16 images of 4 x 5 side by side, 3 x 3 stride 2 pads 1, indices.
+    images = random_values(rng, format_of(np.float16), (1, 2, 4, 5), edge_fraction=0.5)
+    pool = plan_window_pool(resolve_max_pool(images.shape, [3, 3], [2, 2], [1, 1, 1, 1]),
+                            format_of(np.float16), identity, 1 << 20)
+    pool_block = PARAMETERS[Command.MAX_POOL].pack(**pool.fields, groups=1, indices=1)
+    interleaved = images.reshape(2, -1).T.copy()
     return [
         encode_frame(Command.IDENTIFY, 1),
+        encode_frame(Command.MAX_POOL, 10, pool_block + interleaved.tobytes()),
         b"\x00garbage\xff" + reduce,
         encode_frame(Command.POOL_CHANNELS_LAST, 2, PARAMETERS[Command.POOL_CHANNELS_LAST].pack(
             format_of(pixels.dtype).dtype, 2, 3, 4) + pixels.tobytes()),
@@ -68,7 +77,7 @@ def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
         assert compiled.identity == simulated.identity
         requests = conversation(compiled.identity, rng)
         expected, got = replay(simulated, requests), replay(compiled, requests)
-    assert all(reply for reply, _ in expected[:5]), "a command that should answer did not"
+    assert all(reply for reply, _ in expected[:6]), "a command that should answer did not"
     for index, ((want, want_cycles), (reply, cycles)) in enumerate(zip(expected, got)):
         assert reply == want, f"request {index}: replies differ"
         assert cycles == want_cycles, f"request {index}: {cycles} cycles, simulated {want_cycles}"
@@ -147,7 +156,7 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
         # Without the window unit MAX_POOL is not a command at all (no block stored for it).
         assert identity.window_lanes == 0
         with pytest.raises(DeviceError, match="BAD_COMMAND"):
-            device.link.request(Command.MAX_POOL, PARAMETERS[Command.MAX_POOL].pack())
+            device.link.request(Command.MAX_POOL, PARAMETERS[Command.MAX_POOL].pack(group=1))
         rng = np.random.default_rng(8)
         arrays = [random_values(rng, format_of(np.float32), s, edge_fraction=0.3)
                   for s in [(3, 4, 5), (4, 1), (5,)]]
