@@ -47,8 +47,10 @@ class Target:
     core : dict
         Further :class:`~maxaccel.hdl.top.Core` parameters (``replay_depth``, ``max_dims``,
         ``max_operands``, ``pool_channels``, ``window_lanes``, ``units``, ``reduce_pipeline``)
-        chosen so the design fits the device. The UART boards pool one image at a time
-        (``window_lanes=1``: a UART brings far less than an element a cycle). The rule for
+        chosen so the design fits the device. The Arty pools one image at a time
+        (``window_lanes=1``: a UART brings far less than an element a cycle); the ULX3S has no
+        windowed pooling unit yet (with one, nextpnr took over 20 minutes of CPU to place the
+        25F, too long for CI; MaxPool goes through ``REDUCE`` there). The rule for
         ``reduce_pipeline``: ``"shallow"`` on the boards that run from a 12 MHz oscillator (the
         iCE40 ones, no PLL: the UART, not the core, is the limit there), where it still meets
         the clock with margin and frees about a sixth of the logic cells; ``"deep"`` (the
@@ -99,7 +101,7 @@ TARGETS = {t.name: t for t in [
            device="LFE5U-25F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_25F_Platform",
            link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,
            core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64,
-                     window_lanes=1)),
+                     units=("reduce", "pool", "broadcast"))),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
            link="uart", baud=4_000_000, link_bytes_per_s=400e3, lanes=2, clock_mhz=100.0,
