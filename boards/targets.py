@@ -47,8 +47,8 @@ class Target:
     core : dict
         Further :class:`~maxaccel.hdl.top.Core` parameters (``replay_depth``, ``max_dims``,
         ``max_operands``, ``pool_channels``, ``window_lanes``, ``units``, ``reduce_pipeline``)
-        chosen so the design fits the device. The Arty pools one image at a time
-        (``window_lanes=1``: a UART brings far less than an element a cycle); the ULX3S has no
+        chosen so the design fits the device. The Arty's windowed pooling unit takes one
+        lane (``window_lanes=1``: 8 bytes a cycle, far more than a UART brings); the ULX3S has no
         windowed pooling unit yet (with one, nextpnr took over 20 minutes of CPU to place the
         25F, too long for CI; MaxPool goes through ``REDUCE`` there). The rule for
         ``reduce_pipeline``: ``"shallow"`` on the boards that run from a 12 MHz oscillator (the

@@ -27,8 +27,9 @@ __all__ = [
 MAGIC = b"MX"
 #: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
 #: :data:`PAYLOAD_ALIGN`, ``MAX``'s ``streamed`` a count (the fold). 3: ``MAX_POOL`` and the
-#: pooling unit's capacities in ``IDENTIFY``.
-VERSION = 3
+#: pooling unit's capacities in ``IDENTIFY``. 4: ``window_lanes`` counts the pooling unit's
+#: 64-bit lanes (a ``MAX_POOL`` group of up to ``8 * window_lanes / itemsize`` images).
+VERSION = 4
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
@@ -98,8 +99,9 @@ class Identity:
     frame_timeout_cycles : int
         Idle cycles after which the device abandons a partial frame.
     window_lanes : int
-        Images the windowed pooling unit (``MAX_POOL``) pools side by side, one element of
-        each per beat; 0 without the unit.
+        64-bit lanes of the windowed pooling unit (``MAX_POOL``), at most ``lanes``; 0 without
+        the unit. It pools a beat of up to ``8 * window_lanes`` bytes a cycle: one element of
+        each of ``8 * window_lanes / itemsize`` images.
     window_extent : int
         Largest kernel extent ``(kernel - 1) * dilation + 1`` of a ``MAX_POOL`` axis.
     window_columns : int
@@ -491,6 +493,11 @@ class Capacities:
         return LANE_BYTES * self.lanes
 
     @property
+    def window_bytes(self):
+        """Bytes of a beat the windowed pooling unit takes (a ``MAX_POOL`` group's row)."""
+        return LANE_BYTES * self.window_lanes
+
+    @property
     def pool_capacity_bytes(self):
         """Bytes of one pixel the pooling unit holds (``pool_channels`` 8-byte channels)."""
         return 8 * self.pool_channels
@@ -658,10 +665,9 @@ def _max_pool_rules():
                  "dilation < pad)",
                  lambda f, q, cap, ops: ops.any(q[s] < f[a["pad"]] + f[a["dilation"]]
                                                 for s, a in zip(span, axes))),
-            Rule(Status.TOO_LARGE, "a group of more images than window_lanes",
-                 lambda f, q, cap, ops: f["group"] > cap.window_lanes),
-            Rule(Status.TOO_LARGE, "a group wider than a beat",
-                 lambda f, q, cap, ops: q["row_beats"] > 1),
+            Rule(Status.TOO_LARGE, "a group wider than the pooling unit's lanes (group x "
+                 "itemsize above 8 x window_lanes bytes)",
+                 lambda f, q, cap, ops: q["row_bytes"] > cap.window_bytes),
             Rule(Status.TOO_LARGE, "an axis field above WINDOW_FIELD_MAX",
                  lambda f, q, cap, ops: ops.any(f[name] > cap.window_field_max
                                                 for a in axes for name in a.values())),

@@ -57,8 +57,9 @@ class Core(wiring.Component):
     pool_channels : int
         8-byte channels the pooling unit holds (more of smaller dtypes).
     window_lanes : int, optional
-        Images the windowed pooling unit pools side by side (a ``WindowMaxPool`` each); default
-        a beat's worth of float32, ``2 * lanes``.
+        64-bit lanes of the beat the windowed pooling unit pools (a ``WindowMaxPool`` each,
+        pooling ``8 / itemsize`` images side by side), 1 to ``lanes``; default ``lanes``, a
+        beat a cycle for every element type.
     window_extent, window_columns, window_plane : int
         Its kernel extent, line buffer and plane buffer capacities
         (:class:`~maxaccel.hdl.window.WindowLanes`).
@@ -117,7 +118,7 @@ class Core(wiring.Component):
             "pool": lambda: ChannelsLastPool(lanes, pool_channels),
             "broadcast": lambda: BroadcastMax(lanes, replay_depth, max_dims, max_operands,
                                               max_count=max_count),
-            "window": lambda: WindowLanes(lanes, 2 * lanes if window_lanes is None
+            "window": lambda: WindowLanes(lanes, lanes if window_lanes is None
                                           else window_lanes, max_extent=window_extent,
                                           max_columns=window_columns, max_plane=window_plane),
         }

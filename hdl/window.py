@@ -25,7 +25,7 @@ from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES
 
 from .beat import beat_layout
 
-from .kit import decode_format, delay, from_key, refuse, register, to_keys
+from .kit import decode_format, delay, from_key, lane_of, refuse, register, to_keys
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level
 
 __all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool", "WindowLanes"]
@@ -59,9 +59,12 @@ def axis_layout(dim_bits):
 
 
 def item_layout(index_bits):
-    """What travels between the passes: an element's order key (zero-extended to 64 bits),
-    its flat spatial index, and ``real`` (clear for padding)."""
-    return data.StructLayout({"key": LANE_BITS, "index": index_bits, "real": 1})
+    """What travels between the passes: a lane of order keys (the elements of several images,
+    packed as in :class:`~maxaccel.hdl.lane.LaneMax`), an index *slot* per byte (slot ``k``:
+    the flat spatial index of the element that starts at byte ``k``; the slots inside an
+    element are don't-care), and ``real`` (clear for padding, the same for every element)."""
+    return data.StructLayout({"key": LANE_BITS,
+                              "index": data.ArrayLayout(index_bits, LANE_BYTES), "real": 1})
 
 
 def _tree_levels(taps):
@@ -121,6 +124,9 @@ class AxisPass(wiring.Component):
     i, o : stream of :func:`item_layout`
     config : In(config_shape)
         Static while an image is in flight.
+    size : In(4)
+        One-hot element size (``LaneFormat.size``), static like ``config``: each element of
+        the lane is compared on its own and keeps its own index.
     config_error : Out(1)
         Registered: this axis's configuration is refused (see :class:`WindowMaxPool`).
     capacity_error : Out(1)
@@ -141,6 +147,7 @@ class AxisPass(wiring.Component):
         super().__init__({
             "i": In(items), "o": Out(items),
             "config": In(config_shape),
+            "size": In(len(ELEMENT_SIZES)),
             "config_error": Out(1), "capacity_error": Out(1), "idle": Out(1),
         })
 
@@ -315,10 +322,12 @@ class AxisPass(wiring.Component):
             taps = registered
             valid = register(m, advance, valid, "held_valid")
             valids.append(valid)
+        at_least = Cat(self.size[k:].any() for k in range(len(ELEMENT_SIZES)))
         for level in range(self.levels):
             merged = []
             for k in range(0, len(taps), 2):
-                merged.append(_earliest_max(m, f"max_{level}_{k // 2}", advance, *taps[k:k + 2]))
+                merged.append(_earliest_max(m, f"max_{level}_{k // 2}", advance, at_least,
+                                            *taps[k:k + 2]))
             taps = merged
             halfway = register(m, advance, valid, f"valid_{level}_a")
             valid = register(m, advance, halfway, f"valid_{level}_b")
@@ -344,13 +353,16 @@ class AxisPass(wiring.Component):
         return m
 
 
-def _earliest_max(m, name, enable, earlier, later=None):
-    """The item of greater key, ``earlier`` on equal keys (padding never wins over a value), in
-    two register stages that load with ``enable``; ``earlier`` alone if there is no ``later``.
+def _earliest_max(m, name, enable, at_least, earlier, later=None):
+    """Element by element, the item of greater key, ``earlier``'s on equal keys (padding never
+    wins over a value), in two register stages that load with ``enable``; ``earlier`` alone if
+    there is no ``later``.
 
-    The keys are compared as :class:`~maxaccel.hdl.lane.KeyMax` compares an 8-byte element
-    (keys are zero-extended, so that is the order of every dtype): byte compares and the first
+    The keys are compared as :class:`~maxaccel.hdl.lane.KeyMax` compares a lane (``at_least``:
+    bit ``L`` set if elements span at least ``2**L`` bytes): byte compares and the first
     butterfly level in the first stage, the other two levels and the select in the second.
+    Every byte ends with its element's verdict, so byte ``k`` of the key and index slot ``k``
+    follow it: an element's index comes with its key.
     """
     shape = earlier.shape()
     first_a = Signal(shape, name=f"{name}_a")
@@ -360,10 +372,9 @@ def _earliest_max(m, name, enable, earlier, later=None):
         with m.If(enable):
             m.d.sync += [first_a.eq(earlier), winner.eq(first_a)]
         return winner
-    merge = Const(1, 1)
     flags = ([byte(earlier.key, i) >= byte(later.key, i) for i in range(LANE_BYTES)],
              [byte(earlier.key, i) == byte(later.key, i) for i in range(LANE_BYTES)])
-    flags = key_compare_level(flags, 1, merge)
+    flags = key_compare_level(flags, 1, at_least[1])
     greater_equal = Signal(LANE_BYTES, name=f"{name}_ge")
     equal = Signal(LANE_BYTES, name=f"{name}_eq")
     with m.If(enable):
@@ -371,21 +382,30 @@ def _earliest_max(m, name, enable, earlier, later=None):
                      greater_equal.eq(Cat(flags[0])), equal.eq(Cat(flags[1]))]
     flags = (list(greater_equal), list(equal))
     for level in (2, 3):
-        flags = key_compare_level(flags, level, merge)
-    later_wins = first_b.real & (~first_a.real | ~flags[0][0])
+        flags = key_compare_level(flags, level, at_least[level])
+    later_wins = [first_b.real & (~first_a.real | ~flags[0][i]) for i in range(LANE_BYTES)]
     with m.If(enable):
-        m.d.sync += winner.eq(Mux(later_wins, first_b.as_value(), first_a.as_value()))
+        m.d.sync += winner.real.eq(first_a.real | first_b.real)
+        for i in range(LANE_BYTES):
+            m.d.sync += [
+                byte(winner.key, i).eq(Mux(later_wins[i], byte(first_b.key, i),
+                                           byte(first_a.key, i))),
+                winner.index[i].eq(Mux(later_wins[i], first_b.index[i], first_a.index[i])),
+            ]
     return winner
 
 
 class WindowMaxPool(wiring.Component):
-    """Streaming windowed max pooling of ``N x C`` images with the index of each maximum.
+    """Streaming windowed max pooling of ``N x C`` images with the index of each maximum, a
+    64-bit lane of images at a time.
 
-    Input: the elements of each image (``prod(size)`` of them, row-major over the spatial
-    axes), images one after another, **one element per beat** (its bytes little-endian from
-    byte 0 of ``data``; the bytes above the element are ignored). Output: for each image its
-    ``prod(out)`` pooled elements in row-major order, one per beat, with the flat row-major
-    index (into the unpadded image, ``0 .. prod(size) - 1``) of the element that won. Values
+    Input: one *lane* per beat: the elements of ``8 / itemsize`` images (one, two, four or
+    eight), packed little-endian as :class:`~maxaccel.hdl.lane.LaneMax` takes them, element
+    ``e`` of the lane belonging to image ``e``; the beats in row-major order over the spatial
+    axes (``prod(size)`` beats per image lane), image lanes one after another. Each element is
+    pooled on its own. Output: for each image lane its ``prod(out)`` pooled lanes in row-major
+    order, one per beat, with, in index slot ``e * itemsize``, the flat row-major index (into
+    the unpadded image, ``0 .. prod(size) - 1``) of the element that won for element ``e``. Values
     follow the contract's order (``+0`` above ``-0``, NaN absorbing, NaNs out as the canonical
     quiet NaN); padding never contributes; ties go to the first element in row-major window
     order whose key is the maximum (for a NaN window, the first NaN). A window must hold at least
@@ -412,8 +432,9 @@ class WindowMaxPool(wiring.Component):
     Ports
     -----
     i : In(stream.Signature(StructLayout({"data": 64})))
-    o : Out(stream.Signature(StructLayout({"data": 64, "index": index_bits})))
-        ``data``: the element in the low ``itemsize`` bytes, the other bytes zero.
+    o : Out(stream.Signature(StructLayout({"data": 64, "index": ArrayLayout(index_bits, 8)})))
+        ``data``: the pooled lane; ``index``: a slot per byte, slot ``k`` for the element that
+        starts at byte ``k`` (the other slots are don't-care).
     dtype : In(DType)
     config : In(ArrayLayout(axis_layout(dim_bits), max_rank))
         Entry 0 is the outermost spatial axis. ``dtype`` and ``config`` are static while an
@@ -438,7 +459,7 @@ class WindowMaxPool(wiring.Component):
     Latency and throughput
     ----------------------
     ``i.ready`` is low for the first :attr:`SETTLE` cycles after reset or ``clear`` (the
-    configuration is registered). Then one element is taken per cycle, except that each pass
+    configuration is registered). Then one lane is taken per cycle, except that each pass
     inserts one cycle per virtual step: per input row ``max(0, end - size + 1)`` for the
     innermost axis, where ``end = (out - 1) * stride - pad + (kernel - 1) * dilation``, and
     per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
@@ -484,8 +505,8 @@ class WindowMaxPool(wiring.Component):
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
-            "o": Out(stream.Signature(data.StructLayout({"data": LANE_BITS,
-                                                         "index": index_bits}))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "data": LANE_BITS, "index": data.ArrayLayout(index_bits, LANE_BYTES)}))),
             "dtype": In(DType),
             "config": In(self.config_shape),
             "clear": In(1),
@@ -516,7 +537,7 @@ class WindowMaxPool(wiring.Component):
                                    self._depths[axis], self.config_shape, self.index_bits,
                                    self.dim_bits))
             m.submodules[f"axis_{axis}"] = passes[-1]
-            m.d.comb += passes[-1].config.eq(self.config)
+            m.d.comb += [passes[-1].config.eq(self.config), passes[-1].size.eq(fmt.size)]
         for inner, outer in zip(passes, passes[1:]):
             wiring.connect(m, inner.o, outer.i)
 
@@ -538,11 +559,7 @@ class WindowMaxPool(wiring.Component):
                     m.d.sync += positions[a].eq(Mux(last, 0, positions[a] + 1))
                 carry = carry & last
             m.d.sync += index.eq(Mux(carry, 0, index + 1))
-        filled = Signal(LANE_BYTES)         # the bytes of element 0
-        m.d.comb += filled.eq(Cat(
-            Cat(fmt.size[k] for k, size in enumerate(ELEMENT_SIZES) if i < size).any()
-            for i in range(LANE_BYTES)))
-        key, = to_keys(m, advance, fmt, [self.i.payload.data], filled=[filled])
+        key, = to_keys(m, advance, fmt, [self.i.payload.data])
         halfway, halfway_index = delay(m, "keyed", advance, accept, index, self.index_bits, 1)
         valid, keyed_index = delay(m, "keyed_1", advance, halfway, halfway_index,
                                    self.index_bits, 1)
@@ -550,18 +567,16 @@ class WindowMaxPool(wiring.Component):
             keyed_valid.eq(valid),
             first.valid.eq(keyed_valid),
             first.payload.key.eq(key),
-            first.payload.index.eq(keyed_index),
+            first.payload.index.eq(keyed_index.replicate(LANE_BYTES)),
             first.payload.real.eq(1),
         ]
 
-        # --- Output: keys back to values, element 0 only. ---------------------------------
+        # --- Output: keys back to values. -------------------------------------------------
         last = passes[-1].o
-        value = from_key(m, "from_key", fmt, last.payload.key)
         m.d.comb += [
             self.o.valid.eq(last.valid),
             last.ready.eq(self.o.ready),
-            self.o.payload.data.eq(Cat(byte(value, i) & filled[i].replicate(8)
-                                       for i in range(LANE_BYTES))),
+            self.o.payload.data.eq(from_key(m, "from_key", fmt, last.payload.key)),
             self.o.payload.index.eq(last.payload.index),
         ]
         with m.If(self.o.valid & self.o.ready & ~last.payload.real):
@@ -581,24 +596,26 @@ class WindowMaxPool(wiring.Component):
 
 
 class WindowLanes(wiring.Component):
-    """``MAX_POOL``'s unit: :class:`WindowMaxPool` units side by side, one image each, fed from
-    and emptied into the command engine's beats.
+    """``MAX_POOL``'s unit: :class:`WindowMaxPool` units side by side, a 64-bit lane of the
+    engine's beats each, fed from and emptied into the beats.
 
-    A request's data is groups of ``group`` images (``group <= window_lanes``) interleaved
-    element by element: each input beat holds one element of each image of the group, image
-    ``j``'s at byte ``j * itemsize`` (a row of ``group`` elements, ``docs/protocol.md``). Unit
-    ``j`` pools image ``j`` of every group. The units are identical and see the same handshakes,
-    so they move in lockstep: one beat in per cycle, and for each output position one beat out
-    holding the ``group`` maxima the same way, followed, with ``indices``, by one beat of their
-    ``group`` flat indices (u32 each, little-endian). The units beyond ``group`` pool whatever
-    the beat holds there; their results are not sent.
+    A request's data is groups of ``group`` images interleaved element by element: each input
+    beat holds one element of each image of the group, image ``j``'s at byte ``j * itemsize``
+    (a row of ``group`` elements, ``docs/protocol.md``), at most the units' ``8 *
+    window_lanes`` bytes. Unit ``u`` takes lane ``u`` of every beat, so it pools the ``8 /
+    itemsize`` images whose elements the lane holds, each on its own: a beat per cycle whatever
+    the element type. The units are identical and see the same handshakes, so they move in
+    lockstep; for each output position one beat leaves holding the ``group`` maxima the same
+    way, followed, with ``indices``, by the ``group`` flat indices (u32 each, little-endian,
+    image ``j``'s at byte ``4 * j``) in as many beats as they fill. The lanes and elements
+    beyond ``group`` pool whatever the beat holds there; their results are not sent.
 
     Parameters
     ----------
     lanes : int
         64-bit lanes of the engine's beats.
     window_lanes : int
-        Units (images a beat carries); ``window_lanes * 4`` must fit a beat (an index beat).
+        Units, 1 to ``lanes``: the first ``window_lanes`` lanes of a beat are pooled.
     max_extent, max_columns, max_plane : int
         Capacities of each :class:`WindowMaxPool` (``max_rank`` is
         :data:`~maxaccel.contract.pooling.WINDOW_RANK`, 16-bit configuration, 32-bit indices).
@@ -616,11 +633,12 @@ class WindowLanes(wiring.Component):
     i : In(stream.Signature(beat_layout(lanes)))
         Rows of ``group`` elements, one beat each (``nbytes``, ``first`` and ``last`` ignored).
     o : Out(stream.Signature(beat_layout(lanes)))
-        One-beat rows: ``group * itemsize`` bytes of maxima, then (``indices``) ``group * 4``
-        bytes of indices.
+        Per output position a one-beat row of ``group * itemsize`` bytes of maxima, then
+        (``indices``) a row of ``group * 4`` bytes of indices, ``ceil(group * 4 / (8 * lanes))``
+        beats (``first`` and ``last`` mark each row's ends).
     dtype : In(DType)
     config : In(ArrayLayout(axis_layout(16), WINDOW_RANK))
-    group : In(range(window_lanes + 1))
+    group : In(range(8 * window_lanes + 1))
     indices : In(1)
         Static during a request, like ``dtype`` and ``config``.
     clear : In(1)
@@ -634,16 +652,15 @@ class WindowLanes(wiring.Component):
     Latency and throughput
     ----------------------
     Those of :class:`WindowMaxPool`: a beat per cycle in (after :attr:`WindowMaxPool.SETTLE`
-    cycles from ``clear``), with one bubble per virtual step; an output beat per window
-    result, two with ``indices`` (the second holding the units for a cycle).
+    cycles from ``clear``), with one bubble per virtual step; per window result an output beat,
+    plus ``ceil(group * 4 / (8 * lanes))`` with ``indices`` (holding the units meanwhile).
     """
 
     def __init__(self, lanes, window_lanes, *, max_extent=3, max_columns=64, max_plane=1024):
-        beat_bytes = LANE_BYTES * lanes
-        if not isinstance(window_lanes, int) or window_lanes < 1 \
-                or window_lanes * WINDOW_INDEX_BYTES > beat_bytes:
-            refuse(self, f"WindowLanes: window_lanes must be 1 to {beat_bytes // 4} (a beat of "
-                         f"{lanes} lanes holds that many indices), not {window_lanes!r}")
+        if not isinstance(window_lanes, int) or isinstance(window_lanes, bool) \
+                or not 1 <= window_lanes <= lanes:
+            refuse(self, f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a beat of "
+                         f"{lanes} lanes), not {window_lanes!r}")
         self.lanes = lanes
         self.window_lanes = window_lanes
         self.units = [WindowMaxPool(max_rank=WINDOW_RANK, max_extent=max_extent,
@@ -665,7 +682,7 @@ class WindowLanes(wiring.Component):
             "i": In(beats), "o": Out(beats),
             "dtype": In(DType),
             "config": In(data.ArrayLayout(axis_layout(WINDOW_DIM_BITS), WINDOW_RANK)),
-            "group": In(range(window_lanes + 1)),
+            "group": In(range(LANE_BYTES * window_lanes + 1)),
             "indices": In(1),
             "clear": In(1),
             "idle": Out(1),
@@ -675,7 +692,8 @@ class WindowLanes(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         units, count = self.units, self.window_lanes
-        beat_bits = LANE_BITS * self.lanes
+        beat_bytes = LANE_BYTES * self.lanes
+        beat_bits = 8 * beat_bytes
         fmt = decode_format(m, self.dtype)
         sizes = list(zip(fmt.size, ELEMENT_SIZES))
         for j, unit in enumerate(units):
@@ -683,46 +701,56 @@ class WindowLanes(wiring.Component):
             m.d.comb += [unit.dtype.eq(self.dtype), unit.config.eq(self.config),
                          unit.clear.eq(self.clear)]
 
-        # --- In: element j of the beat to unit j, at the byte the element size says. -------
-        beat = Cat(self.i.payload.data, Const(0, LANE_BITS * count))
+        # --- In: lane u of the beat to unit u. -----------------------------------------------
         ready = Cat(u.i.ready for u in units).all()
         m.d.comb += self.i.ready.eq(ready)
         for j, unit in enumerate(units):
-            element = 0
-            for is_size, size in sizes:
-                element = element | Mux(is_size, beat[8 * j * size:8 * j * size + LANE_BITS], 0)
             m.d.comb += [unit.i.valid.eq(self.i.valid & ready),
-                         unit.i.payload.data.eq(element)]
+                         unit.i.payload.data.eq(lane_of(self.i.payload.data.as_value(), j))]
 
-        # --- Out: the units' maxima in one beat, then (indices) their indices in another. ---
-        # Each unit's value has its element in the low bytes and zeros above, so the beat of
-        # maxima is the OR of the values placed at j * itemsize for the decoded size.
+        # --- Out: the units' lanes in one beat, then (indices) the indices in beats. ---------
         valid = Cat(u.o.valid for u in units).all()
-        index_phase = Signal()          # the beat of indices is next
-        values = 0
+        # Image j's index: unit j // (8 / size), the slot of its element's first byte.
+        index_row = 0
         for is_size, size in sizes:
-            placed = Cat(u.o.payload.data[:8 * size] for u in units)
-            values = values | Mux(is_size, Cat(placed, Const(0, beat_bits))[:beat_bits], 0)
-        indices = Cat(u.o.payload.index for u in units)
+            per_lane = LANE_BYTES // size
+            row = Cat(units[j // per_lane].o.payload.index[(j % per_lane) * size]
+                      for j in range(count * per_lane))
+            index_row = index_row | Mux(is_size, row, 0)
+        index_beats = -(-count * LANE_BYTES * WINDOW_INDEX_BYTES // beat_bytes)
+        index_row = Cat(index_row, Const(0, index_beats * beat_bits))
+        in_indices = Signal()           # the indices are being sent, word ``index_word``
+        index_word = Signal(range(index_beats))
+        index_left = Signal(range(count * LANE_BYTES * WINDOW_INDEX_BYTES + 1))
+        index_last = index_left <= beat_bytes
         value_bytes = 0
         for is_size, size in sizes:
             value_bytes = value_bytes | Mux(is_size, self.group * size, 0)
+        values = Cat(u.o.payload.data for u in units)
         m.d.comb += [
             self.o.valid.eq(valid),
-            self.o.payload.data.eq(Mux(index_phase, indices, values)),
-            self.o.payload.nbytes.eq(Mux(index_phase, self.group * WINDOW_INDEX_BYTES,
+            self.o.payload.data.eq(Mux(in_indices, index_row.word_select(index_word, beat_bits),
+                                       values)),
+            self.o.payload.nbytes.eq(Mux(in_indices, Mux(index_last, index_left, beat_bytes),
                                          value_bytes)),
-            self.o.payload.first.eq(1),
-            self.o.payload.last.eq(1),
+            self.o.payload.first.eq(~in_indices | (index_word == 0)),
+            self.o.payload.last.eq(~in_indices | index_last),
         ]
-        done = self.o.ready & (index_phase | ~self.indices)
+        done = self.o.ready & (in_indices & index_last | ~self.indices)
         for unit in units:
             m.d.comb += unit.o.ready.eq(valid & done)
         with m.If(self.o.valid & self.o.ready & self.indices):
-            m.d.sync += index_phase.eq(~index_phase)
+            with m.If(~in_indices):
+                m.d.sync += [in_indices.eq(1), index_word.eq(0),
+                             index_left.eq(self.group * WINDOW_INDEX_BYTES)]
+            with m.Elif(index_last):
+                m.d.sync += in_indices.eq(0)
+            with m.Else():
+                m.d.sync += [index_word.eq(index_word + 1),
+                             index_left.eq(index_left - beat_bytes)]
 
         m.d.comb += [
-            self.idle.eq(Cat(u.idle for u in units).all() & ~index_phase),
+            self.idle.eq(Cat(u.idle for u in units).all() & ~in_indices),
             self.error.eq(Cat(u.empty_window | u.capacity_error | u.config_error
                               for u in units).any()),
         ]

@@ -86,7 +86,7 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes):
         return None
     capacities = Capacities.of(identity)
     images = geometry.input_shape[0] * geometry.input_shape[1]
-    group = max(1, min(identity.window_lanes, capacities.beat_bytes // fmt.nbytes, images))
+    group = max(1, min(capacities.window_bytes // fmt.nbytes, images))
     fields = {"dtype": fmt.dtype, "group": group}
     for axis, values in enumerate(config):
         fields.update((window_fields(axis)[name], value) for name, value in values.items())

@@ -25,9 +25,8 @@ __all__ = ["VerilatorBoard", "VERILATOR_DEFAULTS"]
 #: (:data:`~maxaccel.sim.virtual_board.CORE_DEFAULTS`). Its replay buffer (1024 beats, block
 #: RAM on the XC7A200T) holds a 512-row broadcast column and its row at once, where the
 #: simulated board's 64 beats cut ``max(a, row, col)`` into hundreds of tiles; its windowed
-#: pooling units (``window_lanes=None``: ``2 * lanes``, four) take a beat of float32 images a
-#: cycle.
-VERILATOR_DEFAULTS = {**CORE_DEFAULTS, "window_lanes": None, **TARGETS["nitefury"].core,
+#: pooling unit (all its lanes) takes a beat of images a cycle.
+VERILATOR_DEFAULTS = {**CORE_DEFAULTS, **TARGETS["nitefury"].core,
                       "lanes": TARGETS["nitefury"].lanes}
 
 _QUIESCENT_AFTER = 2        # idle cycles, as VirtualBoard's stream bench

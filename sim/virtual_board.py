@@ -24,11 +24,11 @@ __all__ = ["VirtualBoard", "CORE_DEFAULTS", "BYTES_PER_S"]
 BYTES_PER_S = 2000
 
 #: The virtual boards' :class:`~maxaccel.hdl.top.Core` parameters, unless given: a small core
-#: (2 lanes, a 64-beat replay buffer, two windowed pooling units with short line buffers) that
+#: (2 lanes, a 64-beat replay buffer, a windowed pooling unit of all its lanes with short line buffers) that
 #: simulates fast, a 1 MHz nominal clock, and a short frame timeout (2 ms) to keep timeouts
 #: cheap in simulation.
 CORE_DEFAULTS = dict(lanes=2, replay_depth=64, max_dims=4, max_operands=4, max_count=MAX_COUNT,
-                     pool_channels=32, window_lanes=2, window_extent=3, window_columns=16,
+                     pool_channels=32, window_lanes=None, window_extent=3, window_columns=16,
                      window_plane=64, clock_hz=1_000_000, frame_timeout_cycles=2000,
                      units=UNITS, link_bytes=1, reduce_pipeline="deep")
 

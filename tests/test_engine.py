@@ -339,21 +339,24 @@ def test_max_pool_matches_the_golden_model(clean_board, dtype):
             assert_same_bits(got, want, what)
 
 
-def test_max_pool_takes_one_link_word_per_group_element(clean_board):
-    """Cycles per element, exactly: one more group of images costs one row of ``group``
-    elements per spatial element, each row ``ceil(group * 4 / link_bytes)`` link words at a
-    word per cycle (float32; 3 x 3 stride 2 on an even size, so the units add no bubble). The
-    reply (a quarter of the bytes) goes out meanwhile."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.float64], ids=str)
+def test_max_pool_takes_one_link_word_per_group_element(clean_board, dtype):
+    """Cycles per element, exactly: one more group of images (as many as the pooling unit's
+    lanes hold) costs one row of ``group`` elements per spatial element, each row
+    ``ceil(group * itemsize / link_bytes)`` link words at a word per cycle, whatever the
+    element size (3 x 3 stride 2 on an even size, so the units add no bubble). The reply (a
+    quarter of the bytes) goes out meanwhile."""
     identity, link = clean_board.identity, clean_board.link_bytes
-    group = identity.window_lanes
+    itemsize = np.dtype(dtype).itemsize
+    group = Capacities.of(identity).window_bytes // itemsize
     attributes = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cycles = []
     for groups in (2, 3):
-        x = np.arange(groups * group * 48, dtype=np.float32).reshape(1, groups * group, 6, 8)
+        x = (np.arange(groups * group * 48) % 101).astype(dtype).reshape(1, groups * group, 6, 8)
         start = clean_board.cycles
         device_max_pool(clean_board, x, attributes, False)
         cycles.append(clean_board.cycles - start)
-    assert cycles[1] - cycles[0] == 48 * -(-group * 4 // link)
+    assert cycles[1] - cycles[0] == 48 * -(-group * itemsize // link)
 
 
 @pytest.mark.parametrize("kind", ["sim", "verilator"])
@@ -515,7 +518,8 @@ def _random_request(rng, identity):
     edges = [0, 1, 2, 3, identity.replay_depth - 1, identity.replay_depth, identity.max_operands,
              identity.max_operands + 1, MAX_COUNT, MAX_COUNT + 1, beat * MAX_COUNT + 1,
              identity.pool_channels * 8 + 1, 1 << 16, (1 << 32) - 1,
-             identity.window_lanes, identity.window_lanes + 1, identity.window_extent + 1,
+             identity.window_lanes, identity.window_lanes + 1, 8 * identity.window_lanes,
+             8 * identity.window_lanes + 1, identity.window_extent + 1,
              identity.window_columns + 1, identity.window_plane + 1, WINDOW_FIELD_MAX + 1]
     code = DATA_COMMANDS[rng.integers(len(DATA_COMMANDS))]
     block = parameter_block(code, identity.max_dims, identity.max_operands)

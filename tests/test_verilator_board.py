@@ -10,15 +10,15 @@ from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.plan import plan_broadcast
 from maxaccel.host.pool_window import plan_window_pool
-from maxaccel.contract.wire import (MAX_COUNT, PARAMETERS, Command, MaxParameters,
-                                    encode_frame)
+from maxaccel.contract.wire import (MAX_COUNT, PARAMETERS, Command, FrameParser,
+                                    MaxParameters, Status, encode_frame)
 from maxaccel.sim import verilator
 from maxaccel.sim.values import random_values
 from maxaccel.sim.verilator_board import VerilatorBoard
 from maxaccel.sim.virtual_board import VirtualBoard
 
 BOARD = dict(lanes=1, replay_depth=16, max_dims=2, max_operands=2, pool_channels=4,
-             window_lanes=2, window_columns=8, window_plane=16, frame_timeout_cycles=150)
+             window_lanes=1, window_columns=8, window_plane=16, frame_timeout_cycles=150)
 
 
 def conversation(identity, rng):
@@ -37,12 +37,13 @@ def conversation(identity, rng):
     corrupted[-1] ^= 0x40
     reduce = encode_frame(Command.REDUCE, 9, PARAMETERS[Command.REDUCE].pack(
         format_of(x.dtype).dtype, 3, 5) + x.tobytes())
-    # A MAX_POOL of 2 float16 images of 4 x 5 side by side, 3 x 3 stride 2 pads 1, indices.
-    images = random_values(rng, format_of(np.float16), (1, 2, 4, 5), edge_fraction=0.5)
+    # A MAX_POOL of 4 float16 images of 4 x 5 side by side (a lane of the one pooling unit),
+    # 3 x 3 stride 2 pads 1, indices (two beats of them per output position).
+    images = random_values(rng, format_of(np.float16), (1, 4, 4, 5), edge_fraction=0.5)
     pool = plan_window_pool(resolve_max_pool(images.shape, [3, 3], [2, 2], [1, 1, 1, 1]),
                             format_of(np.float16), identity, 1 << 20)
     pool_block = PARAMETERS[Command.MAX_POOL].pack(**pool.fields, groups=1, indices=1)
-    interleaved = images.reshape(2, -1).T.copy()
+    interleaved = images.reshape(4, -1).T.copy()
     return [
         encode_frame(Command.IDENTIFY, 1),
         encode_frame(Command.MAX_POOL, 10, pool_block + interleaved.tobytes()),
@@ -78,6 +79,8 @@ def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
         requests = conversation(compiled.identity, rng)
         expected, got = replay(simulated, requests), replay(compiled, requests)
     assert all(reply for reply, _ in expected[:6]), "a command that should answer did not"
+    (pooled,) = FrameParser().feed(expected[1][0])
+    assert pooled.status == Status.OK, "the MAX_POOL was refused"
     for index, ((want, want_cycles), (reply, cycles)) in enumerate(zip(expected, got)):
         assert reply == want, f"request {index}: replies differ"
         assert cycles == want_cycles, f"request {index}: {cycles} cycles, simulated {want_cycles}"

@@ -116,8 +116,41 @@ def step_edges(axes, settle):
     return lambda image, outer_row, x: settle + 1 + (image * rows + outer_row) * row + x
 
 
-def check_pool(x, axes, *, stalls, dut=None, garbage=True, exact=None, spare=2):
-    """Stream ``x`` through a WindowMaxPool configured with ``axes``; compare with the oracle.
+def pack_lanes(x, axes, rng):
+    """The images of ``x`` (``N x C x spatial``) as a unit takes them: ``8 / itemsize`` images
+    to a lane (filler images of random values completing the last lane), a beat per spatial
+    step. Returns (beats as 64-bit integers, the images, ``lanes x per_lane x spatial``)."""
+    fmt = format_of(x.dtype)
+    per_lane = 8 // fmt.nbytes
+    spatial = tuple(a.size for a in axes)
+    images = x.reshape((-1,) + spatial)
+    filler = -len(images) % per_lane
+    if filler:
+        images = np.concatenate([images, random_values(rng, x.dtype, (filler,) + spatial,
+                                                       edge_fraction=0.3)])
+    lanes = images.reshape((-1, per_lane, int(np.prod(spatial))))
+    bits = reference.bits_of(lanes).astype(np.uint64)
+    shifts = (8 * fmt.nbytes * np.arange(per_lane, dtype=np.uint64))[None, :, None]
+    words = np.bitwise_or.reduce(bits << shifts, axis=1)
+    return [int(w) for w in words.reshape(-1)], images
+
+
+def unpack_lanes(received, fmt):
+    """(values, indices) of the unit's output beats, element by element: ``beats x per_lane``,
+    element ``e``'s index from slot ``e * itemsize``."""
+    per_lane = 8 // fmt.nbytes
+    data = np.array([int(b.data) for b in received], dtype=np.uint64)
+    mask = np.uint64((1 << fmt.bits) - 1) if fmt.bits < 64 else ~np.uint64(0)
+    values = np.stack([(data >> np.uint64(8 * fmt.nbytes * e)) & mask
+                       for e in range(per_lane)], axis=1)
+    index = np.array([[int(b.index[e * fmt.nbytes]) for e in range(per_lane)]
+                      for b in received], dtype=np.int64).reshape(-1, per_lane)
+    return reference.from_bits(values.astype(fmt.uint_dtype), fmt), index
+
+
+def check_pool(x, axes, *, stalls, dut=None, exact=None, spare=2):
+    """Stream ``x`` through a WindowMaxPool configured with ``axes``, its images packed into
+    lanes (:func:`pack_lanes`); compare every element with the oracle.
 
     Unless ``dut`` is given, the unit is built for ``axes``: its line and plane buffers hold
     ``spare`` entries more than the rows need (0: exactly full).
@@ -130,14 +163,11 @@ def check_pool(x, axes, *, stalls, dut=None, garbage=True, exact=None, spare=2):
         (a.kernel - 1) * a.dilation + 1 for a in axes), max_columns=axes[-1].out + spare,
         max_plane=int(np.prod([a.out for a in axes[1:]])) + spare)
     axes = (UNIT,) * (dut.max_rank - rank) + tuple(axes)
-    bits = reference.bits_of(x).astype(np.uint64).reshape(-1)
-    rng = _rng("garbage", x.shape, str(x.dtype))
-    if garbage and fmt.nbytes < 8:
-        # The bytes above the element are not the element's: the unit must ignore them.
-        noise = rng.integers(0, 1 << 63, size=bits.shape, dtype=np.uint64) << np.uint64(1)
-        bits = bits | (noise & ~np.uint64((1 << fmt.bits) - 1))
-    values, indices = oracle(x, axes)
-    beats = [{"data": int(b)} for b in bits]
+    words, images = pack_lanes(x, axes, _rng("filler", x.shape, str(x.dtype)))
+    per_lane = 8 // fmt.nbytes
+    values, indices = oracle(images, axes)
+    outputs = len(values) // per_lane
+    beats = [{"data": w} for w in words]
 
     def status(ctx):
         assert ctx.get(dut.config_error) == 0, "config_error"
@@ -145,29 +175,26 @@ def check_pool(x, axes, *, stalls, dut=None, garbage=True, exact=None, spare=2):
         assert ctx.get(dut.empty_window) == 0, "empty_window"
         assert ctx.get(dut.idle) == 1, "idle"
 
-    run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(values))},
+    run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, outputs)},
                       stalls=stalls, setup=configure(dut, x.dtype, axes), check=status)
-    received = run.received["o"]
-    got_bits = np.array([int(b.data) for b in received], dtype=np.uint64)
-    if fmt.bits < 64:
-        assert not (got_bits >> np.uint64(fmt.bits)).any(), "bytes above the element not zero"
-    got = reference.from_bits(got_bits.astype(fmt.uint_dtype), fmt)
+    got, got_index = unpack_lanes(run.received["o"], fmt)
+    # oracle: image-major; the unit: lane, position, element.
+    per_image = outputs * per_lane // len(images)
+    order = lambda v: v.reshape(-1, per_lane, per_image).transpose(0, 2, 1).reshape(-1)
     what = f"{x.dtype} {x.shape} {axes}"
-    reference.assert_same_bits(got, values, what=what)
-    got_index = np.array([int(b.index) for b in received], dtype=np.int64)
-    np.testing.assert_array_equal(got_index, indices, err_msg=what)
+    reference.assert_same_bits(got.reshape(-1), order(values), what=what)
+    np.testing.assert_array_equal(got_index.reshape(-1), order(indices), err_msg=what)
     if exact is not None and stalls == NO_STALLS:
         assert all(a.extra == 0 for a in axes[:-1])
         edge = step_edges(axes, WindowMaxPool.SETTLE)
-        images = len(bits) // int(np.prod([a.size for a in axes]))
         outer = axes[:-1]
         expected = []
-        for image in range(images):
+        for lane in range(len(words) // int(np.prod([a.size for a in axes]))):
             for position in itertools.product(*(range(a.out) for a in axes)):
                 last = [a.taps(o)[-1] for a, o in zip(axes, position)]
                 outer_row = int(np.ravel_multi_index(last[:-1], [a.size for a in outer])) \
                     if outer else 0
-                expected.append(edge(image, outer_row, last[-1]) + dut.latency)
+                expected.append(edge(lane, outer_row, last[-1]) + dut.latency)
         assert run.arrivals["o"] == expected
     return run
 
@@ -394,7 +421,7 @@ def test_clear_abandons_partial_image(stalls):
             if pending and ready:
                 pending.pop(0)
             if valid:
-                received.append((int(payload.data), int(payload.index)))
+                received.append((int(payload.data), int(payload.index[0])))
                 last_out = edge
         assert not pending
         # Not idle while the configuration settles; idle until the first element is taken
@@ -402,8 +429,8 @@ def test_clear_abandons_partial_image(stalls):
         settle = WindowMaxPool.SETTLE
         assert idle == ([0] * settle + [1] + [0] * (last_out - settle - 1)
                         + [1] * (len(idle) - last_out))
-        got = reference.from_bits(np.array([d for d, _ in received], dtype=np.uint32),
-                                  format_of(np.float32))
+        got = reference.from_bits(np.array([d & 0xFFFF_FFFF for d, _ in received],
+                                           dtype=np.uint32), format_of(np.float32))
         reference.assert_same_bits(got, values)
         assert [i for _, i in received] == list(indices)
 

@@ -3,9 +3,10 @@
 
 """WindowLanes: MAX_POOL's unit, WindowMaxPool units side by side fed from the engine's beats.
 
-Groups of images interleaved element by element go in a beat per group element; each output
-position comes out as a beat of the group's maxima, then (with indices) a beat of their u32
-indices. Checked against test_window's oracle, with random stalls on both sides, every element
+Groups of images interleaved element by element go in a beat per group element, a unit per
+64-bit lane pooling the images whose elements its lane holds; each output position comes out as
+a beat of the group's maxima, then (with indices) their u32 indices in as many beats as they
+fill. Checked against test_window's oracle, with random stalls on both sides, every element
 size, groups narrower than the units, and exact throughput (a beat per cycle in).
 """
 
@@ -23,7 +24,7 @@ LANES = 2                   # 16-byte beats
 RESNET = (axis(5, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))
 
 
-def _unit(window_lanes=4):
+def _unit(window_lanes=LANES):
     return WindowLanes(LANES, window_lanes, max_extent=3, max_columns=8, max_plane=16)
 
 
@@ -45,7 +46,8 @@ def check_lanes(dut, x, axes, *, group, indices, stalls):
                                    for k in range(LANES)],
                           "nbytes": group * fmt.nbytes, "first": 1, "last": 1})
     values, index = oracle(x, axes)
-    outputs = len(values) // group * (2 if indices else 1)
+    index_beats = -(-4 * group // (8 * LANES)) if indices else 0
+    outputs = len(values) // group * (1 + index_beats)
 
     def setup(ctx):
         ctx.set(dut.dtype, fmt.dtype)
@@ -65,30 +67,48 @@ def check_lanes(dut, x, axes, *, group, indices, stalls):
     per_image = len(values) // images
     want_values = values.reshape(images // group, group, per_image)
     want_index = index.reshape(images // group, group, per_image)
-    step = 2 if indices else 1
+    step = 1 + index_beats
+
+    def raw(beat):
+        return b"".join(int(beat.data[k]).to_bytes(8, "little") for k in range(LANES))
+
     for n, beat in enumerate(got[::step]):
         g, position = divmod(n, per_image)
-        raw = b"".join(int(beat.data[k]).to_bytes(8, "little") for k in range(LANES))
         assert beat.nbytes == group * fmt.nbytes and beat.first and beat.last
-        value_bits = np.frombuffer(raw[:group * fmt.nbytes], fmt.uint_dtype)
+        value_bits = np.frombuffer(raw(beat)[:group * fmt.nbytes], fmt.uint_dtype)
         reference.assert_same_bits(reference.from_bits(value_bits, fmt),
                                    want_values[g, :, position], what=f"output {n}")
         if indices:
-            beat = got[2 * n + 1]
-            raw = b"".join(int(beat.data[k]).to_bytes(8, "little") for k in range(LANES))
-            assert beat.nbytes == 4 * group
-            np.testing.assert_array_equal(np.frombuffer(raw[:4 * group], "<u4"),
+            row = got[step * n + 1:step * (n + 1)]
+            assert [b.nbytes for b in row] == [min(8 * LANES, 4 * group - 8 * LANES * k)
+                                               for k in range(index_beats)]
+            assert [(b.first, b.last) for b in row] == [(k == 0, k == index_beats - 1)
+                                                        for k in range(index_beats)]
+            found = b"".join(raw(b)[:b.nbytes] for b in row)
+            np.testing.assert_array_equal(np.frombuffer(found, "<u4"),
                                           want_index[g, :, position])
     return run
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-@pytest.mark.parametrize("dtype, group", [(np.float32, 4), (np.float16, 3), (np.int8, 4),
-                                          (np.float64, 2), (np.uint8, 1)], ids=str)
+@pytest.mark.parametrize("dtype, group", [(np.float32, 4), (np.float16, 8), (np.int8, 16),
+                                          (np.float64, 2), (np.float16, 3), (np.uint8, 9),
+                                          (np.int8, 1)], ids=str)
 def test_groups_of_images(dtype, group, stalls):
+    # Full beats of every element size (16 int8 images: four beats of indices), and groups
+    # that end inside a lane or leave the second lane empty.
     x = random_values(_rng("lanes", str(dtype), group), np.dtype(dtype), (2 * group, 5, 6),
                       edge_fraction=0.3)
     check_lanes(_unit(), x, RESNET, group=group, indices=True, stalls=stalls)
+
+
+@pytest.mark.parametrize("dtype, group", [(np.int8, 8), (np.float32, 2), (np.float64, 1)],
+                         ids=str)
+def test_fewer_units_than_lanes(dtype, group):
+    # One unit behind a 2-lane beat (the Arty's): groups of up to 8 bytes.
+    x = random_values(_rng("one unit", str(dtype)), np.dtype(dtype), (group, 5, 6),
+                      edge_fraction=0.3)
+    check_lanes(_unit(1), x, RESNET, group=group, indices=True, stalls=STALL_PATTERNS[1])
 
 
 @pytest.mark.parametrize("indices", [False, True])
@@ -99,14 +119,17 @@ def test_three_axes_without_and_with_indices(indices):
     check_lanes(_unit(), x, axes, group=4, indices=indices, stalls=STALL_PATTERNS[3])
 
 
-def test_a_beat_per_cycle():
-    # No stalls, no virtual steps (the ResNet stem on an even size): beat b is taken at edge
-    # SETTLE + 1 + b, so the last output (its window ends at the last beat, 95) arrives
-    # exactly the unit's latency later; one bubble anywhere would delay it.
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.float64], ids=str)
+def test_a_beat_per_cycle(dtype):
+    # No stalls, no virtual steps (the ResNet stem on an even size), two full beats of images
+    # of every element size: beat b is taken at edge SETTLE + 1 + b, so the last output (its
+    # window ends at the last beat, 95) arrives exactly the unit's latency later; one bubble
+    # anywhere would delay it.
     axes = (axis(6, 3, 2, pads=(1, 1)), axis(8, 3, 2, pads=(1, 1)))
-    x = random_values(_rng("rate"), np.dtype(np.float32), (8, 6, 8))
+    group = 8 * LANES // np.dtype(dtype).itemsize
+    x = random_values(_rng("rate", str(dtype)), np.dtype(dtype), (2 * group, 6, 8))
     dut = _unit()
-    run = check_lanes(dut, x, axes, group=4, indices=False, stalls=Stalls())
+    run = check_lanes(dut, x, axes, group=group, indices=False, stalls=Stalls())
     assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 95 + dut.latency
 
 
@@ -130,5 +153,5 @@ def test_error_on_a_window_of_padding_only():
 
 
 def test_refuses_too_many_lanes():
-    with pytest.raises(ValueError, match="window_lanes must be 1 to 4"):
-        WindowLanes(2, 5)
+    with pytest.raises(ValueError, match="window_lanes must be 1 to 2"):
+        WindowLanes(2, 3)
