@@ -12,9 +12,15 @@ row, the maximum over its taps along the next axis; and so on. Each pass is the 
 :class:`AxisPass`: a delay line holding the items of the last ``max_extent - 1`` steps of its
 axis (registers for the innermost axis, block RAM line buffers for the others), a tree of
 compares over the taps the kernel and dilation select, and counters that say where windows end.
+
+Each element is compared on its own, so a 64-bit lane carries one to eight images side by side
+(:class:`WindowLanes` puts a unit on each lane of the command engine's beats). What follows a
+value through the passes is not its index but, per pass, the number of the tap that won (a few
+bits per element); the unit's output stage turns them and the window's position into the flat
+index.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -25,7 +31,7 @@ from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES
 
 from .beat import beat_layout
 
-from .kit import decode_format, delay, from_key, lane_of, refuse, register, to_keys
+from .kit import decode_format, from_key, lane_of, refuse, register, to_keys
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level
 
 __all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool", "WindowLanes"]
@@ -58,13 +64,26 @@ def axis_layout(dim_bits):
     return data.StructLayout({name: dim_bits for name in AXIS_FIELDS})
 
 
-def item_layout(index_bits):
+def tap_bits(max_extent):
+    """Bits of a tap number (``0 .. max_extent - 1``)."""
+    return max(1, (max_extent - 1).bit_length())
+
+
+def item_layout(rank, max_extent):
     """What travels between the passes: a lane of order keys (the elements of several images,
-    packed as in :class:`~maxaccel.hdl.lane.LaneMax`), an index *slot* per byte (slot ``k``:
-    the flat spatial index of the element that starts at byte ``k``; the slots inside an
-    element are don't-care), and ``real`` (clear for padding, the same for every element)."""
-    return data.StructLayout({"key": LANE_BITS,
-                              "index": data.ArrayLayout(index_bits, LANE_BYTES), "real": 1})
+    packed as in :class:`~maxaccel.hdl.lane.LaneMax`), a *slot* of tap numbers per byte, and
+    ``real`` (clear for padding, the same for every element).
+
+    Slot ``k`` is for the element that starts at byte ``k`` (the slots inside an element are
+    don't-care): field ``a`` (:func:`tap_bits` wide) is the tap that won in the pass of axis
+    ``a``, counted in steps back from the window's last tap. With the window's position that
+    gives the winner's index (:class:`WindowMaxPool`), so an item carries a few bits per
+    element where a 32-bit index would be.
+    """
+    return data.StructLayout({
+        "key": LANE_BITS,
+        "taps": data.ArrayLayout(data.ArrayLayout(tap_bits(max_extent), rank), LANE_BYTES),
+        "real": 1})
 
 
 def _tree_levels(taps):
@@ -109,8 +128,10 @@ class AxisPass(wiring.Component):
         Items a row may hold (1 for the innermost axis: registers, no memory).
     config_shape : Layout
         Shape of ``config`` (an array of :func:`axis_layout`).
-    index_bits, dim_bits : int
-        Widths of the items' index and of the configuration fields.
+    rank : int
+        Axes of ``config`` (the items' tap fields).
+    dim_bits : int
+        Width of the configuration fields.
 
     Attributes
     ----------
@@ -135,7 +156,7 @@ class AxisPass(wiring.Component):
         Between images, nothing in flight.
     """
 
-    def __init__(self, axis, inner, max_extent, depth, config_shape, index_bits, dim_bits):
+    def __init__(self, axis, inner, max_extent, depth, config_shape, rank, dim_bits):
         self.axis = axis
         self.inner = tuple(inner)
         self.max_extent = max_extent
@@ -143,7 +164,7 @@ class AxisPass(wiring.Component):
         self.dim_bits = dim_bits
         self.levels = _tree_levels(max_extent)
         self.latency = _pass_latency(max_extent, depth)
-        items = stream.Signature(item_layout(index_bits))
+        items = stream.Signature(item_layout(rank, max_extent))
         super().__init__({
             "i": In(items), "o": Out(items),
             "config": In(config_shape),
@@ -302,11 +323,13 @@ class AxisPass(wiring.Component):
                 ]
                 stored.append(read.data)
 
-        # The taps in scan order (oldest first), unselected ones as padding.
+        # The taps in scan order (oldest first), unselected ones as padding, each element's tap
+        # field of this axis set to the tap's number.
         taps = []
         for t in reversed(range(extent)):
             tap = Signal(item_shape, name=f"use_{t}")
             m.d.comb += [tap.eq(stored[t]), tap.real.eq(stored[t].real & b_use[t])]
+            m.d.comb += [tap.taps[k][self.axis].eq(t) for k in range(LANE_BYTES)]
             taps.append(tap)
         valid = b_valid & b_ends
         valids = [b_valid]
@@ -361,8 +384,8 @@ def _earliest_max(m, name, enable, at_least, earlier, later=None):
     The keys are compared as :class:`~maxaccel.hdl.lane.KeyMax` compares a lane (``at_least``:
     bit ``L`` set if elements span at least ``2**L`` bytes): byte compares and the first
     butterfly level in the first stage, the other two levels and the select in the second.
-    Every byte ends with its element's verdict, so byte ``k`` of the key and index slot ``k``
-    follow it: an element's index comes with its key.
+    Every byte ends with its element's verdict, so byte ``k`` of the key and tap slot ``k``
+    follow it: an element's taps come with its key.
     """
     shape = earlier.shape()
     first_a = Signal(shape, name=f"{name}_a")
@@ -390,7 +413,7 @@ def _earliest_max(m, name, enable, at_least, earlier, later=None):
             m.d.sync += [
                 byte(winner.key, i).eq(Mux(later_wins[i], byte(first_b.key, i),
                                            byte(first_a.key, i))),
-                winner.index[i].eq(Mux(later_wins[i], first_b.index[i], first_a.index[i])),
+                winner.taps[i].eq(Mux(later_wins[i], first_b.taps[i], first_a.taps[i])),
             ]
     return winner
 
@@ -465,10 +488,17 @@ class WindowMaxPool(wiring.Component):
     per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
     of an outer axis, when they back up to the input. An output whose window's last element (or
     last virtual step) is taken at edge ``e`` is taken by a ready sink at edge ``e +``
-    :attr:`latency`, ``2 + max_rank * (2 + 2 * max(1, ceil(log2(max_extent)))) + (max_rank -
+    :attr:`latency`, ``3 + max_rank * (2 + 2 * max(1, ceil(log2(max_extent)))) + (max_rank -
     1)`` (with buffers of more than one entry): two cycles of keys, then per pass the tap stage,
     the read data registered (the passes with block RAM), two cycles per compare tree level and
-    the output register.
+    the pass's output register, then the output register (values and indices).
+
+    The indices: the flat index of a window's last tap (``base``, an odometer over the output
+    positions, stepping by per-axis constants) less, per axis, the winning tap's steps back
+    times the axis's step in the flat index (``prod(size)`` of the inner axes). The constants
+    are products of the configuration, registered in a chain six deep: ``config`` must be
+    stable that many cycles before an image's first output, which comes :attr:`latency` cycles
+    or more after its first element.
 
     Each pass's stages move with one enable, a register that is high unless the skid register
     behind the pass's output register holds an item, so ``i.ready`` never depends
@@ -500,7 +530,7 @@ class WindowMaxPool(wiring.Component):
         # of out[-1] for the next (line buffers), a plane for the third (plane buffers).
         self._depths = {max_rank - 1: 1, max_rank - 2: self.max_columns,
                         max_rank - 3: self.max_plane}
-        self.latency = 2 + sum(_pass_latency(max_extent, self._depths[axis])
+        self.latency = 3 + sum(_pass_latency(max_extent, self._depths[axis])
                                for axis in range(max_rank))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
         super().__init__({
@@ -534,53 +564,87 @@ class WindowMaxPool(wiring.Component):
         passes = []
         for axis in reversed(range(rank)):
             passes.append(AxisPass(axis, range(axis + 1, rank), self.max_extent,
-                                   self._depths[axis], self.config_shape, self.index_bits,
-                                   self.dim_bits))
+                                   self._depths[axis], self.config_shape, rank, self.dim_bits))
             m.submodules[f"axis_{axis}"] = passes[-1]
             m.d.comb += [passes[-1].config.eq(self.config), passes[-1].size.eq(fmt.size)]
         for inner, outer in zip(passes, passes[1:]):
             wiring.connect(m, inner.o, outer.i)
 
-        # --- Input: the element's key (two stages) and its flat index. --------------------
+        # --- Input: the lane's keys (two stages). ------------------------------------------
         first = passes[0].i
-        keyed_valid = Signal()
+        halfway, keyed_valid = Signal(), Signal()
         advance = ~keyed_valid | first.ready
         m.d.comb += self.i.ready.eq(advance & (settle == 0))
-        accept = self.i.valid & self.i.ready
-        positions = [Signal(self.dim_bits, name=f"position_{a}") for a in range(rank)]
-        index = Signal(self.index_bits)
-        size_less = [register(m, 1, self.config[a].size - 1, f"size_less_{a}")
-                     for a in range(rank)]
-        with m.If(accept):
-            carry = 1
-            for a in reversed(range(rank)):
-                last = positions[a] == size_less[a]
-                with m.If(carry):
-                    m.d.sync += positions[a].eq(Mux(last, 0, positions[a] + 1))
-                carry = carry & last
-            m.d.sync += index.eq(Mux(carry, 0, index + 1))
         key, = to_keys(m, advance, fmt, [self.i.payload.data])
-        halfway, halfway_index = delay(m, "keyed", advance, accept, index, self.index_bits, 1)
-        valid, keyed_index = delay(m, "keyed_1", advance, halfway, halfway_index,
-                                   self.index_bits, 1)
+        with m.If(advance):
+            m.d.sync += [halfway.eq(self.i.valid & self.i.ready), keyed_valid.eq(halfway)]
         m.d.comb += [
-            keyed_valid.eq(valid),
             first.valid.eq(keyed_valid),
             first.payload.key.eq(key),
-            first.payload.index.eq(keyed_index.replicate(LANE_BYTES)),
             first.payload.real.eq(1),
         ]
 
-        # --- Output: keys back to values. -------------------------------------------------
+        # --- Output: keys back to values, and each element's index from the window's position
+        # and the taps that won: the flat index of the window's last tap, ``base``, less, per
+        # axis, the winning tap's steps back times the axis's stride in the flat index. -------
         last = passes[-1].o
-        m.d.comb += [
-            self.o.valid.eq(last.valid),
-            last.ready.eq(self.o.ready),
-            self.o.payload.data.eq(from_key(m, "from_key", fmt, last.payload.key)),
-            self.o.payload.index.eq(last.payload.index),
-        ]
-        with m.If(self.o.valid & self.o.ready & ~last.payload.real):
-            m.d.sync += self.empty_window.eq(1)
+        cfg, bits = self.config, self.index_bits
+
+        def product(name, a, b):
+            return register(m, 1, (a * b)[:bits], name)
+
+        inner = [Const(1, bits)] * rank            # flat-index stride of one step of each axis
+        for a in reversed(range(rank - 1)):
+            inner[a] = product(f"inner_{a}", inner[a + 1], cfg[a + 1].size)
+        step = [product(f"step_{a}", cfg[a].stride, inner[a]) for a in range(rank)]
+        back = [register(m, 1, (product(f"out_step_{a}", cfg[a].out, step[a]) - step[a])[:bits],
+                         f"back_{a}") for a in range(rank)]
+        # The base's change when axis a advances and the axes inside it start over.
+        delta = [register(m, 1, (step[a] - sum(back[a + 1:], Const(0, bits)))[:bits],
+                          f"delta_{a}") for a in range(rank)]
+        span = [product(f"span_{a}", cfg[a].kernel * cfg[a].dilation - cfg[a].dilation,
+                        inner[a]) for a in range(rank)]
+        padding = [product(f"padding_{a}", cfg[a].pad, inner[a]) for a in range(rank)]
+        start = register(m, 1, (sum(span, Const(0, bits)) - sum(padding, Const(0, bits)))[:bits],
+                         "start")
+        multiples = [[product(f"multiple_{a}_{t}", inner[a], t) for t in range(self.max_extent)]
+                     for a in range(rank)]
+        out_less = [register(m, 1, cfg[a].out - 1, f"out_less_{a}") for a in range(rank)]
+
+        # Where the next output is: ``fresh`` at an image's first (then ``start`` and the
+        # full counts apply), else ``base`` and ``left`` (outputs after this one, per axis).
+        fresh = Signal(init=1)
+        base = Signal(bits)
+        left = [Signal(self.dim_bits, name=f"left_{a}") for a in range(rank)]
+        here = Mux(fresh, start, base)
+        counts = [Mux(fresh, out_less[a], left[a]) for a in range(rank)]
+        wraps = [c == 0 for c in counts]
+        take = last.valid & (~self.o.valid | self.o.ready)
+        m.d.comb += last.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(take):
+            m.d.sync += [
+                self.o.valid.eq(1),
+                self.o.payload.data.eq(from_key(m, "from_key", fmt, last.payload.key)),
+            ]
+            for k in range(LANE_BYTES):
+                taps = last.payload.taps[k]
+                back_by = sum((Array(multiples[a])[taps[a]] for a in range(rank)),
+                              Const(0, bits))
+                m.d.sync += self.o.payload.index[k].eq((here - back_by)[:bits])
+            with m.If(~last.payload.real):
+                m.d.sync += self.empty_window.eq(1)
+            # The odometer: the innermost axis that does not wrap advances.
+            m.d.sync += [fresh.eq(Cat(wraps).all()), base.eq(start)]
+            for a in range(rank):                  # outermost first: the innermost one wins
+                inside_wrap = Cat(wraps[a + 1:]).all() if a + 1 < rank else 1
+                with m.If(inside_wrap):
+                    m.d.sync += left[a].eq(Mux(wraps[a], out_less[a], counts[a] - 1))
+                    with m.If(~wraps[a]):
+                        m.d.sync += base.eq(here + delta[a])
+                with m.Else():
+                    m.d.sync += left[a].eq(counts[a])
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
 
         columns_refused = 0
         if rank >= 2:
@@ -590,7 +654,7 @@ class WindowMaxPool(wiring.Component):
             self.config_error.eq(Cat(p.config_error for p in passes).any() | columns_refused),
             self.capacity_error.eq(Cat(p.capacity_error for p in passes).any()),
             self.idle.eq(Cat(p.idle for p in passes).all() & ~halfway & ~keyed_valid
-                         & (index == 0) & (settle == 0)),
+                         & ~self.o.valid & fresh & (settle == 0)),
         ]
         return ResetInserter(self.clear)(m)
 
