@@ -23,7 +23,7 @@ __all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "
            "one_byte", "WordSplitter", "WordCRC"]
 
 #: Bytes per cycle a link (and the engine behind it) may carry.
-LINK_WIDTHS = (1, 2, 4, 8, 16)
+LINK_WIDTHS = (1, 2, 4, 8, 16, 32)
 
 
 def check_link_bytes(link_bytes, *, lanes=None, unit=None):
