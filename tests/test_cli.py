@@ -118,6 +118,18 @@ def test_bench_names_a_device_it_cannot_measure():
     assert "serial:///dev/does-not-exist: not measured: cannot open serial port" in text
 
 
+@pytest.mark.parametrize("board, message", [
+    ("nosuch", "unknown board 'nosuch'; known boards: icebreaker"),
+])
+def test_core_link_of_one_board_names_a_board_it_cannot_measure(capsys, board, message):
+    """``python -m maxaccel.host.bench --board NAME`` (core/link of one board) refuses an
+    unknown board before measuring anything."""
+    from maxaccel.host import bench
+    with pytest.raises(SystemExit) as exit_info:
+        bench._main(["--board", board])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_bench_ratios_need_a_board_that_counts_cycles():
     status, text = run("bench", "--device", "fake://", "--ratios", "64", "--no-cpu")
     assert status == 1

@@ -69,10 +69,11 @@ def replay(board, requests):
     return transcript
 
 
-@pytest.mark.parametrize("link_bytes", [1, 8])
+@pytest.mark.parametrize("link_bytes", [1, 8, 32])
 def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
+    """At 32 bytes a cycle (the NiteFury's link word) on a core of 4 lanes."""
     rng = np.random.default_rng(42)
-    board = dict(BOARD, link_bytes=link_bytes)
+    board = dict(BOARD, link_bytes=link_bytes, lanes=max(1, link_bytes // 8))
     with VirtualBoard(**board) as simulated, VerilatorBoard(**board) as compiled:
         assert compiled.identity == simulated.identity
         requests = conversation(compiled.identity, rng)
