@@ -618,7 +618,7 @@ def measure_core_link(report, elements=1 << 18, *, dtypes=RATIO_DTYPES, progress
     (:func:`maxaccel.boards.targets.load_reports`).
 
     The board's core (its target's capacities and units, the report's lanes and clock, and its
-    link word: ``core_bytes_per_s`` over the clock, 16 bytes behind the NiteFury's XDMA, one
+    link word: ``core_bytes_per_s`` over the clock, 32 bytes behind the NiteFury's XDMA, one
     behind a UART) runs :data:`RATIO_OPERATIONS` on the compiled virtual board. For each
     operation, the rate at which the core takes the operation's request bytes (bytes sent over
     cycles, at the board's clock) over the link's payload rate (``link_bytes_per_s``): the
