@@ -44,6 +44,10 @@ class Target:
         Default core clock (a PLL makes it from the board's oscillator where they differ).
     baud : int or None
         UART bit rate, for UART links.
+    link_word : int
+        Bytes per cycle the core's link carries (:class:`~maxaccel.hdl.top.Core`'s
+        ``link_bytes``): 1 behind a UART; the NiteFury's 32, two of the XDMA's 16-byte AXI
+        words paired, so its core (4 GB/s at 125 MHz) has 2.5 times the PCIe link's rate.
     core : dict
         Further :class:`~maxaccel.hdl.top.Core` parameters (``replay_depth``, ``max_dims``,
         ``max_operands``, ``pool_channels``, ``window_lanes``, ``units``, ``reduce_pipeline``)
@@ -67,6 +71,7 @@ class Target:
     lanes: int
     clock_mhz: float
     baud: int | None = None
+    link_word: int = 1
     core: dict = field(default_factory=dict)
 
     def platform(self, **options):
@@ -114,7 +119,7 @@ TARGETS = {t.name: t for t in [
     Target(name="nitefury", title="RHS Research NiteFury II (Artix-7 M.2, PCIe Gen2 x4)",
            family="xilinx", device="XC7A200T-FBG484-2",
            platform_class="amaranth_boards.nitefury:NitefuryIIPlatform",
-           link="xdma", link_bytes_per_s=1.6e9, lanes=2, clock_mhz=125.0,
+           link="xdma", link_bytes_per_s=1.6e9, lanes=4, clock_mhz=125.0, link_word=32,
            core=dict(replay_depth=1024, max_dims=4, max_operands=4, pool_channels=256,
                      window_columns=64, window_plane=1024)),
 ]}

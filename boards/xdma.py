@@ -7,7 +7,7 @@ stream of ``width``-byte words with ``tkeep`` byte enables and ``tlast``. The ho
 link words of a whole AXI word) and back.
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -29,8 +29,9 @@ def axi_stream_signature(width):
 
 
 def _check_adapter_link(adapter, width, link_bytes):
-    if link_bytes not in (1, width):
-        refuse(adapter, f"link_bytes must be 1 or the AXI width {width}, not {link_bytes!r}")
+    if link_bytes not in (1, width, 2 * width):
+        refuse(adapter, f"link_bytes must be 1, the AXI width {width} or twice it, "
+                        f"not {link_bytes!r}")
 
 
 class WordsToBytes(wiring.Component):
@@ -41,23 +42,29 @@ class WordsToBytes(wiring.Component):
     width : int
         Bytes per word (16 for the XDMA's 128-bit interface as the NiteFury configures it).
     link_bytes : int
-        Bytes per transfer of ``o``: 1 (a byte stream, any ``tkeep``) or ``width`` (the word
+        Bytes per transfer of ``o``: 1 (a byte stream, any ``tkeep``), ``width`` (the word
         itself, as a :func:`~maxaccel.hdl.linkword.link_signature` word of as many bytes as
-        ``tkeep`` marks; ``tkeep`` must mark bytes from 0 up, which is what the XDMA's H2C
-        channel gives: every byte, or the low bytes of a transfer's last beat. A word with a
-        gap would reach the core with its bytes shifted, and the frame check would refuse it).
+        ``tkeep`` marks) or ``2 * width`` (two words paired into one link word). On word links
+        ``tkeep`` must mark bytes from 0 up, which is what the XDMA's H2C channel gives: every
+        byte, or the low bytes of a transfer's last beat. A word with a gap would reach the
+        core with its bytes shifted, and the frame check would refuse it.
 
     Ports
     -----
     axis : In(axi_stream_signature(width))
-        Words from the XDMA IP. ``tlast`` is ignored: the link stream carries frames that the
-        command engine delimits itself.
+        Words from the XDMA IP. ``tlast`` (the end of the host's ``write``) matters only when
+        pairing: a word with ``tlast``, or with bytes missing, is not held for a partner. The
+        link stream carries frames that the command engine delimits itself.
     o : Out(link_signature(link_bytes))
         Bytes to the core.
 
     Latency and throughput
     ----------------------
     ``link_bytes == width``: none; a word per cycle, a word keeping no byte is dropped.
+    ``link_bytes == 2 * width``: a word per cycle in; the first word of a pair waits in a
+    register, and goes out with the second in the cycle that one arrives (combinationally),
+    so a link word leaves every second cycle at the AXI side's full rate; a first word that
+    is a transfer's last (``tlast``, or not every byte kept) goes out alone the cycle after.
     ``link_bytes == 1``: a word is taken when its last kept byte goes out (or at once if it
     keeps none); bytes leave one per cycle, the first the cycle after its word is taken.
     """
@@ -82,6 +89,8 @@ class WordsToBytes(wiring.Component):
                 self.axis.tready.eq(self.o.ready | (kept == 0)),
             ]
             return m
+        if self.link_bytes == 2 * width:
+            return self._pair(m)
 
         data = Signal(8 * width)
         keep = Signal(width)           # bytes of the held word not yet sent
@@ -106,12 +115,56 @@ class WordsToBytes(wiring.Component):
             m.d.sync += [data.eq(self.axis.tdata), keep.eq(self.axis.tkeep)]
         return m
 
+    def _pair(self, m):
+        """Two AXI words to one link word: the first held, the second passed straight on."""
+        width = self.width
+        kept = Signal(range(width + 1))
+        m.d.comb += kept.eq(sum(self.axis.tkeep[k] for k in range(width)))
+        held = Signal()                     # a first word waits in `first`
+        first = Signal(8 * width)
+        first_count = Signal(range(width + 1))
+        alone = Signal()                    # it ends a transfer: no partner will follow
+        taken = self.axis.tvalid & self.axis.tready
+        with m.If(~held):
+            # Take the word into the register (a word keeping no byte is dropped).
+            m.d.comb += self.axis.tready.eq(1)
+            with m.If(self.axis.tvalid & (kept != 0)):
+                m.d.sync += [held.eq(1), first.eq(self.axis.tdata), first_count.eq(kept),
+                             alone.eq(self.axis.tlast | (kept != width))]
+        with m.Elif(alone):
+            # The held word goes out by itself; the incoming one may take its place.
+            m.d.comb += [
+                self.o.valid.eq(1),
+                self.o.payload.data.as_value().eq(first),
+                self.o.payload.count.eq(first_count),
+                self.axis.tready.eq(self.o.ready),
+            ]
+            with m.If(self.o.ready):
+                m.d.sync += held.eq(0)
+                with m.If(taken & (kept != 0)):
+                    m.d.sync += [held.eq(1), first.eq(self.axis.tdata), first_count.eq(kept),
+                                 alone.eq(self.axis.tlast | (kept != width))]
+        with m.Else():
+            # A full first word: out together with the next word that keeps bytes.
+            m.d.comb += [
+                self.o.valid.eq(self.axis.tvalid & (kept != 0)),
+                self.o.payload.data.as_value().eq(Cat(first, self.axis.tdata)),
+                self.o.payload.count.eq(width + kept),
+                self.axis.tready.eq(self.o.ready | (kept == 0)),
+            ]
+            with m.If(taken):
+                with m.If(kept != 0):
+                    m.d.sync += held.eq(0)
+                with m.Elif(self.axis.tlast):
+                    m.d.sync += alone.eq(1)         # an empty last word ends the transfer
+        return m
+
 
 class BytesToWords(wiring.Component):
     """C2H: the core's link stream to AXI4-Stream words; a reply ends with ``tlast``.
 
-    Link words (or bytes) are appended to a buffer of two AXI words; every word but a reply's
-    last goes out full (the XDMA's C2H channel wants every ``tkeep`` bit set but on the last
+    Link words (or bytes) are appended to a buffer of ``width + link_bytes - 1`` bytes; every
+    word but a reply's last goes out full (the XDMA's C2H channel wants every ``tkeep`` bit set but on the last
     beat). A full word is held until more bytes show that more is coming, so the last word of
     a reply, full or not, can carry ``tlast``: when ``flush`` is high (the core is idle:
     nothing more will come without a new request) and nothing is arriving, the held bytes go
@@ -123,8 +176,9 @@ class BytesToWords(wiring.Component):
     width : int
         Bytes per AXI word.
     link_bytes : int
-        Bytes per transfer of ``i``: 1 (a byte stream) or ``width``
-        (:func:`~maxaccel.hdl.linkword.link_signature` words).
+        Bytes per transfer of ``i``: 1 (a byte stream), ``width`` or ``2 * width``
+        (:func:`~maxaccel.hdl.linkword.link_signature` words; a word of two AXI words is split
+        in two).
 
     Ports
     -----
@@ -137,9 +191,11 @@ class BytesToWords(wiring.Component):
 
     Latency and throughput
     ----------------------
-    One link transfer per cycle in. A full word goes out the cycle after the transfer that
-    follows it arrives, or, at the end of a reply, the cycles after ``flush`` rises (two if the
-    buffer holds more than a word).
+    An AXI word per cycle out: one link transfer per cycle in up to ``width`` bytes, one every
+    second cycle of ``2 * width`` (``i.ready`` falls while the buffer has no room for one). A
+    full word goes out the cycle after the buffer holds bytes beyond it or the transfer that
+    follows it arrives, or, at the end of a reply, the cycles after ``flush`` rises (one a
+    word the buffer holds).
     """
 
     def __init__(self, width=8, link_bytes=1):
@@ -152,9 +208,10 @@ class BytesToWords(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = self.width
-        # The bytes not yet sent: `count` of `data`, from byte 0; up to two words.
-        data = Signal(16 * width)
-        count = Signal(range(2 * width))
+        # The bytes not yet sent: `count` of `data`, from byte 0.
+        capacity = width + self.link_bytes - 1
+        data = Signal(8 * capacity)
+        count = Signal(range(capacity + 1))
         full = count >= width
 
         incoming, incoming_count = word_fields(self.i.payload, self.link_bytes)
@@ -163,12 +220,16 @@ class BytesToWords(wiring.Component):
         with m.If(self.axis.tready):
             m.d.sync += self.axis.tvalid.eq(0)
 
-        # Taken unless a full word is waiting and cannot be handed over this cycle (the
-        # buffer then has room for a whole transfer more, whatever `count`).
-        m.d.comb += self.i.ready.eq(~full | ~out_busy)
+        # Taken if a whole transfer fits, counting a full word that can be handed over this
+        # cycle as gone (it goes if the transfer arrives). On links of up to `width` bytes
+        # that is: unless a full word is waiting and cannot be handed over.
+        m.d.comb += self.i.ready.eq(
+            Mux(full & ~out_busy, count - width, count) + self.link_bytes <= capacity)
         arriving = self.i.valid & self.i.ready
         ending = self.flush & ~self.i.valid & ~out_busy & (count != 0)
-        send_full = full & (arriving | ending)      # a full word: the last only if exactly full
+        # A full word goes once more bytes are held or arriving (so it is not the reply's
+        # last), or at the end, as the last only if exactly full.
+        send_full = full & ((~out_busy & (count > width)) | arriving | ending)
         send_last = ending & (count <= width)
         sent = Mux(send_full, width, Mux(send_last, count, 0))
         with m.If(send_full | send_last):
@@ -200,8 +261,9 @@ class CoreOverAXIStream(wiring.Component):
     width : int
         Bytes per AXI4-Stream word (16: the XDMA's 128-bit interface on the NiteFury).
     link_bytes : int
-        The core's link width: 1 (bytes) or ``width`` (an AXI word per cycle each way; needs
-        ``8 * lanes >= width``).
+        The core's link width: 1 (bytes), ``width`` (an AXI word per cycle each way) or
+        ``2 * width`` (two AXI words paired into a link word: the core has twice the AXI
+        side's rate). Needs ``8 * lanes >= link_bytes``.
     **core_parameters
         Passed to :class:`~maxaccel.hdl.top.Core`.
 
@@ -214,9 +276,9 @@ class CoreOverAXIStream(wiring.Component):
 
     Latency and throughput
     ----------------------
-    The core's: ``link_bytes`` bytes per cycle each way for the data, plus a cycle in the C2H
-    adapter (and in the H2C one for a byte link) and, at the end of a reply, the cycles until
-    the core reports idle.
+    The core's: ``link_bytes`` bytes per cycle each way for the data (at most ``width`` on
+    the AXI side), plus a cycle in the C2H adapter (and in the H2C one for a byte link or
+    paired words) and, at the end of a reply, the cycles until the core reports idle.
     """
 
     def __init__(self, width=8, link_bytes=1, **core_parameters):
@@ -272,13 +334,14 @@ class XDMATop(wiring.Component):
     """The NiteFury top level: the XDMA IP (``xdma_0``, a black box created by
     :data:`XDMA_IP_TCL`) on the board's PCIe lanes, and :class:`CoreOverAXIStream` on its
     AXI4-Stream channels, clocked by the IP's ``axi_aclk`` (125 MHz) and held in reset while
-    ``axi_aresetn`` is low. The core's link is an AXI word (16 bytes) wide, so it keeps up
-    with PCIe Gen2 x4 (2 GB/s at 125 MHz against the link's 1.6 GB/s); that needs ``lanes >=
-    2``. The host reaches it with ``open_device("xdma:///dev/xdma0")``.
+    ``axi_aresetn`` is low. ``link_bytes``: the core's link word, the target's ``link_word``
+    (the NiteFury's 32 bytes, two AXI words: 4 GB/s at 125 MHz, 2.5 times the 1.6 GB/s PCIe
+    Gen2 x4 carries, so the core is not the limit whatever the operation; needs ``lanes >=
+    4``). The host reaches it with ``open_device("xdma:///dev/xdma0")``.
     """
 
-    def __init__(self, **core_parameters):
-        self.adapter = CoreOverAXIStream(XDMA_WIDTH, link_bytes=XDMA_WIDTH, **core_parameters)
+    def __init__(self, *, link_bytes, **core_parameters):
+        self.adapter = CoreOverAXIStream(XDMA_WIDTH, link_bytes=link_bytes, **core_parameters)
         self.identity = self.adapter.identity
         super().__init__({})
 

@@ -37,20 +37,22 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
         if abs(clock_mhz - 125) > 1e-6:
             raise ValueError(f"{target.name} runs from the XDMA IP's 125 MHz AXI clock; "
                              f"--clock {clock_mhz:g} is not available")
-        if 8 * lanes < XDMA_WIDTH:
-            raise ValueError(f"{target.name}: the core takes a {XDMA_WIDTH}-byte AXI word per "
-                             f"cycle, which needs --lanes {XDMA_WIDTH // 8} or more, not {lanes}")
+        link_word = target.link_word
+        if 8 * lanes < link_word:
+            raise ValueError(f"{target.name}: the core takes a {link_word}-byte link word per "
+                             f"cycle, which needs --lanes {link_word // 8} or more, not {lanes}")
         core = dict(target.core, lanes=lanes, clock_hz=125_000_000)
         out.mkdir(parents=True, exist_ok=True)
         progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
                  f"125 MHz, PCIe Gen2 x4 XDMA, AXI4-Stream {8 * XDMA_WIDTH}-bit -> {out}")
         platform.add_file("xdma_clocks.xdc", XDMA_XDC)
-        plan = platform.build(XDMATop(**core), name="maxaccel", do_build=False,
+        plan = platform.build(XDMATop(link_bytes=link_word, **core), name="maxaccel",
+                              do_build=False,
                               script_after_read=XDMA_IP_TCL)
         plan.extract(str(out))
         progress("estimating resources with yosys synth_xilinx (the XDMA IP excluded)")
-        top = CoreOverAXIStream(XDMA_WIDTH, link_bytes=XDMA_WIDTH, **core)
-        core_link_bytes = XDMA_WIDTH        # the core takes an AXI word per cycle
+        top = CoreOverAXIStream(XDMA_WIDTH, link_bytes=link_word, **core)
+        core_link_bytes = link_word         # the core takes a link word per cycle
         cells = synthesize(top, "xilinx")
     else:
         platform = target.platform()

@@ -27,8 +27,10 @@ __all__ = [
 MAGIC = b"MX"
 #: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
 #: :data:`PAYLOAD_ALIGN`, ``MAX``'s ``streamed`` a count (the fold). 3: ``MAX_POOL`` and the
-#: pooling unit's capacities in ``IDENTIFY``. 4: ``window_lanes`` counts the pooling unit's
-#: 64-bit lanes (a ``MAX_POOL`` group of up to ``8 * window_lanes / itemsize`` images).
+#: pooling unit's capacities in ``IDENTIFY``. 4: parameter blocks padded to 32
+#: (:data:`PAYLOAD_ALIGN`, the NiteFury's 32-byte link word), and ``window_lanes`` counts the
+#: pooling unit's 64-bit lanes (a ``MAX_POOL`` group of up to ``8 * window_lanes / itemsize``
+#: images).
 VERSION = 4
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
@@ -42,10 +44,10 @@ _HEADER = struct.Struct("<2sBBI")
 
 #: Every data command's parameter block is padded (with bytes the device ignores) so that the
 #: request data after it starts this many bytes, or a multiple, from the frame's start: on a
-#: link of up to this many bytes a cycle (16 on PCIe and the compiled virtual board) a frame
-#: that starts on a link word puts its first data byte on one too, and a row of one beat is
-#: one word (``docs/protocol.md``, "Alignment").
-PAYLOAD_ALIGN = 16
+#: link of up to this many bytes a cycle (32 behind the NiteFury's XDMA and on the compiled
+#: virtual board) a frame that starts on a link word puts its first data byte on one too, and
+#: a row of one beat is one word (``docs/protocol.md``, "Alignment").
+PAYLOAD_ALIGN = 32
 
 
 class Command(enum.IntEnum):

@@ -618,7 +618,7 @@ def measure_core_link(report, elements=1 << 18, *, dtypes=RATIO_DTYPES, progress
     (:func:`maxaccel.boards.targets.load_reports`).
 
     The board's core (its target's capacities and units, the report's lanes and clock, and its
-    link word: ``core_bytes_per_s`` over the clock, 16 bytes behind the NiteFury's XDMA, one
+    link word: ``core_bytes_per_s`` over the clock, 32 bytes behind the NiteFury's XDMA, one
     behind a UART) runs :data:`RATIO_OPERATIONS` on the compiled virtual board. For each
     operation, the rate at which the core takes the operation's request bytes (bytes sent over
     cycles, at the board's clock) over the link's payload rate (``link_bytes_per_s``): the
@@ -691,9 +691,20 @@ def _main(argv=None):
     parser.add_argument("--boards", action="store_true",
                         help="measure core/link per operation of each board report's core on "
                              "the compiled virtual board (its link word, lanes, capacities)")
+    parser.add_argument("--board", action="append", metavar="NAME",
+                        help="with --boards (implied): only this board's report (repeatable)")
     parser.add_argument("--json", metavar="FILE", help="with --boards: write the table "
-                        f"(docs/boards/{CORE_LINK_FILE} is this file)")
+                        f"(docs/boards/{CORE_LINK_FILE} is this file); with --board, the "
+                        "file's other boards are kept")
     args = parser.parse_args(argv)
+    if args.board:
+        from maxaccel.boards.targets import target
+        for name in args.board:
+            try:
+                target(name)    # an unknown name is refused before anything runs
+            except ValueError as error:
+                parser.error(str(error))
+        args.boards = True
     dtypes = args.dtype or RATIO_DTYPES
     progress = lambda r: print(f"  {ratio_line(r)}", flush=True)     # noqa: E731
     elements = args.elements or 1 << 18
@@ -702,16 +713,30 @@ def _main(argv=None):
             ratios = measure_ratios(device, elements, dtypes=dtypes, progress=progress)
         print(format_ratios(ratios))
         return
-    from maxaccel.boards.targets import load_reports
+    from maxaccel.boards.targets import TARGETS, load_reports
+    reports = [r for r in load_reports() if not args.board or r["board"] in args.board]
+    missing = set(args.board or ()) - {r["board"] for r in reports}
+    if missing:
+        parser.error(f"no build report for {', '.join(sorted(missing))} (run maxaccel build)")
     core_link = {}
-    for report in load_reports():
+    for report in reports:
         print(f"{report['board']}: {report['lanes']} lane(s), {report['clock_mhz']:g} MHz",
               flush=True)
         core_link[report["board"]] = measure_core_link(report, elements, dtypes=dtypes,
                                                        progress=progress)
     print(format_core_link(core_link))
     if args.json:
-        with open(args.json, "w") as file:
+        import pathlib
+        path = pathlib.Path(args.json)
+        if args.board and path.exists():
+            previous = json.loads(path.read_text())
+            if previous.get("elements") != elements:
+                parser.error(f"{path} was measured with {previous.get('elements')} elements "
+                             f"per operand, not {elements}: measure every board again")
+            core_link = {name: core_link.get(name, previous["boards"].get(name))
+                         for name in TARGETS
+                         if name in core_link or name in previous["boards"]}
+        with open(path, "w") as file:
             json.dump({"command": "python -m maxaccel.host.bench --boards", "elements": elements,
                        "boards": core_link}, file, indent=1)
             file.write("\n")

@@ -20,14 +20,14 @@ from maxaccel.sim.virtual_board import CORE_DEFAULTS
 __all__ = ["VerilatorBoard", "VERILATOR_DEFAULTS"]
 
 #: The compiled board's :class:`~maxaccel.hdl.top.Core` parameters, unless given: the NiteFury's
-#: core (its lanes and capacities: ``TARGETS["nitefury"]``, whose 16-byte PCIe word this board's
+#: core (its lanes and capacities: ``TARGETS["nitefury"]``, whose 32-byte link word this board's
 #: beat-wide link stands for) with the virtual boards' nominal clock and frame timeout
 #: (:data:`~maxaccel.sim.virtual_board.CORE_DEFAULTS`). Its replay buffer (1024 beats, block
 #: RAM on the XC7A200T) holds a 512-row broadcast column and its row at once, where the
 #: simulated board's 64 beats cut ``max(a, row, col)`` into hundreds of tiles; its windowed
 #: pooling unit (all its lanes) takes a beat of images a cycle.
-VERILATOR_DEFAULTS = {**CORE_DEFAULTS, **TARGETS["nitefury"].core,
-                      "lanes": TARGETS["nitefury"].lanes}
+_NITEFURY = TARGETS["nitefury"]
+VERILATOR_DEFAULTS = {**CORE_DEFAULTS, **_NITEFURY.core, "lanes": _NITEFURY.lanes}
 
 _QUIESCENT_AFTER = 2        # idle cycles, as VirtualBoard's stream bench
 _OUT_FULL, _QUIESCENT, _CYCLES_RAN_OUT = 0, 1, 2    # maxaccel_board_run's verdicts
@@ -61,11 +61,11 @@ class VerilatorBoard:
     lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, clock_hz,
     frame_timeout_cycles, units, reduce_pipeline :
         As :class:`~maxaccel.sim.virtual_board.VirtualBoard`; defaults in
-        :data:`VERILATOR_DEFAULTS` (the NiteFury's core: 2 lanes, a 1024-beat replay buffer).
+        :data:`VERILATOR_DEFAULTS` (the NiteFury's core: 4 lanes, a 1024-beat replay buffer).
     link_bytes : int, optional
-        Bytes per cycle between the bench and the core; default a beat's worth,
-        ``min(16, 8 * lanes)``: a wide stream (as PCIe gives), so a compiled board moves a
-        beat per cycle instead of a byte. ``link_bytes=1`` is a byte link, cycle for cycle as
+        Bytes per cycle between the bench and the core; default the NiteFury's link word, or
+        a beat if that is less: ``min(32, 8 * lanes)``, a wide stream (as PCIe gives), so a
+        compiled board moves a beat per cycle instead of a byte. ``link_bytes=1`` is a byte link, cycle for cycle as
         :class:`~maxaccel.sim.virtual_board.VirtualBoard`'s default.
     timeout : float, optional
         Default ``timeout`` of :meth:`read`, in seconds of simulated time (None: no limit).
@@ -96,7 +96,7 @@ class VerilatorBoard:
                             f"accepted: {', '.join(CORE_DEFAULTS)}, timeout")
         parameters = {**VERILATOR_DEFAULTS, "link_bytes": None, **parameters}
         if parameters["link_bytes"] is None:
-            parameters["link_bytes"] = min(16, LANE_BYTES * parameters["lanes"])
+            parameters["link_bytes"] = min(_NITEFURY.link_word, LANE_BYTES * parameters["lanes"])
         self.clock_hz = parameters["clock_hz"]
         require_verilator()     # before building anything: a missing tool is said at once
         core = Core(**parameters)

@@ -30,8 +30,8 @@ def run(*argv, capsys):
      "no bitstream at /nonexistent/maxaccel.bin: run 'maxaccel build icebreaker --out"),
     (["program", "arty_a7_35"], "programmed from Vivado's hardware manager"),
     (["build", "nitefury", "--clock", "250"], "runs from the XDMA IP's 125 MHz AXI clock"),
-    (["build", "nitefury", "--lanes", "1"],
-     "nitefury: the core takes a 16-byte AXI word per cycle, which needs --lanes 2 or more"),
+    (["build", "nitefury", "--lanes", "2"],
+     "nitefury: the core takes a 32-byte link word per cycle, which needs --lanes 4 or more"),
     (["build", "arty_a7_35", "--clock", "50"], "runs from its 100 MHz oscillator"),
 ])
 def test_impossible_builds_are_refused_with_a_reason(capsys, argv, message):
@@ -179,8 +179,8 @@ def test_nitefury_xdma_build_plan(tmp_path, capsys):
         (tmp_path / "xdma_clocks.xdc").read_text()
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["link"] == "xdma" and report["clock_mhz"] == 125
-    # A 16-byte AXI word per cycle: the core is no longer the PCIe board's limit.
-    assert report["core_bytes_per_s"] == 16 * 125e6 > report["link_bytes_per_s"]
+    # A 32-byte link word (two AXI words) per cycle: 2.5 times the PCIe link's rate.
+    assert report["core_bytes_per_s"] == 32 * 125e6 >= 2 * report["link_bytes_per_s"]
     assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
 
 

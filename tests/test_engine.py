@@ -52,10 +52,21 @@ def dtype_name(dtype):
 
 
 def open_board(kind):
+    """The simulated board of ``BOARD``, or the default compiled board (the NiteFury's core:
+    4 lanes and its 32-byte link word, so the engine's cycle counts are checked at a byte and
+    at 32 bytes; the model is the one ``open_device("verilator")`` builds for other tests)."""
     if kind == "verilator":
         from maxaccel.sim.verilator_board import VerilatorBoard
-        return VerilatorBoard(**BOARD)
+        return VerilatorBoard()
     return VirtualBoard(**BOARD)
+
+
+def parameters_of(board):
+    """The :class:`~maxaccel.hdl.top.Core` parameters ``board`` was opened with."""
+    if isinstance(board, VirtualBoard):
+        return BOARD
+    from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
+    return VERILATOR_DEFAULTS
 
 
 @pytest.fixture(scope="module", params=["sim", "verilator"])
@@ -162,11 +173,13 @@ def test_identify_reports_the_gateware(clean_board):
     expect_status(frame, Status.OK, Identity.STRUCT.size)
     identity = Identity.decode(frame.payload)
     assert identity == clean_board.identity
-    assert identity.lanes == LANES
+    made = parameters_of(clean_board)
+    assert identity.lanes == made["lanes"]
     assert identity.dtypes == frozenset(int(code) for code in FORMATS)
-    assert (identity.replay_depth, identity.max_dims, identity.max_operands) == (32, 3, 3)
-    assert identity.pool_channels >= 8
-    assert identity.frame_timeout_cycles == TIMEOUT_CYCLES
+    assert ((identity.replay_depth, identity.max_dims, identity.max_operands)
+            == (made["replay_depth"], made["max_dims"], made["max_operands"]))
+    assert identity.pool_channels >= made["pool_channels"]
+    assert identity.frame_timeout_cycles == made["frame_timeout_cycles"]
 
 
 @pytest.mark.parametrize("kind", ["sim", "verilator"])
@@ -201,7 +214,7 @@ def test_counters_count_link_errors(kind):
 def test_reduce_matches_the_golden_model(clean_board, dtype):
     fmt = format_of(dtype)
     rng = np.random.default_rng(fmt.dtype)
-    beat = 8 * LANES
+    beat = 8 * clean_board.identity.lanes
     # Runs shorter than, equal to and longer than a beat, by the dtype's element size.
     for runs, run_length in [(3, 5), (2, beat // fmt.nbytes), (1, 2 * beat // fmt.nbytes + 1)]:
         x = random_values(rng, fmt, (runs, run_length))
@@ -454,11 +467,13 @@ def test_unsupported_dtype(clean_board, dtype):
 
 def max_block(identity, *, dtype=DType.FLOAT, operands=1, streamed=1, row_length=2,
               counts=None, bases=None, splats=None, reserved=0):
-    """A raw ``MAX`` block, out-of-range values allowed (only the data is left out)."""
+    """A raw ``MAX`` block, out-of-range values allowed (only the data is left out); counts
+    not given are 1."""
     fields = dict(dtype=dtype, operands=operands, streamed=streamed, reserved=reserved,
                   row_length=row_length)
+    counts = list(counts or [])
     fields.update((f"counts[{d}]", count)
-                  for d, count in enumerate(counts or [1] * identity.max_dims))
+                  for d, count in enumerate(counts + [1] * (identity.max_dims - len(counts))))
     fields.update((f"slot[{k}].base", base) for k, base in (bases or {}).items())
     fields.update((f"slot[{k}].splat", splat) for k, splat in (splats or {}).items())
     return MaxParameters.layout(identity.max_dims, identity.max_operands).pack(**fields)
@@ -664,12 +679,13 @@ def test_back_to_back_requests(clean_board):
 # ---- the core under stalls (run_streams) -------------------------------------------------------
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-@pytest.mark.parametrize("link_bytes", [1, 16])
+@pytest.mark.parametrize("link_bytes", [1, 16, 32])
 def test_core_under_idle_input_and_backpressure(link_bytes, stalls):
     """Exact reply bytes, whatever the input gaps, the split of the input into link words and
-    the output backpressure."""
-    core = Core(**{k: v for k, v in BOARD.items() if k != "frame_timeout_cycles"},
-                frame_timeout_cycles=10_000, link_bytes=link_bytes)
+    the output backpressure (32 bytes: the NiteFury's link word, on a core of 4 lanes)."""
+    core = Core(**{k: v for k, v in BOARD.items() if k not in ("frame_timeout_cycles", "lanes")},
+                lanes=max(LANES, link_bytes // 8), frame_timeout_cycles=10_000,
+                link_bytes=link_bytes)
     x = random_values(np.random.default_rng(3), format_of(np.float32), (3, 7))
     pooled = random_values(np.random.default_rng(4), format_of(np.int8), (2, 5, 3))
     request = (b"\x13MX" + encode_frame(Command.REDUCE, 1, reduce_payload(x))

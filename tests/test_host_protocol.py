@@ -14,12 +14,14 @@ def test_max_block_layout_is_fixed_width_little_endian():
     block = MaxParameters(DType.FLOAT16, 300, (1, 5, 7), True,
                           (MaxOperand(16, False, (0, 3, -2)), MaxOperand(2, True, (1, 0, 0))))
     data = block.encode(max_dims=3, max_operands=4)
-    assert len(data) == MaxParameters.size(3, 4) == 8 + 12 + 4 * (8 + 12)
+    fields = 8 + 12 + 4 * (8 + 12)
+    # Padded with zeros so that the data after it starts on PAYLOAD_ALIGN.
+    assert len(data) == MaxParameters.size(3, 4) == 128 - HEADER_SIZE > fields
     assert data[:8] == bytes([DType.FLOAT16, 2, 1, 0]) + struct.pack("<I", 300)
     assert struct.unpack_from("<3I", data, 8) == (1, 5, 7)
     assert struct.unpack_from("<IBxxx3i", data, 20) == (16, 0, 0, 3, -2)
     assert struct.unpack_from("<IBxxx3i", data, 40) == (2, 1, 1, 0, 0)
-    assert data[60:] == bytes(40)  # unused slots
+    assert data[60:] == bytes(len(data) - 60)  # unused slots, padding
     decoded, rest = MaxParameters.decode(data + b"tail", 3, 4)
     assert decoded == block and rest == b"tail"
 
@@ -48,10 +50,10 @@ def test_max_block_refuses_a_device_it_does_not_fit(change, message):
 
 def test_max_block_decode_rejects_bad_blocks():
     good = MaxParameters(DType.INT8, 1, (1,), True, ()).encode(1, 1)
-    # 24 bytes of fields, padded so that the data starts 48 bytes into the frame.
-    assert len(good) == MaxParameters.size(1, 1) == 36 and (HEADER_SIZE + 36) % PAYLOAD_ALIGN == 0
-    assert good[24:] == bytes(12)
-    with pytest.raises(ValueError, match="shorter than its 36-byte parameter block"):
+    # 24 bytes of fields, padded so that the data starts 64 bytes into the frame.
+    assert len(good) == MaxParameters.size(1, 1) == 52 and (HEADER_SIZE + 52) % PAYLOAD_ALIGN == 0
+    assert good[24:] == bytes(28)
+    with pytest.raises(ValueError, match="shorter than its 52-byte parameter block"):
         MaxParameters.decode(good[:-1], 1, 1)
     # M > K, S >= 2 with a replayed operand, reserved, splat
     for offset, value in [(1, 2), (2, 2), (3, 1), (16, 2)]:

@@ -13,7 +13,7 @@ from maxaccel.contract.wire import crc32
 from maxaccel.sim.streams import bytes_from_words, words_from_bytes
 
 
-@pytest.mark.parametrize("width", [1, 4, 16])
+@pytest.mark.parametrize("width", [1, 4, 16, 32])
 def test_word_crc_matches_the_protocol_crc(width):
     """Random counts per cycle, 0 included, and restarts: after every cycle the register holds
     the CRC of the bytes added since the last start, and ``match_detected`` says whether they
@@ -50,7 +50,7 @@ def test_word_crc_matches_the_protocol_crc(width):
     assert checked == messages
 
 
-@pytest.mark.parametrize("width", [2, 8, 16])
+@pytest.mark.parametrize("width", [2, 8, 16, 32])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_word_splitter_passes_every_byte_once_in_order(width, seed):
     """Random idle input, random backpressure and a random ``limit`` every cycle: the bytes
@@ -125,8 +125,8 @@ def test_link_signature():
     assert link_signature(1) == stream.Signature(8)
     for width in LINK_WIDTHS[1:]:
         assert link_signature(width) == stream.Signature(word_layout(width))
-    for bad in (0, 3, 32, "8", None):
-        with pytest.raises(ValueError, match=r"link_bytes must be one of 1, 2, 4, 8, 16, not"):
+    for bad in (0, 3, 64, "8", None):
+        with pytest.raises(ValueError, match=r"link_bytes must be one of 1, 2, 4, 8, 16, 32, not"):
             link_signature(bad)
     with pytest.raises(ValueError, match=r"link_bytes must be one of"):
         WordSplitter(3)

@@ -1,6 +1,8 @@
 """The compiled virtual board: the same bytes, in the same cycles, as the simulated one; its
 model cache; and a clear message where Verilator or a compiler is missing."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -70,10 +72,14 @@ def replay(board, requests):
     return transcript
 
 
-@pytest.mark.parametrize("link_bytes", [1, 8])
+@pytest.mark.parametrize("link_bytes", [1, pytest.param(8, marks=[
+    pytest.mark.slow, pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"), reason=(
+        "a third model (1-2 min of CPU); 32 covers wide links in CI: MAXACCEL_SLOW=1 runs it"))]),
+    32])
 def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
+    """A byte link, and 32 bytes a cycle (the NiteFury's link word) on a core of 4 lanes."""
     rng = np.random.default_rng(42)
-    board = dict(BOARD, link_bytes=link_bytes)
+    board = dict(BOARD, link_bytes=link_bytes, lanes=max(1, link_bytes // 8))
     with VirtualBoard(**board) as simulated, VerilatorBoard(**board) as compiled:
         assert compiled.identity == simulated.identity
         requests = conversation(compiled.identity, rng)
@@ -177,14 +183,14 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
 
 
 # Device cycles of max(a, row, col), (512, 512) with (1, 512) and (512, 1), and of a ReduceMax of
-# as many input elements, on the default compiled board (the NiteFury's core: a 1024-beat
-# replay buffer holds the column, one beat per row, and the row, so the whole pass is one LOAD
-# of each and one MAX); and at (1024, 1024), where the column alone fills the buffer, so the
-# pass is two tiles of 512 rows (the row loaded once). Cycles are deterministic: a change that
-# costs a cycle fails here.
-ROW_COLUMN_CYCLES = {("float32", 1 << 18): (66588, 66074), ("float16", 1 << 18): (33755, 32998),
-                     ("int8", 1 << 18): (17338, 16550), ("float64", 1 << 18): (132569, 131967),
-                     ("float32", 1 << 20): (264796, 263247), ("int8", 1 << 20): (67358, 65949)}
+# as many input elements, on the default compiled board (the NiteFury's core: 4 lanes, a 32-byte
+# link word; a 1024-beat replay buffer holds the column, one beat per row, and the row, so the
+# whole pass is one LOAD of each and one MAX); and at (1024, 1024), where the column alone
+# fills the buffer, so the pass is two tiles of 512 rows (the row loaded once). Cycles are
+# deterministic: a change that costs a cycle fails here.
+ROW_COLUMN_CYCLES = {("float32", 1 << 18): (33771, 33184), ("float16", 1 << 18): (17354, 16552),
+                     ("int8", 1 << 18): (9145, 8328), ("float64", 1 << 18): (66936, 66182),
+                     ("float32", 1 << 20): (133659, 131930), ("int8", 1 << 20): (34589, 33123)}
 
 
 @pytest.fixture(scope="module")
@@ -198,8 +204,10 @@ def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(def
                                                                                dtype, elements):
     from maxaccel.host.bench import measure_ratios
     identity = default_board.identity
-    assert (identity.lanes, identity.replay_depth) == (2, 1024)
+    assert (identity.lanes, identity.replay_depth) == (4, 1024)
     (ratio,) = measure_ratios(default_board, elements, dtypes=(dtype,),
                               operations=["max(a, row, col)"])
     assert (ratio.cycles, ratio.reduce_cycles) == ROW_COLUMN_CYCLES[dtype, elements]
-    assert ratio.ratio <= 1.05      # issue 18: at most 1.1
+    # Issue 18: at most 1.1. The column's LOAD takes a buffer beat per element (512 cycles),
+    # against 8 192 cycles of int8 data at 32 bytes a cycle: 1.098 there.
+    assert ratio.ratio <= 1.1

@@ -88,9 +88,10 @@ class OverWords(wiring.Component):
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
 @pytest.mark.parametrize("length", [1, 7, 8, 9, 16, 61])
-@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+@pytest.mark.parametrize("link_bytes", [1, WIDTH, 2 * WIDTH])
 def test_bytes_survive_words_both_ways(stalls, length, link_bytes):
-    """Link transfers of random sizes (1 to a word) in, the same bytes out, none left over."""
+    """Link transfers of random sizes (1 to a link word) in, the same bytes out, none left
+    over (paired words: the reply's last word, with tlast, is not held for a partner)."""
     payload = bytes(int(b) for b in np.random.default_rng(length).integers(0, 256, length))
     dut = RoundTrip(link_bytes)
     run = run_streams(dut, sources={dut.i: words_from_bytes(payload, link_bytes,
@@ -101,18 +102,21 @@ def test_bytes_survive_words_both_ways(stalls, length, link_bytes):
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
-@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+@pytest.mark.parametrize("link_bytes", [1, WIDTH, 2 * WIDTH])
 def test_only_kept_bytes_leave_in_order(stalls, link_bytes):
-    """Any tkeep on a byte link; on a word link the XDMA's tkeep (bytes from 0 up, or none)."""
+    """Any tkeep on a byte link; on a word link the XDMA's tkeep (bytes from 0 up, or none),
+    with tlast at random (the end of a host write) and on the last word. Paired words: a word
+    with bytes missing or tlast goes alone, and no link word has a gap."""
     rng = random.Random(stalls.seed)
     words, expected = [], []
-    for _ in range(20):
+    for index in range(30):
         tdata = rng.getrandbits(64)
         if link_bytes == 1:
             tkeep = rng.choice([0xFF, 0x01, 0x80, 0xA5, 0x00, 0x0F, rng.getrandbits(8)])
         else:
-            tkeep = (1 << rng.choice([8, 8, 0, 1, 5, 7])) - 1
-        words.append({"tdata": tdata, "tkeep": tkeep, "tlast": 0})
+            tkeep = (1 << rng.choice([8, 8, 8, 0, 1, 5, 7])) - 1
+        words.append({"tdata": tdata, "tkeep": tkeep,
+                      "tlast": index == 29 or rng.random() < 0.2})
         expected += [tdata >> (8 * k) & 0xFF for k in range(8) if tkeep >> k & 1]
     dut = Unpack(link_bytes)
     run = run_streams(dut, sources={dut.words: words},
@@ -123,7 +127,7 @@ def test_only_kept_bytes_leave_in_order(stalls, link_bytes):
 
 
 @pytest.mark.parametrize("length", [5, 8, 13, 16, 23])
-@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+@pytest.mark.parametrize("link_bytes", [1, WIDTH, 2 * WIDTH])
 def test_a_reply_ends_with_tlast_and_partial_tkeep(length, link_bytes):
     """Every word full but the last, which carries tlast (the C2H channel's rule), whatever
     sizes the link transfers had."""
@@ -137,10 +141,13 @@ def test_a_reply_ends_with_tlast_and_partial_tkeep(length, link_bytes):
         for transfer in transfers:                 # back to back, flush low
             ctx.set(dut.i.valid, 1)
             ctx.set(dut.i.payload, transfer)
-            _, _, tvalid, tdata, tkeep, tlast = await ctx.tick().sample(
-                dut.axis.tvalid, dut.axis.tdata, dut.axis.tkeep, dut.axis.tlast)
-            if tvalid:
-                words.append((tdata, tkeep, tlast))
+            taken = False
+            while not taken:
+                _, _, taken, tvalid, tdata, tkeep, tlast = await ctx.tick().sample(
+                    dut.i.ready, dut.axis.tvalid, dut.axis.tdata, dut.axis.tkeep,
+                    dut.axis.tlast)
+                if tvalid:
+                    words.append((tdata, tkeep, tlast))
         ctx.set(dut.i.valid, 0)
         ctx.set(dut.flush, 1)
         for _ in range(5):
@@ -153,7 +160,7 @@ def test_a_reply_ends_with_tlast_and_partial_tkeep(length, link_bytes):
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    full, rest = divmod(length, WIDTH)
+    full, rest = divmod(length, WIDTH)     # whatever the link word, AXI words of WIDTH
     expected_keeps = [0xFF] * full
     if rest:
         expected_keeps.append((1 << rest) - 1)
@@ -176,11 +183,11 @@ def request_words(frames):
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS[::3], ids=str)
 @pytest.mark.parametrize("command", ["IDENTIFY", "REDUCE"])
-@pytest.mark.parametrize("link_bytes", [1, WIDTH])
+@pytest.mark.parametrize("link_bytes", [1, WIDTH, 2 * WIDTH])
 def test_the_core_answers_through_the_xdma_streams(stalls, command, link_bytes):
     """One request in words, its reply out in words ending with tlast (the core going idle
     flushes the last, partial word)."""
-    dut = OverWords(link_bytes, lanes=1, replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
+    dut = OverWords(link_bytes, lanes=max(1, link_bytes // 8), replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
                     clock_hz=125_000_000, frame_timeout_cycles=10_000)
     if command == "IDENTIFY":
         request = encode_frame(Command.IDENTIFY, 1)
@@ -199,3 +206,54 @@ def test_the_core_answers_through_the_xdma_streams(stalls, command, link_bytes):
     (frame,) = FrameParser().feed(got)
     assert Status(frame.status) == Status.OK and got == reply
     assert [w.tlast for w in words] == [0] * (len(words) - 1) + [1]
+
+
+def test_paired_words_keep_the_axi_side_at_a_word_a_cycle():
+    """Two AXI words to a link word (H2C) and back (C2H) without bubbles on the AXI side:
+    with nothing stalled, 20 full words go in 20 cycles (plus the one the first waits in the
+    register) and 10 full link words come out as 20 AXI words on consecutive cycles."""
+    words = [{"tdata": random.Random(k).getrandbits(64), "tkeep": 0xFF, "tlast": k == 19}
+             for k in range(20)]
+    pair = Unpack(2 * WIDTH)
+    split = BytesToWords(WIDTH, 2 * WIDTH)
+    got, sent = [], []
+
+    async def pairing(ctx):
+        ctx.set(pair.o.ready, 1)
+        for word in words:
+            ctx.set(pair.words.valid, 1)
+            ctx.set(pair.words.payload, word)
+            _, _, o_valid, o_payload = await ctx.tick().sample(pair.o.valid, pair.o.payload)
+            if o_valid:
+                got.append(o_payload)
+        ctx.set(pair.words.valid, 0)
+        _, _, o_valid, o_payload = await ctx.tick().sample(pair.o.valid, pair.o.payload)
+        if o_valid:
+            got.append(o_payload)
+
+    async def splitting(ctx):
+        ctx.set(split.axis.tready, 1)
+        payload = b"".join(w["tdata"].to_bytes(8, "little") for w in words)
+        transfers = [{"data": list(payload[k:k + 2 * WIDTH]), "count": 2 * WIDTH}
+                     for k in range(0, len(payload), 2 * WIDTH)]
+        cycles, index = 0, 0
+        while index < len(transfers) or len(sent) < len(words):
+            ctx.set(split.flush, index == len(transfers))
+            ctx.set(split.i.valid, index < len(transfers))
+            if index < len(transfers):
+                ctx.set(split.i.payload, transfers[index])
+            _, _, ready, tvalid = await ctx.tick().sample(split.i.ready, split.axis.tvalid)
+            index += index < len(transfers) and ready
+            if tvalid:
+                sent.append(cycles)
+            cycles += 1
+            assert cycles < 100
+
+    for dut, bench in ((pair, pairing), (split, splitting)):
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        sim.add_testbench(bench)
+        sim.run()
+    assert [w.count for w in got] == [2 * WIDTH] * 10
+    assert bytes_from_words(got) == b"".join(w["tdata"].to_bytes(8, "little") for w in words)
+    assert sent == list(range(sent[0], sent[0] + 20))
