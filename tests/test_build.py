@@ -152,6 +152,10 @@ def test_arty_build_plan_and_resource_estimate(tmp_path, capsys):
 
 
 @pytest.mark.synth
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
+                    reason="synth_xilinx of the 4-lane, 32-byte NiteFury core takes 8 minutes of "
+                           "CPU: MAXACCEL_SLOW=1 runs it")
 def test_nitefury_xdma_build_plan(tmp_path, capsys):
     """The PCIe plan: the XDMA IP created by the Tcl, instantiated with the core on its
     AXI4-Stream channels, the board's PCIe pins, and an estimate that fits (about 2 min)."""
