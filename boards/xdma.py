@@ -80,9 +80,8 @@ class WordsToBytes(wiring.Component):
         m = Module()
         width = self.width
         if self.link_bytes == width:
-            kept = Signal(range(width + 1))
+            kept = self._kept(m)
             m.d.comb += [
-                kept.eq(sum(self.axis.tkeep[k] for k in range(width))),
                 self.o.valid.eq(self.axis.tvalid & (kept != 0)),
                 self.o.payload.data.as_value().eq(self.axis.tdata),
                 self.o.payload.count.eq(kept),
@@ -115,22 +114,28 @@ class WordsToBytes(wiring.Component):
             m.d.sync += [data.eq(self.axis.tdata), keep.eq(self.axis.tkeep)]
         return m
 
+    def _kept(self, m):
+        """The number of bytes the incoming word keeps (``tkeep`` marks them from byte 0)."""
+        kept = Signal(range(self.width + 1))
+        m.d.comb += kept.eq(sum(self.axis.tkeep[k] for k in range(self.width)))
+        return kept
+
     def _pair(self, m):
         """Two AXI words to one link word: the first held, the second passed straight on."""
         width = self.width
-        kept = Signal(range(width + 1))
-        m.d.comb += kept.eq(sum(self.axis.tkeep[k] for k in range(width)))
+        kept = self._kept(m)
         held = Signal()                     # a first word waits in `first`
         first = Signal(8 * width)
         first_count = Signal(range(width + 1))
         alone = Signal()                    # it ends a transfer: no partner will follow
         taken = self.axis.tvalid & self.axis.tready
+        hold_incoming = [held.eq(1), first.eq(self.axis.tdata), first_count.eq(kept),
+                         alone.eq(self.axis.tlast | (kept != width))]
         with m.If(~held):
             # Take the word into the register (a word keeping no byte is dropped).
             m.d.comb += self.axis.tready.eq(1)
             with m.If(self.axis.tvalid & (kept != 0)):
-                m.d.sync += [held.eq(1), first.eq(self.axis.tdata), first_count.eq(kept),
-                             alone.eq(self.axis.tlast | (kept != width))]
+                m.d.sync += hold_incoming
         with m.Elif(alone):
             # The held word goes out by itself; the incoming one may take its place.
             m.d.comb += [
@@ -142,8 +147,7 @@ class WordsToBytes(wiring.Component):
             with m.If(self.o.ready):
                 m.d.sync += held.eq(0)
                 with m.If(taken & (kept != 0)):
-                    m.d.sync += [held.eq(1), first.eq(self.axis.tdata), first_count.eq(kept),
-                                 alone.eq(self.axis.tlast | (kept != width))]
+                    m.d.sync += hold_incoming
         with m.Else():
             # A full first word: out together with the next word that keeps bytes.
             m.d.comb += [

@@ -31,7 +31,7 @@ from maxaccel.contract.wire import LANE_BYTES
 
 __all__ = ["LANE_BITS", "LANE_BYTES", "ELEMENT_SIZES", "FLOAT_FORMATS", "LaneFormat",
            "LaneDecode", "ToKey", "FromKey", "KeyMax", "LaneMax", "spread_from_top",
-           "splat_constant", "key_compare_level", "float_key"]
+           "splat_constant", "spans_at_least", "key_compare_level", "float_key"]
 
 #: Bits of one lane (the lane width is a fact of the wire contract, ``IDENTIFY``'s lanes).
 LANE_BITS = 8 * LANE_BYTES
@@ -314,7 +314,7 @@ class KeyMax(wiring.Component):
         b = Signal(LANE_BITS, name="b_s1", reset_less=True)
         size = Signal(len(ELEMENT_SIZES), name="size_s1", reset_less=True)
         first += [a.eq(self.a), b.eq(self.b), size.eq(self.size)]
-        at_least = Cat(self.size[k:].any() for k in range(len(ELEMENT_SIZES)))
+        at_least = spans_at_least(self.size)
         flags = ([byte(self.a, i) >= byte(self.b, i) for i in range(LANE_BYTES)],
                  [byte(self.a, i) == byte(self.b, i) for i in range(LANE_BYTES)])
         flags = key_compare_level(flags, 1, at_least[1])
@@ -322,7 +322,7 @@ class KeyMax(wiring.Component):
         equal = Signal(LANE_BYTES, reset_less=True)
         # All verdicts "b wins" make every later level and the select take b.
         first += [greater_equal.eq(Mux(self.take_b, 0, Cat(flags[0]))), equal.eq(Cat(flags[1]))]
-        at_least = Cat(size[k:].any() for k in range(len(ELEMENT_SIZES)))
+        at_least = spans_at_least(size)
         flags = (list(greater_equal), list(equal))
         for level in (2, 3):
             flags = key_compare_level(flags, level, at_least[level])
@@ -334,6 +334,12 @@ class KeyMax(wiring.Component):
         for i in range(LANE_BYTES):
             stage += byte(result, i).eq(Mux(a_wins[i], byte(a, i), byte(b, i)))
         return m
+
+
+def spans_at_least(size):
+    """Bit ``L`` set when the elements span at least ``2**L`` bytes, from ``size`` (one-hot,
+    ``LaneFormat.size``): the ``merge`` of :func:`key_compare_level` at level ``L``."""
+    return Cat(size[k:].any() for k in range(len(ELEMENT_SIZES)))
 
 
 def key_compare_level(flags, level, merge):

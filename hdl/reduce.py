@@ -36,7 +36,7 @@ from maxaccel.contract.dtypes import DType
 from .beat import beat_layout
 from .kit import (accumulate_runs, byte, check_lanes, decode_format, delay, from_key, key_max,
                   refuse, register, stall_control, to_keys)
-from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, key_compare_level
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, key_compare_level, spans_at_least
 
 __all__ = ["BeatKeys", "ReductionTree", "LaneFold", "RunAccumulator", "RunReducer",
            "FRAMING", "PIPELINES", "tree_layout", "lane_layout"]
@@ -71,7 +71,7 @@ def _tree_stages(m, advance, fmt, level, registered=True):
 def _fold_stages(m, advance, fmt, lane, registered=True):
     """The stages of :class:`LaneFold` (:attr:`LaneFold.FOLD_LATENCY` cycles; combinational
     if not ``registered``)."""
-    at_least = Cat(fmt.size[k:].any() for k in range(len(ELEMENT_SIZES)))
+    at_least = spans_at_least(fmt.size)
     for index, (width, cycles) in enumerate(LaneFold.STAGES):
         flags = ([byte(lane, i) >= byte(lane, i + width) for i in range(width)],
                  [byte(lane, i) == byte(lane, i + width) for i in range(width)])

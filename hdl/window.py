@@ -32,7 +32,8 @@ from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES
 from .beat import beat_layout
 
 from .kit import decode_format, from_key, lane_of, refuse, register, to_keys
-from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level
+from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level,
+                   spans_at_least)
 
 __all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool", "WindowLanes"]
 
@@ -345,7 +346,7 @@ class AxisPass(wiring.Component):
             taps = registered
             valid = register(m, advance, valid, "held_valid")
             valids.append(valid)
-        at_least = Cat(self.size[k:].any() for k in range(len(ELEMENT_SIZES)))
+        at_least = spans_at_least(self.size)
         for level in range(self.levels):
             merged = []
             for k in range(0, len(taps), 2):
@@ -619,8 +620,8 @@ class WindowMaxPool(wiring.Component):
         here = Mux(fresh, start, base)
         counts = [Mux(fresh, out_less[a], left[a]) for a in range(rank)]
         wraps = [c == 0 for c in counts]
-        take = last.valid & (~self.o.valid | self.o.ready)
         m.d.comb += last.ready.eq(~self.o.valid | self.o.ready)
+        take = last.valid & last.ready
         with m.If(take):
             m.d.sync += [
                 self.o.valid.eq(1),
