@@ -260,32 +260,18 @@ def test_serial_transport_through_a_pseudo_terminal(board_name):
 
 
 @pytest.mark.parametrize("board_name", BOARDS)
-def test_xdma_transport_through_a_pair_of_fifos(tmp_path, board_name):
-    board, stop = BOARDS[board_name](), threading.Event()
-    prefix = tmp_path / "xdma0"
-    os.mkfifo(f"{prefix}_h2c_0")
-    os.mkfifo(f"{prefix}_c2h_0")
-    fds = {}
-
-    def device_side():
-        fds["h2c"] = os.open(f"{prefix}_h2c_0", os.O_RDONLY | os.O_NONBLOCK)
-        while "c2h" not in fds and not stop.is_set():
-            try:
-                fds["c2h"] = os.open(f"{prefix}_c2h_0", os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # ENXIO until the host opens its read side
-                time.sleep(0.005)
-        pump(board, fds["h2c"], fds["c2h"], stop)
-
-    thread = threading.Thread(target=device_side, daemon=True)
-    thread.start()
+def test_xdma_transport_through_the_driver_double(board_name):
+    """The xdma:// transport against the XDMA driver's behaviour (blocking whole transfers, no
+    poll, reads ending at tlast: sim/xdma_driver.py; more in tests/test_xdma_driver.py)."""
+    from maxaccel.host.transport import XdmaTransport
+    from maxaccel.sim.xdma_driver import XdmaDriverModel
+    model = XdmaDriverModel(BOARDS[board_name]())
+    transport = XdmaTransport(model.prefix, files=model, reply_timeout_s=5.0)
     try:
-        with open_device(f"xdma://{prefix}", timeout_s=5.0) as dev:
+        with Device(transport, timeout_s=5.0, progress=None) as dev:
             exercise(dev, (40, 30) if board_name == "fake" else (5, 6))
     finally:
-        stop.set()
-        thread.join()
-        for fd in fds.values():
-            os.close(fd)
+        model.shutdown()
 
 
 def test_serial_baud_defaults_to_our_boards_or_comes_from_the_board_name():
