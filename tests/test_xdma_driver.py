@@ -284,3 +284,21 @@ def test_open_device_xdma_model_sim():
     with open_device("xdma-model:sim", progress=None) as dev:
         x = np.float32([[1, np.nan], [-0.0, 0.0]])
         assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+
+
+def test_modelled_throughput_against_transfer_size(device):
+    """The bench's table: the published NiteFury points come out of the model (512 B at about
+    9.2 MB/s, 4 KiB at about 68.5 MB/s, both less the few bytes of framing), larger
+    transfers approach the link's rate."""
+    from maxaccel.host.bench_xdma import format_transfers, measure_transfers
+    results = measure_transfers(device, (512, 4096, 1 << 20), min_requests=4, max_requests=16)
+    # A request of n elements is 4 n bytes plus the framing: up to 3 bytes under the size.
+    assert all(size - 4 < m.transfer_bytes <= size
+               for size, m in zip((512, 4096, 1 << 20), results))
+    rates = [m.bytes_per_s for m in results]
+    assert 0.85 * 9.2e6 < rates[0] < 9.2e6
+    assert 0.9 * 68.5e6 < rates[1] < 1.05 * 68.5e6
+    assert 0.9 * 1.6e9 < rates[2] < 1.6e9
+    assert [m.requests for m in results] == [16, 16, 16]
+    table = format_transfers(results, 1.6e9)
+    assert table.splitlines()[2].startswith(f"| {results[0].transfer_bytes} B | 16 |")
