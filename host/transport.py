@@ -425,9 +425,11 @@ class XdmaModelTransport(XdmaTransport):
     """:class:`XdmaTransport` against the driver's double around a virtual board
     (``xdma-model:BOARD``).
 
-    The double's driver timeouts are the driver's (10 s) around the compiled board, which
-    moves a few MB a second, and an hour around a board simulated by Amaranth's simulator;
-    this transport's own timeouts match them.
+    The double's driver timeouts stand for the driver's 10 s scaled to the simulator's speed:
+    a minute around the compiled board (which moves about 10 MB a second, so an 8 MiB
+    transfer takes a second, several on a loaded machine), an hour around the board Amaranth's
+    simulator runs; this transport's own timeouts match them (``xdma-model:`` URLs). A test of
+    timeouts passes its own.
 
     Parameters
     ----------
@@ -443,7 +445,7 @@ class XdmaModelTransport(XdmaTransport):
         The double (its modelled time, its transfers, its fault switches).
     """
 
-    def __init__(self, board, *, driver_timeout_s=10.0, **model_options):
+    def __init__(self, board, *, driver_timeout_s=60.0, **model_options):
         from maxaccel.sim.xdma_driver import XdmaDriverModel
         self.model = XdmaDriverModel(board, h2c_timeout_s=driver_timeout_s,
                                      c2h_timeout_s=driver_timeout_s, **model_options)
@@ -661,7 +663,7 @@ def open_transport(url):
         return SimTransport(kind, **options)
     if kind == "xdma-model":
         board = SimTransport(parsed, **options).board
-        return XdmaModelTransport(board, driver_timeout_s=10.0 if parsed == "verilator"
+        return XdmaModelTransport(board, driver_timeout_s=60.0 if parsed == "verilator"
                                   else 3600.0)
     if kind == "hidden":
         return _HIDDEN_SCHEMES[parsed.scheme](url)

@@ -157,6 +157,8 @@ class XdmaDriverModel:
         self._engine_free_s = {"h2c": 0.0, "c2h": 0.0}
         self._produced_s = 0.0                  # modelled time the card's last bytes came out
         self._h2c_end_s = None                  # modelled end of the H2C transfer going in
+        self._h2c_start_s = 0.0                 # modelled start of the last H2C transfer
+        self._busy_cycles = 0                   # cycles the board ran with request bytes
         self._cond = threading.Condition()
         self._files = {}                        # fd -> (engine, eop_flush)
         self._next_fd = 1000
@@ -251,7 +253,7 @@ class XdmaDriverModel:
         """Start the modelled time again at 0 with no transfers recorded."""
         with self._cond:
             self.transfers.clear()
-            self.clock_s = self._produced_s = 0.0
+            self.clock_s = self._produced_s = self._h2c_start_s = 0.0
             self._engine_free_s = {"h2c": 0.0, "c2h": 0.0}
 
     def _timed(self, direction, nbytes, issued_s, ready_s=0.0, core_s=0.0):
@@ -280,9 +282,6 @@ class XdmaDriverModel:
         self._engine_busy[engine] = False
         self._cond.notify_all()
 
-    def _cycles(self):
-        return getattr(self.board, "cycles", 0)
-
     def _pending_input(self):
         return getattr(self.board, "pending_input", 0)
 
@@ -301,6 +300,8 @@ class XdmaDriverModel:
         before = self.board.cycles
         data = self.board.read(room, timeout_cycles=limit)
         ran = self.board.cycles - before
+        if pending:
+            self._busy_cycles += ran
         return data, len(data) < room and ran < limit and not self._pending_input()
 
     def _advance(self):
@@ -338,9 +339,10 @@ class XdmaDriverModel:
 
     def _h2c_transfer(self, piece):
         issued_s = self.clock_s
-        self._h2c_end_s = (max(issued_s, self._engine_free_s["h2c"]) + self.transfer_overhead_s
+        self._h2c_start_s = max(issued_s, self._engine_free_s["h2c"])
+        self._h2c_end_s = (self._h2c_start_s + self.transfer_overhead_s
                            + len(piece) / self.rates["h2c"])
-        cycles = self._cycles()
+        cycles = self._busy_cycles
         self._feed += piece
         deadline = time.monotonic() + self.h2c_timeout_s
         try:
@@ -357,14 +359,16 @@ class XdmaDriverModel:
                 self._cond.wait(min(left, 0.05))
         finally:
             self._h2c_end_s = None
-        core_s = (self._cycles() - cycles) / self.core_clock_hz
+        core_s = (self._busy_cycles - cycles) / self.core_clock_hz
         self._timed("h2c", len(piece), issued_s, core_s=core_s)
         self._cond.notify_all()
 
     def _c2h_transfer(self, length, eop_flush):
         """One card-to-host transfer into a buffer of ``length``: ``(bytes, ended at tlast)``.
-        A posted read drains the card as its bytes come."""
-        issued_s = self.clock_s
+        A posted read drains the card as its bytes come. In modelled time a read counts as
+        posted when the last host-to-card transfer before its end started, as a host that
+        reads alongside its writes posts it (the transport does; when it happens in real
+        time here depends on the machine's load)."""
         deadline = time.monotonic() + self.c2h_timeout_s
         got = bytearray()
         while True:
@@ -379,7 +383,7 @@ class XdmaDriverModel:
                 self._packet_ends = [e - take for e in self._packet_ends if e > take]
                 self._cond.notify_all()
             if (ended and eop_flush) or len(got) == length:
-                self._timed("c2h", len(got), issued_s, ready_s=self._produced_s)
+                self._timed("c2h", len(got), self._h2c_start_s, ready_s=self._produced_s)
                 self._cond.notify_all()
                 return bytes(got), ended
             if take:

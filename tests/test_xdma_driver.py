@@ -302,3 +302,28 @@ def test_modelled_throughput_against_transfer_size(device):
     assert [m.requests for m in results] == [16, 16, 16]
     table = format_transfers(results, 1.6e9)
     assert table.splitlines()[2].startswith(f"| {results[0].transfer_bytes} B | 16 |")
+
+
+def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_request_works(
+        board):
+    """The driver's wait ignores signals until its timeout; the transport waits in its own
+    threads, so Ctrl-C returns at once, and the next request waits for the abandoned transfer
+    to end before it goes."""
+    import threading
+    transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=2.0)
+    # The disposition this test is about (a background job may have inherited SIGINT ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    main = threading.main_thread().ident
+    try:
+        with Device(transport, progress=None) as dev:
+            transport.model.faults.stall = True
+            threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                dev.reduce_max(np.ones(1 << 16, np.float32))
+            assert time.monotonic() - started < 1.0
+            transport.model.faults.stall = False
+            x = random_values(np.random.default_rng(8), np.float64, (300, 7))
+            assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+    finally:
+        signal.signal(signal.SIGINT, previous)
