@@ -215,6 +215,11 @@ class XdmaTransport(Transport):
     driver_timeout_s : float
         The driver's ``h2c_timeout``/``c2h_timeout`` (how long a transfer still pending after
         ours expired may take to end).
+
+    Attributes
+    ----------
+    files : object
+        The file calls in use (``files``, or the operating system's).
     """
 
     #: A request is one write, whatever its size: the transfer size is the link's throughput
@@ -235,26 +240,26 @@ class XdmaTransport(Transport):
         self.write_timeout_s = write_timeout_s
         self.reply_timeout_s = reply_timeout_s
         self.driver_timeout_s = driver_timeout_s
-        self._files = _OS_FILES if files is None else files
+        self.files = _OS_FILES if files is None else files
         # One read holds the largest reply frame (payload, parameter block, frame overhead)
         # with room to spare, so a read that fills its buffer means a reply continues.
         self.read_bytes = self.max_frame_bytes + FRAME_OVERHEAD + 2 * PAYLOAD_ALIGN + 4096
         self._read_fd = self._write_fd = None
         for path in (self.write_path, self.read_path):
-            if not self._files.exists(path):
+            if not self.files.exists(path):
                 raise TransportError(
                     f"XDMA device file {path} does not exist (is the xdma driver loaded and "
                     f"the board enumerated? expected {self.write_path} and {self.read_path})")
         try:
             # O_TRUNC: the driver's eop_flush, a read ends at the stream's tlast.
-            self._read_fd = self._files.open(self.read_path, os.O_RDONLY | os.O_TRUNC)
+            self._read_fd = self.files.open(self.read_path, os.O_RDONLY | os.O_TRUNC)
         except OSError as error:
             busy = (" (the driver lets one process read a streaming card-to-host channel: "
                     "is another program using the board?)" if error.errno == errno.EBUSY
                     else "")
             raise TransportError(f"cannot open {self.read_path}: {error}{busy}") from None
         try:
-            self._write_fd = self._files.open(self.write_path, os.O_WRONLY)
+            self._write_fd = self.files.open(self.write_path, os.O_WRONLY)
         except OSError as error:
             self.close()
             raise TransportError(f"cannot open {self.write_path}: {error}") from None
@@ -349,7 +354,7 @@ class XdmaTransport(Transport):
             fd = getattr(self, name)
             if fd is not None:
                 try:
-                    self._files.close(fd)
+                    self.files.close(fd)
                 except OSError:
                     pass
                 setattr(self, name, None)
@@ -365,7 +370,7 @@ class XdmaTransport(Transport):
                     return
                 fd = self._read_fd
             try:
-                data = self._files.read(fd, self.read_bytes)
+                data = self.files.read(fd, self.read_bytes)
             except OSError as error:
                 with self._cond:
                     if self._closing or error.errno == errno.EBADF:
@@ -395,7 +400,7 @@ class XdmaTransport(Transport):
             try:
                 view, done = memoryview(data), 0
                 while done < len(data):
-                    written = self._files.write(fd, view[done:])
+                    written = self.files.write(fd, view[done:])
                     if not written:
                         break
                     done += written

@@ -60,25 +60,43 @@ def shared_virtual_board():
     board.close()
 
 
-@pytest.fixture(params=["fake", "virtual"])
+def behind_the_xdma_driver(injector):
+    """The ``xdma://`` transport to ``injector`` through the XDMA driver's double; the
+    injector stays reachable as ``.injector``."""
+    from maxaccel.host.transport import XdmaTransport
+    from maxaccel.sim.xdma_driver import XdmaDriverModel
+    transport = XdmaTransport("/dev/xdma0", files=XdmaDriverModel(injector))
+    transport.injector = injector
+    return transport
+
+
+@pytest.fixture(params=["fake", "virtual", "fake-xdma"])
 def faulty(request):
-    """A fresh fake board, or the shared virtual board, behind a fault injector."""
+    """A fresh fake board, or the shared virtual board, behind a fault injector; or the fake
+    board and its injector behind the XDMA driver's double."""
     if request.param == "fake":
-        return Faulty(FakeBoard(frame_timeout_s=0.02)), 0.1
+        yield Faulty(FakeBoard(frame_timeout_s=0.02)), 0.1
+        return
+    if request.param == "fake-xdma":
+        transport = behind_the_xdma_driver(Faulty(FakeBoard(frame_timeout_s=0.02)))
+        yield transport, 0.1
+        transport.files.shutdown()
+        return
     board = request.getfixturevalue("shared_virtual_board")
     board.reset_output()
     board.settle(timeout_cycles=100_000)
     board.reset_input()
     # The simulator is slow but reports quiescence at once: a long timeout costs nothing.
-    return Faulty(board, close_inner=False), 2.0
+    yield Faulty(board, close_inner=False), 2.0
 
 
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("direction", [TO_DEVICE, TO_HOST])
 def test_a_damaged_byte_is_retried_and_the_result_is_exact(faulty, direction, kind, position):
-    transport, timeout_s = faulty
-    with Device(transport, timeout_s=timeout_s) as dev:
+    device_transport, timeout_s = faulty
+    transport = getattr(device_transport, "injector", device_transport)
+    with Device(device_transport, timeout_s=timeout_s) as dev:
         x = sample()
         length = REQUEST if direction == TO_DEVICE else REPLY
         transport.faults.append(Fault(direction, transport.sent[direction]
@@ -92,10 +110,12 @@ def test_a_damaged_byte_is_retried_and_the_result_is_exact(faulty, direction, ki
         assert dev.link.retries == retries
 
 
-def test_random_faults_in_both_directions_still_give_exact_results():
+@pytest.mark.parametrize("xdma", [False, True])
+def test_random_faults_in_both_directions_still_give_exact_results(xdma):
     transport = Faulty(FakeBoard(frame_timeout_s=0.02), fault_rate=3e-5, seed=11)
     rng = np.random.default_rng(12)
-    with Device(transport, timeout_s=0.1, attempts=8) as dev:
+    with Device(behind_the_xdma_driver(transport) if xdma else transport, timeout_s=0.1,
+                attempts=8) as dev:
         for step in range(24):
             a = random_values(rng, np.float32, (16, 64), edge_fraction=0.1)
             b = random_values(rng, np.float32, (1, 64), edge_fraction=0.1)
