@@ -237,6 +237,17 @@ def test_a_card_that_takes_no_bytes_is_reported_within_the_timeout_and_the_next_
         transport.model.faults.stall = False
         x = np.arange(1000, dtype=np.int32)
         assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
+        # The driver's timeout first (ours longer): its ETIMEDOUT is named as such.
+        transport.write_timeout_s = 5.0
+        transport.model.h2c_timeout_s = 0.3
+        transport.model.faults.stall = True
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=r"writing to /dev/xdma0_h2c_0 failed: timed "
+                                                 r"out in the driver \(h2c_timeout\)"):
+            dev.reduce_max(np.ones(1000, np.float32))
+        assert time.monotonic() - started < 1.0
+        transport.model.faults.stall = False
+        assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
 
 
 def test_a_card_that_stops_answering_or_cuts_a_reply_short(board):
