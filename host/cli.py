@@ -33,7 +33,9 @@ BENCH_DESCRIPTION = """\
 Measure throughput, host overhead and link efficiency per device and tensor size, with numpy and
 onnxruntime on this CPU for comparison; optionally a plot and the figures as JSON, and the table
 of the board build reports shipped with the package. With --ratios, each operation's device
-cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator)."""
+cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator).
+With --transfers, on an xdma-model:BOARD device, the XDMA link's modelled throughput against
+the host's transfer size (a NiteFury's transfer costs, docs/boards.md)."""
 
 SERVE_DESCRIPTION = """\
 Serve a virtual board on a pseudo-terminal until interrupted (Ctrl-C or SIGTERM). Any serial
@@ -240,16 +242,25 @@ def _bench(args, out):
             raise _Failure("--plot needs matplotlib: pip install 'maxaccel[bench]'") from None
     if args.reports is not None and not os.path.isdir(args.reports):
         raise _Failure(f"--reports {args.reports}: no such directory")
+    if args.transfers is not None:
+        if any(n < 64 for n in args.transfers):
+            raise _Failure(f"--transfers {' '.join(map(str, args.transfers))}: a transfer "
+                           f"holds at least 64 bytes")
+        not_model = [url for url in urls if not url.startswith("xdma-model:")]
+        if not_model:
+            raise _Failure(f"--transfers needs xdma-model:BOARD devices (the XDMA driver's "
+                           f"double keeps the modelled transfer times), not {not_model[0]}")
 
     print(f"machine: {bench.machine_description()}", file=out)
-    measurements, failures, sizes, models, ratios = [], [], set(), [], []
+    measurements, failures, sizes, models, ratios, transfers = [], [], set(), [], [], {}
     for url in urls:
         elements = args.elements or bench.default_elements(url)
         sizes.update(elements)
         try:
             with _open(url) as device:
                 print(f"{device!r}", file=out, flush=True)
-                if args.elements or not (args.model or args.ratios):
+                only_tables = args.model or args.ratios or args.transfers is not None
+                if args.elements or not only_tables:
                     measurements += bench.measure_device(
                         device, elements, dtype=args.dtype,
                         progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} "
@@ -259,6 +270,12 @@ def _bench(args, out):
                     ratios += bench.measure_ratios(
                         device, args.ratios,
                         progress=lambda r: print(f"  {bench.ratio_line(r)}", file=out,
+                                                 flush=True))
+                if args.transfers is not None:
+                    from maxaccel.host import bench_xdma
+                    transfers[url] = bench_xdma.measure_transfers(
+                        device, args.transfers or bench_xdma.TRANSFER_SIZES,
+                        total_bytes=bench_xdma.default_total_bytes(url), progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
                                                  flush=True))
                 for model in args.model or []:
                     models.append(bench.measure_model(device, *bench.load_model(model)))
@@ -277,6 +294,13 @@ def _bench(args, out):
         print(f"{url}: device cycles over a ReduceMax of the same input bytes, "
               f"{args.ratios} elements per operand:", file=out)
         print(bench.format_ratios([r for r in ratios if r.where == url]), file=out)
+    for url, results in transfers.items():
+        from maxaccel.boards.targets import TARGETS
+        from maxaccel.host import bench_xdma
+        link = TARGETS["nitefury"].link_bytes_per_s
+        print(f"{url}: modelled XDMA throughput against transfer size (ReduceMax, tensor "
+              f"bytes over the modelled time; the link is {link / 1e9:g} GB/s):", file=out)
+        print(bench_xdma.format_transfers(results, link), file=out)
     if models:
         print("whole models: OffloadSession (time outside the device calls) against "
               "onnxruntime on one thread:", file=out)
@@ -301,6 +325,8 @@ def _bench(args, out):
                        "measurements": [m.as_dict() for m in measurements],
                        "models": [m.as_dict() for m in models],
                        "ratios": [r.as_dict() for r in ratios],
+                       "transfers": {url: [m.as_dict() for m in results]
+                                     for url, results in transfers.items()},
                        "not_measured": failures}, file, indent=1)
         print(f"wrote {args.json}", file=out)
     if args.plot:
@@ -480,6 +506,10 @@ def _parser(prog="maxaccel"):
                             "and float64, N elements per operand (default 262144); virtual "
                             "boards only (with --ratios, operations are timed only if "
                             "--elements is given)")
+    bench.add_argument("--transfers", type=int, nargs="*", metavar="BYTES",
+                       help="on xdma-model:BOARD devices: the modelled XDMA throughput of a "
+                            "ReduceMax against the transfer size (default sizes: 512 4096 "
+                            "65536 1048576 8388608)")
     bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
                        help="also time numpy and onnxruntime on this CPU (default: yes)")
     bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")

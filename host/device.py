@@ -132,9 +132,11 @@ class Device:
         How long to wait for a reply's next byte (default: the transport's).
     attempts : int
         Sends per command before :class:`~maxaccel.host.link.LinkError` (default 4).
-    max_frame_bytes : int
-        Largest tensor payload of one command (default 1 MiB): big requests are split into
-        several commands, which bounds a retry's cost and paces progress reports.
+    max_frame_bytes : int, optional
+        Largest tensor payload of one command (default: the transport's ``max_frame_bytes``
+        if it has one, 8 MiB behind XDMA where the transfer size is the throughput, else
+        1 MiB): big requests are split into several commands, which bounds a retry's cost and
+        paces progress reports.
     progress : callable, "auto" or None
         ``progress(done_bytes, total_bytes)``, called as bytes move during an operation and
         once with ``done == total`` at its end. ``"auto"`` (default): a bar with rate and ETA
@@ -152,12 +154,14 @@ class Device:
     """
 
     def __init__(self, transport, *, url=None, timeout_s=None, attempts=4,
-                 max_frame_bytes=1 << 20, progress="auto"):
+                 max_frame_bytes=None, progress="auto"):
         self.url = url or type(transport).__name__
         if isinstance(progress, str) and progress == "auto":
             progress = TransferProgress(self.url)
         self.link = Link(transport, timeout_s=timeout_s, attempts=attempts,
                          frame_timeout_s=0.05)
+        if max_frame_bytes is None:
+            max_frame_bytes = getattr(transport, "max_frame_bytes", None) or 1 << 20
         self.max_frame_bytes = max(64, int(max_frame_bytes))
         self.progress = progress
         self._loaded = {}

@@ -89,6 +89,10 @@ class DeviceError(RuntimeError):
                          f"{_status_name(status)}: {meaning}")
 
 
+def _nothing():
+    pass
+
+
 class _Broken(Exception):
     """An attempt failed in a way a retry may fix."""
 
@@ -209,6 +213,14 @@ class Link:
             self.on_bytes(read + written)
 
     def _exchange(self, command, seq, payload):
+        # A transport that reads in the background (XDMA) reads while a reply is owed.
+        getattr(self.transport, "expect_reply", _nothing)()
+        try:
+            return self._exchange_frame(command, seq, payload)
+        finally:
+            getattr(self.transport, "reply_done", _nothing)()
+
+    def _exchange_frame(self, command, seq, payload):
         wire = encode_frame(command, seq, payload)
         replies = []
         chunk = self.transport.write_chunk

@@ -29,23 +29,30 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
                                 (:data:`maxaccel.boards.targets.TARGETS`), ``?baud=N`` any
 ``xdma:///dev/xdma0``           Xilinx XDMA character devices ``/dev/xdma0_h2c_0`` (to the
                                 board) and ``/dev/xdma0_c2h_0`` (from it)
+``xdma-model:BOARD``            the ``xdma://`` transport against the XDMA driver's double
+                                (:mod:`maxaccel.sim.xdma_driver`) around a virtual board
+                                (``xdma-model:verilator``): the driver's blocking transfers,
+                                and the transfers' time on a NiteFury modelled
 ==============================  =====================================================
 """
 
+import errno
 import os
-import select
 import time
 import urllib.parse
 
 from maxaccel.boards.targets import DEFAULT_BAUD, TARGETS
 
-__all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport", "SimTransport",
+__all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport",
+           "XdmaModelTransport", "SimTransport",
            "open_transport", "check_url", "register_scheme", "URL_FORMS", "DEFAULT_BAUD"]
 
 #: The device URL forms users may give, for error messages and ``--help``.
 URL_FORMS = ("sim", "serial://PORT[?board=NAME|?baud=N] (e.g. serial:///dev/ttyUSB1?board=ulx3s)",
              "xdma:///dev/xdma0", "verilator",
-             "netlist:BOARD (e.g. netlist:ice40_hx8k_breakout)")
+             "netlist:BOARD (e.g. netlist:ice40_hx8k_breakout)",
+             "xdma-model:BOARD (the XDMA driver's double around a virtual board, e.g. "
+             "xdma-model:verilator)")
 
 
 class TransportError(OSError):
@@ -73,6 +80,12 @@ class Transport:
 
     def close(self):
         raise NotImplementedError
+
+    def expect_reply(self):
+        """A request is about to be written: its reply is owed from now on."""
+
+    def reply_done(self):
+        """The link has the reply it was waiting for (or gave up on it)."""
 
     def abandon(self, silence_s):
         """After an interrupted request: stay silent for ``silence_s`` (longer than the
@@ -167,97 +180,291 @@ class SerialTransport(Transport):
 class XdmaTransport(Transport):
     """The Xilinx XDMA driver's streaming character devices of a PCIe board.
 
-    ``<device>_h2c_0`` carries bytes to the board, ``<device>_c2h_0`` from it (AXI4-Stream
-    mode). Both are opened non-blocking and waited on with ``select``, so a board that does not
-    answer gives a timeout, never a hang; the same code drives a pair of FIFOs in tests. The
-    XDMA driver itself may ignore non-blocking mode: a ``c2h`` read then returns when the bytes
-    asked for have come or the stream packet ends (TLAST). The link asks for no more than the
-    frame it is receiving still needs, so a board should end each reply frame with TLAST.
+    ``<device>_h2c_0`` carries requests to the board, ``<device>_c2h_0`` replies from it
+    (AXI4-Stream mode). The driver (``dma_ip_drivers``, ``cdev_sgdma.c``) makes each ``read``
+    and ``write`` one blocking DMA transfer that ends when done or at its ``sgdma`` timeout
+    (10 s by default), whatever ``O_NONBLOCK`` says, and its files have no ``poll``
+    (``select`` says "ready" always). So this transport:
+
+    * writes a request as one transfer (a few for requests above 8 MiB: the driver splits
+      them), from a writer thread;
+    * reads replies from a reader thread that posts a read whenever a reply is owed and the
+      request is still going in or the link wants more bytes, so a reply that streams back
+      while its request goes in (broadcast Max, pools) never backs up into the card. The
+      card-to-host file is opened with ``O_TRUNC`` (the driver's ``eop_flush``), so a read
+      ends at the reply frame's ``tlast``, which the C2H adapter puts on each reply's last
+      word; its buffer is the largest reply frame the protocol allows, so one read is one
+      reply;
+    * bounds every wait by its own timeouts (``write_timeout_s``, the link's reply timeout),
+      with the driver's timeout as the last resort: a transfer still pending in the driver
+      when ours expires is reported and waited for (at most the driver's timeout) before the
+      next request.
 
     Parameters
     ----------
     device : str
         Path prefix, e.g. ``/dev/xdma0``.
-    open_timeout_s, write_timeout_s : float
-        How long opening the write side (a FIFO needs a reader) and one write may wait.
+    files : object, optional
+        ``open``, ``read``, ``write``, ``close`` and ``exists`` as ``os.open``, ``os.read``,
+        ``os.write``, ``os.close`` and ``os.path.exists`` (the default): a test passes the
+        driver's double (:class:`maxaccel.sim.xdma_driver.XdmaDriverModel`).
+    write_timeout_s : float
+        Longest a request's transfer may take before :class:`TransportError`.
+    reply_timeout_s : float
+        How long the link waits for a reply's next bytes (:attr:`Transport.reply_timeout_s`).
+    driver_timeout_s : float
+        The driver's ``h2c_timeout``/``c2h_timeout`` (how long a transfer still pending after
+        ours expired may take to end).
+
+    Attributes
+    ----------
+    files : object
+        The file calls in use (``files``, or the operating system's).
     """
 
-    def __init__(self, device, *, open_timeout_s=2.0, write_timeout_s=5.0):
+    #: A request is one write, whatever its size: the transfer size is the link's throughput
+    #: (``docs/boards.md``, "The XDMA link"), and the driver makes a write of more than 8 MiB
+    #: several transfers itself.
+    write_chunk = 1 << 40
+    #: Largest tensor payload per request that :class:`~maxaccel.host.device.Device` uses on
+    #: this transport unless told otherwise (a request of about 8 MiB, one transfer).
+    max_frame_bytes = (8 << 20) - 4096
+
+    def __init__(self, device, *, files=None, write_timeout_s=5.0, reply_timeout_s=1.0,
+                 driver_timeout_s=10.0):
+        import threading
+        from maxaccel.contract.wire import FRAME_OVERHEAD, PAYLOAD_ALIGN
         self.device = device
         self.write_path = f"{device}_h2c_0"
         self.read_path = f"{device}_c2h_0"
         self.write_timeout_s = write_timeout_s
+        self.reply_timeout_s = reply_timeout_s
+        self.driver_timeout_s = driver_timeout_s
+        self.files = _OS_FILES if files is None else files
+        # One read holds the largest reply frame (payload, parameter block, frame overhead)
+        # with room to spare, so a read that fills its buffer means a reply continues.
+        self.read_bytes = self.max_frame_bytes + FRAME_OVERHEAD + 2 * PAYLOAD_ALIGN + 4096
         self._read_fd = self._write_fd = None
         for path in (self.write_path, self.read_path):
-            if not os.path.exists(path):
+            if not self.files.exists(path):
                 raise TransportError(
                     f"XDMA device file {path} does not exist (is the xdma driver loaded and "
                     f"the board enumerated? expected {self.write_path} and {self.read_path})")
         try:
-            self._read_fd = os.open(self.read_path, os.O_RDONLY | os.O_NONBLOCK)
+            # O_TRUNC: the driver's eop_flush, a read ends at the stream's tlast.
+            self._read_fd = self.files.open(self.read_path, os.O_RDONLY | os.O_TRUNC)
         except OSError as error:
-            raise TransportError(f"cannot open {self.read_path}: {error}") from None
-        deadline = time.monotonic() + open_timeout_s
-        while True:
-            try:
-                self._write_fd = os.open(self.write_path, os.O_WRONLY | os.O_NONBLOCK)
-                break
-            except OSError as error:
-                # ENXIO: a FIFO with no reader yet.
-                if time.monotonic() > deadline:
-                    self.close()
-                    raise TransportError(f"cannot open {self.write_path}: {error}") from None
-                time.sleep(0.01)
+            busy = (" (the driver lets one process read a streaming card-to-host channel: "
+                    "is another program using the board?)" if error.errno == errno.EBUSY
+                    else "")
+            raise TransportError(f"cannot open {self.read_path}: {error}{busy}") from None
+        try:
+            self._write_fd = self.files.open(self.write_path, os.O_WRONLY)
+        except OSError as error:
+            self.close()
+            raise TransportError(f"cannot open {self.write_path}: {error}") from None
+        self._cond = threading.Condition()
+        self._received = bytearray()
+        self._owed = False          # a request was sent whose reply is not complete yet
+        self._wanting = False       # the link waits for bytes and none are here
+        self._read_full = False     # the last read filled its buffer: the reply goes on
+        self._read_error = None
+        self._job = None            # bytes for the writer thread
+        self._writing = False       # a write is with the writer thread (or the driver)
+        self._write_result = None
+        self._closing = False
+        self._threads = [threading.Thread(target=self._reader, name="xdma-c2h", daemon=True),
+                         threading.Thread(target=self._writer, name="xdma-h2c", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    # --- the link's side ---------------------------------------------------------------------
+
+    def expect_reply(self):
+        with self._cond:
+            self._owed = True
+            self._read_error = None
+            self._cond.notify_all()
+
+    def reply_done(self):
+        with self._cond:
+            self._owed = self._wanting = False
 
     def write(self, data):
-        view = memoryview(data)
-        while view:
-            _, writable, _ = select.select([], [self._write_fd], [], self.write_timeout_s)
-            if not writable:
-                raise TransportError(f"{self.write_path} took no bytes for "
-                                     f"{self.write_timeout_s} s")
-            try:
-                written = os.write(self._write_fd, view)
-            except BlockingIOError:
-                continue
-            except OSError as error:
-                raise TransportError(f"writing to {self.write_path} failed: {error}") from None
-            view = view[written:]
+        data = bytes(data)
+        with self._cond:
+            if self._writing and not self._cond.wait_for(lambda: not self._writing,
+                                                          self.driver_timeout_s + 1.0):
+                raise TransportError(f"{self.write_path}: an earlier transfer is still pending "
+                                     f"in the XDMA driver after its timeout")
+            self._job, self._writing, self._write_result = data, True, None
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: not self._writing, self.write_timeout_s):
+                raise TransportError(
+                    f"{self.write_path}: the board took no request bytes for "
+                    f"{self.write_timeout_s:g} s (a transfer of {len(data)} bytes; the driver "
+                    f"gives it up after its h2c_timeout); is the board's bitstream running?")
+            result = self._write_result
+        if isinstance(result, OSError):
+            reason = ("timed out in the driver (h2c_timeout): the board stopped taking bytes"
+                      if result.errno == errno.ETIMEDOUT else str(result))
+            raise TransportError(f"writing to {self.write_path} failed: {reason}")
+        if result != len(data):
+            raise TransportError(f"writing to {self.write_path}: the driver took {result} of "
+                                 f"{len(data)} bytes (the rest timed out)")
 
     def read(self, size, timeout_s):
-        chunks, got = [], 0
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        while got < size:
-            left = deadline - time.monotonic()
-            readable, _, _ = select.select([self._read_fd], [], [], max(0.0, left))
-            if not readable:
-                break
-            try:
-                chunk = os.read(self._read_fd, size - got)
-            except BlockingIOError:
-                chunk = None
-            except OSError as error:
-                raise TransportError(f"reading from {self.read_path} failed: {error}") from None
-            if chunk:
-                chunks.append(chunk)
-                got += len(chunk)
-            elif left <= 0:
-                break
-            else:
-                # End of file (a FIFO whose writer is gone) or a spurious wake-up: do not spin.
-                time.sleep(min(0.001, max(0.0, left)))
-        return b"".join(chunks)
+        with self._cond:
+            if not self._received and timeout_s > 0:
+                self._wanting = True
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: self._received or self._closing
+                                    or self._read_error is not None, max(0.0, timeout_s))
+            if self._read_error is not None and not self._received:
+                error, self._read_error = self._read_error, None
+                raise TransportError(f"reading from {self.read_path} failed: {error}")
+            data = bytes(self._received[:size])
+            del self._received[:size]
+            if data:
+                self._wanting = False
+            return data
 
     def reset_input(self):
-        while self.read(1 << 16, 0):
-            pass
+        with self._cond:
+            self._received.clear()
+
+    def abandon(self, silence_s):
+        # A transfer still in the driver ends by itself (done or its timeout) before the
+        # silence that lets the board drop a partial frame.
+        with self._cond:
+            self._cond.wait_for(lambda: not self._writing, self.driver_timeout_s + 1.0)
+            self._owed = self._wanting = False
+        super().abandon(silence_s)
+
+    def describe(self):
+        return f"tried {self.write_path} and {self.read_path}"
 
     def close(self):
+        cond = getattr(self, "_cond", None)
+        if cond is not None:
+            with cond:
+                self._closing = True
+                cond.notify_all()
         for name in ("_read_fd", "_write_fd"):
             fd = getattr(self, name)
             if fd is not None:
-                os.close(fd)
+                try:
+                    self.files.close(fd)
+                except OSError:
+                    pass
                 setattr(self, name, None)
+
+    # --- the threads that wait in the driver ---------------------------------------------------
+
+    def _reader(self):
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closing or (
+                    self._owed and (self._writing or self._wanting or self._read_full)))
+                if self._closing:
+                    return
+                fd = self._read_fd
+            try:
+                data = self.files.read(fd, self.read_bytes)
+            except OSError as error:
+                with self._cond:
+                    if self._closing or error.errno == errno.EBADF:
+                        return
+                    self._read_full = False
+                    if error.errno != errno.ETIMEDOUT:
+                        self._read_error = error
+                        self._owed = False
+                    # ETIMEDOUT: the driver gave the read up (nothing ended a packet in
+                    # time) and what it had received is lost; another read is posted if a
+                    # reply is still owed, and the link's timeout and retries say the rest.
+                    self._cond.notify_all()
+                continue
+            with self._cond:
+                self._received += data
+                self._read_full = len(data) == self.read_bytes
+                self._cond.notify_all()
+
+    def _writer(self):
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closing or self._job is not None)
+                if self._closing:
+                    return
+                data, self._job = self._job, None
+                fd = self._write_fd
+            try:
+                view, done = memoryview(data), 0
+                while done < len(data):
+                    written = self.files.write(fd, view[done:])
+                    if not written:
+                        break
+                    done += written
+                result = done
+            except OSError as error:
+                result = error
+            with self._cond:
+                self._write_result = result
+                self._writing = False
+                self._cond.notify_all()
+
+
+class _OsFiles:
+    """The operating system's file calls (what :class:`XdmaTransport` uses on a real board)."""
+
+    open = staticmethod(os.open)
+    read = staticmethod(os.read)
+    write = staticmethod(os.write)
+    close = staticmethod(os.close)
+    exists = staticmethod(os.path.exists)
+
+
+_OS_FILES = _OsFiles()
+
+
+class XdmaModelTransport(XdmaTransport):
+    """:class:`XdmaTransport` against the driver's double around a virtual board
+    (``xdma-model:BOARD``).
+
+    The double's driver timeouts stand for the driver's 10 s scaled to the simulator's speed:
+    a minute around the compiled board (which moves about 10 MB a second, so an 8 MiB
+    transfer takes a second, several on a loaded machine), an hour around the board Amaranth's
+    simulator runs; this transport's own timeouts match them (``xdma-model:`` URLs). A test of
+    timeouts passes its own.
+
+    Parameters
+    ----------
+    board : virtual board
+    driver_timeout_s : float
+        The double's ``h2c_timeout`` and ``c2h_timeout``, and this transport's timeouts.
+    **model_options
+        Passed to :class:`~maxaccel.sim.xdma_driver.XdmaDriverModel`.
+
+    Attributes
+    ----------
+    model : maxaccel.sim.xdma_driver.XdmaDriverModel
+        The double (its modelled time, its transfers, its fault switches).
+    """
+
+    def __init__(self, board, *, driver_timeout_s=60.0, **model_options):
+        from maxaccel.sim.xdma_driver import XdmaDriverModel
+        self.model = XdmaDriverModel(board, h2c_timeout_s=driver_timeout_s,
+                                     c2h_timeout_s=driver_timeout_s, **model_options)
+        try:
+            super().__init__(self.model.prefix, files=self.model,
+                             write_timeout_s=driver_timeout_s, reply_timeout_s=driver_timeout_s,
+                             driver_timeout_s=driver_timeout_s)
+        except BaseException:
+            self.model.shutdown()
+            raise
+
+    def close(self):
+        super().close()
+        self.model.shutdown()
 
 
 class SimTransport(Transport):
@@ -413,6 +620,16 @@ def _parse(url):
             raise ValueError(f"netlist URL must be netlist:BOARD with a Lattice board of "
                              f"'maxaccel boards' (e.g. netlist:ice40_hx8k_breakout), got {url!r}")
         return "netlist", None, {"board": board}
+    if url.startswith("xdma-model:"):
+        inner = url[len("xdma-model:"):]
+        try:
+            kind, _, options = _parse(inner)
+        except (ValueError, TypeError):
+            kind = None
+        if kind not in SimTransport.BOARDS:
+            raise ValueError(f"xdma-model URL must be xdma-model:BOARD with a virtual board "
+                             f"(sim, verilator, netlist:BOARD and their options), got {url!r}")
+        return "xdma-model", kind, options
     for kind in SimTransport.BOARDS:
         if url == kind or url.startswith(kind + "?"):
             return kind, None, _options(url[len(kind) + 1:], url)
@@ -449,6 +666,10 @@ def open_transport(url):
     kind, parsed, options = _parse(url)
     if kind in SimTransport.BOARDS:
         return SimTransport(kind, **options)
+    if kind == "xdma-model":
+        board = SimTransport(parsed, **options).board
+        return XdmaModelTransport(board, driver_timeout_s=60.0 if parsed == "verilator"
+                                  else 3600.0)
     if kind == "hidden":
         return _HIDDEN_SCHEMES[parsed.scheme](url)
     if kind == "serial":

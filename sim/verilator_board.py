@@ -176,6 +176,15 @@ class VerilatorBoard:
         return verdict
 
     @property
+    def pending_input(self):
+        """Bytes written and not yet taken by the gateware."""
+        return len(self._pending)
+
+    def discard_input(self):
+        """Drop the bytes written and not yet taken (a transfer aborted on the way in)."""
+        self._pending.clear()
+
+    @property
     def in_waiting(self):
         """Bytes received from the board and not read yet."""
         return len(self._received)

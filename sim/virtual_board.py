@@ -293,6 +293,15 @@ class VirtualBoard:
         del self._received[:size]
         return data
 
+    @property
+    def pending_input(self):
+        """Bytes written and not yet taken by the gateware."""
+        return len(self._pending)
+
+    def discard_input(self):
+        """Drop the bytes written and not yet taken (a transfer aborted on the way in)."""
+        self._pending.clear()
+
     def drain(self):
         """Simulate until the board has taken every byte written (its replies are kept for
         :meth:`read`): a write that returns when the bytes are on the wire, as a serial port's,

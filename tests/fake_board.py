@@ -123,7 +123,8 @@ class FakeBoard:
     def read(self, size, timeout_s):
         self._check_open()
         self._expire()
-        if not self._out and timeout_s > 0:
+        # timeout None: what a quiescent board has (this one answers as requests arrive).
+        if not self._out and timeout_s is not None and timeout_s > 0:
             deadline = time.monotonic() + timeout_s
             partial = self._parser.partial()
             if partial is not None:

@@ -130,6 +130,23 @@ def test_core_link_of_one_board_names_a_board_it_cannot_measure(capsys, board, m
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_bench_transfers_on_the_xdma_double(tmp_path, capsys):
+    """--transfers: the modelled XDMA throughput per transfer size, in the table and the JSON;
+    refused before anything opens on a device that is no xdma-model."""
+    figures = tmp_path / "bench.json"
+    status, text = run("bench", "--device", "xdma-model:sim", "--transfers", "256", "512",
+                       "--no-cpu", "--json", str(figures))
+    assert status == 0
+    assert "xdma-model:sim: modelled XDMA throughput against transfer size" in text
+    rows = json.loads(figures.read_text())["transfers"]["xdma-model:sim"]
+    assert [r["requests"] for r in rows] == [8, 8]
+    assert 250 < rows[0]["transfer_bytes"] <= 256 and rows[0]["bytes_per_s"] < 5e6
+    assert rows[1]["bytes_per_s"] > 1.5 * rows[0]["bytes_per_s"]      # the fixed cost shared
+    status, _ = run("bench", "--device", "sim", "--transfers")
+    assert status == 2
+    assert "--transfers needs xdma-model:BOARD devices" in capsys.readouterr().err
+
+
 def test_bench_ratios_need_a_board_that_counts_cycles():
     status, text = run("bench", "--device", "fake://", "--ratios", "64", "--no-cpu")
     assert status == 1

@@ -60,25 +60,43 @@ def shared_virtual_board():
     board.close()
 
 
-@pytest.fixture(params=["fake", "virtual"])
+def behind_the_xdma_driver(injector):
+    """The ``xdma://`` transport to ``injector`` through the XDMA driver's double; the
+    injector stays reachable as ``.injector``."""
+    from maxaccel.host.transport import XdmaTransport
+    from maxaccel.sim.xdma_driver import XdmaDriverModel
+    transport = XdmaTransport("/dev/xdma0", files=XdmaDriverModel(injector))
+    transport.injector = injector
+    return transport
+
+
+@pytest.fixture(params=["fake", "virtual", "fake-xdma"])
 def faulty(request):
-    """A fresh fake board, or the shared virtual board, behind a fault injector."""
+    """A fresh fake board, or the shared virtual board, behind a fault injector; or the fake
+    board and its injector behind the XDMA driver's double."""
     if request.param == "fake":
-        return Faulty(FakeBoard(frame_timeout_s=0.02)), 0.1
+        yield Faulty(FakeBoard(frame_timeout_s=0.02)), 0.1
+        return
+    if request.param == "fake-xdma":
+        transport = behind_the_xdma_driver(Faulty(FakeBoard(frame_timeout_s=0.02)))
+        yield transport, 0.1
+        transport.files.shutdown()
+        return
     board = request.getfixturevalue("shared_virtual_board")
     board.reset_output()
     board.settle(timeout_cycles=100_000)
     board.reset_input()
     # The simulator is slow but reports quiescence at once: a long timeout costs nothing.
-    return Faulty(board, close_inner=False), 2.0
+    yield Faulty(board, close_inner=False), 2.0
 
 
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("direction", [TO_DEVICE, TO_HOST])
 def test_a_damaged_byte_is_retried_and_the_result_is_exact(faulty, direction, kind, position):
-    transport, timeout_s = faulty
-    with Device(transport, timeout_s=timeout_s) as dev:
+    device_transport, timeout_s = faulty
+    transport = getattr(device_transport, "injector", device_transport)
+    with Device(device_transport, timeout_s=timeout_s) as dev:
         x = sample()
         length = REQUEST if direction == TO_DEVICE else REPLY
         transport.faults.append(Fault(direction, transport.sent[direction]
@@ -92,10 +110,12 @@ def test_a_damaged_byte_is_retried_and_the_result_is_exact(faulty, direction, ki
         assert dev.link.retries == retries
 
 
-def test_random_faults_in_both_directions_still_give_exact_results():
+@pytest.mark.parametrize("xdma", [False, True])
+def test_random_faults_in_both_directions_still_give_exact_results(xdma):
     transport = Faulty(FakeBoard(frame_timeout_s=0.02), fault_rate=3e-5, seed=11)
     rng = np.random.default_rng(12)
-    with Device(transport, timeout_s=0.1, attempts=8) as dev:
+    with Device(behind_the_xdma_driver(transport) if xdma else transport, timeout_s=0.1,
+                attempts=8) as dev:
         for step in range(24):
             a = random_values(rng, np.float32, (16, 64), edge_fraction=0.1)
             b = random_values(rng, np.float32, (1, 64), edge_fraction=0.1)
@@ -260,32 +280,18 @@ def test_serial_transport_through_a_pseudo_terminal(board_name):
 
 
 @pytest.mark.parametrize("board_name", BOARDS)
-def test_xdma_transport_through_a_pair_of_fifos(tmp_path, board_name):
-    board, stop = BOARDS[board_name](), threading.Event()
-    prefix = tmp_path / "xdma0"
-    os.mkfifo(f"{prefix}_h2c_0")
-    os.mkfifo(f"{prefix}_c2h_0")
-    fds = {}
-
-    def device_side():
-        fds["h2c"] = os.open(f"{prefix}_h2c_0", os.O_RDONLY | os.O_NONBLOCK)
-        while "c2h" not in fds and not stop.is_set():
-            try:
-                fds["c2h"] = os.open(f"{prefix}_c2h_0", os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:  # ENXIO until the host opens its read side
-                time.sleep(0.005)
-        pump(board, fds["h2c"], fds["c2h"], stop)
-
-    thread = threading.Thread(target=device_side, daemon=True)
-    thread.start()
+def test_xdma_transport_through_the_driver_double(board_name):
+    """The xdma:// transport against the XDMA driver's behaviour (blocking whole transfers, no
+    poll, reads ending at tlast: sim/xdma_driver.py; more in tests/test_xdma_driver.py)."""
+    from maxaccel.host.transport import XdmaTransport
+    from maxaccel.sim.xdma_driver import XdmaDriverModel
+    model = XdmaDriverModel(BOARDS[board_name]())
+    transport = XdmaTransport(model.prefix, files=model, reply_timeout_s=5.0)
     try:
-        with open_device(f"xdma://{prefix}", timeout_s=5.0) as dev:
+        with Device(transport, timeout_s=5.0, progress=None) as dev:
             exercise(dev, (40, 30) if board_name == "fake" else (5, 6))
     finally:
-        stop.set()
-        thread.join()
-        for fd in fds.values():
-            os.close(fd)
+        model.shutdown()
 
 
 def test_serial_baud_defaults_to_our_boards_or_comes_from_the_board_name():

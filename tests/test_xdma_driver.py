@@ -1,0 +1,340 @@
+"""The ``xdma://`` transport against the XDMA driver's double (``sim/xdma_driver.py``).
+
+First the double itself, against what the driver's source says (``cdev_sgdma.c``,
+``libxdma.c``): whole blocking transfers, a read that ends at ``tlast`` only with ``O_TRUNC``
+(``eop_flush``), one reader, ``ETIMEDOUT`` with the received bytes lost, a card that stops
+taking bytes when its reply has nowhere to go. Then the transport through it, around the
+compiled board: every operation exact (64 MB tensors included), requests of any size,
+replies that stream back while their request goes in, and each failure ending in a clear error
+within the configured time with the next request answered. Every test is bounded by an alarm.
+"""
+
+import errno
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from fake_board import FakeBoard
+
+from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.wire import PARAMETERS, Command, FrameParser, Status, encode_frame
+from maxaccel.host.device import Device, open_device
+from maxaccel.host.link import LinkError
+from maxaccel.host.transport import TransportError, XdmaModelTransport, XdmaTransport
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from maxaccel.sim.values import random_values
+from maxaccel.sim.xdma_driver import TRANSFER_OVERHEAD_S, XdmaDriverModel
+
+H2C, C2H = "/dev/xdma0_h2c_0", "/dev/xdma0_c2h_0"
+
+
+@pytest.fixture(autouse=True)
+def bounded_time():
+    def expire(signum, frame):
+        raise TimeoutError("test took longer than 120 s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(120)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="module")
+def compiled_board():
+    """One compiled board for the module (opening it elaborates the design); each test resets
+    it."""
+    from maxaccel.sim.verilator_board import VerilatorBoard
+    board = VerilatorBoard()
+    yield board
+    board.close()
+
+
+@pytest.fixture
+def board(compiled_board):
+    compiled_board.reset()
+    return compiled_board
+
+
+def identify_frame(seq=0):
+    return encode_frame(Command.IDENTIFY, seq, b"")
+
+
+# --- the double, as the driver's source says -------------------------------------------------
+
+
+def test_the_c2h_file_opens_once_and_unknown_files_do_not_exist():
+    model = XdmaDriverModel(FakeBoard())
+    fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    with pytest.raises(OSError) as busy:
+        model.open(C2H, os.O_RDONLY)
+    assert busy.value.errno == errno.EBUSY
+    model.close(fd)
+    model.close(model.open(C2H, os.O_RDONLY))      # free again once closed
+    model.close(model.open(H2C, os.O_WRONLY))
+    model.close(model.open(H2C, os.O_WRONLY | os.O_NONBLOCK))
+    with pytest.raises(FileNotFoundError):
+        model.open("/dev/xdma0_c2h_1", os.O_RDONLY)
+    assert model.exists(H2C) and not model.exists("/dev/xdma1_h2c_0")
+    with pytest.raises(OSError) as wrong_way:
+        model.read(model.open(H2C, os.O_WRONLY), 16)
+    assert wrong_way.value.errno == errno.EINVAL
+
+
+def test_a_read_ends_at_tlast_only_in_eop_flush_mode():
+    """With O_TRUNC a read returns the reply frame at its tlast; without, it waits for a
+    full buffer, so a read larger than the reply times out and loses what it received."""
+    for eop_flush in (True, False):
+        model = XdmaDriverModel(FakeBoard(), c2h_timeout_s=0.3)
+        read_fd = model.open(C2H, os.O_RDONLY | (os.O_TRUNC if eop_flush else 0))
+        write_fd = model.open(H2C, os.O_WRONLY | os.O_NONBLOCK)
+        assert model.write(write_fd, identify_frame()) == len(identify_frame())
+        started = time.monotonic()
+        if eop_flush:
+            reply = model.read(read_fd, 1 << 20)
+            frames = FrameParser().feed(reply)
+            assert len(frames) == 1 and frames[0].intact and frames[0].status == Status.OK
+            assert time.monotonic() - started < 0.2
+        else:
+            with pytest.raises(OSError) as timed_out:
+                model.read(read_fd, 1 << 20)
+            assert timed_out.value.errno == errno.ETIMEDOUT
+            assert time.monotonic() - started >= 0.3
+            # The bytes the aborted transfer had received are gone.
+            model.write(write_fd, identify_frame(1))
+            frames = FrameParser().feed(model.read(read_fd, len(identify_frame()) + 1))
+            assert not any(f.seq == 0 for f in frames)
+
+
+def reduce_frame(values, run_length, seq=0):
+    """A REDUCE request of ``values`` in runs of ``run_length``."""
+    block = PARAMETERS[Command.REDUCE].pack(dtype=format_of(values.dtype).dtype,
+                                            runs=values.size // run_length,
+                                            run_length=run_length)
+    return encode_frame(Command.REDUCE, seq, block + values.tobytes())
+
+
+def test_a_reply_with_no_read_posted_stops_the_card_and_the_write_times_out(board):
+    """A REDUCE of one-element runs streams its results back while its data goes in; with no
+    read posted the card's output buffer fills, the core stops, and the host's write blocks
+    until the driver's h2c timeout ends it with ETIMEDOUT (what a pipe never shows). With a
+    read posted alongside, the same request goes through."""
+    frame = reduce_frame(np.arange(1 << 16, dtype=np.float32), 1)
+    model = XdmaDriverModel(board, h2c_timeout_s=0.5, close_board=False)
+    read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    write_fd = model.open(H2C, os.O_WRONLY)
+    started = time.monotonic()
+    with pytest.raises(OSError) as timed_out:
+        model.write(write_fd, frame)
+    assert timed_out.value.errno == errno.ETIMEDOUT
+    assert 0.5 <= time.monotonic() - started < 5
+
+    board.reset()
+    model = XdmaDriverModel(board, h2c_timeout_s=5, close_board=False)
+    read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    write_fd = model.open(H2C, os.O_WRONLY)
+    import threading
+    replies = []
+    reader = threading.Thread(target=lambda: replies.append(model.read(read_fd, 1 << 20)))
+    reader.start()
+    assert model.write(write_fd, frame) == len(frame)
+    reader.join(5)
+    (reply,) = FrameParser().feed(replies[0])
+    assert reply.intact and reply.status == Status.OK
+    assert reply.payload == np.arange(1 << 16, dtype=np.float32).tobytes()
+
+
+def test_modelled_time_follows_the_published_figures():
+    """512 B and 4 KiB transfers at the NiteFury's measured 9.2 and 68.5 MB/s (within 5%),
+    8 MiB at 1.6 GB/s less the fixed cost (99%)."""
+    model = XdmaDriverModel(FakeBoard())
+    for size, rate in ((512, 9.2e6), (4096, 68.5e6)):
+        model.reset_clock()
+        model._timed("h2c", size, 0.0)
+        assert abs(size / model.clock_s / rate - 1) < 0.05
+    model.reset_clock()
+    model._timed("h2c", 8 << 20, 0.0)
+    assert (8 << 20) / model.clock_s / 1.6e9 > 0.98
+    assert model.transfers[0].end_s - model.transfers[0].start_s > TRANSFER_OVERHEAD_S
+
+
+# --- the transport through the double ----------------------------------------------------------
+
+
+@pytest.fixture
+def device(board):
+    transport = XdmaModelTransport(board, close_board=False)
+    with Device(transport, progress=None) as dev:
+        yield dev
+
+
+def test_every_operation_is_exact_through_the_driver(device):
+    """ReduceMax, Max with broadcasting (its reply streams back while the operands go in),
+    GlobalMaxPool and MaxPool with Indices, through whole-transfer writes and tlast reads."""
+    rng = np.random.default_rng(5)
+    a = random_values(rng, np.float32, (64, 300))
+    b = random_values(rng, np.float32, (64, 1))
+    assert_same_bits(device.reduce_max(a, axes=[1]), reference.reduce_max(a, axes=[1]))
+    assert_same_bits(device.max(a, b, a[:1]), reference.max(a, b, a[:1]))
+    x = random_values(rng, np.float16, (1, 8, 9, 9))
+    assert_same_bits(device.global_max_pool(x), reference.global_max_pool(x))
+    y, idx = device.max_pool(x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                             return_indices=True)
+    y_ref, idx_ref = reference.max_pool(x, kernel_shape=[3, 3], strides=[2, 2],
+                                        pads=[1, 1, 1, 1], return_indices=True)
+    assert_same_bits(y, y_ref)
+    np.testing.assert_array_equal(idx, idx_ref)
+    transfers = device.link.transport.model.transfers
+    # One write per request, one read per reply (every reply ended by its tlast).
+    assert sum(t.direction == "h2c" for t in transfers) == device.link.requests
+    assert sum(t.direction == "c2h" for t in transfers) == device.link.requests
+
+
+def test_a_64_mb_reduce_max_is_exact_at_over_90_percent_of_the_link(device):
+    """64 MiB in requests of about 8 MiB, one transfer each: exact, and the modelled time is
+    within 10% of the link's rate at 8 MB transfers (docs/boards.md, "The XDMA link")."""
+    model = device.link.transport.model
+    assert device.max_frame_bytes == XdmaTransport.max_frame_bytes
+    a = random_values(np.random.default_rng(6), np.float32, (1 << 12, 1 << 12))
+    model.reset_clock()
+    assert_same_bits(device.reduce_max(a, axes=[0]), reference.reduce_max(a, axes=[0]))
+    writes = [t.nbytes for t in model.transfers if t.direction == "h2c"]
+    assert len(writes) == device.link.requests - 1 == 9     # IDENTIFY came before the clock
+    link_rate = (8 << 20) / (TRANSFER_OVERHEAD_S + (8 << 20) / model.rates["h2c"])
+    assert a.nbytes / model.clock_s >= 0.9 * link_rate
+
+
+def test_requests_larger_than_a_transfer_and_replies_that_stream_back(board):
+    """20 MiB requests, which the driver splits into transfers of 8 MiB; a broadcast Max whose
+    8 MiB result streams back while its operand goes in."""
+    rng = np.random.default_rng(7)
+    a = random_values(rng, np.float32, (3 << 10, 1 << 11))      # 24 MiB
+    transport = XdmaModelTransport(board, close_board=False)
+    with Device(transport, progress=None, max_frame_bytes=20 << 20) as dev:
+        transport.model.reset_clock()
+        assert_same_bits(dev.reduce_max(a), reference.reduce_max(a))
+        sizes = [t.nbytes for t in transport.model.transfers if t.direction == "h2c"]
+        # The first request (20 MiB of data) is one write, three transfers: 8, 8 and 4 MiB.
+        assert sizes[:2] == [8 << 20] * 2 and sizes[2] < 8 << 20
+        assert len(sizes) == dev.link.requests - 1 + 2
+        row = random_values(rng, np.float32, (1, 1 << 11))
+        b = a[:1 << 10]
+        assert_same_bits(dev.max(b, row), reference.max(b, row))
+
+
+def test_a_card_that_takes_no_bytes_is_reported_within_the_timeout_and_the_next_works(board):
+    transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=1.0)
+    with Device(transport, progress=None) as dev:
+        transport.write_timeout_s = 0.3
+        transport.model.faults.stall = True
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=r"took no request bytes for 0.3 s .*"
+                                                 r"h2c_timeout"):
+            dev.reduce_max(np.ones(1000, np.float32))
+        assert time.monotonic() - started < 1.0
+        transport.model.faults.stall = False
+        x = np.arange(1000, dtype=np.int32)
+        assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
+        # The driver's timeout first (ours longer): its ETIMEDOUT is named as such.
+        transport.write_timeout_s = 5.0
+        transport.model.h2c_timeout_s = 0.3
+        transport.model.faults.stall = True
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=r"writing to /dev/xdma0_h2c_0 failed: timed "
+                                                 r"out in the driver \(h2c_timeout\)"):
+            dev.reduce_max(np.ones(1000, np.float32))
+        assert time.monotonic() - started < 1.0
+        transport.model.faults.stall = False
+        assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
+
+
+def test_a_card_that_stops_answering_or_cuts_a_reply_short(board):
+    """A mute card: the link's bounded retries end in a LinkError naming the timeout; a reply
+    cut short (tlast early): the link retries and the result is exact; then the next request
+    is answered."""
+    transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=1.0)
+    with Device(transport, progress=None, timeout_s=0.2, attempts=2) as dev:
+        x = np.arange(5000, dtype=np.int16)
+        transport.model.faults.mute = True
+        started = time.monotonic()
+        with pytest.raises(LinkError, match=r"REDUCE failed after 2 attempts; last failure: "
+                                            r"no reply within 0.2 s"):
+            dev.reduce_max(x)
+        assert time.monotonic() - started < 3
+        transport.model.faults.mute = False
+        assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
+        transport.model.faults.cut_next_reply = 3
+        retries = dev.link.retries
+        assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+        assert dev.link.retries == retries + 1
+        assert_same_bits(dev.reduce_max(x), reference.reduce_max(x))
+
+
+def test_a_second_transport_on_the_same_board_is_refused_clearly(board):
+    transport = XdmaModelTransport(board, close_board=False)
+    try:
+        with pytest.raises(TransportError, match=r"cannot open /dev/xdma0_c2h_0: .*one process"):
+            XdmaTransport("/dev/xdma0", files=transport.model)
+    finally:
+        transport.close()
+
+
+def test_xdma_model_urls():
+    from maxaccel.host.transport import check_url
+    check_url("xdma-model:verilator")
+    check_url("xdma-model:sim?lanes=4")
+    for url in ("xdma-model:", "xdma-model:serial:///dev/ttyUSB0", "xdma-model:nothing"):
+        with pytest.raises(ValueError, match=r"xdma-model URL must be xdma-model:BOARD"):
+            check_url(url)
+
+
+def test_open_device_xdma_model_sim():
+    """The URL form, around the Python-simulated board (one small request)."""
+    with open_device("xdma-model:sim", progress=None) as dev:
+        x = np.float32([[1, np.nan], [-0.0, 0.0]])
+        assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+
+
+def test_modelled_throughput_against_transfer_size(device):
+    """The bench's table: the published NiteFury points come out of the model (512 B at about
+    9.2 MB/s, 4 KiB at about 68.5 MB/s, both less the few bytes of framing), larger
+    transfers approach the link's rate."""
+    from maxaccel.host.bench_xdma import format_transfers, measure_transfers
+    results = measure_transfers(device, (512, 4096, 1 << 20), min_requests=4, max_requests=16)
+    # A request of n elements is 4 n bytes plus the framing: up to 3 bytes under the size.
+    assert all(size - 4 < m.transfer_bytes <= size
+               for size, m in zip((512, 4096, 1 << 20), results))
+    rates = [m.bytes_per_s for m in results]
+    assert 0.85 * 9.2e6 < rates[0] < 9.2e6
+    assert 0.9 * 68.5e6 < rates[1] < 1.05 * 68.5e6
+    assert 0.9 * 1.6e9 < rates[2] < 1.6e9
+    assert [m.requests for m in results] == [16, 16, 16]
+    table = format_transfers(results, 1.6e9)
+    assert table.splitlines()[2].startswith(f"| {results[0].transfer_bytes} B | 16 |")
+
+
+def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_request_works(
+        board):
+    """The driver's wait ignores signals until its timeout; the transport waits in its own
+    threads, so Ctrl-C returns at once, and the next request waits for the abandoned transfer
+    to end before it goes."""
+    import threading
+    transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=2.0)
+    # The disposition this test is about (a background job may have inherited SIGINT ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    main = threading.main_thread().ident
+    try:
+        with Device(transport, progress=None) as dev:
+            transport.model.faults.stall = True
+            threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
+            started = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                dev.reduce_max(np.ones(1 << 16, np.float32))
+            assert time.monotonic() - started < 1.0
+            transport.model.faults.stall = False
+            x = random_values(np.random.default_rng(8), np.float64, (300, 7))
+            assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+    finally:
+        signal.signal(signal.SIGINT, previous)
