@@ -280,7 +280,7 @@ class Device:
         self._check_supported(fmt, "max_pool()")
         window = plan_window_pool(geometry, fmt, self.identity, self.max_frame_bytes)
         plan = None
-        if window is None or window.groups * window.group > math.prod(geometry.input_shape[:2]):
+        if window is None or window.filler_images():
             plan = plan_reduce_pool(geometry)
             if window is not None and window.wire_elements() \
                     <= plan.sent_elements + plan.output_elements:
