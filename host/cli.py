@@ -33,7 +33,10 @@ BENCH_DESCRIPTION = """\
 Measure throughput, host overhead and link efficiency per device and tensor size, with numpy and
 onnxruntime on this CPU for comparison; optionally a plot and the figures as JSON, and the table
 of the board build reports shipped with the package. With --ratios, each operation's device
-cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator)."""
+cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator),
+and the MaxPool table: each MaxPool class of real networks (bench.POOL_CLASSES) over a ReduceMax
+of the larger of its input and output bytes (Indices included), in float32, float16 and uint8;
+--pool-routes times the pools that go through the pooling unit through REDUCE too."""
 
 SERVE_DESCRIPTION = """\
 Serve a virtual board on a pseudo-terminal until interrupted (Ctrl-C or SIGTERM). Any serial
@@ -224,6 +227,8 @@ def _bench(args, out):
         _check_url(url)
     if args.ratios is not None and args.ratios < 1:
         raise _Failure(f"--ratios {args.ratios}: elements per operand must be at least 1")
+    if args.pool_channels is not None and args.pool_channels < 1:
+        raise _Failure(f"--pool-channels {args.pool_channels}: at least 1 channel")
     if any(n < 1 for n in args.elements or []):
         raise _Failure(f"--elements {' '.join(map(str, args.elements))}: sizes must be at "
                        f"least 1")
@@ -242,7 +247,7 @@ def _bench(args, out):
         raise _Failure(f"--reports {args.reports}: no such directory")
 
     print(f"machine: {bench.machine_description()}", file=out)
-    measurements, failures, sizes, models, ratios = [], [], set(), [], []
+    measurements, failures, sizes, models, ratios, pools = [], [], set(), [], [], []
     for url in urls:
         elements = args.elements or bench.default_elements(url)
         sizes.update(elements)
@@ -259,6 +264,10 @@ def _bench(args, out):
                     ratios += bench.measure_ratios(
                         device, args.ratios,
                         progress=lambda r: print(f"  {bench.ratio_line(r)}", file=out,
+                                                 flush=True))
+                    pools += bench.measure_pool_ratios(
+                        device, both_routes=args.pool_routes, channels=args.pool_channels,
+                        progress=lambda r: print(f"  {bench.pool_ratio_line(r)}", file=out,
                                                  flush=True))
                 for model in args.model or []:
                     models.append(bench.measure_model(device, *bench.load_model(model)))
@@ -277,6 +286,9 @@ def _bench(args, out):
         print(f"{url}: device cycles over a ReduceMax of the same input bytes, "
               f"{args.ratios} elements per operand:", file=out)
         print(bench.format_ratios([r for r in ratios if r.where == url]), file=out)
+        print(f"{url}: MaxPool device cycles over a ReduceMax of the larger of the pool's "
+              f"input and output bytes (Indices included):", file=out)
+        print(bench.format_pool_ratios([r for r in pools if r.where == url]), file=out)
     if models:
         print("whole models: OffloadSession (time outside the device calls) against "
               "onnxruntime on one thread:", file=out)
@@ -301,6 +313,7 @@ def _bench(args, out):
                        "measurements": [m.as_dict() for m in measurements],
                        "models": [m.as_dict() for m in models],
                        "ratios": [r.as_dict() for r in ratios],
+                       "pool_ratios": [r.as_dict() for r in pools],
                        "not_measured": failures}, file, indent=1)
         print(f"wrote {args.json}", file=out)
     if args.plot:
@@ -479,7 +492,13 @@ def _parser(prog="maxaccel"):
                             "ReduceMax of the same input bytes, for float32, float16, int8 "
                             "and float64, N elements per operand (default 262144); virtual "
                             "boards only (with --ratios, operations are timed only if "
-                            "--elements is given)")
+                            "--elements is given); and the MaxPool table (bench.POOL_CLASSES)")
+    bench.add_argument("--pool-routes", action="store_true",
+                       help="with --ratios: also time each MaxPool class that goes through "
+                            "the pooling unit (MAX_POOL) through REDUCE, its fallback route")
+    bench.add_argument("--pool-channels", type=int, metavar="C",
+                       help="with --ratios: run the MaxPool classes on C channels instead of "
+                            "their networks' (a quicker, scaled-down table)")
     bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
                        help="also time numpy and onnxruntime on this CPU (default: yes)")
     bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")

@@ -292,6 +292,12 @@ class Device:
                     values, fmt, window,
                     lambda payload: self._request(Command.MAX_POOL, payload),
                     return_indices)
+        return self._max_pool_by_reduce(values, fmt, plan, return_indices)
+
+    def _max_pool_by_reduce(self, values, fmt, plan, return_indices):
+        """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s
+        ``plan``): the route :meth:`max_pool` falls back to, and that ``maxaccel bench`` times
+        against ``MAX_POOL``."""
         self.last_max_pool_route = Command.REDUCE
         with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
             return max_pool_by_reduce(
