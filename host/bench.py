@@ -31,8 +31,9 @@ import numpy as np
 __all__ = ["OPERATIONS", "Measurement", "measure_device", "measure_cpu", "default_elements",
            "format_table", "plot", "RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio",
            "measure_ratios", "format_ratios", "ratio_line", "NoCycleCounter",
-           "PoolClass", "POOL_CLASSES", "POOL_DTYPES", "PoolRatio", "measure_pool_ratios", "pool_ratio_line",
-           "format_pool_ratios", "measure_core_link", "format_core_link", "CORE_LINK_FILE", "load_core_link"]
+           "PoolClass", "POOL_CLASSES", "POOL_DTYPES", "PoolRatio", "measure_pool_ratios",
+           "pool_ratio_line", "format_pool_ratios", "measure_core_link", "format_core_link",
+           "CORE_LINK_FILE", "load_core_link"]
 
 
 #: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about

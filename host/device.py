@@ -264,9 +264,11 @@ class Device:
 
         On a core with the windowed pooling unit the pool streams through ``MAX_POOL``
         (``host/pool_window.py``): each input element crosses the link once, each output once,
-        and the device sends each maximum's index. A pool the unit cannot take (beyond its
-        capacities, more than 3 spatial axes, a window of padding only), or that would cost
-        the link more that way (a group of images filled up with zero images), runs through
+        and the device sends each maximum's index; a pool wider than the unit's line buffers
+        or larger than a frame goes in tiles of the output, each with its halo of input. A
+        pool the unit cannot take in any tiling (a kernel extent above its ``window_extent``,
+        more than 3 spatial axes, a window of padding only), or that would cost the link more
+        that way (groups of images filled up with zero images), runs through
         ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's input
         elements, padding never sent, are one run, windows with as many elements one request.
         Where windows overlap an element then crosses the link once per window it lies in

@@ -7,12 +7,19 @@ element by element (a transpose of ``group x image`` blocks, ``docs/protocol.md`
 maxima back the same way, with each one's flat index inside its image when Indices are asked
 for; the host adds the image's offset and renumbers them for ``storage_order``.
 
-:func:`plan_window_pool` says whether a pool fits the unit: the ``MAX_POOL`` parameter block it
-would send is checked by the wire contract's own rules (``contract.wire.problems``), so the
-planner, the engine and the fake board decide the same way. A pool that does not fit (more
-than 3 spatial axes, a kernel extent, an output row or plane beyond the unit's buffers, a
-window of padding only, an image larger than a frame) goes through ``REDUCE``
-(``host/pool_reduce.py``) instead, still on the device and still exact.
+A pool wider than the unit's buffers (an innermost output row above ``window_columns``, an
+output plane above ``window_plane``) or whose image is larger than a frame goes in *tiles* of
+the output grid (:func:`axis_tiles`), each with the input its windows read (the halo: input
+elements at a tile's edge cross the link once per tile) and each an exact ``MAX_POOL`` of its
+own; tiles of one configuration go together as more images of the groups (a
+:class:`WindowBatch`), and the host maps each tile's indices back to the whole image.
+
+:func:`plan_window_pool` says whether and how a pool fits the unit: every ``MAX_POOL``
+parameter block it would send is checked by the wire contract's own rules
+(``contract.wire.problems``), so the planner, the engine and the fake board decide the same
+way. A pool that does not fit in any tiling (more than 3 spatial axes, a kernel extent above
+``window_extent``, a window of padding only) goes through ``REDUCE`` (``host/pool_reduce.py``)
+instead, still on the device and still exact.
 
 Pure numpy; never imports amaranth.
 """
@@ -20,7 +27,7 @@ Pure numpy; never imports amaranth.
 import functools
 import heapq
 import math
-from collections import Counter
+import operator
 from dataclasses import dataclass
 from itertools import product
 
@@ -230,9 +237,11 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
     A pool wider than the unit's buffers (``window_columns`` outputs of the innermost axis, an
     output plane of ``window_plane``) or whose image is larger than a frame is cut into tiles
     (:func:`axis_tiles`, a grid of them over the spatial axes), each an exact ``MAX_POOL`` of
-    its own; of the tile grids whose every tile the wire contract's rules
-    (``contract.wire.problems``) accept, the plan takes the one that sends the fewest input
-    elements (the largest tiles), then the fewest tiles.
+    its own. The tile grids (a tile length per axis) are walked from the fewest input elements
+    sent (the largest tiles) up; of the first :data:`_GRIDS_COMPARED` whose every tile the wire
+    contract's rules (``contract.wire.problems``) accept, the plan takes the one with the fewest
+    elements on the link both ways, counting the zero images that fill each batch's last group,
+    then the fewest tiles, then the fewest requests.
 
     Parameters
     ----------
@@ -324,7 +333,10 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
         return WindowPoolPlan(geometry, tuple(made))
 
     if tile_outputs is not None:
-        grid = tuple(int(n) for n in tile_outputs)
+        grid = tuple(operator.index(n) for n in tile_outputs)
+        if len(grid) != len(axes) or min(grid) < 1:
+            raise ValueError(f"tile_outputs needs a length >= 1 per spatial axis "
+                             f"({len(axes)}), got {list(tile_outputs)}")
         return None if fitting(grid) is None else plan(grid)
     # Tiles of one output need the least of every capacity: if they do not fit, nothing does.
     # Each capacity grows with a tile's length, so the longest tile along an axis (the others

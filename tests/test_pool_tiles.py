@@ -25,7 +25,7 @@ from fake_board import FakeBoard
 from test_reference_maxpool import random_config
 
 from maxaccel.contract.dtypes import format_of
-from maxaccel.contract.pooling import PoolAxis, resolve_max_pool, window_geometry
+from maxaccel.contract.pooling import resolve_max_pool, window_geometry
 from maxaccel.contract.wire import PARAMETERS, Command, problems, window_fields
 from maxaccel.host.device import Device
 from maxaccel.host.pool_window import axis_tiles, max_pool_by_window, plan_window_pool
@@ -287,3 +287,10 @@ def test_tiles_through_the_simulated_gateware():
             want = reference.max_pool(x, **attributes, return_indices=True)
             assert_same_bits(y, want[0])
             np.testing.assert_array_equal(indices, want[1])
+
+
+def test_tile_lengths_are_checked():
+    geometry = resolve_max_pool((1, 1, 4, 4), [2, 2])
+    for bad in ([1], [0, 1], [1, 2, 3]):
+        with pytest.raises(ValueError, match="tile_outputs"):
+            plan_window_pool(geometry, format_of(np.float32), small_identity(), 1 << 20, bad)
