@@ -294,3 +294,30 @@ def test_tile_lengths_are_checked():
     for bad in ([1], [0, 1], [1, 2, 3]):
         with pytest.raises(ValueError, match="tile_outputs"):
             plan_window_pool(geometry, format_of(np.float32), small_identity(), 1 << 20, bad)
+
+
+def test_random_pools_as_the_planner_tiles_them():
+    """Random pools through :meth:`Device.max_pool` on a unit of 3 columns and a 6-output
+    plane, behind frames of 256 bytes: the planner's own tiling (and its route decision)
+    gives the golden model's bits, Indices included, and every MAX_POOL block it sends fits."""
+    rng = np.random.default_rng(2027)
+    fake = CountingBoard(**SMALL)
+    routes = set()
+    with Device(fake, max_frame_bytes=256) as device:
+        done = 0
+        while done < 150:
+            shape, attributes = random_config(rng, int(rng.integers(1, 4)), max_size=10)
+            try:
+                want = reference.max_pool(np.zeros(shape, np.float32), **attributes)
+            except ValueError:
+                continue
+            x = random_values(rng, format_of(np.float32), shape, edge_fraction=0.3)
+            want = reference.max_pool(x, **attributes, return_indices=True)
+            y, indices = device.max_pool(x, **attributes, return_indices=True)
+            assert_same_bits(y, want[0], f"{shape} {attributes}")
+            np.testing.assert_array_equal(indices, want[1], err_msg=f"{shape} {attributes}")
+            routes.add(device.last_max_pool_route)
+            done += 1
+    assert routes == {Command.MAX_POOL, Command.REDUCE}
+    inner = window_fields(2)
+    assert fake.blocks and all(b[inner["out"]] <= SMALL["window_columns"] for b in fake.blocks)
