@@ -18,6 +18,7 @@ from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host import open_device
 from maxaccel.host.bench import POOL_CLASSES, measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
+from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
 
 # (class name, dtype) -> (route, device cycles of the pool, device cycles of the ReduceMax of
 # its link bytes), measured with `maxaccel bench --device verilator --ratios --no-cpu`.
@@ -75,6 +76,11 @@ ABOVE_LINK_RATE = {("3x3 s1 p1, 80x128x128", "uint8"), ("3x3 s2 p1 + Indices, 64
                    ("3x3 s2 p1 + Indices, 64x112x112", "uint8")}
 
 CLASSES = {pool.name: pool for pool in POOL_CLASSES}
+#: The compiled board's pooling unit (the NiteFury's: ``boards/targets.py``), for a fake board.
+COMPILED = dict(lanes=VERILATOR_DEFAULTS["lanes"],
+                window_lanes=VERILATOR_DEFAULTS["window_lanes"] or VERILATOR_DEFAULTS["lanes"],
+                **{k: VERILATOR_DEFAULTS[k]
+                   for k in ("window_extent", "window_columns", "window_plane")})
 
 
 def test_the_table_covers_every_class_and_dtype():
@@ -86,23 +92,21 @@ def test_the_table_covers_every_class_and_dtype():
 def test_a_class_goes_through_the_unit_whenever_a_tiling_fits(name, dtype):
     """The route of each cell as the planner decides it (on a fake board with the compiled
     board's capacities): MAX_POOL exactly when some tiling fits the unit; REDUCE only for
-    kernel extents above window_extent (3)."""
+    kernel extents above its window_extent (3 today)."""
     pool = CLASSES[name]
-    board = FakeBoard(lanes=4, window_lanes=4, window_extent=3, window_columns=64,
-                      window_plane=1024)
+    board = FakeBoard(**COMPILED)
     geometry = resolve_max_pool(pool.shape, **pool.attributes)
     plan = plan_window_pool(geometry, format_of(np.dtype(dtype)), board.identity, 1 << 20)
     route = POOL_CYCLES[name, dtype][0]
     assert (plan is not None) == (route == "MAX_POOL")
     extent = max(a.extent for a in geometry.axes)
-    assert (route == "REDUCE") == (extent > 3)
+    assert (route == "REDUCE") == (extent > COMPILED["window_extent"])
 
 
 @pytest.fixture(scope="module")
 def default_board():
     with open_device("verilator") as device:
-        assert (device.identity.lanes, device.identity.window_extent,
-                device.identity.window_columns, device.identity.window_plane) == (4, 3, 64, 1024)
+        assert {k: getattr(device.identity, k) for k in COMPILED} == COMPILED
         yield device
 
 
