@@ -10,8 +10,10 @@ each with its halo of input, each an exact ``MAX_POOL`` of its own. Checked here
   the arithmetic says, and the largest tiles that fit are taken;
 * bit for bit against the golden model on the fake board (random pools, forced tile lengths
   down to one output, tile edges in the padding, ceil_mode, SAME_*, dilations, strides above
-  the kernel, NaN and signed-zero ties, Indices in both storage orders), and on the simulated
-  gateware (``sim``, tiny tensors: its ``window_columns`` is 16).
+  the kernel, NaN and signed-zero ties, Indices in both storage orders), on the simulated
+  gateware (``sim``, tiny tensors: its ``window_columns`` is 16) and on the compiled board
+  (``verilator``, window_columns 64: rows of 67 to 150 outputs, forced one-column tiles and
+  tile edges in the padding, float32/float16/uint8/int8 with edge values).
 
 The compiled board's cycles for the MaxPool classes of ``maxaccel bench --ratios`` are asserted
 in ``tests/test_pool_classes.py``.
@@ -321,3 +323,66 @@ def test_random_pools_as_the_planner_tiles_them():
     assert routes == {Command.MAX_POOL, Command.REDUCE}
     inner = window_fields(2)
     assert fake.blocks and all(b[inner["out"]] <= SMALL["window_columns"] for b in fake.blocks)
+
+
+# ---- The compiled board (window_columns 64): the same cases through the real gateware.
+
+VERILATOR_POOLS = [
+    # (spatial shape, attributes, tile lengths per axis or None for the planner's own)
+    ((5, 150), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), None),           # 3 tiles of 50
+    ((4, 147), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=True),
+     None),
+    ((3, 140), dict(kernel_shape=[3, 2], strides=[1, 2], auto_pad="SAME_UPPER"), None),
+    ((3, 141), dict(kernel_shape=[2, 3], strides=[2, 1], auto_pad="SAME_LOWER",
+                    storage_order=1), None),
+    ((131,), dict(kernel_shape=[2], dilations=[2], pads=[2, 1], strides=[1]), None),
+    ((200,), dict(kernel_shape=[2], strides=[3], ceil_mode=True), None),   # stride > kernel
+    ((3, 17), dict(kernel_shape=[3, 3], strides=[1, 2], pads=[2, 2, 2, 2]), [4, 1]),
+    ((2, 3, 12), dict(kernel_shape=[2, 2, 3], strides=[1, 1, 2], pads=[1, 0, 1, 0, 1, 2],
+                      ceil_mode=True), [2, 3, 1]),
+]
+
+
+@pytest.fixture(scope="module")
+def compiled_board():
+    from maxaccel.host import open_device
+    with open_device("verilator") as device:
+        yield device
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+@pytest.mark.parametrize("spatial, attributes, tiles", VERILATOR_POOLS)
+def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, attributes, tiles):
+    """Wide pools (more outputs than the unit's 64 columns) and forced tiles (one output
+    column, edges in the padding) on the compiled board, edge values at 40% of the positions
+    (NaN payloads, ±0 ties, infinities, integer extremes): the golden model's bits and
+    Indices."""
+    rng = np.random.default_rng(len(spatial) * 100 + spatial[-1])
+    fmt = format_of(dtype)
+    x = random_values(rng, fmt, (1, 6) + spatial, edge_fraction=0.4)
+    want_y, want_indices = reference.max_pool(x, **attributes, return_indices=True)
+    what = f"{x.shape} {fmt.numpy_dtype} {attributes} tiles {tiles}"
+    # MAX_POOL as the planner tiles the pool (or as forced), whatever route Device.max_pool
+    # would take (with 6 images in groups of 8, 16 or 32, REDUCE moves fewer elements for the
+    # stride-3 pool: it never sends the samples no window reads).
+    plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
+                            compiled_board.identity, compiled_board.max_frame_bytes, tiles)
+    assert tiles is not None or sum(len(b.tiles) for b in plan.batches) > 1, what
+    request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
+    y, indices = max_pool_by_window(x, fmt, plan, request, True)
+    assert_same_bits(y, want_y, what)
+    np.testing.assert_array_equal(indices, want_indices, err_msg=what)
+    assert_same_bits(max_pool_by_window(x, fmt, plan, request, False), want_y, what)
+
+
+def test_a_wide_pool_takes_the_unit_on_the_compiled_board(compiled_board):
+    """Device.max_pool of a pool wider than the unit (150 outputs a row, 3x3 stride 1, the
+    heat-map peak picking's shape scaled down): MAX_POOL, not REDUCE."""
+    x = random_values(np.random.default_rng(9), format_of(np.float16), (1, 6, 5, 150),
+                      edge_fraction=0.4)
+    attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    y, indices = compiled_board.max_pool(x, **attributes, return_indices=True)
+    assert compiled_board.last_max_pool_route == Command.MAX_POOL
+    want = reference.max_pool(x, **attributes, return_indices=True)
+    assert_same_bits(y, want[0])
+    np.testing.assert_array_equal(indices, want[1])
