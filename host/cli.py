@@ -33,7 +33,10 @@ BENCH_DESCRIPTION = """\
 Measure throughput, host overhead and link efficiency per device and tensor size, with numpy and
 onnxruntime on this CPU for comparison; optionally a plot and the figures as JSON, and the table
 of the board build reports shipped with the package. With --ratios, each operation's device
-cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator).
+cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator),
+and the MaxPool table: each MaxPool class of real networks (bench.POOL_CLASSES) over a ReduceMax
+of the larger of its input and output bytes (Indices included), in float32, float16 and uint8;
+--pool-routes times the pools that go through the pooling unit through REDUCE too.
 With --transfers, on an xdma-model:BOARD device, the XDMA link's modelled throughput against
 the host's transfer size (a NiteFury's transfer costs, docs/boards.md)."""
 
@@ -226,6 +229,8 @@ def _bench(args, out):
         _check_url(url)
     if args.ratios is not None and args.ratios < 1:
         raise _Failure(f"--ratios {args.ratios}: elements per operand must be at least 1")
+    if args.pool_channels is not None and args.pool_channels < 1:
+        raise _Failure(f"--pool-channels {args.pool_channels}: at least 1 channel")
     if any(n < 1 for n in args.elements or []):
         raise _Failure(f"--elements {' '.join(map(str, args.elements))}: sizes must be at "
                        f"least 1")
@@ -252,7 +257,8 @@ def _bench(args, out):
                            f"double keeps the modelled transfer times), not {not_model[0]}")
 
     print(f"machine: {bench.machine_description()}", file=out)
-    measurements, failures, sizes, models, ratios, transfers = [], [], set(), [], [], {}
+    measurements, failures, sizes, models, ratios, pools = [], [], set(), [], [], []
+    transfers = {}
     for url in urls:
         elements = args.elements or bench.default_elements(url)
         sizes.update(elements)
@@ -271,11 +277,16 @@ def _bench(args, out):
                         device, args.ratios,
                         progress=lambda r: print(f"  {bench.ratio_line(r)}", file=out,
                                                  flush=True))
+                    pools += bench.measure_pool_ratios(
+                        device, both_routes=args.pool_routes, channels=args.pool_channels,
+                        progress=lambda r: print(f"  {bench.pool_ratio_line(r)}", file=out,
+                                                 flush=True))
                 if args.transfers is not None:
                     from maxaccel.host import bench_xdma
                     transfers[url] = bench_xdma.measure_transfers(
                         device, args.transfers or bench_xdma.TRANSFER_SIZES,
-                        total_bytes=bench_xdma.default_total_bytes(url), progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
+                        total_bytes=bench_xdma.default_total_bytes(url),
+                        progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
                                                  flush=True))
                 for model in args.model or []:
                     models.append(bench.measure_model(device, *bench.load_model(model)))
@@ -294,6 +305,9 @@ def _bench(args, out):
         print(f"{url}: device cycles over a ReduceMax of the same input bytes, "
               f"{args.ratios} elements per operand:", file=out)
         print(bench.format_ratios([r for r in ratios if r.where == url]), file=out)
+        print(f"{url}: MaxPool device cycles over a ReduceMax of the larger of the pool's "
+              f"input and output bytes (Indices included):", file=out)
+        print(bench.format_pool_ratios([r for r in pools if r.where == url]), file=out)
     for url, results in transfers.items():
         from maxaccel.boards.targets import TARGETS
         from maxaccel.host import bench_xdma
@@ -325,6 +339,7 @@ def _bench(args, out):
                        "measurements": [m.as_dict() for m in measurements],
                        "models": [m.as_dict() for m in models],
                        "ratios": [r.as_dict() for r in ratios],
+                       "pool_ratios": [r.as_dict() for r in pools],
                        "transfers": {url: [m.as_dict() for m in results]
                                      for url, results in transfers.items()},
                        "not_measured": failures}, file, indent=1)
@@ -505,7 +520,13 @@ def _parser(prog="maxaccel"):
                             "ReduceMax of the same input bytes, for float32, float16, int8 "
                             "and float64, N elements per operand (default 262144); virtual "
                             "boards only (with --ratios, operations are timed only if "
-                            "--elements is given)")
+                            "--elements is given); and the MaxPool table (bench.POOL_CLASSES)")
+    bench.add_argument("--pool-routes", action="store_true",
+                       help="with --ratios: also time each MaxPool class that goes through "
+                            "the pooling unit (MAX_POOL) through REDUCE, its fallback route")
+    bench.add_argument("--pool-channels", type=int, metavar="C",
+                       help="with --ratios: run the MaxPool classes on C channels instead of "
+                            "their networks' (a quicker, scaled-down table)")
     bench.add_argument("--transfers", type=int, nargs="*", metavar="BYTES",
                        help="on xdma-model:BOARD devices: the modelled XDMA throughput of a "
                             "ReduceMax against the transfer size (default sizes: 512 4096 "

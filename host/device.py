@@ -268,9 +268,11 @@ class Device:
 
         On a core with the windowed pooling unit the pool streams through ``MAX_POOL``
         (``host/pool_window.py``): each input element crosses the link once, each output once,
-        and the device sends each maximum's index. A pool the unit cannot take (beyond its
-        capacities, more than 3 spatial axes, a window of padding only), or that would cost
-        the link more that way (a group of images filled up with zero images), runs through
+        and the device sends each maximum's index; a pool wider than the unit's line buffers
+        or larger than a frame goes in tiles of the output, each with its halo of input. A
+        pool the unit cannot take in any tiling (a kernel extent above its ``window_extent``,
+        more than 3 spatial axes, a window of padding only), or that would cost the link more
+        that way (groups of images filled up with zero images), runs through
         ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's input
         elements, padding never sent, are one run, windows with as many elements one request.
         Where windows overlap an element then crosses the link once per window it lies in
@@ -284,7 +286,7 @@ class Device:
         self._check_supported(fmt, "max_pool()")
         window = plan_window_pool(geometry, fmt, self.identity, self.max_frame_bytes)
         plan = None
-        if window is None or window.groups * window.group > math.prod(geometry.input_shape[:2]):
+        if window is None or window.filler_images():
             plan = plan_reduce_pool(geometry)
             if window is not None and window.wire_elements() \
                     <= plan.sent_elements + plan.output_elements:
@@ -296,6 +298,12 @@ class Device:
                     values, fmt, window,
                     lambda payload: self._request(Command.MAX_POOL, payload),
                     return_indices)
+        return self._max_pool_by_reduce(values, fmt, plan, return_indices)
+
+    def _max_pool_by_reduce(self, values, fmt, plan, return_indices):
+        """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s
+        ``plan``): the route :meth:`max_pool` falls back to, and that ``maxaccel bench`` times
+        against ``MAX_POOL``."""
         self.last_max_pool_route = Command.REDUCE
         with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
             return max_pool_by_reduce(

@@ -158,10 +158,10 @@ def test_bench_prints_the_ratio_table_of_the_compiled_board(tmp_path):
     """``maxaccel bench --ratios``: every operation of ``RATIO_OPERATIONS`` in every dtype
     against a ReduceMax of its input bytes, each result checked against the golden model (the
     exact cycles at the table's size are asserted in tests/test_verilator_board.py)."""
-    from maxaccel.host.bench import RATIO_DTYPES, RATIO_OPERATIONS
+    from maxaccel.host.bench import POOL_CLASSES, POOL_DTYPES, RATIO_DTYPES, RATIO_OPERATIONS
     figures = tmp_path / "bench.json"
     status, text = run("bench", "--device", "verilator", "--ratios", "1024", "--no-cpu",
-                       "--json", str(figures))
+                       "--pool-channels", "2", "--json", str(figures))
     assert status == 0
     assert "verilator: device cycles over a ReduceMax of the same input bytes, 1024 elements " \
            "per operand:" in text
@@ -171,6 +171,13 @@ def test_bench_prints_the_ratio_table_of_the_compiled_board(tmp_path):
         {(o, d) for o in RATIO_OPERATIONS for d in RATIO_DTYPES}
     assert all(r["ratio"] == r["cycles"] / r["reduce_cycles"] > 0 for r in ratios)
     assert "| verilator | reduce_max |" not in text         # no --elements: no throughput rows
+    # The MaxPool table, scaled down to 2 channels (its full-size cycles are asserted in
+    # tests/test_pool_classes.py).
+    assert "| MaxPool | " + " | ".join(POOL_DTYPES) + " |" in text
+    pools = json.loads(figures.read_text())["pool_ratios"]
+    assert [(r["operation"], r["dtype"]) for r in pools] == \
+        [(p.with_channels(2).name, d) for d in POOL_DTYPES for p in POOL_CLASSES]
+    assert all(r["route"] in ("MAX_POOL", "REDUCE") and r["cycles"] > 0 for r in pools)
 
 
 def test_the_main_job_command_runs_on_the_virtual_board(capsys):
@@ -246,6 +253,7 @@ def test_verbose_and_quiet_exclude_each_other(capsys):
     (["bench", "--device", "sim", "--device", "foo://"], "--device foo://"),
     (["bench", "--elements", "0"], "sizes must be at least 1"),
     (["bench", "--ratios", "0"], "--ratios 0: elements per operand must be at least 1"),
+    (["bench", "--ratios", "--pool-channels", "0"], "--pool-channels 0: at least 1 channel"),
     (["bench", "--dtype", "complex64"], "--dtype complex64: unsupported dtype complex64"),
     (["bench", "--json", "/nonexistent/x.json"], "directory '/nonexistent' does not exist"),
     (["bench", "--reports", "/nonexistent"], "--reports /nonexistent: no such directory"),

@@ -1,0 +1,142 @@
+"""The MaxPool classes of ``maxaccel bench --ratios`` (``host/bench.py``: ``POOL_CLASSES``) on
+the default compiled board (the NiteFury's core: 4 lanes, 32-byte link words, window_extent 3,
+window_columns 64, window_plane 1024): their exact device cycles, their route, and the ratio
+to the link-bound time (a ReduceMax of the larger of the pool's input and output bytes, Indices
+included: ``PoolClass.link_bytes``), every result checked bit for bit by the bench itself.
+
+Cycles are deterministic: a change that costs a cycle fails here. When the pooling unit's
+kernel extent grows (issue 27's other half), the rows whose route is REDUCE today (extent 5, 9,
+13 and the 1-D k4) move to MAX_POOL: update their entries in ``POOL_CYCLES``, one line each.
+"""
+
+import numpy as np
+import pytest
+from fake_board import FakeBoard
+
+from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.pooling import resolve_max_pool
+from maxaccel.host import open_device
+from maxaccel.host.bench import POOL_CLASSES, measure_pool_ratios
+from maxaccel.host.pool_window import plan_window_pool
+from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
+
+# (class name, dtype) -> (route, device cycles of the pool, device cycles of the ReduceMax of
+# its link bytes), measured with `maxaccel bench --device verilator --ratios --no-cpu`.
+POOL_CYCLES = {
+    ("3x3 s2 p1, 64x147x147", "float32"): ("MAX_POOL", 177243, 173583),
+    ("2x2 s2, 64x224x224", "float32"): ("MAX_POOL", 405248, 402849),
+    ("2x2 s2, 64x256x256", "float32"): ("MAX_POOL", 528208, 526044),
+    ("3x3 s1 p1, 80x128x128", "float32"): ("MAX_POOL", 171395, 164449),
+    ("5x5 s1 p2, 256x13x13", "float32"): ("REDUCE", 170578, 5509),
+    ("9x9 s1 p4, 256x13x13", "float32"): ("REDUCE", 343457, 5509),
+    ("13x13 s1 p6, 256x13x13", "float32"): ("REDUCE", 553039, 5509),
+    ("5x5 s1 p2, 128x20x20", "float32"): ("REDUCE", 217829, 6501),
+    ("9x9 s1 p4, 128x20x20", "float32"): ("REDUCE", 470409, 6501),
+    ("13x13 s1 p6, 128x20x20", "float32"): ("REDUCE", 817891, 6501),
+    ("k4 s4, 64x996", "float32"): ("REDUCE", 16024, 8069),
+    ("k2 s2, 32x8000", "float32"): ("MAX_POOL", 32475, 32103),
+    ("3x3x3 s2 p1, 64x16x28x28", "float32"): ("MAX_POOL", 101272, 100853),
+    ("3x3 s2 p1 + Indices, 64x112x112", "float32"): ("MAX_POOL", 101320, 100853),
+    ("3x3 s2 p1, 64x147x147", "float16"): ("MAX_POOL", 88870, 86838),
+    ("2x2 s2, 64x224x224", "float16"): ("MAX_POOL", 202640, 201525),
+    ("2x2 s2, 64x256x256", "float16"): ("MAX_POOL", 264120, 263074),
+    ("3x3 s1 p1, 80x128x128", "float16"): ("MAX_POOL", 86930, 82322),
+    ("5x5 s1 p2, 256x13x13", "float16"): ("REDUCE", 109705, 2805),
+    ("9x9 s1 p4, 256x13x13", "float16"): ("REDUCE", 204742, 2805),
+    ("13x13 s1 p6, 256x13x13", "float16"): ("REDUCE", 307587, 2805),
+    ("5x5 s1 p2, 128x20x20", "float16"): ("REDUCE", 137586, 3301),
+    ("9x9 s1 p4, 128x20x20", "float16"): ("REDUCE", 277901, 3301),
+    ("13x13 s1 p6, 128x20x20", "float16"): ("REDUCE", 445122, 3301),
+    ("k4 s4, 64x996", "float16"): ("REDUCE", 16024, 4085),
+    ("k2 s2, 32x8000", "float16"): ("MAX_POOL", 16475, 16103),
+    ("3x3x3 s2 p1, 64x16x28x28", "float16"): ("MAX_POOL", 50640, 50473),
+    ("3x3 s2 p1 + Indices, 64x112x112", "float16"): ("MAX_POOL", 57214, 50473),
+    ("3x3 s2 p1, 64x147x147", "uint8"): ("MAX_POOL", 44441, 43516),
+    ("2x2 s2, 64x224x224", "uint8"): ("MAX_POOL", 101328, 100861),
+    ("2x2 s2, 64x256x256", "uint8"): ("MAX_POOL", 132548, 131585),
+    ("3x3 s1 p1, 80x128x128", "uint8"): ("MAX_POOL", 51425, 41258),
+    ("5x5 s1 p2, 256x13x13", "uint8"): ("REDUCE", 68761, 1453),
+    ("9x9 s1 p4, 256x13x13", "uint8"): ("REDUCE", 133550, 1453),
+    ("13x13 s1 p6, 256x13x13", "uint8"): ("REDUCE", 186059, 1453),
+    ("5x5 s1 p2, 128x20x20", "uint8"): ("REDUCE", 84377, 1701),
+    ("9x9 s1 p4, 128x20x20", "uint8"): ("REDUCE", 173249, 1701),
+    ("13x13 s1 p6, 128x20x20", "uint8"): ("REDUCE", 263391, 1701),
+    ("k4 s4, 64x996", "uint8"): ("REDUCE", 16024, 2093),
+    ("k2 s2, 32x8000", "uint8"): ("MAX_POOL", 8475, 8103),
+    ("3x3x3 s2 p1, 64x16x28x28", "uint8"): ("MAX_POOL", 25322, 25193),
+    ("3x3 s2 p1 + Indices, 64x112x112", "uint8"): ("MAX_POOL", 38933, 31465),
+}
+
+# Cells through the pooling unit above issue 27's 1.1, and why (docs/benchmarks.md):
+# 80 uint8 images fill 2.5 groups of 32 (a third of the last group's beats carry nothing);
+# with Indices at 2 and 1 bytes an element the reply (6 and 5 bytes an output, more than the
+# input for uint8) leaves the unit a row of outputs at a time and holds the input meanwhile.
+ABOVE_LINK_RATE = {("3x3 s1 p1, 80x128x128", "uint8"), ("3x3 s2 p1 + Indices, 64x112x112",
+                                                        "float16"),
+                   ("3x3 s2 p1 + Indices, 64x112x112", "uint8")}
+
+CLASSES = {pool.name: pool for pool in POOL_CLASSES}
+#: The compiled board's pooling unit (the NiteFury's: ``boards/targets.py``), for a fake board.
+COMPILED = dict(lanes=VERILATOR_DEFAULTS["lanes"],
+                window_lanes=VERILATOR_DEFAULTS["window_lanes"] or VERILATOR_DEFAULTS["lanes"],
+                **{k: VERILATOR_DEFAULTS[k]
+                   for k in ("window_extent", "window_columns", "window_plane")})
+
+
+def test_the_table_covers_every_class_and_dtype():
+    from maxaccel.host.bench import POOL_DTYPES
+    assert set(POOL_CYCLES) == {(name, d) for name in CLASSES for d in POOL_DTYPES}
+
+
+@pytest.mark.parametrize("name, dtype", list(POOL_CYCLES))
+def test_a_class_goes_through_the_unit_whenever_a_tiling_fits(name, dtype):
+    """The route of each cell as the planner decides it (on a fake board with the compiled
+    board's capacities): MAX_POOL exactly when some tiling fits the unit; REDUCE only for
+    kernel extents above its window_extent (3 today)."""
+    pool = CLASSES[name]
+    board = FakeBoard(**COMPILED)
+    geometry = resolve_max_pool(pool.shape, **pool.attributes)
+    plan = plan_window_pool(geometry, format_of(np.dtype(dtype)), board.identity, 1 << 20)
+    route = POOL_CYCLES[name, dtype][0]
+    assert (plan is not None) == (route == "MAX_POOL")
+    extent = max(a.extent for a in geometry.axes)
+    assert (route == "REDUCE") == (extent > COMPILED["window_extent"])
+
+
+@pytest.fixture(scope="module")
+def default_board():
+    with open_device("verilator") as device:
+        assert {k: getattr(device.identity, k) for k in COMPILED} == COMPILED
+        yield device
+
+
+def check_cell(device, name, dtype):
+    (ratio,) = measure_pool_ratios(device, [CLASSES[name]], dtypes=(dtype,))
+    assert (ratio.route, ratio.cycles, ratio.reduce_cycles) == POOL_CYCLES[name, dtype]
+    if ratio.route == "MAX_POOL" and (name, dtype) not in ABOVE_LINK_RATE:
+        assert ratio.ratio <= 1.1
+
+
+@pytest.mark.parametrize("name", list(CLASSES))
+def test_float32_cycles_of_every_class(default_board, name):
+    check_cell(default_board, name, "float32")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, dtype", [k for k in POOL_CYCLES if k[1] != "float32"])
+def test_float16_and_uint8_cycles_of_every_class(default_board, name, dtype):
+    check_cell(default_board, name, dtype)
+
+
+def test_the_unit_beats_reduce_for_every_class_it_takes(default_board):
+    """Issue 27's route decision, measured: every class the pooling unit takes (on 8 channels,
+    tiled where wider than its 64 columns) costs fewer device cycles through MAX_POOL than
+    through REDUCE, the route it falls back to."""
+    ratios = measure_pool_ratios(default_board, POOL_CLASSES, dtypes=("float32",),
+                                 both_routes=True, channels=8)
+    taken = [r for r in ratios if r.route == "MAX_POOL"]
+    assert {r.operation for r in taken} == {
+        CLASSES[name].with_channels(8).name for (name, d), (route, *_) in POOL_CYCLES.items()
+        if d == "float32" and route == "MAX_POOL"}
+    for r in taken:
+        assert r.cycles < r.reduce_route_cycles, r

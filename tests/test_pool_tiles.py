@@ -1,0 +1,388 @@
+"""MaxPool through MAX_POOL in tiles (host/pool_window.py): any output width, any image size.
+
+A pool wider than the pooling unit's line buffers (``window_columns`` outputs of the innermost
+axis, ``window_plane`` of a plane) or larger than a frame is cut into tiles of the output grid,
+each with its halo of input, each an exact ``MAX_POOL`` of its own. Checked here:
+
+* the tiles of one axis (:func:`axis_tiles`) read exactly the input elements the whole axis's
+  windows read, with the unit's own window rule (``window_geometry``) applied to each tile;
+* the plan: every batch's parameter block passes the wire contract's rules, the halo is what
+  the arithmetic says, and the largest tiles that fit are taken;
+* bit for bit against the golden model on the fake board (random pools, forced tile lengths
+  down to one output, tile edges in the padding, ceil_mode, SAME_*, dilations, strides above
+  the kernel, NaN and signed-zero ties, Indices in both storage orders), on the simulated
+  gateware (``sim``, tiny tensors: its ``window_columns`` is 16) and on the compiled board
+  (``verilator``, window_columns 64: rows of 67 to 150 outputs, forced one-column tiles and
+  tile edges in the padding, float32/float16/uint8/int8 with edge values).
+
+The compiled board's cycles for the MaxPool classes of ``maxaccel bench --ratios`` are asserted
+in ``tests/test_pool_classes.py``.
+"""
+
+import math
+
+import numpy as np
+import pytest
+from fake_board import FakeBoard
+from test_reference_maxpool import random_config
+
+from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.pooling import resolve_max_pool, window_geometry
+from maxaccel.contract.wire import PARAMETERS, Command, problems, window_fields
+from maxaccel.host.device import Device
+from maxaccel.host.pool_window import axis_tiles, max_pool_by_window, plan_window_pool
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from maxaccel.sim.values import random_values
+
+# A fake board whose unit holds very little, so that small pools tile in every direction.
+SMALL = dict(lanes=2, window_lanes=2, window_columns=3, window_plane=6)
+
+
+def random_axis(rng):
+    """A resolved axis with windows that are not all padding (any pads, ceil_mode, auto_pad)."""
+    while True:
+        shape, attributes = random_config(rng, 1, max_size=20)
+        try:
+            (axis,) = resolve_max_pool(shape, **attributes).axes
+        except ValueError:
+            continue
+        if not axis.empty_windows().any():
+            return axis
+
+
+def tile_axis(tile, axis):
+    """The tile as the unit sees it: a ``MAX_POOL`` axis of its own (window_geometry)."""
+    config = [dict(size=1, pad=0, out=1, kernel=1, stride=1, dilation=1)] * 2 + [dict(
+        size=tile.size, pad=tile.pad, out=tile.out, kernel=axis.kernel, stride=axis.stride,
+        dilation=axis.dilation)]
+    return window_geometry(config).axes[-1]
+
+
+def test_axis_tiles_read_what_the_whole_axis_reads():
+    """For random axes and every tile length: the tiles cover the outputs once, in order; each
+    tile's windows, by the unit's rule (taps ``o * stride - pad + j * dilation`` of the tile,
+    outside ``0 .. size - 1`` padding), read the same input elements as the whole axis's
+    windows; only tiles whose first window starts in the left padding have a pad, and a tile
+    sends the span of its windows clipped to the image."""
+    rng = np.random.default_rng(27)
+    for _ in range(300):
+        axis = random_axis(rng)
+        taps, inside = axis.taps(), axis.inside()
+        for length in range(1, axis.out_size + 1):
+            tiles = axis_tiles(axis, length)
+            assert [t.out_start for t in tiles] == list(range(0, axis.out_size, length))
+            assert tiles[-1].out_stop == axis.out_size
+            for tile in tiles:
+                assert 0 <= tile.in_start < tile.in_stop <= axis.size
+                part = tile_axis(tile, axis)
+                mine = slice(tile.out_start, tile.out_stop)
+                assert np.array_equal(part.inside(), inside[mine])
+                assert np.array_equal(np.where(part.inside(), part.taps() + tile.in_start, -1),
+                                      np.where(inside[mine], taps[mine], -1))
+                assert tile.pad == max(0, axis.pad_begin - tile.out_start * axis.stride)
+                # The tile's input is the span of its windows clipped to the image: exactly
+                # what they read where its first (last) window starts (ends) inside it.
+                read = taps[mine][inside[mine]]
+                assert tile.in_start <= read.min() and read.max() < tile.in_stop
+                if taps[tile.out_start, 0] >= 0:
+                    assert read.min() == tile.in_start
+                if taps[tile.out_stop - 1, -1] < axis.size:
+                    assert read.max() == tile.in_stop - 1
+
+
+def test_halo_of_a_wide_stem():
+    """3x3 stride 2 pads 1 on 147 columns (an Inception stem), two tiles of 37 outputs: inputs
+    0..73 and 73..146, one column crossing twice (cost 148 / 147)."""
+    axis = resolve_max_pool((1, 1, 147), [3], [2], [1, 1]).axes[0]
+    first, second = axis_tiles(axis, 37)
+    assert (first.in_start, first.in_stop, first.pad, first.out) == (0, 74, 1, 37)
+    assert (second.in_start, second.in_stop, second.pad, second.out) == (73, 147, 0, 37)
+
+
+def small_identity(**board):
+    return FakeBoard(**dict(SMALL, **board)).identity
+
+
+def check_plan(plan, geometry, fmt, identity, max_frame_bytes):
+    """Every batch passes the wire contract; the tiles cover each output once; the elements
+    sent are each tile's input."""
+    covered = np.zeros(tuple(a.out_size for a in geometry.axes), np.int64)
+    for batch in plan.batches:
+        for tiles in batch.tiles:
+            assert tuple((t.size, t.pad, t.out) for t in tiles) == \
+                tuple((t.size, t.pad, t.out) for t in batch.tiles[0])
+            covered[tuple(slice(t.out_start, t.out_stop) for t in tiles)] += 1
+        fields = dict(batch.fields, groups=batch.groups_per_request, indices=1, reserved=0)
+        data = batch.groups_per_request * batch.group * batch.image * fmt.nbytes
+        assert not problems(Command.MAX_POOL, fields, identity, data_length=data)
+        assert data <= max_frame_bytes
+        assert batch.groups * batch.group >= len(batch.tiles) * plan.images
+    assert (covered == 1).all()
+
+
+@pytest.mark.parametrize("shape, attributes, tiles, elements", [
+    # 3 columns a tile at most (window_columns 3): 10 outputs -> 4 tiles.
+    ((1, 2, 10), dict(kernel_shape=[3], pads=[1, 1]), (3, 3, 3, 1), 10 + 6),
+    # kernel == stride: no halo at all.
+    ((1, 2, 12), dict(kernel_shape=[2], strides=[2]), (3, 3), 12),
+    # the plane (6 outputs) bounds a 3-D pool's rows: 3 x (2 x 3) a tile, the outer axis whole.
+    ((1, 2, 3, 4, 6), dict(kernel_shape=[3, 1, 1], pads=[1, 0, 0, 1, 0, 0]), (18,) * 4, 72),
+])
+def test_the_plan_takes_the_largest_tiles_that_fit(shape, attributes, tiles, elements):
+    fmt = format_of(np.float32)
+    identity = small_identity()
+    geometry = resolve_max_pool(shape, **attributes)
+    plan = plan_window_pool(geometry, fmt, identity, 1 << 20)
+    check_plan(plan, geometry, fmt, identity, 1 << 20)
+    sizes = sorted((math.prod(t.out for t in tile) for b in plan.batches for tile in b.tiles),
+                   reverse=True)
+    assert tuple(sizes) == tiles
+    assert sum(len(b.tiles) * b.image for b in plan.batches) == elements
+
+
+def test_a_pool_the_unit_cannot_take_in_any_tile_has_no_plan():
+    fmt = format_of(np.float32)
+    identity = small_identity()
+    # extent 5 > window_extent 3, whatever the tiling; 4 spatial axes; a window of padding only
+    for shape, attributes in [((1, 1, 20), dict(kernel_shape=[5])),
+                              ((1, 1, 2, 2, 2, 2), dict(kernel_shape=[1, 1, 1, 1])),
+                              ((1, 1, 2), dict(kernel_shape=[2], dilations=[3], pads=[1, 1]))]:
+        assert plan_window_pool(resolve_max_pool(shape, **attributes), fmt, identity,
+                                1 << 20) is None
+    # an image row larger than a frame: tiles of fewer columns
+    geometry = resolve_max_pool((1, 4, 40), [2], [2])
+    plan = plan_window_pool(geometry, fmt, identity, 64)
+    check_plan(plan, geometry, fmt, identity, 64)
+
+
+class CountingBoard(FakeBoard):
+    """The fake board, keeping every MAX_POOL parameter block it was sent."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.blocks = []
+
+    def _max_pool(self, payload):
+        self.blocks.append(PARAMETERS[Command.MAX_POOL].unpack(payload))
+        return super()._max_pool(payload)
+
+
+def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, **board):
+    """MaxPool of ``x`` through MAX_POOL on a small fake board, tiled as asked; checked bit for
+    bit (values and Indices) against the golden model. Returns the blocks sent."""
+    fake = CountingBoard(**dict(SMALL, **board))
+    fmt = format_of(x.dtype)
+    geometry = resolve_max_pool(x.shape, **attributes)
+    plan = plan_window_pool(geometry, fmt, fake.identity, max_frame_bytes, tile_outputs)
+    assert plan is not None, f"{x.shape} {attributes} {tile_outputs}"
+    check_plan(plan, geometry, fmt, fake.identity, max_frame_bytes)
+    with Device(fake) as device:
+        request = lambda payload: device._request(Command.MAX_POOL, payload)   # noqa: E731
+        y, indices = max_pool_by_window(x, fmt, plan, request, True)
+        plain = max_pool_by_window(x, fmt, plan, request, False)
+    want_y, want_indices = reference.max_pool(x, **attributes, return_indices=True)
+    what = f"{x.shape} {x.dtype} {attributes} tiles {tile_outputs}"
+    assert_same_bits(y, want_y, what)
+    assert_same_bits(plain, want_y, what)
+    assert indices.dtype == np.int64
+    np.testing.assert_array_equal(indices, want_indices, err_msg=what)
+    return fake.blocks
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8, np.float64])
+def test_random_pools_in_random_tiles(dtype):
+    """Random pools (pads, ceil_mode, auto_pad, dilations, strides above the kernel, both
+    storage orders) in random tile lengths (one output up to the whole axis), edge values at
+    a third of the positions (NaN payloads, ±0, infinities, integer extremes)."""
+    rng = np.random.default_rng(np.dtype(dtype).num)
+    fmt = format_of(dtype)
+    identity = FakeBoard(**dict(SMALL, window_columns=64, window_plane=1024)).identity
+    done = 0
+    while done < 60:
+        rank = int(rng.integers(1, 4))
+        shape, attributes = random_config(rng, rank, max_size=9)
+        try:
+            geometry = resolve_max_pool(shape, **attributes)
+        except ValueError:
+            continue
+        if plan_window_pool(geometry, fmt, identity, 1 << 20) is None:
+            continue       # beyond the unit in any tile (extent, padding-only windows)
+        tiles = [int(rng.integers(1, a.out_size + 1)) for a in geometry.axes]
+        x = random_values(rng, fmt, shape, edge_fraction=0.3)
+        run_tiled(x, attributes, tiles, window_columns=64, window_plane=1024)
+        done += 1
+
+
+@pytest.mark.parametrize("spatial, attributes", [
+    ((11,), dict(kernel_shape=[3], strides=[2], pads=[2, 2], ceil_mode=True)),
+    ((11,), dict(kernel_shape=[2], strides=[3], ceil_mode=True)),          # stride > kernel
+    ((10,), dict(kernel_shape=[3], auto_pad="SAME_UPPER")),
+    ((10,), dict(kernel_shape=[2], strides=[3], auto_pad="SAME_LOWER")),
+    ((13,), dict(kernel_shape=[2], dilations=[2], pads=[2, 1])),           # extent 3
+    ((5, 9), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], storage_order=1)),
+    ((4, 3, 9), dict(kernel_shape=[2, 2, 3], strides=[2, 1, 2], pads=[1, 0, 1, 0, 1, 2],
+                     ceil_mode=True)),
+])
+def test_every_tile_length(spatial, attributes):
+    """Every tile length of the innermost axis, from tiles of one output (the halo of a whole
+    window each) to the whole row; with left pads of 2 the second tile of length 1 starts in
+    the padding too, and the last tiles reach into the right padding or ceil_mode's."""
+    rng = np.random.default_rng(7)
+    x = random_values(rng, format_of(np.float32), (1, 3) + spatial, edge_fraction=0.4)
+    geometry = resolve_max_pool(x.shape, **attributes)
+    for length in range(1, geometry.axes[-1].out_size + 1):
+        tiles = [a.out_size for a in geometry.axes[:-1]] + [length]
+        run_tiled(x, attributes, tiles, window_columns=64, window_plane=1024)
+
+
+def test_ties_and_nans_across_tile_edges():
+    """±0 ties and NaNs on the columns two tiles share: the first in row-major window order
+    wins (the smallest index), canonical NaN out, whatever tile the column is sent in."""
+    x = np.full((1, 2, 3, 9), -0.0, np.float32)
+    x[..., 1::2] = 0.0                       # +0 on the odd columns, -0 on the even
+    x[0, 1, 1, 4] = np.uint32(0xFFC00001).view(np.float32)     # a NaN on a shared column
+    attributes = dict(kernel_shape=[3, 3], strides=[1, 2], pads=[1, 1, 1, 1])
+    for length in (1, 2, 3):
+        blocks = run_tiled(x, attributes, [3, length], window_columns=64)
+        # a request per tile configuration (first, inner, last), plain and with Indices
+        assert len(blocks) == 2 * {1: 3, 2: 3, 3: 2}[length]
+    y = reference.max_pool(x, **attributes)
+    assert reference.bits_of(y)[0, 1, 1, 2] == 0x7FC00000
+
+
+def test_the_device_tiles_a_wide_pool_and_still_sends_each_output_once():
+    """Through :meth:`Device.max_pool`: 40 output columns on a unit of 3 go through MAX_POOL
+    (not REDUCE), in tiles whose requests together send the input plus the halo."""
+    fake = CountingBoard(**SMALL)
+    rng = np.random.default_rng(5)
+    x = random_values(rng, format_of(np.float16), (1, 4, 2, 40), edge_fraction=0.2)
+    attributes = dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 1])
+    with Device(fake) as device:
+        y, indices = device.max_pool(x, **attributes, return_indices=True)
+        assert device.last_max_pool_route == Command.MAX_POOL
+    want = reference.max_pool(x, **attributes, return_indices=True)
+    assert_same_bits(y, want[0])
+    np.testing.assert_array_equal(indices, want[1])
+    inner = window_fields(2)
+    assert max(b[inner["out"]] for b in fake.blocks) <= SMALL["window_columns"]
+    sent = sum(b["groups"] * b["group"] * b[inner["size"]] * b[window_fields(1)["size"]]
+               for b in fake.blocks)
+    # 14 tiles of 3 outputs (the last of 1): 5 columns each, 40 + 2 * 13 halo columns
+    assert sent == 4 * 2 * (40 + 2 * 13)
+
+
+def test_tiles_through_the_simulated_gateware():
+    """The same bits through the Amaranth-simulated core (``sim``: window_columns 16): a row
+    of 20 outputs in two tiles, with Indices, edge values and a ceil_mode tail."""
+    from maxaccel.host import open_device
+    rng = np.random.default_rng(3)
+    with open_device("sim") as device:
+        assert device.identity.window_columns == 16
+        for dtype, spatial, attributes in [
+                (np.float32, (2, 20), dict(kernel_shape=[2, 3], pads=[0, 1, 1, 1])),
+                (np.uint8, (39,), dict(kernel_shape=[3], strides=[2], pads=[1, 0],
+                                       ceil_mode=True))]:
+            x = random_values(rng, format_of(dtype), (1, 2) + spatial, edge_fraction=0.3)
+            y, indices = device.max_pool(x, **attributes, return_indices=True)
+            assert device.last_max_pool_route == Command.MAX_POOL
+            want = reference.max_pool(x, **attributes, return_indices=True)
+            assert_same_bits(y, want[0])
+            np.testing.assert_array_equal(indices, want[1])
+
+
+def test_tile_lengths_are_checked():
+    geometry = resolve_max_pool((1, 1, 4, 4), [2, 2])
+    for bad in ([1], [0, 1], [1, 2, 3]):
+        with pytest.raises(ValueError, match="tile_outputs"):
+            plan_window_pool(geometry, format_of(np.float32), small_identity(), 1 << 20, bad)
+
+
+def test_random_pools_as_the_planner_tiles_them():
+    """Random pools through :meth:`Device.max_pool` on a unit of 3 columns and a 6-output
+    plane, behind frames of 256 bytes: the planner's own tiling (and its route decision)
+    gives the golden model's bits, Indices included, and every MAX_POOL block it sends fits."""
+    rng = np.random.default_rng(2027)
+    fake = CountingBoard(**SMALL)
+    routes = set()
+    with Device(fake, max_frame_bytes=256) as device:
+        done = 0
+        while done < 150:
+            shape, attributes = random_config(rng, int(rng.integers(1, 4)), max_size=10)
+            try:
+                want = reference.max_pool(np.zeros(shape, np.float32), **attributes)
+            except ValueError:
+                continue
+            x = random_values(rng, format_of(np.float32), shape, edge_fraction=0.3)
+            want = reference.max_pool(x, **attributes, return_indices=True)
+            y, indices = device.max_pool(x, **attributes, return_indices=True)
+            assert_same_bits(y, want[0], f"{shape} {attributes}")
+            np.testing.assert_array_equal(indices, want[1], err_msg=f"{shape} {attributes}")
+            routes.add(device.last_max_pool_route)
+            done += 1
+    assert routes == {Command.MAX_POOL, Command.REDUCE}
+    inner = window_fields(2)
+    assert fake.blocks and all(b[inner["out"]] <= SMALL["window_columns"] for b in fake.blocks)
+
+
+# ---- The compiled board (window_columns 64): the same cases through the real gateware.
+
+VERILATOR_POOLS = [
+    # (spatial shape, attributes, tile lengths per axis or None for the planner's own)
+    ((5, 150), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), None),           # 3 tiles of 50
+    ((4, 147), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=True),
+     None),
+    ((3, 140), dict(kernel_shape=[3, 2], strides=[1, 2], auto_pad="SAME_UPPER"), None),
+    ((3, 141), dict(kernel_shape=[2, 3], strides=[2, 1], auto_pad="SAME_LOWER",
+                    storage_order=1), None),
+    ((131,), dict(kernel_shape=[2], dilations=[2], pads=[2, 1], strides=[1]), None),
+    ((200,), dict(kernel_shape=[2], strides=[3], ceil_mode=True), None),   # stride > kernel
+    ((3, 17), dict(kernel_shape=[3, 3], strides=[1, 2], pads=[2, 2, 2, 2]), [4, 1]),
+    ((2, 3, 12), dict(kernel_shape=[2, 2, 3], strides=[1, 1, 2], pads=[1, 0, 1, 0, 1, 2],
+                      ceil_mode=True), [2, 3, 1]),
+]
+
+
+@pytest.fixture(scope="module")
+def compiled_board():
+    from maxaccel.host import open_device
+    with open_device("verilator") as device:
+        yield device
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+@pytest.mark.parametrize("spatial, attributes, tiles", VERILATOR_POOLS)
+def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, attributes, tiles):
+    """Wide pools (more outputs than the unit's 64 columns) and forced tiles (one output
+    column, edges in the padding) on the compiled board, edge values at 40% of the positions
+    (NaN payloads, ±0 ties, infinities, integer extremes): the golden model's bits and
+    Indices."""
+    rng = np.random.default_rng(len(spatial) * 100 + spatial[-1])
+    fmt = format_of(dtype)
+    x = random_values(rng, fmt, (1, 6) + spatial, edge_fraction=0.4)
+    want_y, want_indices = reference.max_pool(x, **attributes, return_indices=True)
+    what = f"{x.shape} {fmt.numpy_dtype} {attributes} tiles {tiles}"
+    # MAX_POOL as the planner tiles the pool (or as forced), whatever route Device.max_pool
+    # would take (with 6 images in groups of 8, 16 or 32, REDUCE moves fewer elements for the
+    # stride-3 pool: it never sends the samples no window reads).
+    plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
+                            compiled_board.identity, compiled_board.max_frame_bytes, tiles)
+    assert tiles is not None or sum(len(b.tiles) for b in plan.batches) > 1, what
+    request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
+    y, indices = max_pool_by_window(x, fmt, plan, request, True)
+    assert_same_bits(y, want_y, what)
+    np.testing.assert_array_equal(indices, want_indices, err_msg=what)
+    assert_same_bits(max_pool_by_window(x, fmt, plan, request, False), want_y, what)
+
+
+def test_a_wide_pool_takes_the_unit_on_the_compiled_board(compiled_board):
+    """Device.max_pool of a pool wider than the unit (150 outputs a row, 3x3 stride 1, the
+    heat-map peak picking's shape scaled down): MAX_POOL, not REDUCE."""
+    x = random_values(np.random.default_rng(9), format_of(np.float16), (1, 6, 5, 150),
+                      edge_fraction=0.4)
+    attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    y, indices = compiled_board.max_pool(x, **attributes, return_indices=True)
+    assert compiled_board.last_max_pool_route == Command.MAX_POOL
+    want = reference.max_pool(x, **attributes, return_indices=True)
+    assert_same_bits(y, want[0])
+    np.testing.assert_array_equal(indices, want[1])
