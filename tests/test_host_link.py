@@ -26,6 +26,7 @@ from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.serve import pump
 from maxaccel.sim.values import random_values
+from maxaccel.contract.dtypes import format_of
 from maxaccel.sim.virtual_board import VirtualBoard
 
 
@@ -312,3 +313,39 @@ def test_serial_baud_defaults_to_our_boards_or_comes_from_the_board_name():
     finally:
         os.close(master)
         os.close(slave)
+
+
+class _WatchdogInWrite:
+    """A transport that raises ``TimeoutError`` (a user's watchdog, from a signal handler)
+    once, after half of a request's bytes have gone out."""
+
+    def __init__(self, transport):
+        self._transport = transport
+        self.fired = False
+
+    def write(self, data):
+        if not self.fired and len(data) > 8:
+            self.fired = True
+            self._transport.write(bytes(data)[:len(data) // 2])
+            raise TimeoutError("watchdog")
+        return self._transport.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+@pytest.mark.parametrize("url", ["sim", "fake"])
+def test_any_exception_mid_request_leaves_the_device_answering_the_next(url):
+    """Not only Ctrl-C: whatever interrupts a request, the next one is answered at once, with
+    no retry (the device dropped the half frame it had)."""
+    device = (open_device("sim") if url == "sim"
+              else Device(FakeBoard(), url="fake"))
+    with device:
+        device.link.transport = watchdog = _WatchdogInWrite(device.link.transport)
+        with pytest.raises(TimeoutError, match="watchdog"):
+            device.reduce_max(np.arange(64, dtype=np.float32))
+        assert watchdog.fired
+        retries = device.link.retries
+        x = random_values(np.random.default_rng(1), format_of("float32"), (3, 5))
+        assert_same_bits(device.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert device.link.retries == retries
