@@ -110,14 +110,50 @@ def test_models_are_cached_by_design(tmp_path, monkeypatch):
         pass
     (built,) = (tmp_path / "verilator").iterdir()
     stamp = (built / "libmaxaccel_core.so").stat().st_mtime_ns
-    with VerilatorBoard(**small) as board:          # the same design: loaded, not rebuilt
-        assert board.identity.max_dims == 1
+    # The same design: loaded, not rebuilt, and not even converted (the key is made of the
+    # sources and the parameters).
+    from amaranth.back import rtlil, verilog
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("a cached model was converted again")
+    with monkeypatch.context() as patch:
+        patch.setattr(rtlil, "convert", no_conversion)
+        patch.setattr(verilog, "convert", no_conversion)
+        with VerilatorBoard(**small) as board:
+            assert board.identity.max_dims == 1
     assert [p.name for p in (tmp_path / "verilator").iterdir()] == [built.name]
     assert (built / "libmaxaccel_core.so").stat().st_mtime_ns == stamp
-    # The key is the design's RTLIL: a changed design gets another (not rebuilt here: ~20 s).
-    from amaranth.back import rtlil
-    assert (rtlil.convert(Core(**small), name="maxaccel_core")
-            != rtlil.convert(Core(**dict(small, max_dims=2)), name="maxaccel_core"))
+    # Another parameter is another design: it would be built (not here: ~20 s), and converted
+    # only then.
+    monkeypatch.setattr(verilator, "_build", lambda *args: (_ for _ in ()).throw(
+        AssertionError(args[-1].name)))
+    with pytest.raises(AssertionError) as other:
+        VerilatorBoard(**dict(small, max_dims=2))
+    assert str(other.value).startswith("core-") and str(other.value) != built.name
+
+
+def test_the_key_is_the_sources_contents(tmp_path, monkeypatch):
+    """Any change to a source of the design's packages changes the key; the same contents at
+    another path (another checkout) give the same key."""
+    for copy in ("a", "b"):
+        package = tmp_path / copy / "gateware_under_test"
+        (package / "sub").mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "sub" / "unit.py").write_text("WIDTH = 8\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "a"))
+    import importlib
+    key = verilator.source_key("Unit()", packages=("gateware_under_test",))
+    package = importlib.import_module("gateware_under_test")
+    package.__path__[:] = [str(tmp_path / "b" / "gateware_under_test")]
+    assert verilator.source_key("Unit()", packages=("gateware_under_test",)) == key
+    assert verilator.source_key("Unit(1)", packages=("gateware_under_test",)) != key
+    (tmp_path / "b" / "gateware_under_test" / "sub" / "unit.py").write_text("WIDTH = 9\n")
+    assert verilator.source_key("Unit()", packages=("gateware_under_test",)) != key
+    (tmp_path / "b" / "gateware_under_test" / "sub" / "unit.py").write_text("WIDTH = 8\n")
+    (tmp_path / "b" / "gateware_under_test" / "sub" / "new.py").write_text("")
+    assert verilator.source_key("Unit()", packages=("gateware_under_test",)) != key
+    # The core's gateware is all in the hashed packages: hdl imports only the contract.
+    assert verilator.DESIGN_PACKAGES == ("maxaccel.hdl", "maxaccel.contract")
 
 
 def test_without_verilator_the_message_says_what_to_do(monkeypatch):
@@ -197,6 +233,17 @@ ROW_COLUMN_CYCLES = {("float32", 1 << 18): (33771, 33184), ("float16", 1 << 18):
 def default_board():
     with open_device("verilator") as device:
         yield device
+
+
+def test_a_built_compiled_board_opens_in_under_a_second(default_board):
+    """Issue 25: opening the default compiled board once it is built (the module's board is)
+    costs no conversion of the design: well under a second (it took 25-43 s)."""
+    import time
+    started = time.monotonic()
+    with open_device("verilator") as device:
+        elapsed = time.monotonic() - started
+        assert device.identity == default_board.identity
+    assert elapsed < 1.0, f"opening the built compiled board took {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize("dtype, elements", list(ROW_COLUMN_CYCLES))
