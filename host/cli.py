@@ -55,6 +55,30 @@ class _Failure(Exception):
     """A user mistake or an unusable device: printed as one line, exit status 2."""
 
 
+#: The first bytes of a .npy file, and of a .npz (a zip archive).
+_NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
+
+
+def _read_npy(name, path):
+    """The array in the .npy file ``path`` for input ``name``; a one-line failure for anything
+    else (a .npz archive, a text file, a pickle)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(_NPY_MAGIC))
+    except OSError as error:
+        raise _Failure(f"cannot load input {name!r} from {path!r}: {error.strerror}") from None
+    if head.startswith(_ZIP_MAGIC):
+        raise _Failure(f"cannot load input {name!r} from {path!r}: a .npz archive; --input "
+                       f"takes one array in a .npy file (numpy.save)")
+    if head != _NPY_MAGIC:
+        raise _Failure(f"cannot load input {name!r} from {path!r}: not a .npy file "
+                       f"(numpy.save writes one)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise _Failure(f"cannot load input {name!r} from {path!r}: {error}") from None
+
+
 def _load_inputs(pairs, session):
     specs = {s.name: s for s in session.get_inputs()}
     feeds = {}
@@ -62,10 +86,7 @@ def _load_inputs(pairs, session):
         name, sep, path = pair.partition("=")
         if not sep or not name or not path:
             raise _Failure(f"--input takes NAME=FILE.npy, got {pair!r}")
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as error:
-            raise _Failure(f"cannot load input {name!r} from {path!r}: {error}") from None
+        array = _read_npy(name, path)
         spec = specs.get(name)
         if (spec is not None and spec.dtype is not None and array.dtype.kind == "V"
                 and array.dtype.itemsize == spec.dtype.itemsize):
@@ -156,6 +177,12 @@ def _run(args, out):
 
     session = OffloadSession(args.model)
     feeds = _load_inputs(args.input, session)
+    try:
+        # The given inputs checked against the graph (names, shapes, dtypes) before anything
+        # is generated or any device opens.
+        feeds = session.check_feeds(feeds, complete=False)
+    except (TypeError, ValueError) as error:
+        raise _Failure(f"--input: {error}") from None
     missing = [s for s in session.get_inputs() if s.name not in feeds]
     axes = sorted(_axes_inputs(session) & {s.name for s in missing})
     if axes:
@@ -229,6 +256,8 @@ def _bench(args, out):
                        f"least 1")
     try:
         format_of(args.dtype)
+        if args.elements or not (args.model or args.ratios):
+            bench.check_operations(args.dtype)     # before any operation is measured
     except TypeError as error:
         raise _Failure(f"--dtype {args.dtype}: {error}") from None
     _check_output(args.json, "--json")
@@ -240,6 +269,12 @@ def _bench(args, out):
             raise _Failure("--plot needs matplotlib: pip install 'maxaccel[bench]'") from None
     if args.reports is not None and not os.path.isdir(args.reports):
         raise _Failure(f"--reports {args.reports}: no such directory")
+    loaded = []
+    for model in args.model or []:
+        try:
+            loaded.append(bench.load_model(model))   # read before any device opens
+        except (OSError, ValueError, TypeError) as error:
+            raise _Failure(f"--model {model}: {error}") from None
 
     print(f"machine: {bench.machine_description()}", file=out)
     measurements, failures, sizes, models, ratios = [], [], set(), [], []
@@ -260,8 +295,8 @@ def _bench(args, out):
                         device, args.ratios,
                         progress=lambda r: print(f"  {bench.ratio_line(r)}", file=out,
                                                  flush=True))
-                for model in args.model or []:
-                    models.append(bench.measure_model(device, *bench.load_model(model)))
+                for model in loaded:
+                    models.append(bench.measure_model(device, *model))
                     print(f"  {models[-1].model}: {models[-1].ratio:.2f}x onnxruntime outside "
                           f"the device calls", file=out, flush=True)
         except (TransportError, RuntimeError, bench.NoCycleCounter) as error:
