@@ -33,6 +33,7 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 """
 
 import os
+import re
 import select
 import time
 import urllib.parse
@@ -290,6 +291,10 @@ class SimTransport(Transport):
             self.board = board_class(**options)
         except TypeError as error:
             raise ValueError(f"{kind}: {error}") from None
+        except ValueError as error:
+            if not options or kind == "netlist":
+                raise
+            raise ValueError(_url_parameter_error(kind, options, str(error))) from None
 
         self.kind = kind
 
@@ -330,6 +335,21 @@ class SimTransport(Transport):
 
     def close(self):
         self.board.close()
+
+
+def _url_parameter_error(kind, options, text):
+    """A virtual board's refusal of its URL's parameters, naming them as the URL gives them:
+    those the gateware's message names (or whose value it quotes), else all of them; the
+    message without the name of the gateware unit that refused."""
+    named = [name for name in options
+             if re.search(rf"\b{re.escape(name)}\b", text)
+             or re.search(rf"\bnot {re.escape(repr(options[name]))}$", text)]
+    given = "&".join(f"{name}={options[name]}" for name in (named or options))
+    text = re.sub(r"^[A-Z][A-Za-z]+:? (?=[a-z])", "", text)
+    if len(named) == 1 and not re.search(rf"\b{re.escape(named[0])}\b", text):
+        # The unit's own name for it (BroadcastMax's depth is the URL's replay_depth).
+        text = re.sub(r"^\w+(?= must be)", named[0], text)
+    return f"{kind}?{given}: {text}"
 
 
 def _serial_arguments(parsed, options):

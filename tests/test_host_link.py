@@ -221,6 +221,15 @@ def test_refusals_raise_device_error_naming_the_status():
     ("xdma:///nonexistent/xdma0", TransportError,
      r"/nonexistent/xdma0_h2c_0 does not exist .* /nonexistent/xdma0_c2h_0"),
     ("xdma://host/dev/xdma0", ValueError, r"XDMA URL must be xdma:///dev/xdmaN"),
+    # Issue 25: a parameter the gateware refuses is named as the URL gives it, not by the
+    # unit that refused it (was "RunReducer: lanes must be ...").
+    ("sim?lanes=3", ValueError, r"^sim\?lanes=3: lanes must be a power of two .*, not 3$"),
+    ("verilator?lanes=3", ValueError, r"^verilator\?lanes=3: lanes must be a power of two"),
+    ("sim?replay_depth=0", ValueError,
+     r"^sim\?replay_depth=0: replay_depth must be an integer >= 2, not 0$"),
+    ("sim?lanes=2&pool_channels=0", ValueError,
+     r"^sim\?pool_channels=0: pool_channels must be a positive integer, not 0$"),
+    ("verilator?link_bytes=3", ValueError, r"^verilator\?link_bytes=3: link_bytes must be one"),
 ])
 def test_bad_device_urls_are_explained(url, error, message):
     with pytest.raises(error, match=message):
