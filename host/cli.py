@@ -160,6 +160,9 @@ def _open(url):
     elapsed = time.monotonic() - started
     if elapsed > 1:
         log.info(f"opened {url} in {elapsed:.1f} s")
+    else:
+        log.debug(f"opened {url} in {elapsed:.2f} s")
+    log.debug(f"{url}: {device!r}")
     return device
 
 
@@ -452,7 +455,9 @@ def _loudness(parser, default):
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-v", "--verbose", action="count",
                        default=0 if default else argparse.SUPPRESS,
-                       help="say more (-vv: every retry on the link)")
+                       help="say more: the device opened, where its compiled model came "
+                            "from, the serial port's low-latency mode (-vv: every retry on "
+                            "the link)")
     group.add_argument("-q", "--quiet", action="store_true",
                        default=False if default else argparse.SUPPRESS,
                        help="only errors and warnings; no progress bars")

@@ -39,9 +39,11 @@ import time
 import urllib.parse
 
 from maxaccel.boards.targets import DEFAULT_BAUD, TARGETS
+from maxaccel.contract.progress import log
 
 __all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport", "SimTransport",
-           "open_transport", "check_url", "register_scheme", "URL_FORMS", "DEFAULT_BAUD"]
+           "open_transport", "check_url", "register_scheme", "URL_FORMS", "DEFAULT_BAUD",
+           "latency_timer_path"]
 
 #: The device URL forms users may give, for error messages and ``--help``.
 URL_FORMS = ("sim", "serial://PORT[?board=NAME|?baud=N] (e.g. serial:///dev/ttyUSB1?board=ulx3s)",
@@ -91,6 +93,23 @@ class Transport:
         return ""
 
 
+def latency_timer_path(port):
+    """The sysfs file of the FTDI latency timer behind the serial device ``port`` (Linux's
+    ``ftdi_sio`` driver: ``/sys/class/tty/ttyUSB0/device/latency_timer``, in milliseconds), or
+    None if it has none (not an FTDI chip, a pseudo-terminal, another OS)."""
+    name = os.path.basename(os.path.realpath(port))
+    path = f"/sys/class/tty/{name}/device/latency_timer"
+    return path if os.path.exists(path) else None
+
+
+def _read_timer(path):
+    try:
+        with open(path) as file:
+            return f"{int(file.read().strip())} ms"
+    except (OSError, ValueError):
+        return "unreadable"
+
+
 class SerialTransport(Transport):
     """A serial port (UART) through pyserial.
 
@@ -128,6 +147,34 @@ class SerialTransport(Transport):
         # Ten bits a byte on the wire: a frame of n bytes needs n * 10 / baud seconds; wait for
         # a reply to start for at least a second and ten 4 KiB chunks' worth.
         self.reply_timeout_s = max(1.0, 10 * self.write_chunk * 10 / baud)
+        self.low_latency = self._set_low_latency()
+
+    def _set_low_latency(self):
+        """Ask the OS for the port's low-latency mode (Linux: the FTDI driver then sets its
+        latency timer, 16 ms by default, to 1 ms; docs/boards.md). Returns True if it is set,
+        False if it could not be (a warning with the fix once, when the port is an FTDI chip
+        whose timer then holds every short reply), None where the port has no such mode (a
+        pyserial URL, another OS)."""
+        setter = getattr(self._port, "set_low_latency_mode", None)
+        if setter is None:
+            log.debug(f"serial port {self.port}: no low-latency mode here (not a Linux serial "
+                      f"port)")
+            return None
+        try:
+            setter(True)
+        except (ValueError, OSError, self._serial_module.SerialException) as error:
+            timer = latency_timer_path(self.port)
+            if timer is None:
+                log.debug(f"serial port {self.port}: low-latency mode not available "
+                          f"({error}); not an FTDI USB-serial port, no latency timer to lower")
+            else:
+                log.warning(f"serial port {self.port}: could not set the low-latency mode "
+                            f"({error}); its FTDI latency timer ({_read_timer(timer)}) may "
+                            f"hold every short reply: as root, echo 1 > {timer} (docs/"
+                            f"boards.md)")
+            return False
+        log.debug(f"serial port {self.port}: low-latency mode set (FTDI latency timer 1 ms)")
+        return True
 
     def write(self, data):
         try:

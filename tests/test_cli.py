@@ -366,3 +366,14 @@ def test_bench_checks_models_and_dtypes_before_any_device_opens(tmp_path, capsys
     err = capsys.readouterr().err
     assert status == 2 and text == "", text
     assert message.format(**names) in err and err.count("\n") == 1, err
+
+
+def test_verbose_says_what_happened_on_a_healthy_run(capsys):
+    """Issue 25: -v added nothing on a run that went well; it names the device opened."""
+    status, _ = run("-v", "run", str(EXAMPLE), "--device", "fake://", "--seed", "1")
+    err = capsys.readouterr().err
+    assert status == 0
+    assert "maxaccel: opened fake:// in " in err
+    assert "maxaccel: fake://: <Device fake:// protocol v" in err
+    status, _ = run("run", str(EXAMPLE), "--device", "fake://", "--seed", "1")
+    assert status == 0 and "opened" not in capsys.readouterr().err

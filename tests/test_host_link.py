@@ -358,3 +358,69 @@ def test_any_exception_mid_request_leaves_the_device_answering_the_next(url):
         x = random_values(np.random.default_rng(1), format_of("float32"), (3, 5))
         assert_same_bits(device.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
         assert device.link.retries == retries
+
+
+@pytest.fixture
+def pty_port():
+    master, slave = os.openpty()
+    try:
+        yield os.ttyname(slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_low_latency_mode_is_set_where_the_os_allows(pty_port, monkeypatch, caplog):
+    """Issue 25: an FTDI chip's latency timer holds short replies up to 16 ms; the serial
+    transport asks for the low-latency mode (pyserial's) and says so at -v."""
+    import logging
+
+    import serial
+
+    from maxaccel.host.transport import SerialTransport
+    calls = []
+    monkeypatch.setattr(serial.Serial, "set_low_latency_mode",
+                        lambda self, enabled: calls.append(enabled), raising=False)
+    caplog.set_level(logging.DEBUG, logger="maxaccel")
+    transport = SerialTransport(pty_port)
+    try:
+        assert transport.low_latency is True and calls == [True]
+    finally:
+        transport.close()
+    assert f"serial port {pty_port}: low-latency mode set" in caplog.text
+
+
+def test_a_pty_has_no_latency_timer_and_gets_no_warning(pty_port, caplog):
+    import logging
+
+    from maxaccel.host.transport import SerialTransport, latency_timer_path
+    caplog.set_level(logging.DEBUG, logger="maxaccel")
+    assert latency_timer_path(pty_port) is None
+    transport = SerialTransport(pty_port)
+    transport.close()
+    assert transport.low_latency is False
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "low-latency mode not available" in caplog.text
+
+
+def test_an_ftdi_port_whose_timer_cannot_be_lowered_gets_one_hint(pty_port, tmp_path,
+                                                                  monkeypatch, caplog):
+    """Where the mode cannot be set (no permission) on an FTDI port: one warning at opening
+    that names the timer, its value and the fix; nothing per request."""
+    import logging
+
+    from maxaccel.host import transport as transports
+    timer = tmp_path / "latency_timer"
+    timer.write_text("16\n")
+    monkeypatch.setattr(transports, "latency_timer_path", lambda port: str(timer))
+    caplog.set_level(logging.DEBUG, logger="maxaccel")
+    serial_transport = transports.SerialTransport(pty_port)
+    try:
+        serial_transport.write(b"\x00" * 8)
+        serial_transport.read(8, 0.01)
+    finally:
+        serial_transport.close()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith(f"serial port {pty_port}: could not set the low-latency mode")
+    assert f"its FTDI latency timer (16 ms) may hold every short reply: as root, echo 1 > " \
+           f"{timer}" in warning

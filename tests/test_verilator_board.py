@@ -258,3 +258,17 @@ def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(def
     # Issue 18: at most 1.1. The column's LOAD takes a buffer beat per element (512 cycles),
     # against 8 192 cycles of int8 data at 32 bytes a cycle: 1.098 there.
     assert ratio.ratio <= 1.1
+
+
+def test_verbose_names_the_cached_model(default_board, capsys):
+    """``maxaccel -v`` says where the compiled board's model came from."""
+    from maxaccel.host import cli
+    assert cli.main(["-v", "boards"], out=None) == 0   # -v set for the logger
+    try:
+        with open_device("verilator"):
+            pass
+    finally:
+        cli.main(["boards"])
+    err = capsys.readouterr().err
+    assert "maxaccel: core: compiled model found in the cache, " in err
+    assert str(verilator.cache_dir()) in err
