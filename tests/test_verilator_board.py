@@ -272,3 +272,49 @@ def test_verbose_names_the_cached_model(default_board, capsys):
     err = capsys.readouterr().err
     assert "maxaccel: core: compiled model found in the cache, " in err
     assert str(verilator.cache_dir()) in err
+
+
+# A first build at a terminal: its three steps each with a bar (shown at once here), the C++
+# compile's counting the files compiled.
+FIRST_BUILD = """
+import functools, logging
+from maxaccel.contract import progress
+from maxaccel.sim import verilator
+verilator.timed = functools.partial(progress.timed, delay_s=0)
+verilator.bar = functools.partial(progress.bar, delay_s=0)
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from maxaccel.sim.exhaustive import LaneModel
+LaneModel(latency=1)
+print("BUILT")
+"""
+
+
+def test_a_first_build_shows_its_steps_with_bars_that_move(tmp_path):
+    """Issue 25: a first build was silent for the Verilog, then one bar that sat at 99% through
+    the C++ compile. Now each step has its bar; the compile's moves file by file."""
+    import json
+    import re
+
+    from terminal import Terminal
+    terminal = Terminal("-c", FIRST_BUILD, env={"MAXACCEL_CACHE_DIR": str(tmp_path)},
+                        columns=160)
+    try:
+        terminal.expect(r"BUILT", timeout=900)
+        assert terminal.finish() == 0
+    finally:
+        terminal.close()
+    text = terminal.text
+    assert re.search(r"building the compiled model lane1-\w+ \(once per design, about \d+ s: "
+                     r"Verilog \d+ s, Verilator \d+ s, C\+\+ compile \d+ s\); cached in ", text)
+    assert re.search(r"Verilog: maxaccel_lane:\s+\d+%\|", text)
+    assert re.search(r"Verilator: maxaccel_lane:\s+\d+%\|", text)
+    counts = [(int(n), int(total)) for n, total in
+              re.findall(r"C\+\+ compile: maxaccel_lane:\s+\d+%\|[^|]*\| (\d+)/(\d+) files", text)]
+    assert counts and any(0 < n < total for n, total in counts), text
+    assert re.search(r"built lane1-\w+ in \d+ s \(Verilog \d+ s, Verilator \d+ s, C\+\+ "
+                     r"compile \d+ s\)", text)
+    (model,) = (tmp_path / "verilator").iterdir()
+    assert set(json.loads((model / verilator.PHASES_FILE).read_text())) == set(verilator.PHASES)
+    # The next build of that name expects what this one took.
+    assert verilator._expected(tmp_path / "verilator" / "lane1-other") == json.loads(
+        (model / verilator.PHASES_FILE).read_text())
