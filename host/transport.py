@@ -18,7 +18,7 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 
 ==============================  =====================================================
 ``sim``                         the virtual board, in this process (Amaranth's simulator)
-``verilator``                   the same board compiled with Verilator: about a thousand times
+``verilator``                   the same board compiled with Verilator: thousands of times
                                 faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters)
 ``netlist:BOARD``               a Lattice board's Core as yosys synthesises it, simulated gate by
                                 gate with Verilator (``netlist:ice40_hx8k_breakout``)
@@ -377,8 +377,8 @@ class SimTransport(Transport):
         if seconds < 60:
             return None
         return (f"this moves {nbytes / 1e6:.2f} MB through the Python-simulated board: about "
-                f"{seconds / 60:.0f} min; 'verilator' is the same gateware compiled, about "
-                f"a thousand times faster")
+                f"{seconds / 60:.0f} min; 'verilator' is the same gateware compiled, "
+                f"thousands of times faster")
 
     def close(self):
         self.board.close()

@@ -377,3 +377,15 @@ def test_verbose_says_what_happened_on_a_healthy_run(capsys):
     assert "maxaccel: fake://: <Device fake:// protocol v" in err
     status, _ = run("run", str(EXAMPLE), "--device", "fake://", "--seed", "1")
     assert status == 0 and "opened" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]])
+def test_help_names_every_operator_offloaded(argv, capsys):
+    """Issue 25: ``maxaccel --help`` left out MaxPool, which the session places on the
+    device (``OFFLOADED``)."""
+    from maxaccel.host.partition import OFFLOADED
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    text = " ".join(capsys.readouterr().out.split())
+    for operator in OFFLOADED:
+        assert operator in text, operator
