@@ -225,11 +225,6 @@ def test_refusals_raise_device_error_naming_the_status():
     # unit that refused it (was "RunReducer: lanes must be ...").
     ("sim?lanes=3", ValueError, r"^sim\?lanes=3: lanes must be a power of two .*, not 3$"),
     ("verilator?lanes=3", ValueError, r"^verilator\?lanes=3: lanes must be a power of two"),
-    ("sim?replay_depth=0", ValueError,
-     r"^sim\?replay_depth=0: replay_depth must be an integer >= 2, not 0$"),
-    ("sim?lanes=2&pool_channels=0", ValueError,
-     r"^sim\?pool_channels=0: pool_channels must be a positive integer, not 0$"),
-    ("verilator?link_bytes=3", ValueError, r"^verilator\?link_bytes=3: link_bytes must be one"),
 ])
 def test_bad_device_urls_are_explained(url, error, message):
     with pytest.raises(error, match=message):
@@ -424,3 +419,19 @@ def test_an_ftdi_port_whose_timer_cannot_be_lowered_gets_one_hint(pty_port, tmp_
     assert warning.startswith(f"serial port {pty_port}: could not set the low-latency mode")
     assert f"its FTDI latency timer (16 ms) may hold every short reply: as root, echo 1 > " \
            f"{timer}" in warning
+
+
+@pytest.mark.parametrize("options, text, message", [
+    ({"replay_depth": 0}, "BroadcastMax depth must be an integer >= 2, not 0",
+     "sim?replay_depth=0: replay_depth must be an integer >= 2, not 0"),
+    ({"lanes": 2, "pool_channels": 0}, "max_channels must be a positive integer, not 0",
+     "sim?pool_channels=0: pool_channels must be a positive integer, not 0"),
+    ({"link_bytes": 3}, "link_bytes must be one of 1, 2, 4, 8, 16, 32, not 3",
+     "sim?link_bytes=3: link_bytes must be one of 1, 2, 4, 8, 16, 32, not 3"),
+    ({"window_extent": 9, "window_plane": 4}, "WindowLanes: a plane must hold a window",
+     "sim?window_extent=9&window_plane=4: a plane must hold a window"),
+])
+def test_a_gateware_refusal_names_the_url_parameters(options, text, message):
+    """The units' own names for a parameter become the URL's."""
+    from maxaccel.host.transport import _url_parameter_error
+    assert _url_parameter_error("sim", options, text) == message

@@ -230,24 +230,10 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None, syn
 
 
 def _set_aside(design):
-    """Mark ``design`` and the Amaranth elaboratables it holds (its units, made in its
-    constructor) as used: a design whose compiled model came from the cache (or whose build
-    failed) is never elaborated, and Amaranth would warn about each of them when it is
-    collected."""
-    from amaranth._unused import MustUse
-    seen, stack = set(), [design]
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, MustUse):
-            item._MustUse__used = True      # as Amaranth marks what it elaborates
-            stack.extend(vars(item).values())
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            stack.extend(item)
+    """A design not elaborated here (its model came from the cache, or its build failed)
+    marked used: :func:`maxaccel.hdl.kit.set_aside`."""
+    from maxaccel.hdl.kit import set_aside
+    set_aside(design)
 
 
 def _expected(final):
