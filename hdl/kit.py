@@ -8,7 +8,7 @@ and any new unit build their pipelines the same way:
 * slicing: :func:`~maxaccel.hdl.lane.byte` (re-exported), :func:`lane_of`;
 * key space: :func:`decode_format`, :func:`to_keys`, :func:`key_max`, :func:`from_key`,
   :func:`accumulate_runs` (the two-cycle run accumulator loop);
-* construction: :func:`check_lanes`, :func:`refuse`.
+* construction: :func:`check_lanes`, :func:`refuse`, :func:`set_aside`.
 
 The stall discipline they assume: a pipeline advances when its output register is empty or
 being taken (``advance = ~o.valid | o.ready``, :func:`stall_control`), and every register of a
@@ -20,7 +20,7 @@ from amaranth.hdl import EnableInserter, Mux, Signal, Value
 from .lane import (FLOAT_FORMATS, LANE_BITS, FromKey, KeyMax, LaneDecode, LaneFormat, ToKey,
                    byte, float_key, splat_constant)
 
-__all__ = ["refuse", "check_lanes", "decode_format", "stall_control", "register", "key_max",
+__all__ = ["refuse", "set_aside", "check_lanes", "decode_format", "stall_control", "register", "key_max",
            "delay", "to_keys", "byte", "lane_of", "from_key", "accumulate_runs"]
 
 
@@ -29,10 +29,33 @@ def refuse(unit, message):
 
     Amaranth warns about an Elaboratable that is created and never elaborated; one whose
     construction failed is not a design mistake, so its warning is silenced first. This is
-    the one place that touches Amaranth's private ``MustUse`` flag.
+    the one place (with :func:`set_aside`) that touches Amaranth's private ``MustUse`` flags.
     """
     unit._MustUse__silence = True
+    set_aside(unit)     # and what it had built before it refused
     raise ValueError(message)
+
+
+def set_aside(design):
+    """Mark ``design`` and the Amaranth elaboratables it holds (in its attributes, dicts, lists
+    and tuples) as used, as Amaranth marks what it elaborates: for a design that will not be
+    elaborated and is no mistake (its compiled model came from a cache; the units a
+    constructor had built before another one refused), which Amaranth would otherwise warn
+    about, one warning per unit, when it is collected."""
+    from amaranth._unused import MustUse
+    seen, stack = set(), [design]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, MustUse):
+            item._MustUse__used = True
+            stack.extend(vars(item).values())
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
 
 
 def check_lanes(unit, lanes):

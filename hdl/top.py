@@ -14,7 +14,7 @@ from maxaccel.contract.wire import MAX_COUNT
 
 from .broadcast import BroadcastMax
 from .engine import CommandEngine
-from .kit import refuse
+from .kit import refuse, set_aside
 from .linkword import link_signature
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
@@ -123,11 +123,17 @@ class Core(wiring.Component):
                                           max_columns=window_columns, max_plane=window_plane),
         }
         #: The datapath units built, by the engine's port name.
-        self.datapath = {name: make() for name, make in makers.items()
-                         if _UNIT_OF_PORT[name] in self.units}
-        self.engine = CommandEngine(**self.datapath, clock_hz=clock_hz,
-                                    frame_timeout_cycles=frame_timeout_cycles,
-                                    link_bytes=link_bytes)
+        self.datapath = {}
+        try:
+            for name, make in makers.items():
+                if _UNIT_OF_PORT[name] in self.units:
+                    self.datapath[name] = make()
+            self.engine = CommandEngine(**self.datapath, clock_hz=clock_hz,
+                                        frame_timeout_cycles=frame_timeout_cycles,
+                                        link_bytes=link_bytes)
+        except ValueError as error:
+            set_aside(self.datapath)    # the units built before the one that refused
+            refuse(self, str(error))
         self.identity = self.engine.identity
         self.link_bytes = link_bytes
         super().__init__({

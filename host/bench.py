@@ -33,7 +33,7 @@ __all__ = ["OPERATIONS", "Measurement", "measure_device", "measure_cpu", "defaul
            "measure_ratios", "format_ratios", "ratio_line", "NoCycleCounter",
            "PoolClass", "POOL_CLASSES", "POOL_DTYPES", "PoolRatio", "measure_pool_ratios",
            "pool_ratio_line", "format_pool_ratios", "measure_core_link", "format_core_link",
-           "CORE_LINK_FILE", "load_core_link"]
+           "CORE_LINK_FILE", "load_core_link", "check_operations"]
 
 
 #: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about
@@ -56,6 +56,27 @@ OPERATIONS = {
                                               _random(rng, (1, _matrix(n)[1]), dt)),
                           lambda m, x, y: m.max(x, y)),
 }
+
+
+def _operator_checks():
+    """name of :data:`OPERATIONS` -> (element types it takes, the operator's name), from the
+    contract's checks."""
+    from maxaccel.contract.checks import MAX_DTYPES, REDUCE_MAX_DTYPES
+    return {"reduce_max": (REDUCE_MAX_DTYPES, "reduce_max() (ONNX ReduceMax)"),
+            "max same shape": (MAX_DTYPES, "max() (ONNX Max)"),
+            "max broadcast row": (MAX_DTYPES, "max() (ONNX Max)")}
+
+
+def check_operations(dtype, operations=None):
+    """TypeError naming the operator if one of ``operations`` (default: all of
+    :data:`OPERATIONS`) does not take ``dtype``: checked before anything is measured."""
+    from maxaccel.contract.checks import check_dtype
+    from maxaccel.contract.dtypes import format_of
+    fmt = format_of(dtype)
+    checks = _operator_checks()
+    for name in operations or OPERATIONS:
+        allowed, operator_name = checks[name]
+        check_dtype(fmt, allowed, operator_name)
 
 
 @dataclass
@@ -411,14 +432,19 @@ def _single_thread_options():
 
 def load_model(path_or_model):
     """``(name, model, feeds)`` for a model file (random normal float32 inputs, symbolic sizes
-    set to 1, seed 0) or for one of the built-in models by name (``"conv"``)."""
+    set to 1, seed 0) or for one of the built-in models by name (``"conv"``).
+
+    Raises FileNotFoundError, or ValueError for a file that is not ONNX
+    (:func:`~maxaccel.host.offload.read_model`)."""
     import os
 
     import onnx
+
+    from maxaccel.host.offload import read_model
     if path_or_model == "conv":
         model, feeds = conv_model()
         return "two Convs, ReduceMax, Gemm (1x3x192x192)", model, feeds
-    model = onnx.load(path_or_model)
+    model = read_model(path_or_model)
     rng = np.random.default_rng(0)
     initialized = {t.name for t in model.graph.initializer}
     feeds = {}

@@ -24,8 +24,8 @@ __all__ = ["main"]
 log = _progress.log
 
 RUN_DESCRIPTION = """\
-Run an ONNX model with its Max, ReduceMax and GlobalMaxPool nodes on a board (the virtual board
-by default). Prints each output's shape and dtype, where each node ran, and whether the outputs
+Run an ONNX model with its Max, ReduceMax, GlobalMaxPool and MaxPool nodes on a board (the
+virtual board by default). Prints each output's shape and dtype, where each node ran, and whether the outputs
 are bit for bit those of the golden model. Inputs not given are generated (random values mixed
 with edge cases: NaNs, signed zeros, infinities, extremes) from a printed seed."""
 
@@ -60,6 +60,30 @@ class _Failure(Exception):
     """A user mistake or an unusable device: printed as one line, exit status 2."""
 
 
+#: The first bytes of a .npy file, and of a .npz (a zip archive).
+_NPY_MAGIC, _ZIP_MAGIC = b"\x93NUMPY", b"PK\x03\x04"
+
+
+def _read_npy(name, path):
+    """The array in the .npy file ``path`` for input ``name``; a one-line failure for anything
+    else (a .npz archive, a text file, a pickle)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(_NPY_MAGIC))
+    except OSError as error:
+        raise _Failure(f"cannot load input {name!r} from {path!r}: {error.strerror}") from None
+    if head.startswith(_ZIP_MAGIC):
+        raise _Failure(f"cannot load input {name!r} from {path!r}: a .npz archive; --input "
+                       f"takes one array in a .npy file (numpy.save)")
+    if head != _NPY_MAGIC:
+        raise _Failure(f"cannot load input {name!r} from {path!r}: not a .npy file "
+                       f"(numpy.save writes one)")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise _Failure(f"cannot load input {name!r} from {path!r}: {error}") from None
+
+
 def _load_inputs(pairs, session):
     specs = {s.name: s for s in session.get_inputs()}
     feeds = {}
@@ -67,10 +91,7 @@ def _load_inputs(pairs, session):
         name, sep, path = pair.partition("=")
         if not sep or not name or not path:
             raise _Failure(f"--input takes NAME=FILE.npy, got {pair!r}")
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as error:
-            raise _Failure(f"cannot load input {name!r} from {path!r}: {error}") from None
+        array = _read_npy(name, path)
         spec = specs.get(name)
         if (spec is not None and spec.dtype is not None and array.dtype.kind == "V"
                 and array.dtype.itemsize == spec.dtype.itemsize):
@@ -144,6 +165,9 @@ def _open(url):
     elapsed = time.monotonic() - started
     if elapsed > 1:
         log.info(f"opened {url} in {elapsed:.1f} s")
+    else:
+        log.debug(f"opened {url} in {elapsed:.2f} s")
+    log.debug(f"{url}: {device!r}")
     return device
 
 
@@ -161,6 +185,12 @@ def _run(args, out):
 
     session = OffloadSession(args.model)
     feeds = _load_inputs(args.input, session)
+    try:
+        # The given inputs checked against the graph (names, shapes, dtypes) before anything
+        # is generated or any device opens.
+        feeds = session.check_feeds(feeds, complete=False)
+    except (TypeError, ValueError) as error:
+        raise _Failure(f"--input: {error}") from None
     missing = [s for s in session.get_inputs() if s.name not in feeds]
     axes = sorted(_axes_inputs(session) & {s.name for s in missing})
     if axes:
@@ -236,6 +266,8 @@ def _bench(args, out):
                        f"least 1")
     try:
         format_of(args.dtype)
+        if args.elements or not (args.model or args.ratios):
+            bench.check_operations(args.dtype)     # before any operation is measured
     except TypeError as error:
         raise _Failure(f"--dtype {args.dtype}: {error}") from None
     _check_output(args.json, "--json")
@@ -255,6 +287,12 @@ def _bench(args, out):
         if not_model:
             raise _Failure(f"--transfers needs xdma-model:BOARD devices (the XDMA driver's "
                            f"double keeps the modelled transfer times), not {not_model[0]}")
+    loaded = []
+    for model in args.model or []:
+        try:
+            loaded.append(bench.load_model(model))   # read before any device opens
+        except (OSError, ValueError, TypeError) as error:
+            raise _Failure(f"--model {model}: {error}") from None
 
     print(f"machine: {bench.machine_description()}", file=out)
     measurements, failures, sizes, models, ratios, pools = [], [], set(), [], [], []
@@ -288,8 +326,8 @@ def _bench(args, out):
                         total_bytes=bench_xdma.default_total_bytes(url),
                         progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
                                                  flush=True))
-                for model in args.model or []:
-                    models.append(bench.measure_model(device, *bench.load_model(model)))
+                for model in loaded:
+                    models.append(bench.measure_model(device, *model))
                     print(f"  {models[-1].model}: {models[-1].ratio:.2f}x onnxruntime outside "
                           f"the device calls", file=out, flush=True)
         except (TransportError, RuntimeError, bench.NoCycleCounter) as error:
@@ -458,7 +496,9 @@ def _loudness(parser, default):
     group = parser.add_mutually_exclusive_group()
     group.add_argument("-v", "--verbose", action="count",
                        default=0 if default else argparse.SUPPRESS,
-                       help="say more (-vv: every retry on the link)")
+                       help="say more: the device opened, where its compiled model came "
+                            "from, the serial port's low-latency mode (-vv: every retry on "
+                            "the link)")
     group.add_argument("-q", "--quiet", action="store_true",
                        default=False if default else argparse.SUPPRESS,
                        help="only errors and warnings; no progress bars")
@@ -474,7 +514,8 @@ def _parser(prog="maxaccel"):
               f"~/.cache/maxaccel).")
     parser = argparse.ArgumentParser(
         prog=prog, epilog=epilog,
-        description="Offload ONNX Max, ReduceMax and GlobalMaxPool to a maxaccel FPGA board.")
+        description="Offload ONNX Max, ReduceMax, GlobalMaxPool and MaxPool to a maxaccel FPGA "
+                    "board.")
     parser.add_argument("--version", action="version", version=f"maxaccel {_version()}")
     _loudness(parser, default=True)
     # -v / -q also after the command (maxaccel run -q ...).

@@ -150,13 +150,19 @@ class Link:
             The pipe itself failed (a port that went away).
         KeyboardInterrupt
             Ctrl-C: the request is abandoned; the next one first lets the device drop what it
-            had of this one (:meth:`recover`).
+            had of this one (:meth:`recover`). So for any other exception raised in the
+            middle of a request (a watchdog's TimeoutError from a signal handler, say): it
+            propagates, and the next request recovers first.
         """
         if self._interrupted:
             self.recover()
         try:
             return self._request(command, payload)
-        except KeyboardInterrupt:
+        except (LinkError, DeviceError):
+            raise   # the exchange ended cleanly: a refusal, or no reply after every retry
+        except BaseException:
+            # Interrupted at any point (Ctrl-C, a signal handler's exception, a failing pipe):
+            # the device may hold part of this request, or a reply not read yet.
             self._interrupted = True
             raise
 

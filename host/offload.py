@@ -46,6 +46,7 @@ and only for NaN and signed zeros (``docs/semantics.md``).
 
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -57,7 +58,7 @@ from maxaccel.contract.dtypes import dtype_of
 from maxaccel.host.partition import (FAMILY, MAX_IR_VERSION, OFFLOADED, CpuPartition,
                                      DeviceStep, SubgraphStep, partition)
 
-__all__ = ["OffloadSession", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
+__all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
            "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE"]
 
 DEVICE = "device"
@@ -141,7 +142,10 @@ class StepTiming(NamedTuple):
     seconds: float
 
 
-def _load(model_or_path):
+def read_model(model_or_path):
+    """``model_or_path`` (an ``onnx.ModelProto``, a path or serialized bytes) as an
+    ``onnx.ModelProto``; FileNotFoundError for no file, ValueError (one line) for what does
+    not parse as ONNX, TypeError for anything else."""
     if isinstance(model_or_path, onnx.ModelProto):
         return model_or_path
     if isinstance(model_or_path, (bytes, bytearray)):
@@ -224,10 +228,13 @@ class OffloadSession:
     providers, provider_options : optional
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
-    device : Device, optional
+    device : Device or str, optional
         Where Max, ReduceMax and GlobalMaxPool run: a :class:`~maxaccel.host.device.Device` or
         anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (the golden model
-        module ``maxaccel.sim.reference`` works too). Default: the virtual board,
+        module ``maxaccel.sim.reference`` works too), or a device URL (``"sim"``,
+        ``"verilator"``, ``"serial:///dev/ttyUSB0"``...): opened here by
+        :func:`~maxaccel.host.device.open_device`, owned by the session and closed by
+        :meth:`close` (or the ``with`` block). Default: the virtual board,
         ``open_device("sim")``, opened at the first :meth:`run` that needs it, owned and closed
         by the session.
     **kwargs
@@ -250,7 +257,8 @@ class OffloadSession:
     Raises
     ------
     ValueError
-        The model is not valid ONNX: neither ``onnx.checker`` nor onnxruntime accepts it (both
+        The model is not valid ONNX: neither ``onnx.checker`` (with strict type inference: a
+        bool Max breaks its operator's type constraint) nor onnxruntime accepts it (both
         messages are included), or a partition runs neither on onnxruntime nor on
         ``onnx.reference``.
     FileNotFoundError, TypeError
@@ -259,10 +267,13 @@ class OffloadSession:
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
                  *, device=None, **kwargs):
-        model = _load(path_or_bytes)
+        model = read_model(path_or_bytes)
         try:
             onnx.checker.check_model(model)
-        except onnx.checker.ValidationError as error:
+            # The checker leaves operators' type constraints alone (a bool Max passes it);
+            # onnxruntime checks them at load, and so does strict shape inference.
+            onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
             # No stricter than onnxruntime: refused only if onnxruntime refuses it too.
             refusal = _onnxruntime_refusal(model)
             if refusal is not None:
@@ -283,13 +294,19 @@ class OffloadSession:
         self._provider_options, self._ort_kwargs = provider_options, kwargs
         self.fallbacks = {}
         self._engines = {}
-        for step in self._steps:
-            if isinstance(step, CpuPartition) and not step.untyped:
-                self._engines[step.index] = self._engine(step, step.model)
-            elif isinstance(step, SubgraphStep):
-                from onnx.reference import ReferenceEvaluator
-                self._engines[id(step)] = ReferenceEvaluator(step.model,
-                                                             new_ops=self._reference_ops())
+        # onnxruntime warns about the providers (one it does not have, say) for every
+        # partition's session: said once for the model, as its own InferenceSession would.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for step in self._steps:
+                if isinstance(step, CpuPartition) and not step.untyped:
+                    self._engines[step.index] = self._engine(step, step.model)
+                elif isinstance(step, SubgraphStep):
+                    from onnx.reference import ReferenceEvaluator
+                    self._engines[id(step)] = ReferenceEvaluator(step.model,
+                                                                 new_ops=self._reference_ops())
+        for text, category in dict.fromkeys((str(w.message), w.category) for w in caught):
+            warnings.warn(text, category, stacklevel=2)
         # Initializers a device step, a subgraph step or the graph's outputs read as arrays.
         wanted = {n for s in self._steps if not isinstance(s, CpuPartition) for n in s.inputs}
         wanted |= {o.name for o in self.outputs}
@@ -300,6 +317,16 @@ class OffloadSession:
         self._needs_device = any(not isinstance(s, CpuPartition) for s in self._steps)
         self.last_run, self.last_steps = [], []
         self._owns_device = False
+        if isinstance(device, str):
+            # A device URL: opened here (a wrong URL or an absent board is said at once), owned
+            # and closed by the session.
+            from maxaccel.host.device import open_device
+            device = open_device(device)
+            self._owns_device = True
+        elif device is not None and not all(hasattr(device, name) for name in
+                                            ("max", "reduce_max", "global_max_pool")):
+            raise TypeError(f"device must be a Device (open_device(url)), a device URL such as "
+                            f"'sim', or maxaccel.sim.reference, not {type(device).__name__}")
         self.device = device
 
     # --- the onnxruntime API -------------------------------------------------------------------
@@ -362,7 +389,7 @@ class OffloadSession:
         TypeError
             Feeds whose dtype differs from the graph's.
         """
-        feeds = self._check_feeds(input_feed)
+        feeds = self.check_feeds(input_feed)
         known = {o.name for o in self.outputs}
         if not output_names:
             output_names = [o.name for o in self.outputs]
@@ -516,7 +543,16 @@ class OffloadSession:
             return type(op_type, (OpRun,), {"op_domain": "", "_run": _run})
         return [make(op_type) for op_type in FAMILY]
 
-    def _check_feeds(self, feeds):
+    def check_feeds(self, feeds, *, complete=True):
+        """``feeds`` checked against the graph's inputs as :meth:`run` checks them (names,
+        ranks, fixed sizes, element types), as native-byte-order arrays; raises what
+        :meth:`run` raises for them. Lets a caller check its inputs before a device opens;
+        with ``complete=False`` a missing input is no error (the caller makes it later).
+
+        A big-endian (non-native) array of the input's element type is accepted, as
+        onnxruntime accepts it, and converted to the native order (onnxruntime 1.31 reads its
+        bytes as native ones: wrong values).
+        """
         if not isinstance(feeds, dict):
             raise TypeError(f"input_feed must be a dict of input name to array, "
                             f"not {type(feeds).__name__}")
@@ -527,13 +563,15 @@ class OffloadSession:
             raise ValueError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
                              f"inputs: {listing}")
         missing = [s.name for s in self.inputs if s.name not in feeds]
-        if missing:
+        if missing and complete:
             raise ValueError(f"missing input(s) {', '.join(map(repr, missing))}; the model's "
                              f"inputs: {listing}")
         checked = {}
         for name, value in feeds.items():
             spec = specs[name]
             array = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if not array.dtype.isnative:
+                array = array.astype(array.dtype.newbyteorder("="))
             if spec.dtype is not None and array.dtype != spec.dtype:
                 raise TypeError(f"input {name!r} must be {spec.dtype}, got {array.dtype}")
             if spec.dims is not None:

@@ -18,7 +18,7 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 
 ==============================  =====================================================
 ``sim``                         the virtual board, in this process (Amaranth's simulator)
-``verilator``                   the same board compiled with Verilator: about a thousand times
+``verilator``                   the same board compiled with Verilator: thousands of times
                                 faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters)
 ``netlist:BOARD``               a Lattice board's Core as yosys synthesises it, simulated gate by
                                 gate with Verilator (``netlist:ice40_hx8k_breakout``)
@@ -38,14 +38,16 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 
 import errno
 import os
+import re
 import time
 import urllib.parse
 
 from maxaccel.boards.targets import DEFAULT_BAUD, TARGETS
+from maxaccel.contract.progress import log
 
 __all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport",
-           "XdmaModelTransport", "SimTransport",
-           "open_transport", "check_url", "register_scheme", "URL_FORMS", "DEFAULT_BAUD"]
+           "XdmaModelTransport", "SimTransport", "open_transport", "check_url",
+           "register_scheme", "URL_FORMS", "DEFAULT_BAUD", "latency_timer_path"]
 
 #: The device URL forms users may give, for error messages and ``--help``.
 URL_FORMS = ("sim", "serial://PORT[?board=NAME|?baud=N] (e.g. serial:///dev/ttyUSB1?board=ulx3s)",
@@ -103,6 +105,23 @@ class Transport:
         return ""
 
 
+def latency_timer_path(port):
+    """The sysfs file of the FTDI latency timer behind the serial device ``port`` (Linux's
+    ``ftdi_sio`` driver: ``/sys/class/tty/ttyUSB0/device/latency_timer``, in milliseconds), or
+    None if it has none (not an FTDI chip, a pseudo-terminal, another OS)."""
+    name = os.path.basename(os.path.realpath(port))
+    path = f"/sys/class/tty/{name}/device/latency_timer"
+    return path if os.path.exists(path) else None
+
+
+def _read_timer(path):
+    try:
+        with open(path) as file:
+            return f"{int(file.read().strip())} ms"
+    except (OSError, ValueError):
+        return "unreadable"
+
+
 class SerialTransport(Transport):
     """A serial port (UART) through pyserial.
 
@@ -140,6 +159,34 @@ class SerialTransport(Transport):
         # Ten bits a byte on the wire: a frame of n bytes needs n * 10 / baud seconds; wait for
         # a reply to start for at least a second and ten 4 KiB chunks' worth.
         self.reply_timeout_s = max(1.0, 10 * self.write_chunk * 10 / baud)
+        self.low_latency = self._set_low_latency()
+
+    def _set_low_latency(self):
+        """Ask the OS for the port's low-latency mode (Linux: the FTDI driver then sets its
+        latency timer, 16 ms by default, to 1 ms; docs/boards.md). Returns True if it is set,
+        False if it could not be (a warning with the fix once, when the port is an FTDI chip
+        whose timer then holds every short reply), None where the port has no such mode (a
+        pyserial URL, another OS)."""
+        setter = getattr(self._port, "set_low_latency_mode", None)
+        if setter is None:
+            log.debug(f"serial port {self.port}: no low-latency mode here (not a Linux serial "
+                      f"port)")
+            return None
+        try:
+            setter(True)
+        except (ValueError, OSError, self._serial_module.SerialException) as error:
+            timer = latency_timer_path(self.port)
+            if timer is None:
+                log.debug(f"serial port {self.port}: low-latency mode not available "
+                          f"({error}); not an FTDI USB-serial port, no latency timer to lower")
+            else:
+                log.warning(f"serial port {self.port}: could not set the low-latency mode "
+                            f"({error}); its FTDI latency timer ({_read_timer(timer)}) may "
+                            f"hold every short reply: as root, echo 1 > {timer} (docs/"
+                            f"boards.md)")
+            return False
+        log.debug(f"serial port {self.port}: low-latency mode set (FTDI latency timer 1 ms)")
+        return True
 
     def write(self, data):
         try:
@@ -497,6 +544,10 @@ class SimTransport(Transport):
             self.board = board_class(**options)
         except TypeError as error:
             raise ValueError(f"{kind}: {error}") from None
+        except ValueError as error:
+            if not options or kind == "netlist":
+                raise
+            raise ValueError(_url_parameter_error(kind, options, str(error))) from None
 
         self.kind = kind
 
@@ -532,11 +583,26 @@ class SimTransport(Transport):
         if seconds < 60:
             return None
         return (f"this moves {nbytes / 1e6:.2f} MB through the Python-simulated board: about "
-                f"{seconds / 60:.0f} min; 'verilator' is the same gateware compiled, about "
-                f"a thousand times faster")
+                f"{seconds / 60:.0f} min; 'verilator' is the same gateware compiled, "
+                f"thousands of times faster")
 
     def close(self):
         self.board.close()
+
+
+def _url_parameter_error(kind, options, text):
+    """A virtual board's refusal of its URL's parameters, naming them as the URL gives them:
+    those the gateware's message names (or whose value it quotes), else all of them; the
+    message without the name of the gateware unit that refused."""
+    named = [name for name in options
+             if re.search(rf"\b{re.escape(name)}\b", text)
+             or re.search(rf"\bnot {re.escape(repr(options[name]))}$", text)]
+    given = "&".join(f"{name}={options[name]}" for name in (named or options))
+    text = re.sub(r"^[A-Z][A-Za-z]+:? (?=[a-z])", "", text)
+    if len(named) == 1 and not re.search(rf"\b{re.escape(named[0])}\b", text):
+        # The unit's own name for it (BroadcastMax's depth is the URL's replay_depth).
+        text = re.sub(r"^\w+(?= must be)", named[0], text)
+    return f"{kind}?{given}: {text}"
 
 
 def _serial_arguments(parsed, options):

@@ -43,7 +43,8 @@ class LaneModel:
         require_verilator()
         self.latency = latency
         self._library = compile_model(LaneMax(latency=latency), "lane_harness.cpp",
-                                      name=f"lane{latency}", top="maxaccel_lane")
+                                      name=f"lane{latency}", top="maxaccel_lane",
+                                      recipe=f"{LaneMax.__module__}.LaneMax(latency={latency})")
         self._library.maxaccel_lane_pairs.argtypes = [
             ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p]
         self._library.maxaccel_lane_pairs.restype = None

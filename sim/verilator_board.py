@@ -34,11 +34,20 @@ _OUT_FULL, _QUIESCENT, _CYCLES_RAN_OUT = 0, 1, 2    # maxaccel_board_run's verdi
 _RESET_CYCLES = 2
 
 
-def _load(core, synthesis=None, name="core"):
-    """The harness around ``core`` compiled (Amaranth's Verilog, or the netlist ``synthesis``
-    makes) and loaded, its functions declared."""
+def recipe(parameters):
+    """What a :class:`~maxaccel.hdl.top.Core` made with ``parameters`` is made of, for the
+    cache key (:func:`~maxaccel.sim.verilator.source_key` adds the gateware's sources)."""
+    return (f"{Core.__module__}.{Core.__qualname__}("
+            + ", ".join(f"{name}={value!r}" for name, value in sorted(parameters.items())) + ")")
+
+
+def _load(core, parameters, synthesis=None, name="core"):
+    """The harness around ``core`` (made with ``parameters``) compiled (Amaranth's Verilog, or
+    the netlist ``synthesis`` makes) and loaded, its functions declared. The cache key is the
+    parameters and the sources: a built model loads without elaborating ``core``."""
     library = compile_model(core, "core_harness.cpp", name=name, top="maxaccel_core",
-                            defines={"LINK_BYTES": core.link_bytes}, synthesis=synthesis)
+                            defines={"LINK_BYTES": core.link_bytes}, synthesis=synthesis,
+                            recipe=recipe(parameters))
     size_p = ctypes.POINTER(ctypes.c_size_t)
     library.maxaccel_board_new.argtypes = [ctypes.c_uint32]
     library.maxaccel_board_new.restype = ctypes.c_void_p
@@ -103,15 +112,15 @@ class VerilatorBoard:
         self.identity = core.identity
         self.link_bytes = core.link_bytes
         self.timeout = timeout
-        self._library = self._compile(core)
+        self._library = self._compile(core, parameters)
         self._handle = self._library.maxaccel_board_new(_RESET_CYCLES)
         self._pending = bytearray()
         self._received = bytearray()
 
-    def _compile(self, core):
-        """The compiled model of ``core`` (:class:`~maxaccel.sim.netlist.NetlistBoard`
-        compiles a synthesised netlist instead)."""
-        return _load(core)
+    def _compile(self, core, parameters):
+        """The compiled model of ``core``, made with ``parameters``
+        (:class:`~maxaccel.sim.netlist.NetlistBoard` compiles a synthesised netlist instead)."""
+        return _load(core, parameters)
 
     @property
     def cycles(self):

@@ -4,13 +4,23 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
 
 
+def _default_ctrl_c():
+    """In the child before Python starts: SIGINT at its default disposition, as for a command
+    typed at a shell's prompt. A background job (``nohup``, ``cmd &`` in a script, some CI
+    runners) inherits it ignored, and Python then installs no KeyboardInterrupt handler: the
+    tests set the disposition they test instead of inheriting the runner's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Terminal:
-    """``python ARGS`` with stdin, stdout and stderr on a new pseudo-terminal."""
+    """``python ARGS`` with stdin, stdout and stderr on a new pseudo-terminal, Ctrl-C
+    (SIGINT) at its default disposition whatever the test runner's."""
 
     def __init__(self, *args, env=None, columns=100):
         self.master, slave = pty.openpty()
@@ -21,7 +31,8 @@ class Terminal:
         environment = dict(os.environ, **(env or {}))
         environment.pop("NO_COLOR", None)
         self.process = subprocess.Popen([sys.executable, *args], stdin=slave, stdout=slave,
-                                        stderr=slave, env=environment, start_new_session=True)
+                                        stderr=slave, env=environment, start_new_session=True,
+                                        preexec_fn=_default_ctrl_c)
         os.close(slave)
         self.text = ""
 

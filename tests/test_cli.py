@@ -314,3 +314,103 @@ def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_boards", interrupt)
     assert run("boards") == (130, "")
     assert capsys.readouterr().err == "maxaccel boards: interrupted\n"
+
+
+def _never_opened(url):
+    raise AssertionError(f"{url} was opened: a bad argument must be refused before")
+
+
+register_scheme("unopenable", _never_opened)
+
+
+def test_the_unopenable_device_would_be_noticed():
+    with pytest.raises(AssertionError, match="was opened"):
+        run("run", str(EXAMPLE), "--device", "unopenable://")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("npz", "a .npz archive; --input takes one array in a .npy file (numpy.save)"),
+    ("text", "not a .npy file (numpy.save writes one)"),
+    ("pickle", "not a .npy file (numpy.save writes one)"),
+    ("cut", "cannot load input 'x' from"),
+    ("name", "--input: unknown input(s) 'nosuch'; the model's inputs: x"),
+    ("shape", "--input: input 'x' must have rank 4"),
+    ("dtype", "--input: input 'x' must be float32, got float64"),
+])
+def test_inputs_are_checked_before_any_device_opens(tmp_path, capsys, content, message):
+    """Issue 25: a .npz (was an AttributeError traceback), a file numpy cannot read (was its
+    'pickled data' message), a wrong name, shape or dtype (were said after the device had
+    opened): one line, status 2, nothing generated, no device opened."""
+    import pickle
+    path = tmp_path / "x.npy"
+    name = "x"
+    if content == "npz":
+        path = tmp_path / "x.npz"
+        np.savez(path, x=np.zeros((2, 3, 4, 5), np.float32))
+    elif content == "text":
+        path.write_text("1 2 3\n")
+    elif content == "pickle":
+        path.write_bytes(pickle.dumps([1, 2, 3]))
+    elif content == "cut":
+        np.save(path, np.zeros((2, 3, 4, 5), np.float32))
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        np.save(path, np.zeros((2, 3, 4, 5) if content != "shape" else (2, 3),
+                               np.float64 if content == "dtype" else np.float32))
+        name = "nosuch" if content == "name" else "x"
+    status, text = run("run", str(EXAMPLE), "--device", "unopenable://",
+                       "--input", f"{name}={path}")
+    err = capsys.readouterr().err
+    assert status == 2 and text == "", text
+    assert message in err and err.count("\n") == 1, err
+
+
+def test_a_big_endian_input_file_runs(tmp_path):
+    """numpy.save keeps a big-endian array so; the model gets its values."""
+    path = tmp_path / "x.npy"
+    np.save(path, np.arange(120, dtype=">f4").reshape(2, 3, 4, 5))
+    status, text = run("run", str(EXAMPLE), "--device", "fake://", "--input", f"x={path}",
+                       "--seed", "1")
+    assert status == 0 and "outputs match the golden model bit for bit" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "{truncated}"], "--model {truncated}: not a valid ONNX model: cannot parse"),
+    (["--model", "{missing}"], "--model {missing}: no ONNX model at"),
+    (["--dtype", "bool"], "--dtype bool: max() (ONNX Max) does not accept bool"),
+])
+def test_bench_checks_models_and_dtypes_before_any_device_opens(tmp_path, capsys, argv,
+                                                                 message):
+    """Issue 25: a truncated model was a protobuf traceback after the device had opened;
+    bool measured ReduceMax before Max refused it."""
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(EXAMPLE.read_bytes()[:200])
+    names = {"truncated": truncated, "missing": tmp_path / "missing.onnx"}
+    argv = [a.format(**names) for a in argv]
+    status, text = run("bench", "--device", "unopenable://", *argv)
+    err = capsys.readouterr().err
+    assert status == 2 and text == "", text
+    assert message.format(**names) in err and err.count("\n") == 1, err
+
+
+def test_verbose_says_what_happened_on_a_healthy_run(capsys):
+    """Issue 25: -v added nothing on a run that went well; it names the device opened."""
+    status, _ = run("-v", "run", str(EXAMPLE), "--device", "fake://", "--seed", "1")
+    err = capsys.readouterr().err
+    assert status == 0
+    assert "maxaccel: opened fake:// in " in err
+    assert "maxaccel: fake://: <Device fake:// protocol v" in err
+    status, _ = run("run", str(EXAMPLE), "--device", "fake://", "--seed", "1")
+    assert status == 0 and "opened" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]])
+def test_help_names_every_operator_offloaded(argv, capsys):
+    """Issue 25: ``maxaccel --help`` left out MaxPool, which the session places on the
+    device (``OFFLOADED``)."""
+    from maxaccel.host.partition import OFFLOADED
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    text = " ".join(capsys.readouterr().out.split())
+    for operator in OFFLOADED:
+        assert operator in text, operator

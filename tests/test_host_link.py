@@ -26,6 +26,7 @@ from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.serve import pump
 from maxaccel.sim.values import random_values
+from maxaccel.contract.dtypes import format_of
 from maxaccel.sim.virtual_board import VirtualBoard
 
 
@@ -240,6 +241,10 @@ def test_refusals_raise_device_error_naming_the_status():
     ("xdma:///nonexistent/xdma0", TransportError,
      r"/nonexistent/xdma0_h2c_0 does not exist .* /nonexistent/xdma0_c2h_0"),
     ("xdma://host/dev/xdma0", ValueError, r"XDMA URL must be xdma:///dev/xdmaN"),
+    # Issue 25: a parameter the gateware refuses is named as the URL gives it, not by the
+    # unit that refused it (was "RunReducer: lanes must be ...").
+    ("sim?lanes=3", ValueError, r"^sim\?lanes=3: lanes must be a power of two .*, not 3$"),
+    ("verilator?lanes=3", ValueError, r"^verilator\?lanes=3: lanes must be a power of two"),
 ])
 def test_bad_device_urls_are_explained(url, error, message):
     with pytest.raises(error, match=message):
@@ -318,3 +323,121 @@ def test_serial_baud_defaults_to_our_boards_or_comes_from_the_board_name():
     finally:
         os.close(master)
         os.close(slave)
+
+
+class _WatchdogInWrite:
+    """A transport that raises ``TimeoutError`` (a user's watchdog, from a signal handler)
+    once, after half of a request's bytes have gone out."""
+
+    def __init__(self, transport):
+        self._transport = transport
+        self.fired = False
+
+    def write(self, data):
+        if not self.fired and len(data) > 8:
+            self.fired = True
+            self._transport.write(bytes(data)[:len(data) // 2])
+            raise TimeoutError("watchdog")
+        return self._transport.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._transport, name)
+
+
+@pytest.mark.parametrize("url", ["sim", "fake"])
+def test_any_exception_mid_request_leaves_the_device_answering_the_next(url):
+    """Not only Ctrl-C: whatever interrupts a request, the next one is answered at once, with
+    no retry (the device dropped the half frame it had)."""
+    device = (open_device("sim") if url == "sim"
+              else Device(FakeBoard(), url="fake"))
+    with device:
+        device.link.transport = watchdog = _WatchdogInWrite(device.link.transport)
+        with pytest.raises(TimeoutError, match="watchdog"):
+            device.reduce_max(np.arange(64, dtype=np.float32))
+        assert watchdog.fired
+        retries = device.link.retries
+        x = random_values(np.random.default_rng(1), format_of("float32"), (3, 5))
+        assert_same_bits(device.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert device.link.retries == retries
+
+
+@pytest.fixture
+def pty_port():
+    master, slave = os.openpty()
+    try:
+        yield os.ttyname(slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def test_low_latency_mode_is_set_where_the_os_allows(pty_port, monkeypatch, caplog):
+    """Issue 25: an FTDI chip's latency timer holds short replies up to 16 ms; the serial
+    transport asks for the low-latency mode (pyserial's) and says so at -v."""
+    import logging
+
+    import serial
+
+    from maxaccel.host.transport import SerialTransport
+    calls = []
+    monkeypatch.setattr(serial.Serial, "set_low_latency_mode",
+                        lambda self, enabled: calls.append(enabled), raising=False)
+    caplog.set_level(logging.DEBUG, logger="maxaccel")
+    transport = SerialTransport(pty_port)
+    try:
+        assert transport.low_latency is True and calls == [True]
+    finally:
+        transport.close()
+    assert f"serial port {pty_port}: low-latency mode set" in caplog.text
+
+
+def test_a_pty_has_no_latency_timer_and_gets_no_warning(pty_port, caplog):
+    import logging
+
+    from maxaccel.host.transport import SerialTransport, latency_timer_path
+    caplog.set_level(logging.DEBUG, logger="maxaccel")
+    assert latency_timer_path(pty_port) is None
+    transport = SerialTransport(pty_port)
+    transport.close()
+    assert transport.low_latency is False
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "low-latency mode not available" in caplog.text
+
+
+def test_an_ftdi_port_whose_timer_cannot_be_lowered_gets_one_hint(pty_port, tmp_path,
+                                                                  monkeypatch, caplog):
+    """Where the mode cannot be set (no permission) on an FTDI port: one warning at opening
+    that names the timer, its value and the fix; nothing per request."""
+    import logging
+
+    from maxaccel.host import transport as transports
+    timer = tmp_path / "latency_timer"
+    timer.write_text("16\n")
+    monkeypatch.setattr(transports, "latency_timer_path", lambda port: str(timer))
+    caplog.set_level(logging.DEBUG, logger="maxaccel")
+    serial_transport = transports.SerialTransport(pty_port)
+    try:
+        serial_transport.write(b"\x00" * 8)
+        serial_transport.read(8, 0.01)
+    finally:
+        serial_transport.close()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.startswith(f"serial port {pty_port}: could not set the low-latency mode")
+    assert f"its FTDI latency timer (16 ms) may hold every short reply: as root, echo 1 > " \
+           f"{timer}" in warning
+
+
+@pytest.mark.parametrize("options, text, message", [
+    ({"replay_depth": 0}, "BroadcastMax depth must be an integer >= 2, not 0",
+     "sim?replay_depth=0: replay_depth must be an integer >= 2, not 0"),
+    ({"lanes": 2, "pool_channels": 0}, "max_channels must be a positive integer, not 0",
+     "sim?pool_channels=0: pool_channels must be a positive integer, not 0"),
+    ({"link_bytes": 3}, "link_bytes must be one of 1, 2, 4, 8, 16, 32, not 3",
+     "sim?link_bytes=3: link_bytes must be one of 1, 2, 4, 8, 16, 32, not 3"),
+    ({"window_extent": 9, "window_plane": 4}, "WindowLanes: a plane must hold a window",
+     "sim?window_extent=9&window_plane=4: a plane must hold a window"),
+])
+def test_a_gateware_refusal_names_the_url_parameters(options, text, message):
+    """The units' own names for a parameter become the URL's."""
+    from maxaccel.host.transport import _url_parameter_error
+    assert _url_parameter_error("sim", options, text) == message

@@ -381,3 +381,62 @@ def test_onnx_backend_maxpool_cases_on_the_virtual_board(virtual_board):
     assert len(names) >= 5
     for name in names:
         check_maxpool_case(virtual_board, name)
+
+
+def test_a_device_url_is_opened_by_the_session_and_closed_with_it():
+    """Issue 25: ``device="sim"`` was accepted, then ``run`` failed with an AttributeError."""
+    model = single_node_model("ReduceMax", 13, [("x", TensorProto.FLOAT, [2, 3])],
+                              [("y", TensorProto.FLOAT, [2, 1])], axes=[1])
+    x = np.float32([[1, np.nan, 2], [-0.0, 0.0, -1]])
+    with OffloadSession(model, device="sim") as session:
+        device = session.device
+        assert device.url == "sim"
+        (y,) = session.run(None, {"x": x})
+        assert session.last_run == [("ReduceMax_0", "ReduceMax", "device")]
+    assert_same_bits(y, reference.reduce_max(x, axes=[1]))
+    with pytest.raises(ValueError, match="closed"):
+        device.reduce_max(x)
+    with pytest.raises(ValueError, match="unknown device URL 'nowhere://'"):
+        OffloadSession(model, device="nowhere://")
+    with pytest.raises(TypeError, match="device must be a Device .*not int"):
+        OffloadSession(model, device=3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int16", "float64"])
+def test_big_endian_feeds_are_accepted_as_onnxruntime_accepts_them(device, dtype):
+    """onnxruntime takes a non-native array (and reads its bytes as native ones); the
+    session takes it with its values."""
+    element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = single_node_model("Max", 13, [("a", element, [4]), ("b", element, [4])],
+                              [("y", element, [4])])
+    a = np.array([1, -2, 3, 100], dtype=np.dtype(dtype).newbyteorder(">"))
+    b = np.array([0, 5, -3, 7], dtype=dtype)
+    (y,) = OffloadSession(model, device=device).run(None, {"a": a, "b": b})
+    assert y.dtype == np.dtype(dtype) and y.tolist() == [1, 5, 3, 100]
+
+
+def test_a_model_onnxruntime_refuses_at_load_is_refused_at_construction(device):
+    """A bool Max passes onnx.checker but breaks Max's type constraint: onnxruntime refuses
+    it at load, so the session does, before anything runs."""
+    model = single_node_model("Max", 13, [("a", TensorProto.BOOL, [2]),
+                                          ("b", TensorProto.BOOL, [2])],
+                              [("y", TensorProto.BOOL, [2])])
+    received = device.link.transport.bytes_received
+    with pytest.raises(ValueError, match=r"not a valid ONNX model: .*tensor\(bool\).*"
+                                         r"onnxruntime: .*INVALID_GRAPH"):
+        OffloadSession(model, device=device)
+    assert device.link.transport.bytes_received == received
+
+
+def test_onnxruntime_warns_about_providers_once_per_session(device):
+    """A provider onnxruntime lacks: its warning once for the model, not once per CPU
+    partition (the mixed model has two)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = OffloadSession(mixed_model(), providers=["NoSuchExecutionProvider",
+                                                           "CPUExecutionProvider"],
+                                 device=device)
+    assert [s.name for s in session.last_steps or session._steps
+            if s.name.startswith("partition")] == ["partition 0", "partition 1"]
+    texts = [str(w.message) for w in caught if "NoSuchExecutionProvider" in str(w.message)]
+    assert len(texts) == 1, texts

@@ -110,14 +110,50 @@ def test_models_are_cached_by_design(tmp_path, monkeypatch):
         pass
     (built,) = (tmp_path / "verilator").iterdir()
     stamp = (built / "libmaxaccel_core.so").stat().st_mtime_ns
-    with VerilatorBoard(**small) as board:          # the same design: loaded, not rebuilt
-        assert board.identity.max_dims == 1
+    # The same design: loaded, not rebuilt, and not even converted (the key is made of the
+    # sources and the parameters).
+    from amaranth.back import rtlil, verilog
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("a cached model was converted again")
+    with monkeypatch.context() as patch:
+        patch.setattr(rtlil, "convert", no_conversion)
+        patch.setattr(verilog, "convert", no_conversion)
+        with VerilatorBoard(**small) as board:
+            assert board.identity.max_dims == 1
     assert [p.name for p in (tmp_path / "verilator").iterdir()] == [built.name]
     assert (built / "libmaxaccel_core.so").stat().st_mtime_ns == stamp
-    # The key is the design's RTLIL: a changed design gets another (not rebuilt here: ~20 s).
-    from amaranth.back import rtlil
-    assert (rtlil.convert(Core(**small), name="maxaccel_core")
-            != rtlil.convert(Core(**dict(small, max_dims=2)), name="maxaccel_core"))
+    # Another parameter is another design: it would be built (not here: ~20 s), and converted
+    # only then.
+    monkeypatch.setattr(verilator, "_build", lambda *args: (_ for _ in ()).throw(
+        AssertionError(args[-1].name)))
+    with pytest.raises(AssertionError) as other:
+        VerilatorBoard(**dict(small, max_dims=2))
+    assert str(other.value).startswith("core-") and str(other.value) != built.name
+
+
+def test_the_key_is_the_sources_contents(tmp_path, monkeypatch):
+    """Any change to a source of the design's packages changes the key; the same contents at
+    another path (another checkout) give the same key."""
+    for copy in ("a", "b"):
+        package = tmp_path / copy / "gateware_under_test"
+        (package / "sub").mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "sub" / "unit.py").write_text("WIDTH = 8\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "a"))
+    import importlib
+    key = verilator.source_key("Unit()", packages=("gateware_under_test",))
+    package = importlib.import_module("gateware_under_test")
+    package.__path__[:] = [str(tmp_path / "b" / "gateware_under_test")]
+    assert verilator.source_key("Unit()", packages=("gateware_under_test",)) == key
+    assert verilator.source_key("Unit(1)", packages=("gateware_under_test",)) != key
+    (tmp_path / "b" / "gateware_under_test" / "sub" / "unit.py").write_text("WIDTH = 9\n")
+    assert verilator.source_key("Unit()", packages=("gateware_under_test",)) != key
+    (tmp_path / "b" / "gateware_under_test" / "sub" / "unit.py").write_text("WIDTH = 8\n")
+    (tmp_path / "b" / "gateware_under_test" / "sub" / "new.py").write_text("")
+    assert verilator.source_key("Unit()", packages=("gateware_under_test",)) != key
+    # The core's gateware is all in the hashed packages: hdl imports only the contract.
+    assert verilator.DESIGN_PACKAGES == ("maxaccel.hdl", "maxaccel.contract")
 
 
 def test_without_verilator_the_message_says_what_to_do(monkeypatch):
@@ -199,6 +235,17 @@ def default_board():
         yield device
 
 
+def test_a_built_compiled_board_opens_in_under_a_second(default_board):
+    """Issue 25: opening the default compiled board once it is built (the module's board is)
+    costs no conversion of the design: well under a second (it took 25-43 s)."""
+    import time
+    started = time.monotonic()
+    with open_device("verilator") as device:
+        elapsed = time.monotonic() - started
+        assert device.identity == default_board.identity
+    assert elapsed < 1.0, f"opening the built compiled board took {elapsed:.1f} s"
+
+
 @pytest.mark.parametrize("dtype, elements", list(ROW_COLUMN_CYCLES))
 def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(default_board,
                                                                                dtype, elements):
@@ -211,3 +258,63 @@ def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(def
     # Issue 18: at most 1.1. The column's LOAD takes a buffer beat per element (512 cycles),
     # against 8 192 cycles of int8 data at 32 bytes a cycle: 1.098 there.
     assert ratio.ratio <= 1.1
+
+
+def test_verbose_names_the_cached_model(default_board, capsys):
+    """``maxaccel -v`` says where the compiled board's model came from."""
+    from maxaccel.host import cli
+    assert cli.main(["-v", "boards"], out=None) == 0   # -v set for the logger
+    try:
+        with open_device("verilator"):
+            pass
+    finally:
+        cli.main(["boards"])
+    err = capsys.readouterr().err
+    assert "maxaccel: core: compiled model found in the cache, " in err
+    assert str(verilator.cache_dir()) in err
+
+
+# A first build at a terminal: its three steps each with a bar (shown at once here), the C++
+# compile's counting the files compiled.
+FIRST_BUILD = """
+import functools, logging
+from maxaccel.contract import progress
+from maxaccel.sim import verilator
+verilator.timed = functools.partial(progress.timed, delay_s=0)
+verilator.bar = functools.partial(progress.bar, delay_s=0)
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+from maxaccel.sim.exhaustive import LaneModel
+LaneModel(latency=1)
+print("BUILT")
+"""
+
+
+def test_a_first_build_shows_its_steps_with_bars_that_move(tmp_path):
+    """Issue 25: a first build was silent for the Verilog, then one bar that sat at 99% through
+    the C++ compile. Now each step has its bar; the compile's moves file by file."""
+    import json
+    import re
+
+    from terminal import Terminal
+    terminal = Terminal("-c", FIRST_BUILD, env={"MAXACCEL_CACHE_DIR": str(tmp_path)},
+                        columns=160)
+    try:
+        terminal.expect(r"BUILT", timeout=900)
+        assert terminal.finish() == 0
+    finally:
+        terminal.close()
+    text = terminal.text
+    assert re.search(r"building the compiled model lane1-\w+ \(once per design, about \d+ s: "
+                     r"Verilog \d+ s, Verilator \d+ s, C\+\+ compile \d+ s\); cached in ", text)
+    assert re.search(r"Verilog: maxaccel_lane:\s+\d+%\|", text)
+    assert re.search(r"Verilator: maxaccel_lane:\s+\d+%\|", text)
+    counts = [(int(n), int(total)) for n, total in
+              re.findall(r"C\+\+ compile: maxaccel_lane:\s+\d+%\|[^|]*\| (\d+)/(\d+) files", text)]
+    assert counts and any(0 < n < total for n, total in counts), text
+    assert re.search(r"built lane1-\w+ in \d+ s \(Verilog \d+ s, Verilator \d+ s, C\+\+ "
+                     r"compile \d+ s\)", text)
+    (model,) = (tmp_path / "verilator").iterdir()
+    assert set(json.loads((model / verilator.PHASES_FILE).read_text())) == set(verilator.PHASES)
+    # The next build of that name expects what this one took.
+    assert verilator._expected(tmp_path / "verilator" / "lane1-other") == json.loads(
+        (model / verilator.PHASES_FILE).read_text())
