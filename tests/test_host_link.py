@@ -9,13 +9,13 @@ bounded in time (an alarm fails it instead of letting it hang).
 """
 
 import os
-import signal
 import threading
 import time
 import tty
 
 import numpy as np
 import pytest
+from limits import time_limit
 from fake_board import KINDS, TO_DEVICE, TO_HOST, FakeBoard, Fault, Faulty
 
 from maxaccel.host.device import Device, open_device
@@ -32,13 +32,8 @@ from maxaccel.sim.virtual_board import VirtualBoard
 
 @pytest.fixture(autouse=True)
 def bounded_time():
-    def hang(*_):
-        raise TimeoutError("the test took more than 30 s: something hangs")
-    previous = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(30)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with time_limit(30):
+        yield
 
 
 def quick_device(board, attempts=4):

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from limits import time_limit
 from fake_board import FakeBoard
 
 from maxaccel.contract.dtypes import format_of
@@ -33,13 +34,8 @@ H2C, C2H = "/dev/xdma0_h2c_0", "/dev/xdma0_c2h_0"
 
 @pytest.fixture(autouse=True)
 def bounded_time():
-    def expire(signum, frame):
-        raise TimeoutError("test took longer than 120 s")
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(120)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+    with time_limit(120):
+        yield
 
 
 @pytest.fixture(scope="module")
