@@ -642,7 +642,7 @@ def format_ratios(ratios):
     return "\n".join(lines)
 
 
-# ---- MaxPool classes of real networks against the link-bound time (issue 27), in device cycles.
+# ---- MaxPool classes of real networks against the link-bound time, in device cycles.
 
 @dataclass(frozen=True)
 class PoolClass:
@@ -708,7 +708,7 @@ def _values(rng, shape, dtype):
     return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
 
 
-#: The MaxPool classes of ``maxaccel bench --ratios`` (issue 27), at the networks' own shapes.
+#: The MaxPool classes of ``maxaccel bench --ratios``, at the networks' own shapes.
 #: The tests (``tests/test_pool_classes.py``: their exact cycles) and docs/benchmarks.md take
 #: the rows from here.
 POOL_CLASSES = (

@@ -338,7 +338,7 @@ def test_the_unopenable_device_would_be_noticed():
     ("dtype", "--input: input 'x' must be float32, got float64"),
 ])
 def test_inputs_are_checked_before_any_device_opens(tmp_path, capsys, content, message):
-    """Issue 25: a .npz (was an AttributeError traceback), a file numpy cannot read (was its
+    """A .npz (was an AttributeError traceback), a file numpy cannot read (was its
     'pickled data' message), a wrong name, shape or dtype (were said after the device had
     opened): one line, status 2, nothing generated, no device opened."""
     import pickle
@@ -381,7 +381,7 @@ def test_a_big_endian_input_file_runs(tmp_path):
 ])
 def test_bench_checks_models_and_dtypes_before_any_device_opens(tmp_path, capsys, argv,
                                                                  message):
-    """Issue 25: a truncated model was a protobuf traceback after the device had opened;
+    """A truncated model was a protobuf traceback after the device had opened;
     bool measured ReduceMax before Max refused it."""
     truncated = tmp_path / "truncated.onnx"
     truncated.write_bytes(EXAMPLE.read_bytes()[:200])
@@ -394,7 +394,7 @@ def test_bench_checks_models_and_dtypes_before_any_device_opens(tmp_path, capsys
 
 
 def test_verbose_says_what_happened_on_a_healthy_run(capsys):
-    """Issue 25: -v added nothing on a run that went well; it names the device opened."""
+    """-v added nothing on a run that went well; it names the device opened."""
     status, _ = run("-v", "run", str(EXAMPLE), "--device", "fake://", "--seed", "1")
     err = capsys.readouterr().err
     assert status == 0
@@ -406,7 +406,7 @@ def test_verbose_says_what_happened_on_a_healthy_run(capsys):
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"]])
 def test_help_names_every_operator_offloaded(argv, capsys):
-    """Issue 25: ``maxaccel --help`` left out MaxPool, which the session places on the
+    """``maxaccel --help`` left out MaxPool, which the session places on the
     device (``OFFLOADED``)."""
     from maxaccel.host.partition import OFFLOADED
     with pytest.raises(SystemExit):

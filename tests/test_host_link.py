@@ -236,7 +236,7 @@ def test_refusals_raise_device_error_naming_the_status():
     ("xdma:///nonexistent/xdma0", TransportError,
      r"/nonexistent/xdma0_h2c_0 does not exist .* /nonexistent/xdma0_c2h_0"),
     ("xdma://host/dev/xdma0", ValueError, r"XDMA URL must be xdma:///dev/xdmaN"),
-    # Issue 25: a parameter the gateware refuses is named as the URL gives it, not by the
+    # A parameter the gateware refuses is named as the URL gives it, not by the
     # unit that refused it (was "RunReducer: lanes must be ...").
     ("sim?lanes=3", ValueError, r"^sim\?lanes=3: lanes must be a power of two .*, not 3$"),
     ("verilator?lanes=3", ValueError, r"^verilator\?lanes=3: lanes must be a power of two"),
@@ -367,7 +367,7 @@ def pty_port():
 
 
 def test_low_latency_mode_is_set_where_the_os_allows(pty_port, monkeypatch, caplog):
-    """Issue 25: an FTDI chip's latency timer holds short replies up to 16 ms; the serial
+    """An FTDI chip's latency timer holds short replies up to 16 ms; the serial
     transport asks for the low-latency mode (pyserial's) and says so at -v."""
     import logging
 

@@ -384,7 +384,7 @@ def test_onnx_backend_maxpool_cases_on_the_virtual_board(virtual_board):
 
 
 def test_a_device_url_is_opened_by_the_session_and_closed_with_it():
-    """Issue 25: ``device="sim"`` was accepted, then ``run`` failed with an AttributeError."""
+    """``device="sim"`` was accepted, then ``run`` failed with an AttributeError."""
     model = single_node_model("ReduceMax", 13, [("x", TensorProto.FLOAT, [2, 3])],
                               [("y", TensorProto.FLOAT, [2, 1])], axes=[1])
     x = np.float32([[1, np.nan, 2], [-0.0, 0.0, -1]])

@@ -5,7 +5,7 @@ to the link-bound time (a ReduceMax of the larger of the pool's input and output
 included: ``PoolClass.link_bytes``), every result checked bit for bit by the bench itself.
 
 Cycles are deterministic: a change that costs a cycle fails here. When the pooling unit's
-kernel extent grows (issue 27's other half), the rows whose route is REDUCE today (extent 5, 9,
+kernel extent grows (`docs/pending`), the rows whose route is REDUCE today (extent 5, 9,
 13 and the 1-D k4) move to MAX_POOL: update their entries in ``POOL_CYCLES``, one line each.
 """
 
@@ -67,7 +67,7 @@ POOL_CYCLES = {
     ("3x3 s2 p1 + Indices, 64x112x112", "uint8"): ("MAX_POOL", 38933, 31465),
 }
 
-# Cells through the pooling unit above issue 27's 1.1, and why (docs/benchmarks.md):
+# Cells through the pooling unit above 1.1 of the link-bound time, and why (docs/benchmarks.md):
 # 80 uint8 images fill 2.5 groups of 32 (a third of the last group's beats carry nothing);
 # with Indices at 2 and 1 bytes an element the reply (6 and 5 bytes an output, more than the
 # input for uint8) leaves the unit a row of outputs at a time and holds the input meanwhile.
@@ -129,7 +129,7 @@ def test_float16_and_uint8_cycles_of_every_class(default_board, name, dtype):
 
 
 def test_the_unit_beats_reduce_for_every_class_it_takes(default_board):
-    """Issue 27's route decision, measured: every class the pooling unit takes (on 8 channels,
+    """The route decision, measured: every class the pooling unit takes (on 8 channels,
     tiled where wider than its 64 columns) costs fewer device cycles through MAX_POOL than
     through REDUCE, the route it falls back to."""
     ratios = measure_pool_ratios(default_board, POOL_CLASSES, dtypes=("float32",),

@@ -236,7 +236,7 @@ def default_board():
 
 
 def test_a_built_compiled_board_opens_in_under_a_second(default_board):
-    """Issue 25: opening the default compiled board once it is built (the module's board is)
+    """Opening the default compiled board once it is built (the module's board is)
     costs no conversion of the design: well under a second (it took 25-43 s)."""
     import time
     started = time.monotonic()
@@ -290,7 +290,7 @@ print("BUILT")
 
 
 def test_a_first_build_shows_its_steps_with_bars_that_move(tmp_path):
-    """Issue 25: a first build was silent for the Verilog, then one bar that sat at 99% through
+    """A first build was silent for the Verilog, then one bar that sat at 99% through
     the C++ compile. Now each step has its bar; the compile's moves file by file."""
     import json
     import re

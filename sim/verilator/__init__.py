@@ -46,7 +46,7 @@ HARNESS_DIR = pathlib.Path(__file__).parent
 PHASES = ("Verilog", "Verilator", "C++ compile")
 
 #: Seconds each step of a first build is expected to take until a build of the same name has
-#: been timed on this machine: the compiled board's core on two busy cores (issue 25: 349 s in
+#: been timed on this machine: the compiled board's core on two busy cores (349 s in
 #: all, 253 s of them the C++ compile).
 FIRST_BUILD_S = {"Verilog": 60.0, "Verilator": 35.0, "C++ compile": 250.0}
 
