@@ -184,9 +184,8 @@ class XdmaDriverModel:
             engine = self.paths.get(str(path))
             if engine is None or self._closed:
                 raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+            # The direction is checked at read and write (EINVAL), as the driver does.
             if engine == "c2h":
-                if (flags & os.O_ACCMODE) != os.O_RDONLY:
-                    pass    # the driver checks the direction at read/write, not at open
                 if self._c2h_open:
                     raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
                 self._c2h_open = True
@@ -256,10 +255,14 @@ class XdmaDriverModel:
             self.clock_s = self._produced_s = self._h2c_start_s = 0.0
             self._engine_free_s = {"h2c": 0.0, "c2h": 0.0}
 
+    def _end_s(self, direction, start_s, nbytes, ready_s=0.0):
+        """When a transfer of ``nbytes`` started at ``start_s`` ends on the link, its data
+        there from ``ready_s``."""
+        return max(start_s + self.transfer_overhead_s, ready_s) + nbytes / self.rates[direction]
+
     def _timed(self, direction, nbytes, issued_s, ready_s=0.0, core_s=0.0):
         start = max(issued_s, self._engine_free_s[direction])
-        end = max(start + self.transfer_overhead_s, ready_s) + nbytes / self.rates[direction]
-        end = max(end, start + core_s)
+        end = max(self._end_s(direction, start, nbytes, ready_s), start + core_s)
         self._engine_free_s[direction] = end
         self.clock_s = max(self.clock_s, end)
         self.transfers.append(Transfer(direction, nbytes, start, end))
@@ -340,8 +343,7 @@ class XdmaDriverModel:
     def _h2c_transfer(self, piece):
         issued_s = self.clock_s
         self._h2c_start_s = max(issued_s, self._engine_free_s["h2c"])
-        self._h2c_end_s = (self._h2c_start_s + self.transfer_overhead_s
-                           + len(piece) / self.rates["h2c"])
+        self._h2c_end_s = self._end_s("h2c", self._h2c_start_s, len(piece))
         cycles = self._busy_cycles
         self._feed += piece
         deadline = time.monotonic() + self.h2c_timeout_s
