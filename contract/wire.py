@@ -30,8 +30,10 @@ MAGIC = b"MX"
 #: pooling unit's capacities in ``IDENTIFY``. 4: parameter blocks padded to 32
 #: (:data:`PAYLOAD_ALIGN`, the NiteFury's 32-byte link word), and ``window_lanes`` counts the
 #: pooling unit's 64-bit lanes (a ``MAX_POOL`` group of up to ``8 * window_lanes / itemsize``
-#: images).
-VERSION = 4
+#: images). 5: ``window_extent`` is the kernel extent of the two inner axes and
+#: ``window_extent_outer`` (a byte appended to ``IDENTIFY``) that of a 3-D pool's outermost
+#: axis, so a board sizes its plane buffers apart from its line buffers.
+VERSION = 5
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
@@ -105,12 +107,15 @@ class Identity:
         the unit. It pools a beat of up to ``8 * window_lanes`` bytes a cycle: one element of
         each of ``8 * window_lanes / itemsize`` images.
     window_extent : int
-        Largest kernel extent ``(kernel - 1) * dilation + 1`` of a ``MAX_POOL`` axis.
+        Largest kernel extent ``(kernel - 1) * dilation + 1`` of a ``MAX_POOL`` axis but the
+        outermost of three (so of every axis of a 1-D or 2-D pool).
     window_columns : int
         Largest output length of the innermost axis (the line buffers' depth).
     window_plane : int
         Largest output plane of the two inner axes (the plane buffers' depth), when the
         outermost axis's kernel extent is above 1.
+    window_extent_outer : int
+        Largest kernel extent of the outermost of three ``MAX_POOL`` axes (a 3-D pool's first).
     """
 
     version: int
@@ -126,15 +131,17 @@ class Identity:
     window_extent: int = 0
     window_columns: int = 0
     window_plane: int = 0
+    window_extent_outer: int = 0
 
-    STRUCT = struct.Struct("<BBIIBBIIIBBII")
+    STRUCT = struct.Struct("<BBIIBBIIIBBIIB")
 
     def encode(self):
         bitmap = sum(1 << int(code) for code in self.dtypes)
         return self.STRUCT.pack(self.version, self.lanes, bitmap, self.replay_depth,
                                 self.max_dims, self.max_operands, self.pool_channels,
                                 self.clock_hz, self.frame_timeout_cycles, self.window_lanes,
-                                self.window_extent, self.window_columns, self.window_plane)
+                                self.window_extent, self.window_columns, self.window_plane,
+                                self.window_extent_outer)
 
     @classmethod
     def decode(cls, payload):
@@ -460,7 +467,7 @@ class Capacities:
     ----------
     lanes, replay_depth, max_dims, max_operands, pool_channels : int
         As :class:`Identity`.
-    window_lanes, window_extent, window_columns, window_plane : int
+    window_lanes, window_extent, window_columns, window_plane, window_extent_outer : int
         As :class:`Identity`.
     max_count : int
         :data:`MAX_COUNT`.
@@ -479,6 +486,7 @@ class Capacities:
     window_extent: int = 0
     window_columns: int = 0
     window_plane: int = 0
+    window_extent_outer: int = 0
     max_count: int = MAX_COUNT
     max_payload: int = MAX_PAYLOAD
     window_field_max: int = WINDOW_FIELD_MAX
@@ -488,7 +496,8 @@ class Capacities:
     def of(cls, identity):
         return cls(identity.lanes, identity.replay_depth, identity.max_dims,
                    identity.max_operands, identity.pool_channels, identity.window_lanes,
-                   identity.window_extent, identity.window_columns, identity.window_plane)
+                   identity.window_extent, identity.window_columns, identity.window_plane,
+                   identity.window_extent_outer)
 
     @property
     def beat_bytes(self):
@@ -638,6 +647,12 @@ RULES = {
 }
 
 
+def _window_extents(capacities):
+    """The largest kernel extent of each ``MAX_POOL`` axis (entry 0 the outermost)."""
+    return ((capacities.window_extent_outer,)
+            + (capacities.window_extent,) * (WINDOW_RANK - 1))
+
+
 def _max_pool_rules():
     axes = [window_fields(axis) for axis in range(WINDOW_RANK)]
     inner, outer = axes[-1], axes[0]
@@ -673,9 +688,11 @@ def _max_pool_rules():
             Rule(Status.TOO_LARGE, "an axis field above WINDOW_FIELD_MAX",
                  lambda f, q, cap, ops: ops.any(f[name] > cap.window_field_max
                                                 for a in axes for name in a.values())),
-            Rule(Status.TOO_LARGE, "a kernel extent above window_extent",
-                 lambda f, q, cap, ops: ops.any(q[s] + 1 > cap.window_extent + f[a["dilation"]]
-                                                for s, a in zip(span, axes))),
+            Rule(Status.TOO_LARGE, "a kernel extent above window_extent (an axis but the "
+                 "outermost) or window_extent_outer (the outermost)",
+                 lambda f, q, cap, ops: ops.any(
+                     q[s] + 1 > limit + f[a["dilation"]]
+                     for s, a, limit in zip(span, axes, _window_extents(cap)))),
             Rule(Status.TOO_LARGE, "an innermost output length above window_columns",
                  lambda f, q, cap, ops: f[inner["out"]] > cap.window_columns),
             Rule(Status.TOO_LARGE, "an output plane above window_plane with an outermost "

@@ -61,8 +61,10 @@ class Core(wiring.Component):
         pooling ``8 / itemsize`` images side by side), 1 to ``lanes``; default ``lanes``, a
         beat a cycle for every element type.
     window_extent, window_columns, window_plane : int
-        Its kernel extent, line buffer and plane buffer capacities
-        (:class:`~maxaccel.hdl.window.WindowLanes`).
+        Its kernel extent (of every axis but a 3-D pool's outermost), line buffer and plane
+        buffer capacities (:class:`~maxaccel.hdl.window.WindowLanes`).
+    window_extent_outer : int, optional
+        Its kernel extent of a 3-D pool's outermost axis; default ``window_extent``.
     clock_hz : int
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional
@@ -107,7 +109,8 @@ class Core(wiring.Component):
     def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
                  reduce_pipeline="deep",
                  max_count=MAX_COUNT, pool_channels=32, window_lanes=None, window_extent=3,
-                 window_columns=64, window_plane=1024, clock_hz=100_000_000,
+                 window_columns=64, window_plane=1024, window_extent_outer=None,
+                 clock_hz=100_000_000,
                  frame_timeout_cycles=None, units=UNITS, link_bytes=1):
         if "reduce" not in units or set(units) - set(UNITS):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
@@ -120,6 +123,7 @@ class Core(wiring.Component):
                                               max_count=max_count),
             "window": lambda: WindowLanes(lanes, lanes if window_lanes is None
                                           else window_lanes, max_extent=window_extent,
+                                          max_extent_outer=window_extent_outer,
                                           max_columns=window_columns, max_plane=window_plane),
         }
         #: The datapath units built, by the engine's port name.
@@ -173,7 +177,7 @@ class UARTTop(Elaboratable):
     default 512) on their way to the core. It absorbs the engine's short input stalls (header
     check, parameter checks) at any bit rate, and the next request's first bytes while the
     engine still sends the previous reply's tail (the engine takes a new request only once the
-    reply is out: 41 bytes for IDENTIFY, up to ``8 * lanes + 17`` after a MAX). A host that
+    reply is out: 42 bytes for IDENTIFY, up to ``8 * lanes + 17`` after a MAX). A host that
     sends more than that ahead of the replies overruns the receiver (counted by ``COUNTERS``).
 
     Parameters

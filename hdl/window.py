@@ -70,21 +70,26 @@ def tap_bits(max_extent):
     return max(1, (max_extent - 1).bit_length())
 
 
-def item_layout(rank, max_extent):
+def tap_field(axis):
+    """Name of axis ``axis``'s field in a slot of :func:`item_layout`'s ``taps``."""
+    return f"axis{axis}"
+
+
+def item_layout(extents):
     """What travels between the passes: a lane of order keys (the elements of several images,
     packed as in :class:`~maxaccel.hdl.lane.LaneMax`), a *slot* of tap numbers per byte, and
     ``real`` (clear for padding, the same for every element).
 
-    Slot ``k`` is for the element that starts at byte ``k`` (the slots inside an element are
-    don't-care): field ``a`` (:func:`tap_bits` wide) is the tap that won in the pass of axis
-    ``a``, counted in steps back from the window's last tap. With the window's position that
-    gives the winner's index (:class:`WindowMaxPool`), so an item carries a few bits per
-    element where a 32-bit index would be.
+    ``extents`` are the passes' delay lines, per axis (entry 0 the outermost). Slot ``k`` is
+    for the element that starts at byte ``k`` (the slots inside an element are don't-care):
+    field :func:`tap_field` ``(a)`` (``tap_bits(extents[a])`` wide) is the tap that won in the
+    pass of axis ``a``, counted in steps back from the window's last tap. With the window's
+    position that gives the winner's index (:class:`WindowMaxPool`), so an item carries a few
+    bits per element where a 32-bit index would be.
     """
+    slot = data.StructLayout({tap_field(a): tap_bits(e) for a, e in enumerate(extents)})
     return data.StructLayout({
-        "key": LANE_BITS,
-        "taps": data.ArrayLayout(data.ArrayLayout(tap_bits(max_extent), rank), LANE_BYTES),
-        "real": 1})
+        "key": LANE_BITS, "taps": data.ArrayLayout(slot, LANE_BYTES), "real": 1})
 
 
 def _tree_levels(taps):
@@ -123,14 +128,14 @@ class AxisPass(wiring.Component):
         Which entry of ``config`` this pass reads.
     inner : sequence of int
         The axes inside this one (their ``out`` make the row length).
-    max_extent : int
-        Taps of the delay line, the largest ``(kernel - 1) * dilation + 1``.
+    extents : sequence of int
+        Taps of each axis's delay line, the largest ``(kernel - 1) * dilation + 1`` (entry 0
+        the outermost axis); this pass has ``extents[axis]`` taps, the others size the items'
+        tap fields (:func:`item_layout`).
     depth : int
         Items a row may hold (1 for the innermost axis: registers, no memory).
     config_shape : Layout
         Shape of ``config`` (an array of :func:`axis_layout`).
-    rank : int
-        Axes of ``config`` (the items' tap fields).
     dim_bits : int
         Width of the configuration fields.
 
@@ -138,8 +143,8 @@ class AxisPass(wiring.Component):
     ----------
     latency : int
         Clock edges from an item taken on ``i`` to its window result taken from ``o`` (by a
-        ready sink, if a window ends at its step): ``2 + 2 * max(1, ceil(log2(max_extent)))``,
-        plus 1 with block RAM (``depth > 1``).
+        ready sink, if a window ends at its step): ``2 + 2 * max(1, ceil(log2(extent)))``
+        (``extent = extents[axis]``), plus 1 with block RAM (``depth > 1``).
 
     Ports
     -----
@@ -157,15 +162,16 @@ class AxisPass(wiring.Component):
         Between images, nothing in flight.
     """
 
-    def __init__(self, axis, inner, max_extent, depth, config_shape, rank, dim_bits):
+    def __init__(self, axis, inner, extents, depth, config_shape, dim_bits):
         self.axis = axis
         self.inner = tuple(inner)
-        self.max_extent = max_extent
+        self.extents = tuple(extents)
+        self.max_extent = self.extents[axis]
         self.depth = depth
         self.dim_bits = dim_bits
-        self.levels = _tree_levels(max_extent)
-        self.latency = _pass_latency(max_extent, depth)
-        items = stream.Signature(item_layout(rank, max_extent))
+        self.levels = _tree_levels(self.max_extent)
+        self.latency = _pass_latency(self.max_extent, depth)
+        items = stream.Signature(item_layout(self.extents))
         super().__init__({
             "i": In(items), "o": Out(items),
             "config": In(config_shape),
@@ -330,7 +336,7 @@ class AxisPass(wiring.Component):
         for t in reversed(range(extent)):
             tap = Signal(item_shape, name=f"use_{t}")
             m.d.comb += [tap.eq(stored[t]), tap.real.eq(stored[t].real & b_use[t])]
-            m.d.comb += [tap.taps[k][self.axis].eq(t) for k in range(LANE_BYTES)]
+            m.d.comb += [tap.taps[k][tap_field(self.axis)].eq(t) for k in range(LANE_BYTES)]
             taps.append(tap)
         valid = b_valid & b_ends
         valids = [b_valid]
@@ -442,8 +448,11 @@ class WindowMaxPool(wiring.Component):
     ----------
     max_rank : int
         Spatial axes, 1 to 3. A pass per axis.
-    max_extent : int
-        Largest kernel extent ``(kernel - 1) * dilation + 1`` on any axis (>= 1).
+    max_extent : int or sequence of int
+        Largest kernel extent ``(kernel - 1) * dilation + 1`` (>= 1): one for every axis, or
+        one per axis (``max_rank`` of them, entry 0 the outermost). A pass's compare tree has
+        that many taps, its delay line one fewer (registers, line or plane buffers), and every
+        element carries ``ceil(log2(extent))`` bits of tap number per axis.
     max_columns : int
         Largest ``out`` of the innermost axis (the line buffers' depth), for ``max_rank >= 2``.
     max_plane : int
@@ -489,8 +498,9 @@ class WindowMaxPool(wiring.Component):
     per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
     of an outer axis, when they back up to the input. An output whose window's last element (or
     last virtual step) is taken at edge ``e`` is taken by a ready sink at edge ``e +``
-    :attr:`latency`, ``3 + max_rank * (2 + 2 * max(1, ceil(log2(max_extent)))) + (max_rank -
-    1)`` (with buffers of more than one entry): two cycles of keys, then per pass the tap stage,
+    :attr:`latency`, ``3 + sum over the axes of (2 + 2 * max(1, ceil(log2(extent)))) +
+    (max_rank - 1)`` (``extent`` the axis's ``max_extent``; the ``max_rank - 1`` passes with
+    buffers of more than one entry): two cycles of keys, then per pass the tap stage,
     the read data registered (the passes with block RAM), two cycles per compare tree level and
     the pass's output register, then the output register (values and indices).
 
@@ -513,16 +523,26 @@ class WindowMaxPool(wiring.Component):
 
     def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
                  dim_bits=16, index_bits=32):
-        for name, value, least in [("max_rank", max_rank, 1), ("max_extent", max_extent, 1),
+        def integer(value, least):
+            return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+        for name, value, least in [("max_rank", max_rank, 1),
                                    ("max_columns", max_columns, 1), ("max_plane", max_plane, 1),
                                    ("dim_bits", dim_bits, 2), ("index_bits", index_bits, 1)]:
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            if not integer(value, least):
                 refuse(self, f"WindowMaxPool: {name} must be an integer >= {least}, "
                              f"not {value!r}")
         if max_rank > 3:
             refuse(self, f"WindowMaxPool: max_rank must be 1, 2 or 3, not {max_rank}")
+        extents = (max_extent,) * max_rank if integer(max_extent, 1) else max_extent
+        if not (isinstance(extents, (tuple, list)) and len(extents) == max_rank
+                and all(integer(e, 1) for e in extents)):
+            refuse(self, f"WindowMaxPool: max_extent must be an integer >= 1 or {max_rank} of "
+                         f"them (one per axis), not {max_extent!r}")
         self.max_rank = max_rank
-        self.max_extent = max_extent
+        #: Largest kernel extent per axis, entry 0 the outermost.
+        self.extents = tuple(extents)
+        self.max_extent = max(self.extents)
         self.max_columns = max_columns if max_rank >= 2 else 1
         self.max_plane = max_plane if max_rank >= 3 else 1
         self.dim_bits = dim_bits
@@ -531,7 +551,7 @@ class WindowMaxPool(wiring.Component):
         # of out[-1] for the next (line buffers), a plane for the third (plane buffers).
         self._depths = {max_rank - 1: 1, max_rank - 2: self.max_columns,
                         max_rank - 3: self.max_plane}
-        self.latency = 3 + sum(_pass_latency(max_extent, self._depths[axis])
+        self.latency = 3 + sum(_pass_latency(self.extents[axis], self._depths[axis])
                                for axis in range(max_rank))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
         super().__init__({
@@ -551,6 +571,7 @@ class WindowMaxPool(wiring.Component):
     def limits(self):
         """The capacities, by name (what IDENTIFY reports)."""
         return {"max_rank": self.max_rank, "max_extent": self.max_extent,
+                "extents": self.extents,
                 "max_columns": self.max_columns, "max_plane": self.max_plane,
                 "dim_bits": self.dim_bits, "index_bits": self.index_bits}
 
@@ -564,8 +585,8 @@ class WindowMaxPool(wiring.Component):
 
         passes = []
         for axis in reversed(range(rank)):
-            passes.append(AxisPass(axis, range(axis + 1, rank), self.max_extent,
-                                   self._depths[axis], self.config_shape, rank, self.dim_bits))
+            passes.append(AxisPass(axis, range(axis + 1, rank), self.extents,
+                                   self._depths[axis], self.config_shape, self.dim_bits))
             m.submodules[f"axis_{axis}"] = passes[-1]
             m.d.comb += [passes[-1].config.eq(self.config), passes[-1].size.eq(fmt.size)]
         for inner, outer in zip(passes, passes[1:]):
@@ -608,8 +629,8 @@ class WindowMaxPool(wiring.Component):
         padding = [product(f"padding_{a}", cfg[a].pad, inner[a]) for a in range(rank)]
         start = register(m, 1, (sum(span, Const(0, bits)) - sum(padding, Const(0, bits)))[:bits],
                          "start")
-        multiples = [[product(f"multiple_{a}_{t}", inner[a], t) for t in range(self.max_extent)]
-                     for a in range(rank)]
+        multiples = [[product(f"multiple_{a}_{t}", inner[a], t)
+                      for t in range(self.extents[a])] for a in range(rank)]
         out_less = [register(m, 1, cfg[a].out - 1, f"out_less_{a}") for a in range(rank)]
 
         # Where the next output is: ``fresh`` at an image's first (then ``start`` and the
@@ -629,7 +650,7 @@ class WindowMaxPool(wiring.Component):
             ]
             for k in range(LANE_BYTES):
                 taps = last.payload.taps[k]
-                back_by = sum((Array(multiples[a])[taps[a]] for a in range(rank)),
+                back_by = sum((Array(multiples[a])[taps[tap_field(a)]] for a in range(rank)),
                               Const(0, bits))
                 m.d.sync += self.o.payload.index[k].eq((here - back_by)[:bits])
             with m.If(~last.payload.real):
@@ -683,15 +704,21 @@ class WindowLanes(wiring.Component):
         Units, 1 to ``lanes``: the first ``window_lanes`` lanes of a beat are pooled.
     max_extent, max_columns, max_plane : int
         Capacities of each :class:`WindowMaxPool` (``max_rank`` is
-        :data:`~maxaccel.contract.pooling.WINDOW_RANK`, 16-bit configuration, 32-bit indices).
+        :data:`~maxaccel.contract.pooling.WINDOW_RANK`, 16-bit configuration, 32-bit indices);
+        ``max_extent`` is the kernel extent of the two inner axes (every 1-D and 2-D pool's
+        axes).
+    max_extent_outer : int, optional
+        The kernel extent of the outermost axis (a 3-D pool's first), default ``max_extent``.
+        Its delay line is ``max_extent_outer - 1`` plane buffers of ``max_plane`` entries, the
+        unit's largest memories: a board sizes it apart.
 
     Attributes
     ----------
     latency : int
         :attr:`WindowMaxPool.latency`.
     limits : dict
-        ``window_lanes``, ``window_extent``, ``window_columns``, ``window_plane``: what
-        ``IDENTIFY`` reports.
+        ``window_lanes``, ``window_extent``, ``window_extent_outer``, ``window_columns``,
+        ``window_plane``: what ``IDENTIFY`` reports.
 
     Ports
     -----
@@ -721,21 +748,25 @@ class WindowLanes(wiring.Component):
     plus ``ceil(group * 4 / (8 * lanes))`` with ``indices`` (holding the units meanwhile).
     """
 
-    def __init__(self, lanes, window_lanes, *, max_extent=3, max_columns=64, max_plane=1024):
+    def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
+                 max_columns=64, max_plane=1024):
         if not isinstance(window_lanes, int) or isinstance(window_lanes, bool) \
                 or not 1 <= window_lanes <= lanes:
             refuse(self, f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a beat of "
                          f"{lanes} lanes), not {window_lanes!r}")
         self.lanes = lanes
         self.window_lanes = window_lanes
-        self.units = [WindowMaxPool(max_rank=WINDOW_RANK, max_extent=max_extent,
+        outer = max_extent if max_extent_outer is None else max_extent_outer
+        extents = (outer,) + (max_extent,) * (WINDOW_RANK - 1)
+        self.units = [WindowMaxPool(max_rank=WINDOW_RANK, max_extent=extents,
                                     max_columns=max_columns, max_plane=max_plane,
                                     dim_bits=WINDOW_DIM_BITS,
                                     index_bits=8 * WINDOW_INDEX_BYTES)
                       for _ in range(window_lanes)]
         unit = self.units[0]
         self.latency = unit.latency
-        self.limits = {"window_lanes": window_lanes, "window_extent": unit.max_extent,
+        self.limits = {"window_lanes": window_lanes, "window_extent": unit.extents[-1],
+                       "window_extent_outer": unit.extents[0],
                        "window_columns": unit.max_columns, "window_plane": unit.max_plane}
         super().__init__(self.signature_for(lanes, window_lanes))
 

@@ -68,6 +68,8 @@ class FakeBoard:
     lanes, replay_depth, max_dims, max_operands, pool_channels : int
     window_lanes, window_extent, window_columns, window_plane : int
         Capacities reported by ``IDENTIFY`` and enforced.
+    window_extent_outer : int, optional
+        Likewise; default ``window_extent``.
     dtypes : iterable of DType, optional
         Supported element types (default: all).
     frame_timeout_s : float
@@ -84,14 +86,14 @@ class FakeBoard:
 
     def __init__(self, *, lanes=4, replay_depth=512, max_dims=3, max_operands=3,
                  pool_channels=256, window_lanes=4, window_extent=3, window_columns=64,
-                 window_plane=1024, dtypes=None, frame_timeout_s=0.05, reply_timeout_s=0.25,
-                 silent=False, answers=None):
+                 window_plane=1024, window_extent_outer=None, dtypes=None, frame_timeout_s=0.05,
+                 reply_timeout_s=0.25, silent=False, answers=None):
         clock_hz = 1_000_000
         self.identity = Identity(
             VERSION, lanes, frozenset(int(d) for d in (FORMATS if dtypes is None else dtypes)),
             replay_depth, max_dims, max_operands, pool_channels, clock_hz,
             round(frame_timeout_s * clock_hz), window_lanes, window_extent, window_columns,
-            window_plane)
+            window_plane, window_extent if window_extent_outer is None else window_extent_outer)
         self.frame_timeout_s = frame_timeout_s
         self.reply_timeout_s = reply_timeout_s
         self.beat_bytes = LANE_BYTES * lanes

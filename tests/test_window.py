@@ -148,19 +148,21 @@ def unpack_lanes(received, fmt):
     return reference.from_bits(values.astype(fmt.uint_dtype), fmt), index
 
 
-def check_pool(x, axes, *, stalls, dut=None, exact=None, spare=2):
+def check_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axis=False):
     """Stream ``x`` through a WindowMaxPool configured with ``axes``, its images packed into
     lanes (:func:`pack_lanes`); compare every element with the oracle.
 
     Unless ``dut`` is given, the unit is built for ``axes``: its line and plane buffers hold
-    ``spare`` entries more than the rows need (0: exactly full).
+    ``spare`` entries more than the rows need (0: exactly full), its kernel extent is the
+    largest of ``axes`` on every axis, or (``per_axis``) each axis's own.
     ``exact``: with no stalls, assert the edge of every output (only when no outer axis adds
     virtual steps) from :func:`step_edges`.
     """
     fmt = format_of(x.dtype)
     rank = len(axes)
-    dut = dut or WindowMaxPool(max_rank=rank, max_extent=max(
-        (a.kernel - 1) * a.dilation + 1 for a in axes), max_columns=axes[-1].out + spare,
+    extents = tuple((a.kernel - 1) * a.dilation + 1 for a in axes)
+    dut = dut or WindowMaxPool(max_rank=rank, max_extent=extents if per_axis else max(extents),
+                               max_columns=axes[-1].out + spare,
         max_plane=int(np.prod([a.out for a in axes[1:]])) + spare)
     axes = (UNIT,) * (dut.max_rank - rank) + tuple(axes)
     words, images = pack_lanes(x, axes, _rng("filler", x.shape, str(x.dtype)))
@@ -259,6 +261,52 @@ def test_signed_zeros_and_ties(dtype):
     check_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS)     # overlapping windows
 
 
+@pytest.mark.parametrize("dtype, kernel", [(np.float32, 5), (np.float16, 13),
+                                           (ml_dtypes.bfloat16, 9), (np.float64, 4)], ids=str)
+def test_nan_at_every_tap_of_a_wide_window(dtype, kernel):
+    # 1-D windows of ``kernel`` taps, stride ``kernel``, on a unit of that extent: image k has
+    # a NaN at tap k % kernel of every window (every NaN kind in turn), images kernel.. also a
+    # second NaN later in the window, so the first one's index must come out; the last image
+    # has none. Then the same windows overlapping (stride 1, padding on both sides).
+    fmt = format_of(dtype)
+    nans = [b for b in reference.bits_of(edge_bits(fmt))[reference.is_nan(edge_bits(fmt))]]
+    rng = _rng("wide nan", str(dtype), kernel)
+    images, windows = 2 * kernel, 2
+    x = rng.standard_normal((images + 1, 1, windows * kernel)).astype(dtype)
+    bits = reference.bits_of(x).copy()
+    for image in range(images):
+        first = image % kernel
+        for w in range(windows):
+            bits[image, 0, w * kernel + first] = nans[(image + w) % len(nans)]
+            if image >= kernel and first < kernel - 1:
+                later = first + 1 + (image + w) % (kernel - 1 - first)
+                bits[image, 0, w * kernel + later] = nans[(image + 1) % len(nans)]
+    x = reference.from_bits(bits, fmt)
+    stalls = STALL_PATTERNS[kernel % len(STALL_PATTERNS)]
+    check_pool(x, (axis(windows * kernel, kernel, kernel),), stalls=stalls)
+    half = kernel // 2
+    check_pool(x[:kernel + 2], (axis(windows * kernel, kernel, 1, pads=(half, half)),),
+               stalls=STALL_PATTERNS[(kernel + 1) % len(STALL_PATTERNS)])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=str)
+def test_signed_zeros_and_ties_in_wide_windows(dtype):
+    # Windows of five ±0 in every order (32 patterns), then windows of equal values; on a
+    # unit of extent 5, then the same windows in 2-D (5 x 5 taps: a pattern per row).
+    fmt = format_of(dtype)
+    patterns = [[(p >> k) & 1 for k in range(5)] for p in range(32)]
+    zeros = np.array([fmt.sign_mask if negative else 0 for p in patterns for negative in p],
+                     dtype=fmt.uint_dtype)
+    ones = reference.bits_of(np.array([1.5, -2.0, 1.5, 1.5, -2.0] * 2, dtype=dtype))
+    bits = np.concatenate([zeros, ones]).reshape(1, 1, -1)
+    x = reference.from_bits(bits, fmt)
+    check_pool(x, (axis(170, 5, 5),), stalls=STALL_PATTERNS[1])
+    check_pool(x, (axis(170, 5, 1, pads=(4, 4)),), stalls=NO_STALLS)   # overlapping windows
+    planes = reference.from_bits(zeros.reshape(1, 1, 32, 5)[..., ::-1].copy(), fmt)
+    check_pool(planes, (axis(32, 5, 3, pads=(1, 0)), axis(5, 5, 1, pads=(2, 2))),
+               stalls=STALL_PATTERNS[2], per_axis=True)
+
+
 def test_integer_ties_with_the_padding_key():
     # The least uint8 and int8 values have key 0, like padding: padding must still not win.
     for dtype in (np.uint8, np.int8):
@@ -295,7 +343,23 @@ GEOMETRY = {
                                        axis(5, 3, 2, pads=(1, 1)))),
     "3d-ceil": (np.uint64, 1, (axis(3, 2, 2, ceil=True), axis(3, 2, 2, ceil=True),
                                axis(3, 2, 2, ceil=True))),
+    # Kernel extents above 3: the SPP / SPPF classes, 1-D k4 s4, dilations, strides beyond
+    # the kernel, and 3-D with a narrower outermost axis (``per_axis`` below).
+    "1d-k4s4": (np.float32, 3, (axis(17, 4, 4),)),
+    "1d-k13-dilated": (np.int16, 2, (axis(20, 4, 2, dilation=4, pads=(3, 5)),)),
+    "1d-k5-stride-beyond-kernel": (np.uint8, 3, (axis(23, 5, 7, pads=(2, 0)),)),
+    "2d-5x5s1p2": (np.float32, 2, (axis(6, 5, 1, pads=(2, 2)), axis(7, 5, 1, pads=(2, 2)))),
+    "2d-9x9s1p4": (np.float16, 1, (axis(9, 9, 1, pads=(4, 4)), axis(9, 9, 1, pads=(4, 4)))),
+    "2d-13x13s1p6": (np.int8, 1, (axis(13, 13, 1, pads=(6, 6)),
+                                  axis(13, 13, 1, pads=(6, 6)))),
+    "2d-7x5-dilated-ceil": (ml_dtypes.bfloat16, 1, (axis(11, 4, 3, dilation=2, pads=(1, 2),
+                                                         ceil=True),
+                                                    axis(9, 5, 2, pads=(3, 1), ceil=True))),
+    "3d-3x5x5": (np.float32, 1, (axis(3, 3, 1, pads=(1, 1)), axis(5, 5, 1, pads=(2, 2)),
+                                 axis(6, 5, 2, pads=(2, 2)))),
 }
+#: Geometry cases whose unit is built with each axis's own extent.
+PER_AXIS = {"2d-7x5-dilated-ceil", "3d-3x5x5"}
 
 
 @pytest.mark.parametrize("case", GEOMETRY)
@@ -306,7 +370,8 @@ def test_geometry(case):
     rng = _rng("geometry", case)
     shape = (images, 1) + tuple(a.size for a in axes)
     x = rng.integers(0, 4, size=shape).astype(dtype)
-    check_pool(x, axes, stalls=stalls, spare=2 * (list(GEOMETRY).index(case) % 2))
+    check_pool(x, axes, stalls=stalls, spare=2 * (list(GEOMETRY).index(case) % 2),
+               per_axis=case in PER_AXIS)
 
 
 def test_rank_below_capacity():
@@ -330,6 +395,9 @@ CYCLE_CASES = {
     "right-padding-virtual-steps": (np.float16, 2, (axis(3, 2, 1), axis(5, 3, 1, pads=(0, 2)))),
     "3d": (np.uint8, 1, (axis(3, 2, 1), axis(3, 2, 1), axis(4, 3, 1, dilation=2, pads=(2, 2)))),
     "1d-wide-extent": (np.int32, 3, (axis(9, 3, 2, dilation=3, pads=(3, 3)),)),
+    "1d-k4s4": (np.float32, 2, (axis(16, 4, 4),)),
+    "1d-k13s1p6": (np.float16, 2, (axis(15, 13, 1, pads=(6, 6)),)),
+    "2d-5x5s1": (np.int8, 1, (axis(7, 5, 1, pads=(2, 0)), axis(8, 5, 1, pads=(2, 2)))),
 }
 
 
@@ -342,8 +410,11 @@ def test_exact_cycles(case):
 
 
 def test_latency_formula():
+    # 3 + per axis 2 + 2 * max(1, ceil(log2(extent))), plus 1 for each of the outer axes.
     for rank, extent, latency in [(1, 1, 7), (1, 3, 9), (2, 2, 12), (3, 3, 23), (3, 4, 23),
-                                  (3, 5, 29), (2, 9, 24)]:
+                                  (3, 5, 29), (2, 9, 24), (1, 13, 13), (1, 16, 13),
+                                  (1, 17, 15), (3, (3, 13, 13), 31), (3, (1, 5, 13), 27),
+                                  (2, (13, 2), 18)]:
         assert WindowMaxPool(max_rank=rank, max_extent=extent).latency == latency
 
 
@@ -372,6 +443,19 @@ def _status_only(dut, axes, dtype, beats, outputs, expect, stalls=NO_STALLS):
 ])
 def test_config_error(axes, error):
     dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=6)
+    _status_only(dut, axes, np.float32, [], 0, {"config_error": error, "idle": 1})
+
+
+@pytest.mark.parametrize("axes, error", [
+    ((axis(5, 3, 1), axis(13, 13, 1)), 0),
+    ((axis(5, 3, 1), axis(13, 5, 1, dilation=3)), 0),          # extent 13
+    ((axis(5, 3, 1), axis(14, 14, 1)), 1),                     # extent 14 > 13
+    ((axis(5, 3, 1), axis(15, 2, 1, dilation=13)), 1),         # extent 14 > 13
+    ((axis(5, 4, 1), axis(13, 13, 1)), 1),                     # extent 4 > 3 on the outer axis
+    ((axis(5, 2, 1, dilation=2), axis(3, 1, 1)), 0),           # extent 3
+])
+def test_config_error_per_axis_extents(axes, error):
+    dut = WindowMaxPool(max_rank=2, max_extent=(3, 13), max_columns=16)
     _status_only(dut, axes, np.float32, [], 0, {"config_error": error, "idle": 1})
 
 
@@ -441,10 +525,14 @@ def test_clear_abandons_partial_image(stalls):
 
 def test_parameters():
     dut = WindowMaxPool(max_rank=2, max_extent=5, max_columns=32, max_plane=99)
-    assert dut.limits == {"max_rank": 2, "max_extent": 5, "max_columns": 32, "max_plane": 1,
-                          "dim_bits": 16, "index_bits": 32}
+    assert dut.limits == {"max_rank": 2, "max_extent": 5, "extents": (5, 5), "max_columns": 32,
+                          "max_plane": 1, "dim_bits": 16, "index_bits": 32}
+    dut = WindowMaxPool(max_rank=3, max_extent=(3, 13, 13))
+    assert (dut.max_extent, dut.extents) == (13, (3, 13, 13))
     for bad in [dict(max_rank=0), dict(max_rank=4), dict(max_extent=0), dict(max_columns=0),
-                dict(index_bits=1.5), dict(max_rank=True)]:
+                dict(index_bits=1.5), dict(max_rank=True), dict(max_extent=(3, 3)),
+                dict(max_extent=(3, 0, 3)), dict(max_extent=(3, 3, True)),
+                dict(max_extent=[3, 3.0, 3])]:
         with pytest.raises(ValueError):
             WindowMaxPool(**bad)
 
