@@ -121,7 +121,8 @@ TARGETS = {t.name: t for t in [
            platform_class="amaranth_boards.nitefury:NitefuryIIPlatform",
            link="xdma", link_bytes_per_s=1.6e9, lanes=4, clock_mhz=125.0, link_word=32,
            core=dict(replay_depth=1024, max_dims=4, max_operands=4, pool_channels=256,
-                     window_columns=64, window_plane=1024)),
+                     window_extent=13, window_extent_outer=3, window_columns=64,
+                     window_plane=1024)),
 ]}
 
 
