@@ -300,7 +300,7 @@ class AxisPass(wiring.Component):
             # Between images the counters follow the configuration.
             m.d.sync += restart()
 
-        b_valid = register(m, advance, fire, "b_valid")
+        b_valid = _valid_register(m, advance, fire, "b_valid")
         b_item = Signal(item_shape, name="b_item")
         with m.If(advance):
             m.d.sync += b_item.eq(entering)
@@ -350,7 +350,7 @@ class AxisPass(wiring.Component):
                     m.d.sync += held.eq(tap)
                 registered.append(held)
             taps = registered
-            valid = register(m, advance, valid, "held_valid")
+            valid = _valid_register(m, advance, valid, "held_valid")
             valids.append(valid)
         at_least = spans_at_least(self.size)
         for level in range(self.levels):
@@ -359,8 +359,8 @@ class AxisPass(wiring.Component):
                 merged.append(_earliest_max(m, f"max_{level}_{k // 2}", advance, at_least,
                                             *taps[k:k + 2]))
             taps = merged
-            halfway = register(m, advance, valid, f"valid_{level}_a")
-            valid = register(m, advance, halfway, f"valid_{level}_b")
+            halfway = _valid_register(m, advance, valid, f"valid_{level}_a")
+            valid = _valid_register(m, advance, halfway, f"valid_{level}_b")
             valids += [halfway, valid]
         assert len(taps) == 1
         # The result goes into the output register if that is free or being taken, else into
@@ -381,6 +381,16 @@ class AxisPass(wiring.Component):
         m.d.sync += advance.eq(output_free | ~(skid_valid | arriving))
         m.d.comb += self.idle.eq(~Cat(valids).any() & ~self.o.valid & ~skid_valid & at_start)
         return m
+
+
+def _valid_register(m, enable, value, name):
+    """A pipeline stage's valid flag: :func:`~maxaccel.hdl.kit.register`, but cleared by the
+    domain's reset (``clear``, the engine's abort), so a reset drops what was in flight; the
+    data registers beside it may keep stale contents."""
+    held = Signal(name=name)
+    with m.If(enable):
+        m.d.sync += held.eq(value)
+    return held
 
 
 def _earliest_max(m, name, enable, at_least, earlier, later=None):

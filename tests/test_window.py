@@ -523,6 +523,56 @@ def test_clear_abandons_partial_image(stalls):
                 setup=configure(dut, np.float32, axes), check=clear_then_pool)
 
 
+def test_clear_drops_results_in_flight():
+    # A window's result is inside the compare tree (the sink not ready) when ``clear`` comes:
+    # the pipeline's valid flags are cleared with it, so after the clear exactly the next
+    # image's outputs come out (the flags were once reset-less registers: the stale result
+    # then came out first, before the new image's).
+    from amaranth.sim import Simulator
+    dut = WindowMaxPool(max_rank=1, max_extent=5)
+    axes = (axis(6, 2, 2),)
+    x = random_values(_rng("clear in flight"), np.float64, (1, 1, 6), edge_fraction=0.2)
+    values, indices = oracle(x, axes)
+    beats = [int(b) for b in reference.bits_of(x).reshape(-1)]
+    received = []
+
+    async def bench(ctx):
+        configure(dut, np.float64, axes)(ctx)
+        await ctx.tick().repeat(WindowMaxPool.SETTLE)
+        for beat in beats[:4]:                   # windows 0 and 1 end, the sink not ready
+            ctx.set(dut.i.payload.data, beat)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+        await ctx.tick().repeat(3)
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        await ctx.tick().repeat(WindowMaxPool.SETTLE)
+        ctx.set(dut.o.ready, 1)
+        pending = list(beats)
+        for _ in range(len(beats) + dut.latency + 20):
+            if pending:
+                ctx.set(dut.i.payload.data, pending[0])
+            ctx.set(dut.i.valid, bool(pending))
+            _, _, taken, valid, payload = await ctx.tick().sample(
+                dut.i.ready, dut.o.valid, dut.o.payload)
+            if pending and taken:
+                pending.pop(0)
+            if valid:
+                received.append((int(payload.data), int(payload.index[0])))
+        assert not pending
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert [index for _, index in received] == list(indices)
+    got = reference.from_bits(np.array([d for d, _ in received], dtype=np.uint64),
+                              format_of(np.float64))
+    reference.assert_same_bits(got, values)
+
+
 def test_parameters():
     dut = WindowMaxPool(max_rank=2, max_extent=5, max_columns=32, max_plane=99)
     assert dut.limits == {"max_rank": 2, "max_extent": 5, "extents": (5, 5), "max_columns": 32,
