@@ -222,9 +222,11 @@ def _tool(name):
     return path
 
 
-def prove(harness, workdir, mode="prove", depth=None, solver="z3"):
+def prove(harness, workdir, mode="prove", depth=None, solver="z3", flatten=False):
     """Run a k-induction proof (``mode="bmc"``: a bounded check of ``depth`` cycles) of the
-    harness's assertions with smtbmc and ``solver``; returns (passed, seconds, log)."""
+    harness's assertions with smtbmc and ``solver``; returns (passed, seconds, log).
+    ``flatten``: flatten the hierarchy first, so constants the harness drives (abstracted
+    data) propagate into the units under proof."""
     with open(workdir / "top.il", "w") as f:
         f.write(rtlil.convert(harness, name="top", ports=harness.ports()))
     # The switch in LaneDecode becomes a ROM ($mem) in `proc`; k-induction would start it
@@ -239,7 +241,7 @@ smtbmc {solver}
 
 [script]
 read_rtlil top.il
-prep -top top
+prep -top top{" -flatten" if flatten else ""}
 memory_map
 opt -fast
 
