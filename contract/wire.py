@@ -110,7 +110,9 @@ class Identity:
         Largest kernel extent ``(kernel - 1) * dilation + 1`` of a ``MAX_POOL`` axis but the
         outermost of three (so of every axis of a 1-D or 2-D pool).
     window_columns : int
-        Largest output length of the innermost axis (the line buffers' depth).
+        Largest output length of the innermost axis (the line buffers' depth), when the middle
+        axis's kernel extent is above 1 (a 1-D pool, or rows pooled only along themselves,
+        need no line buffer).
     window_plane : int
         Largest output plane of the two inner axes (the plane buffers' depth), when the
         outermost axis's kernel extent is above 1.
@@ -693,8 +695,10 @@ def _max_pool_rules():
                  lambda f, q, cap, ops: ops.any(
                      q[s] + 1 > limit + f[a["dilation"]]
                      for s, a, limit in zip(span, axes, _window_extents(cap)))),
-            Rule(Status.TOO_LARGE, "an innermost output length above window_columns",
-                 lambda f, q, cap, ops: f[inner["out"]] > cap.window_columns),
+            Rule(Status.TOO_LARGE, "an innermost output length above window_columns with a "
+                 "middle kernel extent above 1",
+                 lambda f, q, cap, ops: (f[inner["out"]] > cap.window_columns)
+                 & (q[span[1]] > f[axes[1]["dilation"]])),
             Rule(Status.TOO_LARGE, "an output plane above window_plane with an outermost "
                  "kernel extent above 1",
                  lambda f, q, cap, ops: (q["plane"] > cap.window_plane)

@@ -491,7 +491,8 @@ class WindowMaxPool(wiring.Component):
         Between images, nothing in flight.
     config_error : Out(1)
         Registered: some axis has a zero field, an extent above ``max_extent``, an
-        ``out`` of the innermost axis above ``max_columns`` (``max_rank >= 2``), or a first
+        ``out`` of the innermost axis above ``max_columns`` while the next axis's kernel is
+        above 1 (``max_rank >= 2``), or a first
         window of padding only on the left (``(kernel - 1) * dilation < pad``).
     capacity_error : Out(1)
         Sticky until ``clear``: a line or plane buffer was too short for its rows (an outer
@@ -680,8 +681,10 @@ class WindowMaxPool(wiring.Component):
 
         columns_refused = 0
         if rank >= 2:
-            columns_refused = register(m, 1, self.config[rank - 1].out > self.max_columns,
-                                       "columns_refused")
+            # Rows longer than the line buffers only matter when the next axis has taps to
+            # keep (kernel above 1); a 1-D pool has rows of any length.
+            columns_refused = register(m, 1, (self.config[rank - 1].out > self.max_columns)
+                                       & (self.config[rank - 2].kernel > 1), "columns_refused")
         m.d.comb += [
             self.config_error.eq(Cat(p.config_error for p in passes).any() | columns_refused),
             self.capacity_error.eq(Cat(p.capacity_error for p in passes).any()),

@@ -374,6 +374,18 @@ def test_geometry(case):
                per_axis=case in PER_AXIS)
 
 
+def test_rows_beyond_the_line_buffers_without_taps_across_them():
+    # Rows of more outputs than the line buffers hold, on a rank-2 unit of 4 columns: a 1-D
+    # pool, and a 2-D pool with kernel 1 across the rows, need no line buffer.
+    dut = WindowMaxPool(max_rank=2, max_extent=4, max_columns=4)
+    x = random_values(_rng("long rows"), np.float32, (2, 1, 21), edge_fraction=0.2)
+    check_pool(x, (axis(21, 4, 4, pads=(0, 3)),), stalls=STALL_PATTERNS[1], dut=dut)
+    dut = WindowMaxPool(max_rank=2, max_extent=4, max_columns=4)
+    x = random_values(_rng("long rows 2"), np.int8, (1, 2, 3, 11), edge_fraction=0.2)
+    check_pool(x, (axis(3, 1, 2), axis(11, 4, 1, pads=(1, 2))), stalls=STALL_PATTERNS[2],
+               dut=dut)
+
+
 def test_rank_below_capacity():
     # A 1-D and a 2-D pool on a rank-3 unit: outer unit axes.
     dut = WindowMaxPool(max_rank=3, max_extent=3, max_columns=4, max_plane=8)
@@ -440,6 +452,7 @@ def _status_only(dut, axes, dtype, beats, outputs, expect, stalls=NO_STALLS):
     ((axis(4, 3, 1), Axis(4, 0, 0, 2, 1, 1)), 1),              # out 0
     ((axis(4, 3, 1), Axis(4, 2, 2, 2, 1, 1)), 1),              # first window all padding
     ((axis(4, 3, 1), axis(7, 1, 1)), 1),                       # 7 columns > max_columns
+    ((axis(4, 1, 1), axis(9, 3, 1)), 0),                       # no line buffer needed
 ])
 def test_config_error(axes, error):
     dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=6)
