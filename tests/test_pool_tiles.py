@@ -122,10 +122,16 @@ def check_plan(plan, geometry, fmt, identity, max_frame_bytes):
 
 
 @pytest.mark.parametrize("shape, attributes, tiles, elements", [
-    # 3 columns a tile at most (window_columns 3): 10 outputs -> 4 tiles.
-    ((1, 2, 10), dict(kernel_shape=[3], pads=[1, 1]), (3, 3, 3, 1), 10 + 6),
+    # 3 columns a tile at most (window_columns 3) with a kernel of 2 across rows: 10 outputs
+    # -> 4 tiles reading columns 0..3, 2..6, 5..9 and 8..9, on both rows.
+    ((1, 2, 2, 10), dict(kernel_shape=[2, 3], pads=[0, 1, 0, 1]), (3, 3, 3, 1),
+     2 * (4 + 5 + 5 + 2)),
     # kernel == stride: no halo at all.
-    ((1, 2, 12), dict(kernel_shape=[2], strides=[2]), (3, 3), 12),
+    ((1, 2, 2, 12), dict(kernel_shape=[2, 2], strides=[2, 2]), (3, 3), 24),
+    # A 1-D pool needs no line buffer, so no tiling whatever its length; nor a kernel of 1
+    # across rows.
+    ((1, 2, 10), dict(kernel_shape=[3], pads=[1, 1]), (10,), 10),
+    ((1, 2, 3, 12), dict(kernel_shape=[1, 2], strides=[1, 2]), (18,), 36),
     # the plane (6 outputs) bounds a 3-D pool's rows: 3 x (2 x 3) a tile, the outer axis whole.
     ((1, 2, 3, 4, 6), dict(kernel_shape=[3, 1, 1], pads=[1, 0, 0, 1, 0, 0]), (18,) * 4, 72),
 ])
@@ -321,8 +327,12 @@ def test_random_pools_as_the_planner_tiles_them():
             routes.add(device.last_max_pool_route)
             done += 1
     assert routes == {Command.MAX_POOL, Command.REDUCE}
-    inner = window_fields(2)
-    assert fake.blocks and all(b[inner["out"]] <= SMALL["window_columns"] for b in fake.blocks)
+    # Rows longer than the line buffers only where no line buffer is used (a kernel of 1 across
+    # rows, which 1-D pools have).
+    middle, inner = window_fields(1), window_fields(2)
+    assert fake.blocks and all(
+        b[inner["out"]] <= SMALL["window_columns"] or b[middle["kernel"]] == 1 for b in fake.blocks)
+    assert any(b[inner["out"]] > SMALL["window_columns"] for b in fake.blocks)
 
 
 # ---- The compiled board (window_columns 64): the same cases through the real gateware.
@@ -335,7 +345,8 @@ VERILATOR_POOLS = [
     ((3, 140), dict(kernel_shape=[3, 2], strides=[1, 2], auto_pad="SAME_UPPER"), None),
     ((3, 141), dict(kernel_shape=[2, 3], strides=[2, 1], auto_pad="SAME_LOWER",
                     storage_order=1), None),
-    ((131,), dict(kernel_shape=[2], dilations=[2], pads=[2, 1], strides=[1]), None),
+    # 1-D rows go whole (no line buffer); forced tiles check the halo arithmetic on them.
+    ((131,), dict(kernel_shape=[2], dilations=[2], pads=[2, 1], strides=[1]), [50]),
     ((200,), dict(kernel_shape=[2], strides=[3], ceil_mode=True), None),   # stride > kernel
     ((3, 17), dict(kernel_shape=[3, 3], strides=[1, 2], pads=[2, 2, 2, 2]), [4, 1]),
     ((2, 3, 12), dict(kernel_shape=[2, 2, 3], strides=[1, 1, 2], pads=[1, 0, 1, 0, 1, 2],
@@ -367,7 +378,8 @@ def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, att
     # stride-3 pool: it never sends the samples no window reads).
     plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
                             compiled_board.identity, compiled_board.max_frame_bytes, tiles)
-    assert tiles is not None or sum(len(b.tiles) for b in plan.batches) > 1, what
+    tiled = sum(len(b.tiles) for b in plan.batches) > 1
+    assert tiles is not None or len(spatial) == 1 or tiled, what
     request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
     y, indices = max_pool_by_window(x, fmt, plan, request, True)
     assert_same_bits(y, want_y, what)
