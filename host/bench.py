@@ -354,7 +354,7 @@ class _TimedDevice:
 
 
 def conv_model(size=192, channels=8, classes=10, seed=0):
-    """The small CNN of issue 16: ``1 x 3 x size x size`` float32 through two 3x3 Convs with
+    """A small CNN: ``1 x 3 x size x size`` float32 through two 3x3 Convs with
     ReLU, a ReduceMax over the spatial axes (to the device) and a Gemm. Returns
     ``(model, feeds)``."""
     from onnx import TensorProto, helper, numpy_helper
@@ -514,7 +514,7 @@ def format_model_table(measurements):
     return "\n".join(lines)
 
 
-# ---- Every operation against a ReduceMax of the same input bytes (issue 18), in device cycles.
+# ---- Every operation against a ReduceMax of the same input bytes, in device cycles.
 
 def _row_col(rng, n, dt):
     rows, columns = _matrix(n)

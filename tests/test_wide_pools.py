@@ -1,4 +1,4 @@
-"""Pools with kernel extents above 3 through the pooling unit (issue 27): SPP / SPPF blocks
+"""Pools with kernel extents above 3 through the pooling unit: SPP / SPPF blocks
 (5x5, 9x9, 13x13 at stride 1), 1-D k4 s4 audio pools, dilations, and 3-D pools whose outermost
 axis the unit holds narrower (``window_extent_outer``). Bit-exact against the golden model,
 Indices and ties included, on the simulated board (tiny shapes, boards built with the extent
