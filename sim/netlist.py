@@ -38,18 +38,22 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
+from maxaccel.boards.resources import FAMILIES
 from maxaccel.boards.targets import TARGETS, target as find_target
 from maxaccel.sim.verilator import MAKE_FLAGS, VERILATOR_FLAGS, VerilatorUnavailable
 from maxaccel.sim.verilator_board import VerilatorBoard, _load
 
 __all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS",
-           "netlist_targets", "core_parameters", "instances", "dp16kd_problems",
-           "cells_without_behaviour"]
+           "netlist_targets", "core_parameters", "instances", "instance_ports", "dp16kd_problems",
+           "ramb_problems", "cells_without_behaviour"]
 
-#: The yosys synthesis command of each family, as amaranth's Lattice platforms run it for
-#: ``maxaccel build`` (no ``synth_opts``: ``synth_ecp5`` with its wide LUTs, ``synth_ice40``
-#: with its defaults).
-SYNTHESIS_COMMANDS = {"ice40": "synth_ice40", "ecp5": "synth_ecp5"}
+#: The yosys synthesis command of each family: for the Lattice ones as amaranth's platforms run
+#: it for ``maxaccel build`` (no ``synth_opts``: ``synth_ecp5`` with its wide LUTs,
+#: ``synth_ice40`` with its defaults); for Xilinx, where Vivado makes the bitstream, the
+#: ``synth_xilinx`` of the build's resource estimate (:data:`maxaccel.boards.resources.FAMILIES`:
+#: 7-series, flattened, no I/O or clock buffers, which a Core has no pins for).
+SYNTHESIS_COMMANDS = {"ice40": "synth_ice40", "ecp5": "synth_ecp5",
+                      "xilinx": FAMILIES["xilinx"].synth}
 
 # A gate-level netlist is twenty megabytes and more of C++: -O1 (Verilator and the C++
 # compiler) to keep the build short; the simulation is fast enough for the suites
@@ -63,26 +67,32 @@ _MAKE_FLAGS = MAKE_FLAGS.replace("OPT_FAST=-O2", "OPT_FAST=-O1").replace("OPT_GL
 # iCE40: the models give unconnected inputs a default with SystemVerilog port defaults
 # (``input E = 1'b1``), which Verilator 5.48 takes as an assignment overriding what the
 # instance connects (every enable then reads 1); yosys connects every input it uses anyway.
-_FAMILY_FLAGS = {"ice40": ("+define+NO_ICE40_DEFAULT_ASSIGNMENTS",), "ecp5": ()}
+_FAMILY_FLAGS = {"ice40": ("+define+NO_ICE40_DEFAULT_ASSIGNMENTS",), "ecp5": (), "xilinx": ()}
 
 
-#: Cells yosys's models leave as blackboxes, given a behaviour of ours: family -> cell -> the
-#: file (in ``sim/verilator``) included as the body of yosys's own declaration of the cell (its
-#: ports and parameters), so the declaration stays yosys's.
-CELL_BEHAVIOURS = {"ecp5": {"DP16KD": "dp16kd_sim.vh"}}
+#: Cells yosys's models leave without behaviour (a blackbox, or a declaration with ports,
+#: parameters and timing only), given a behaviour of ours: family -> cell -> the file (in
+#: ``sim/verilator``) included at the end of yosys's own declaration of the cell, so the
+#: declaration (its ports and parameters) stays yosys's. A behaviour file may include others of
+#: ``sim/verilator`` (the two Xilinx block RAMs share ``ramb_sim.vh``).
+CELL_BEHAVIOURS = {"ecp5": {"DP16KD": "dp16kd_sim.vh"},
+                   "xilinx": {"RAMB18E1": "ramb18e1_sim.vh", "RAMB36E1": "ramb36e1_sim.vh"}}
 
 _HERE = pathlib.Path(__file__).parent
 
 
 def _give_behaviour(models, cell, behaviour):
-    """``models`` (a cells_sim.v) with the blackbox ``cell`` made a module whose body is the
-    file ``behaviour``."""
-    match = re.search(rf"\(\*\s*blackbox\s*\*\)\s*(module\s+{cell}\b.*?)\bendmodule\b",
-                      models, re.DOTALL)
-    if match is None:
-        raise VerilatorUnavailable(f"yosys's cell models no longer declare {cell} as a blackbox; "
-                                   f"maxaccel.sim.netlist.CELL_BEHAVIOURS needs revisiting")
-    return (models[:match.start()] + match.group(1) + f'`include "{behaviour}"\n'
+    """``models`` (a cells_sim.v) with ``cell``, declared without behaviour (a blackbox, or
+    ports, parameters and a ``specify`` block only), made a module that includes the file
+    ``behaviour`` before its ``endmodule``; the blackbox attribute goes, the rest of yosys's
+    declaration stays."""
+    match = re.search(rf"^(\(\*\s*blackbox\s*\*\)\s*)?(module\s+{cell}\b.*?)\bendmodule\b",
+                      models, re.DOTALL | re.MULTILINE)
+    if match is None or cell not in cells_without_behaviour(match.group(0)):
+        raise VerilatorUnavailable(f"yosys's cell models no longer declare {cell} without a "
+                                   f"behaviour; maxaccel.sim.netlist.CELL_BEHAVIOURS needs "
+                                   f"revisiting")
+    return (models[:match.start()] + match.group(2) + f'`include "{behaviour}"\n'
             + models[match.end() - len("endmodule"):])
 
 
@@ -107,7 +117,8 @@ def cells_without_behaviour(models):
 
 
 def _parameter_value(text):
-    """A parameter of ``write_verilog``'s output as Python: a string, or an integer."""
+    """A parameter of ``write_verilog``'s output as Python: a string, or an integer (``x`` and
+    ``z`` bits, which yosys writes for contents nothing defines, read as 0)."""
     text = text.strip()
     if text.startswith('"'):
         return text[1:-1]
@@ -115,7 +126,7 @@ def _parameter_value(text):
     if not number:
         return int(size)
     base = {"d": 10, "h": 16, "b": 2, "o": 8}[number.lstrip("s")[0]]
-    return int(number.lstrip("s")[1:].replace("_", ""), base)
+    return int(re.sub("[xXzZ?]", "0", number.lstrip("s")[1:].replace("_", "")), base)
 
 
 def instances(netlist, cell):
@@ -162,7 +173,77 @@ def dp16kd_problems(parameters):
     return problems
 
 
-_BEHAVIOUR_CHECKS = {"ecp5": {"DP16KD": dp16kd_problems}}
+def instance_ports(netlist, cell):
+    """``(instance name, {port: connected expression})`` of every ``cell`` in a
+    ``write_verilog`` netlist (the expressions as written, spaces removed)."""
+    for match in re.finditer(rf"^\s*{cell}\s*(?:#\(.*?\)\s*)?(\\\S+|\w+)\s*\((.*?)\);",
+                             netlist, re.MULTILINE | re.DOTALL):
+        yield match.group(1).lstrip("\\"), {
+            port: re.sub(r"\s+", "", expression) for port, expression in
+            re.findall(r"\.(\w+)\(((?:[^()]|\([^()]*\))*)\)", match.group(2))}
+
+
+#: The widths a port of each Xilinx block RAM reads or writes in true dual port (0: not used),
+#: and the width of its simple dual port word (sim/verilator/ramb_sim.vh).
+RAMB_WIDTHS = {"RAMB18E1": ({0, 1, 2, 4, 9, 18}, 36), "RAMB36E1": ({0, 1, 2, 4, 9, 18, 36}, 72)}
+
+
+def ramb_problems(parameters, cell="RAMB36E1", ports=None):
+    """What of a ``RAMB18E1``'s or ``RAMB36E1``'s ``parameters`` (as :func:`instances` gives
+    them) the behaviour ``sim/verilator/ramb_sim.vh`` does not cover; empty if it covers them
+    all. Its header says what it covers: what yosys's Xilinx block-RAM mapping instantiates.
+    With ``ports`` (as :func:`instance_ports` gives them), also that one clock drives both
+    ports where both are used, as the behaviour assumes."""
+    problems = []
+    tdp_widths, sdp_width = RAMB_WIDTHS[cell]
+    widths = {name: parameters.get(name, 0) for name in
+              ("READ_WIDTH_A", "WRITE_WIDTH_A", "READ_WIDTH_B", "WRITE_WIDTH_B")}
+    mode = parameters.get("RAM_MODE", "TDP")
+    modes = parameters.get("WRITE_MODE_A", "WRITE_FIRST"), parameters.get("WRITE_MODE_B",
+                                                                          "WRITE_FIRST")
+    if mode == "TDP":
+        problems += [f"{name} {width} (covered: {', '.join(map(str, sorted(tdp_widths)))})"
+                     for name, width in widths.items() if width not in tdp_widths]
+    elif mode == "SDP":
+        expected = {"READ_WIDTH_A": sdp_width, "WRITE_WIDTH_A": 0, "READ_WIDTH_B": 0,
+                    "WRITE_WIDTH_B": sdp_width}
+        if widths != expected:
+            problems.append(f"simple dual port READ_WIDTH_A/WRITE_WIDTH_B "
+                            f"{widths['READ_WIDTH_A']}/{widths['WRITE_WIDTH_B']} (covered: "
+                            f"{sdp_width}/{sdp_width}, the other widths 0)")
+        if modes[0] != modes[1] or modes[0] not in {"READ_FIRST", "WRITE_FIRST"}:
+            problems.append(f"simple dual port WRITE_MODE_A/B {modes[0]}/{modes[1]} (covered: "
+                            f"both READ_FIRST or both WRITE_FIRST)")
+    else:
+        problems.append(f"RAM_MODE {mode!r} (covered: 'SDP', 'TDP')")
+    allowed = {"DOA_REG": {0}, "DOB_REG": {0}, "RAM_EXTENSION_A": {"NONE"},
+               "RAM_EXTENSION_B": {"NONE"}, "EN_ECC_READ": {"FALSE"}, "EN_ECC_WRITE": {"FALSE"},
+               "RDADDR_COLLISION_HWCONFIG": {"DELAYED_WRITE"}, "INIT_FILE": {"NONE"},
+               "WRITE_MODE_A": {"READ_FIRST", "WRITE_FIRST", "NO_CHANGE"},
+               "WRITE_MODE_B": {"READ_FIRST", "WRITE_FIRST", "NO_CHANGE"}}
+    known = {"RAM_MODE", "INIT_A", "INIT_B", "SRVAL_A", "SRVAL_B", "SIM_COLLISION_CHECK",
+             "SIM_DEVICE", "RSTREG_PRIORITY_A", "RSTREG_PRIORITY_B", *widths}
+    for name, value in sorted(parameters.items()):
+        if name in allowed and value not in allowed[name]:
+            problems.append(f"{name} {value!r} (covered: "
+                            f"{', '.join(map(repr, sorted(allowed[name])))})")
+        elif name.startswith("IS_") and name.endswith("_INVERTED") and value:
+            problems.append(f"{name} {value!r} (an inverted pin)")
+        elif not (name in allowed or name in known or name.startswith(("INIT_", "INITP_"))
+                  or (name.startswith("IS_") and name.endswith("_INVERTED"))):
+            problems.append(f"{name} {value!r} (a parameter the model does not know)")
+    both_used = mode == "SDP" or (widths["READ_WIDTH_A"] or widths["WRITE_WIDTH_A"]) and (
+        widths["READ_WIDTH_B"] or widths["WRITE_WIDTH_B"])
+    if ports is not None and both_used and ports.get("CLKARDCLK") != ports.get("CLKBWRCLK"):
+        problems.append(f"ports clocked by {ports.get('CLKARDCLK')} and "
+                        f"{ports.get('CLKBWRCLK')} (covered: one clock for both)")
+    return problems
+
+
+_BEHAVIOUR_CHECKS = {"ecp5": {"DP16KD": dp16kd_problems},
+                     "xilinx": {cell: lambda parameters, ports, cell=cell:
+                                ramb_problems(parameters, cell, ports)
+                                for cell in RAMB_WIDTHS}}
 
 
 def netlist_targets():
@@ -243,7 +324,13 @@ class Synthesis:
                   if path.name == "cells_sim.v" or path.suffix == ".vh"}
         for cell, behaviour in CELL_BEHAVIOURS.get(self.family, {}).items():
             models["cells_sim.v"] = _give_behaviour(models["cells_sim.v"], cell, behaviour)
-            models[behaviour] = (_HERE / "verilator" / behaviour).read_text()
+            pending = [behaviour]
+            while pending:
+                name = pending.pop()
+                models[name] = (_HERE / "verilator" / name).read_text()
+                pending += [included for included in
+                            re.findall(r'^`include "([^"]+)"', models[name], re.MULTILINE)
+                            if included not in models]
         return models
 
     def fingerprint(self):
@@ -289,10 +376,17 @@ class Synthesis:
                 f"simulation model (a blackbox, or a declaration without behaviour, in "
                 f"share/{self.family}/cells_sim.v): a netlist board of this design cannot be "
                 f"simulated faithfully")
-        problems = [f"{name}: {problem}"
-                    for cell, check in _BEHAVIOUR_CHECKS.get(self.family, {}).items()
-                    for name, parameters in instances(netlist, cell)
-                    for problem in check(parameters)]
+        problems = []
+        for cell, check in _BEHAVIOUR_CHECKS.get(self.family, {}).items():
+            if cell in RAMB_WIDTHS:
+                connections = dict(instance_ports(netlist, cell))
+                found = [(name, check(parameters, connections.get(name)))
+                         for name, parameters in instances(netlist, cell)]
+            else:
+                found = [(name, check(parameters)) for name, parameters in
+                         instances(netlist, cell)]
+            problems += [f"{name}: {problem}" for name, cell_problems in found
+                         for problem in cell_problems]
         if problems:
             raise VerilatorUnavailable(
                 f"the {self.family} netlist has cells whose parameters the simulation model "
