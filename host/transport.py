@@ -20,8 +20,9 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 ``sim``                         the virtual board, in this process (Amaranth's simulator)
 ``verilator``                   the same board compiled with Verilator: thousands of times
                                 faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters)
-``netlist:BOARD``               a Lattice board's Core as yosys synthesises it, simulated gate by
-                                gate with Verilator (``netlist:ice40_hx8k_breakout``)
+``netlist:BOARD``               a board's Core as yosys synthesises it, simulated gate by gate
+                                with Verilator (``netlist:ice40_hx8k_breakout``,
+                                ``netlist:arty_a7_35``)
 ``serial://PORT``               a serial port through pyserial (``serial:///dev/ttyUSB1``,
                                 ``serial://COM3``; any pyserial URL such as ``loop://``), at
                                 :data:`DEFAULT_BAUD`, the rate of the boards we build;
@@ -683,7 +684,7 @@ def _parse(url):
     if url.partition(":")[0].partition("?")[0] == "netlist":
         board = url.partition(":")[2]
         if not board or not board.isidentifier():
-            raise ValueError(f"netlist URL must be netlist:BOARD with a Lattice board of "
+            raise ValueError(f"netlist URL must be netlist:BOARD with a board of "
                              f"'maxaccel boards' (e.g. netlist:ice40_hx8k_breakout), got {url!r}")
         return "netlist", None, {"board": board}
     if url.startswith("xdma-model:"):

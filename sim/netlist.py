@@ -1,14 +1,16 @@
 """The netlist board: a board's design as yosys synthesises it for the board's FPGA, gate by
 gate, compiled with Verilator behind the same ``write``/``read`` of bytes.
 
-``open_device("netlist:ice40_hx8k_breakout")`` (or ``netlist:ulx3s``, any Lattice target of
-:mod:`maxaccel.boards.targets`) opens it. The design is the board's :class:`~maxaccel.hdl.top.Core`
-exactly as its bitstream has it (the target's lanes, clock and core parameters, a link of one
-byte per cycle as behind the UART), synthesised by ``synth_ice40`` / ``synth_ecp5`` as
-``maxaccel build`` runs them, and simulated with the simulation models yosys ships for the
+``open_device("netlist:ice40_hx8k_breakout")`` (or ``netlist:ulx3s``, ``netlist:arty_a7_35``:
+any target of :mod:`maxaccel.boards.targets` but those of :data:`NETLIST_LEFT_OUT`) opens it.
+The design is the board's :class:`~maxaccel.hdl.top.Core` exactly as its bitstream has it (the
+target's lanes, clock and core parameters, a link of one byte per cycle as behind the UART),
+synthesised by ``synth_ice40`` / ``synth_ecp5`` as ``maxaccel build`` runs them (``synth_xilinx``
+as its resource estimate does), and simulated with the simulation models yosys ships for the
 family's cells (``share/<family>/cells_sim.v``: LUTs, carry chains, flip-flops, block and
-distributed RAM). Where yosys ships a cell only as a blackbox, ECP5's ``DP16KD`` block RAM,
-the board gives it a behaviour of its own (``sim/verilator/dp16kd_sim.vh``,
+distributed RAM). Where yosys ships a cell without behaviour, ECP5's ``DP16KD`` block RAM (a
+blackbox) and the Xilinx ``RAMB18E1``/``RAMB36E1`` (ports and timing only), the board gives it
+a behaviour of its own (``sim/verilator/dp16kd_sim.vh``, ``ramb_sim.vh``,
 :data:`CELL_BEHAVIOURS`) and refuses, by instance name, any instance whose parameters that
 behaviour does not cover (:meth:`Synthesis.check_models`). So what this board answers is what
 the synthesised logic computes: a synthesis bug, a RAM inferred with other read-during-write behaviour or a mis-mapped carry chain
@@ -43,7 +45,7 @@ from maxaccel.boards.targets import TARGETS, target as find_target
 from maxaccel.sim.verilator import MAKE_FLAGS, VERILATOR_FLAGS, VerilatorUnavailable
 from maxaccel.sim.verilator_board import VerilatorBoard, _load
 
-__all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS",
+__all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS", "NETLIST_LEFT_OUT",
            "netlist_targets", "core_parameters", "instances", "instance_ports", "dp16kd_problems",
            "ramb_problems", "cells_without_behaviour"]
 
@@ -246,9 +248,20 @@ _BEHAVIOUR_CHECKS = {"ecp5": {"DP16KD": dp16kd_problems},
                                 for cell in RAMB_WIDTHS}}
 
 
+#: Boards of a family with a synthesis here that have no netlist board, and why.
+NETLIST_LEFT_OUT = {
+    "nitefury": "its Core is about three times the Arty's (61k LUTs, 38k flip-flops in the "
+                "yosys estimate against 18k and 16k), too large to compile gate by gate on two "
+                "cores in reasonable time; its bitstream's link is 32 bytes a cycle behind the "
+                "XDMA IP, which has no simulation model here",
+}
+
+
 def netlist_targets():
-    """Names of the boards a netlist board can be made for (the Lattice ones)."""
-    return [name for name, t in TARGETS.items() if t.family in SYNTHESIS_COMMANDS]
+    """Names of the boards a netlist board can be made for: those of a family with a
+    synthesis here, but :data:`NETLIST_LEFT_OUT`."""
+    return [name for name, t in TARGETS.items()
+            if t.family in SYNTHESIS_COMMANDS and name not in NETLIST_LEFT_OUT]
 
 
 def core_parameters(board):
@@ -257,9 +270,10 @@ def core_parameters(board):
     cycle behind the UART, the default frame timeout."""
     from maxaccel.boards.build import core_parameters as bitstream_parameters
     t = find_target(board)
-    if t.family not in SYNTHESIS_COMMANDS:
-        raise ValueError(f"no netlist board for {board} ({t.family}: no synthesis with cell "
-                         f"models here); netlist boards: {', '.join(netlist_targets())}")
+    if t.family not in SYNTHESIS_COMMANDS or board in NETLIST_LEFT_OUT:
+        why = NETLIST_LEFT_OUT.get(board, f"{t.family}: no synthesis with cell models here")
+        raise ValueError(f"no netlist board for {board} ({why}); netlist boards: "
+                         f"{', '.join(netlist_targets())}")
     return dict(bitstream_parameters(t, t.lanes, t.clock_mhz), link_bytes=1,
                 frame_timeout_cycles=None)
 
@@ -291,7 +305,7 @@ class Synthesis:
     Parameters
     ----------
     family : str
-        ``"ice40"`` or ``"ecp5"`` (:data:`SYNTHESIS_COMMANDS`).
+        ``"ice40"``, ``"ecp5"`` or ``"xilinx"`` (:data:`SYNTHESIS_COMMANDS`).
     after : str
         Yosys commands run on the synthesised netlist before it is written; empty for the
         netlist as built (tests use it to break a netlist on purpose).
@@ -399,7 +413,8 @@ class NetlistBoard(VerilatorBoard):
     Parameters
     ----------
     board : str
-        A Lattice target of :mod:`maxaccel.boards.targets` (:func:`netlist_targets`).
+        A target of :mod:`maxaccel.boards.targets` with a netlist board
+        (:func:`netlist_targets`).
     timeout : float, optional
         As :class:`~maxaccel.sim.verilator_board.VerilatorBoard`.
     synthesis : Synthesis, optional

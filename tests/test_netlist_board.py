@@ -19,9 +19,10 @@ import pytest
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
 from test_host_device import ALL, REDUCTIONS, check_edge_digest
-from test_offload import CASES, check_node_case
+from test_offload import CASES, MAXPOOL_CASES, check_maxpool_case, check_node_case
 
 from maxaccel.boards.targets import target
+from maxaccel.contract.wire import Command
 from maxaccel.host.device import Device, open_device
 from maxaccel.host.transport import SimTransport
 from maxaccel.sim import reference
@@ -101,12 +102,13 @@ def test_netlist_urls_name_the_problem():
     with pytest.raises(ValueError,
                        match=r"netlist:BOARD .*\(e\.g\. netlist:ice40_hx8k_breakout\)"):
         open_device("netlist:")
-    with pytest.raises(ValueError, match=r"no netlist board for arty_a7_35 .*netlist boards: "
-                                         r"icebreaker, ice40_hx8k_breakout, ulx3s"):
-        open_device("netlist:arty_a7_35")
+    with pytest.raises(ValueError, match=r"no netlist board for nitefury \(its Core is about "
+                                         r"three times the Arty's.*netlist boards: icebreaker, "
+                                         r"ice40_hx8k_breakout, ulx3s, arty_a7_35$"):
+        open_device("netlist:nitefury")
     with pytest.raises(ValueError, match="unknown board 'nosuch'"):
         SimTransport("netlist", board="nosuch")
-    assert netlist_targets() == ["icebreaker", "ice40_hx8k_breakout", "ulx3s"]
+    assert netlist_targets() == ["icebreaker", "ice40_hx8k_breakout", "ulx3s", "arty_a7_35"]
 
 
 @pytest.mark.slow
@@ -121,6 +123,110 @@ def test_node_cases_and_edge_corpus_sample_on_the_ulx3s_netlist():
         check_node_cases(device)
         check_edge_digest(device)
         check_reductions(device)
+
+
+ARTY = "arty_a7_35"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
+                    reason="the Arty's netlist builds for many minutes: MAXACCEL_SLOW=1 runs it")
+def test_node_cases_and_edge_corpus_sample_on_the_arty_netlist():
+    """The Xilinx design (synth_xilinx) with its block RAMs simulated by
+    sim/verilator/ramb_sim.vh: RAMB36E1 in simple dual port (the broadcast replay buffer,
+    which broadcasting Max in the node cases and the edge digest reads back) and RAMB18E1 in
+    true dual port (the window unit's line buffers, which the 2-D MaxPool node cases go
+    through), besides LUT RAMs, shift registers and DSP48E1s."""
+    with open_device(f"netlist:{ARTY}") as device:
+        assert (device.identity.lanes, device.identity.replay_depth) == (2, 512)
+        check_node_cases(device)
+        routes = set()
+        for name in sorted(MAXPOOL_CASES):
+            check_maxpool_case(device, name)
+            routes.add(device.last_max_pool_route)
+        assert Command.MAX_POOL in routes
+        check_edge_digest(device)
+        check_reductions(device)
+
+
+#: One block RAM of the Arty's netlist read at the wrong width: a slice of the first line buffer
+#: of the window unit (a RAMB18E1 written 18 bits wide on port A, read on port B) read 9 bits
+#: wide, so bits 8..15 and 17 of each word it gives are lost. The width is one the behaviour
+#: covers, so the netlist is simulated, not refused: what is caught is the RAM's output.
+BROKEN_RAMB = "c:window.unit_0.axis_0.line_1.0.0"
+BREAK_RAMB = (f"select -assert-count 1 {BROKEN_RAMB} t:RAMB18E1 %i\n"
+              f"setparam -set READ_WIDTH_B 9 {BROKEN_RAMB}\n")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
+                    reason="a second Arty netlist build (many minutes): MAXACCEL_SLOW=1 runs it")
+def test_a_broken_xilinx_netlist_is_caught():
+    """MaxPool through the window unit on a netlist with one block RAM port wrong fails: the
+    netlist board runs the RAMB as the netlist configures it."""
+    transport = SimTransport("netlist", board=ARTY,
+                             synthesis=Synthesis("xilinx", after=BREAK_RAMB))
+    with Device(transport) as device:
+        with pytest.raises(AssertionError):
+            for name in sorted(MAXPOOL_CASES):
+                check_maxpool_case(device, name)
+
+
+#: A RAMB36E1 as yosys's Xilinx mapping writes it (the simple dual port of the replay buffer).
+RAMB36E1_INSTANCE = """\
+  RAMB36E1 #(
+    .DOA_REG(32'sd0),
+    .DOB_REG(32'sd0),
+    .INIT_00(256'bxxxxxxxx00000000),
+    .INIT_A(72'h000000000xxxxxxxxx),
+    .RAM_MODE("SDP"),
+    .READ_WIDTH_A(32'd72),
+    .READ_WIDTH_B(32'd0),
+    .WRITE_MODE_A("READ_FIRST"),
+    .WRITE_MODE_B("READ_FIRST"),
+    .WRITE_WIDTH_A(32'd0),
+    .WRITE_WIDTH_B(32'd72)
+  ) \\broadcast.buffer.0.0  (
+    .ADDRARDADDR({ 1'h0, _00021_, 6'h00 }),
+    .CLKARDCLK(clk),
+    .CLKBWRCLK(clk),
+    .WEBWE({ _06150_, _06150_, _06150_, _06150_, _06150_, _06150_, _06150_, _06150_ })
+  );
+"""
+
+
+@pytest.mark.parametrize("old,new,problem", [
+    (".DOA_REG(32'sd0)", ".DOA_REG(32'sd1)", r"DOA_REG 1 \(covered: 0\)"),
+    (".READ_WIDTH_A(32'd72)", ".READ_WIDTH_A(32'd36)",
+     r"simple dual port READ_WIDTH_A/WRITE_WIDTH_B 36/72"),
+    ('.WRITE_MODE_B("READ_FIRST")', '.WRITE_MODE_B("WRITE_FIRST")',
+     r"simple dual port WRITE_MODE_A/B READ_FIRST/WRITE_FIRST"),
+    ('.RAM_MODE("SDP")', '.RAM_MODE("TDP")', r"READ_WIDTH_A 72 \(covered: 0, 1, 2, 4, 9, 18, 36\)"),
+    (".DOB_REG(32'sd0)", '.RAM_EXTENSION_A("LOWER")', r"RAM_EXTENSION_A 'LOWER'"),
+    (".DOB_REG(32'sd0)", ".IS_CLKARDCLK_INVERTED(1'h1)", r"IS_CLKARDCLK_INVERTED 1 \(an inverted"),
+    (".DOB_REG(32'sd0)", '.EN_ECC_READ("TRUE")', r"EN_ECC_READ 'TRUE'"),
+    (".DOB_REG(32'sd0)", '.SIM_SOMETHING("X")', r"SIM_SOMETHING 'X' \(a parameter the model"),
+    (".CLKBWRCLK(clk)", ".CLKBWRCLK(clk2)", r"ports clocked by clk and clk2"),
+], ids=["output-register", "mixed-sdp", "sdp-modes", "tdp-72", "cascade", "inverted-clock", "ecc",
+        "unknown-parameter", "two-clocks"])
+def test_a_ramb_the_model_does_not_cover_is_refused_by_name(old, new, problem):
+    """The RAMB behaviour covers what yosys's Xilinx mapping instantiates; any other
+    parameter, or two clocks on the ports, is refused with the instance's name before
+    anything is built. (x bits in contents, which yosys writes for what nothing defines, read
+    as 0.)"""
+    from maxaccel.sim.verilator import VerilatorUnavailable
+    netlist = f"module top(input clk, clk2);\n{RAMB36E1_INSTANCE}endmodule\n"
+    Synthesis("xilinx").check_models(netlist)
+    assert [(name, parameters["INIT_A"], parameters["INIT_00"]) for name, parameters in
+            instances(netlist, "RAMB36E1")] == [("broadcast.buffer.0.0", 0, 0)]
+    with pytest.raises(VerilatorUnavailable,
+                       match=rf"does not cover.*broadcast\.buffer\.0\.0: {problem}"):
+        Synthesis("xilinx").check_models(netlist.replace(old, new))
+    # RAMB18E1 has no 36-bit true dual port, and its simple dual port word is 36 bits.
+    netlist = netlist.replace("RAMB36E1", "RAMB18E1")
+    with pytest.raises(VerilatorUnavailable, match=r"READ_WIDTH_A/WRITE_WIDTH_B 72/72 "
+                                                   r"\(covered: 36/36"):
+        Synthesis("xilinx").check_models(netlist)
 
 
 def test_a_cell_without_a_simulation_model_is_refused():
@@ -143,9 +249,9 @@ def test_a_cell_without_a_simulation_model_is_refused():
 
 def test_cells_without_behaviour_are_found_with_or_without_the_blackbox_attribute():
     """yosys's Xilinx models declare the block RAMs with parameters and timing but no
-    behaviour and no blackbox attribute (why there is no synth_xilinx netlist board yet):
-    the check sees them. The cells the Lattice designs use all have behaviour, DP16KD through
-    the model of sim/verilator."""
+    behaviour and no blackbox attribute: the check sees them, and the netlist board's models
+    give them the behaviour of sim/verilator/ramb_sim.vh. The cells the designs use all have
+    behaviour, DP16KD and the RAMBs through the models of sim/verilator."""
     from maxaccel.sim.netlist import _share_dir, cells_without_behaviour
     xilinx = cells_without_behaviour((_share_dir() / "xilinx" / "cells_sim.v").read_text())
     assert {"RAMB18E1", "RAMB36E1"} <= xilinx and not {"LUT6", "FDRE", "CARRY4"} & xilinx
@@ -155,7 +261,11 @@ def test_cells_without_behaviour_are_found_with_or_without_the_blackbox_attribut
                                    "  assign b = a;\nendmodule\n") == {"B"}
     for family, cells in [("ice40", {"SB_LUT4", "SB_CARRY", "SB_DFF", "SB_DFFESR"}),
                           ("ecp5", {"LUT4", "TRELLIS_FF", "CCU2C", "PFUMX", "L6MUX21",
-                                    "TRELLIS_DPR16X4", "DP16KD"})]:
+                                    "TRELLIS_DPR16X4", "DP16KD"}),
+                          # the cells of the Arty's netlist
+                          ("xilinx", {"LUT2", "LUT3", "LUT4", "LUT5", "LUT6", "INV", "CARRY4",
+                                      "FDRE", "FDSE", "DSP48E1", "SRL16E", "RAM32M", "RAM64M",
+                                      "RAMB18E1", "RAMB36E1"})]:
         empty = set().union(*map(cells_without_behaviour,
                                  Synthesis(family).cell_models().values()))
         assert not cells & empty, f"{family}: {cells & empty}"
