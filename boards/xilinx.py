@@ -17,10 +17,24 @@ import time
 
 from maxaccel.boards.targets import report_markdown
 
-__all__ = ["DEVICE_TOTALS", "build_plan"]
+__all__ = ["DEVICE_TOTALS", "build_plan", "uart_plan"]
 
 #: LUTs, flip-flops and 36 Kb block RAMs of the devices (7-series data sheet, DS180).
 DEVICE_TOTALS = {"XC7A35TICSG324-1L": (20800, 41600, 50), "XC7A200T-FBG484-2": (133800, 267600, 365)}
+
+
+def uart_plan(target, *, lanes, clock_mhz):
+    """The Vivado build plan (amaranth's ``BuildPlan``: Verilog, XDC, Tcl, the script running
+    Vivado) of a UART target, and the board's platform it was made with."""
+    from maxaccel.boards.build import uart_top
+
+    platform = target.platform()
+    oscillator_mhz = platform.lookup(platform.default_clk).clock.frequency / 1e6
+    if abs(clock_mhz - oscillator_mhz) > 1e-6:
+        raise ValueError(f"{target.name} runs from its {oscillator_mhz:g} MHz oscillator; "
+                         f"--clock {clock_mhz:g} is not available")
+    return platform, platform.build(uart_top(target, lanes, clock_mhz), name="maxaccel",
+                                    do_build=False)
 
 
 def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
@@ -55,16 +69,10 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
         core_link_bytes = link_word         # the core takes a link word per cycle
         cells = synthesize(top, "xilinx")
     else:
-        platform = target.platform()
-        oscillator_mhz = platform.lookup(platform.default_clk).clock.frequency / 1e6
-        if abs(clock_mhz - oscillator_mhz) > 1e-6:
-            raise ValueError(f"{target.name} runs from its {oscillator_mhz:g} MHz oscillator; "
-                             f"--clock {clock_mhz:g} is not available")
-        out.mkdir(parents=True, exist_ok=True)
+        _, plan = uart_plan(target, lanes=lanes, clock_mhz=clock_mhz)
         progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
                  f"{clock_mhz:g} MHz, UART {target.baud} baud -> {out}")
-        plan = platform.build(uart_top(target, lanes, clock_mhz), name="maxaccel",
-                              do_build=False)
+        out.mkdir(parents=True, exist_ok=True)
         plan.extract(str(out))
         progress("estimating resources with yosys synth_xilinx")
         top = uart_top(target, lanes, clock_mhz)
