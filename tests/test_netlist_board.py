@@ -1,5 +1,5 @@
-"""The netlist boards: each Lattice board's Core as yosys synthesises it, simulated gate by gate
-with yosys's cell models under Verilator, gives the golden model's bits through the host driver.
+"""The netlist boards: each board's Core as yosys synthesises it, simulated gate by gate with
+yosys's cell models under Verilator, gives the golden model's bits through the host driver.
 
 The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs here on every
 CI run: a cold build is yosys and Verilator, about two minutes on two cores, cached after. The
@@ -7,7 +7,10 @@ ULX3S (ECP5) design is five times the cells and builds for five minutes and more
 slow and runs only with ``MAXACCEL_SLOW=1``. Its block RAMs (``DP16KD``, the replay buffer of
 broadcasting Max) have no model in yosys (only a blackbox); the netlist board gives them the
 behaviour in ``sim/verilator/dp16kd_sim.vh`` and refuses, by instance, any whose parameters that
-behaviour does not cover (``docs/semantics.md`` section 6).
+behaviour does not cover (``docs/semantics.md`` section 6). The Arty A7-35 (Xilinx,
+``synth_xilinx``) is larger still and slow too; its block RAMs (``RAMB18E1``, ``RAMB36E1``),
+which yosys declares without behaviour, get ``sim/verilator/ramb_sim.vh``, checked here in CI
+against Amaranth's memories as the DP16KD behaviour is.
 """
 
 import os
