@@ -267,14 +267,23 @@ def netlist_targets():
 def core_parameters(board):
     """The :class:`~maxaccel.hdl.top.Core` parameters of ``board``'s bitstream at its default
     lanes and clock: those :func:`maxaccel.boards.build.uart_top` builds it with, a byte per
-    cycle behind the UART, the default frame timeout."""
+    cycle behind the UART, the default frame timeout. Every parameter the target leaves to
+    the Core's default is given that default, so the board's own defaults (the NiteFury's core,
+    :data:`~maxaccel.sim.verilator_board.VERILATOR_DEFAULTS`) do not stand in for it: the
+    Arty's window unit is built at the Core's default extents, as its bitstream is."""
+    import inspect
+
     from maxaccel.boards.build import core_parameters as bitstream_parameters
+    from maxaccel.hdl.top import Core
     t = find_target(board)
     if t.family not in SYNTHESIS_COMMANDS or board in NETLIST_LEFT_OUT:
         why = NETLIST_LEFT_OUT.get(board, f"{t.family}: no synthesis with cell models here")
         raise ValueError(f"no netlist board for {board} ({why}); netlist boards: "
                          f"{', '.join(netlist_targets())}")
-    return dict(bitstream_parameters(t, t.lanes, t.clock_mhz), link_bytes=1,
+    defaults = {name: parameter.default
+                for name, parameter in inspect.signature(Core).parameters.items()
+                if parameter.default is not inspect.Parameter.empty}
+    return dict(defaults, **bitstream_parameters(t, t.lanes, t.clock_mhz), link_bytes=1,
                 frame_timeout_cycles=None)
 
 
