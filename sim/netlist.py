@@ -45,9 +45,9 @@ from maxaccel.boards.targets import TARGETS, target as find_target
 from maxaccel.sim.verilator import MAKE_FLAGS, VERILATOR_FLAGS, VerilatorUnavailable
 from maxaccel.sim.verilator_board import VerilatorBoard, _load
 
-__all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS", "NETLIST_LEFT_OUT",
-           "netlist_targets", "core_parameters", "instances", "instance_ports", "dp16kd_problems",
-           "ramb_problems", "cells_without_behaviour"]
+__all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS",
+           "NETLIST_LEFT_OUT", "netlist_targets", "core_parameters", "instances", "instance_ports",
+           "dp16kd_problems", "ramb_problems", "cells_without_behaviour"]
 
 #: The yosys synthesis command of each family: for the Lattice ones as amaranth's platforms run
 #: it for ``maxaccel build`` (no ``synth_opts``: ``synth_ecp5`` with its wide LUTs,
