@@ -20,7 +20,8 @@ from maxaccel.sim.verilator_board import VerilatorBoard
 from maxaccel.sim.virtual_board import VirtualBoard
 
 BOARD = dict(lanes=1, replay_depth=16, max_dims=2, max_operands=2, pool_channels=4,
-             window_lanes=1, window_columns=8, window_plane=16, frame_timeout_cycles=150)
+             window_lanes=1, window_extent=3, window_columns=8, window_plane=16,
+             frame_timeout_cycles=150)
 
 
 def conversation(identity, rng):
