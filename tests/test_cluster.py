@@ -106,6 +106,10 @@ def test_bad_arguments_are_refused_before_ray_starts(monkeypatch):
         BoardPool(["sim"], timeout_s=[1, 2])
     with pytest.raises(ValueError, match="restarts"):
         BoardPool(["sim"], restarts=-1)
+    from maxaccel.cluster.__main__ import main
+    with pytest.raises(SystemExit) as caught:
+        main(["bench", "--device", "nope://x"])
+    assert caught.value.code == 2
 
 
 def test_runs_are_one_boards_outputs_in_order(pool, expected):
@@ -228,3 +232,24 @@ def test_timeouts_drops_and_no_board_left(ray_cluster):
         assert "sim: dropped, 4 calls done, 1 failed, 0 restarts (call 0: ActorDiedError" \
                in message
         assert caught.value.boards == pool.boards
+
+
+def test_scaling_is_counted_in_device_cycles(ray_cluster):
+    """The benchmark on compiled boards: the same requests cost the same cycles however they
+    are spread, so two boards share one board's cycles and halve the makespan."""
+    from maxaccel.cluster import format_scaling, measure_scaling
+    results = measure_scaling((1, 2), "verilator", elements=4096, batch=4)
+    one = {r.workload: r for r in results if r.boards == 1}
+    two = {r.workload: r for r in results if r.boards == 2}
+    assert set(one) == set(two) == {"run", "shard"}
+    assert all(r.elements == 4 * 4096 for r in results)
+    # run: four identical requests; each board's cycles are whole requests' cycles.
+    assert sum(two["run"].board_cycles) == one["run"].makespan
+    request = one["run"].makespan // 4
+    assert all(c % request == 0 for c in two["run"].board_cycles)
+    # shard: one tensor in two slices; each slice costs more than half (its own request).
+    assert one["shard"].makespan / 2 < two["shard"].makespan < one["shard"].makespan
+    table = format_scaling(results)
+    assert "| run | 2 | 16384 |" in table and "| shard | 1 | 16384 |" in table
+    with pytest.raises(ValueError, match="counts no device cycles"):
+        measure_scaling((1,), "xdma:///dev/xdma0")
