@@ -6,8 +6,13 @@ error when no board is left. Every result is compared bit for bit with one board
 (``open_device("sim")``) or with the golden model.
 """
 
+import importlib.util
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -253,3 +258,26 @@ def test_scaling_is_counted_in_device_cycles(ray_cluster):
     assert "| run | 2 | 16384 |" in table and "| shard | 1 | 16384 |" in table
     with pytest.raises(ValueError, match="counts no device cycles"):
         measure_scaling((1,), "xdma:///dev/xdma0")
+
+
+EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "serve_boards.py"
+
+
+def test_the_serve_example_parses_and_builds_its_application():
+    """The Ray Serve example compiles; where ``ray[serve]`` is installed (not by the test
+    extra: it brings some forty packages), it imports and builds a deployment per board with
+    the board resource; with MAXACCEL_SLOW=1 it serves requests (about 45 s here)."""
+    compile(EXAMPLE.read_text(), str(EXAMPLE), "exec")
+    pytest.importorskip("ray.serve")
+    spec = importlib.util.spec_from_file_location("serve_boards", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    app = example.build(["sim", "serial:///dev/ttyUSB0#10.0.0.11"])
+    boards = app._bound_deployment.init_args
+    assert [b._bound_deployment.name for b in boards] == ["board-0", "board-1"]
+    options = [b._bound_deployment.ray_actor_options for b in boards]
+    assert options[0]["resources"] == {BOARD_RESOURCE: 1}
+    assert options[1]["resources"] == {BOARD_RESOURCE: 1, "node:10.0.0.11": 0.001}
+    if os.environ.get("MAXACCEL_SLOW"):
+        subprocess.run([sys.executable, str(EXAMPLE), "--requests", "2"], check=True,
+                       timeout=600)
