@@ -109,7 +109,7 @@ def measure_scaling(counts=(1, 2, 4), url="verilator", *, elements=1 << 18, batc
     from maxaccel.cluster.pool import BOARD_RESOURCE, BoardPool
     from maxaccel.contract.checks import REDUCE_MAX_DTYPES, check_dtype
     from maxaccel.contract.dtypes import format_of
-    from maxaccel.host.transport import _parse
+    from maxaccel.host.transport import SimTransport, _parse
     from maxaccel.sim import reference
     counts = [int(n) for n in counts]
     if not counts or min(counts) < 1:
@@ -120,7 +120,7 @@ def measure_scaling(counts=(1, 2, 4), url="verilator", *, elements=1 << 18, batc
     if unknown:
         raise ValueError(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
     check_dtype(format_of(dtype), REDUCE_MAX_DTYPES, "reduce_max() (ONNX ReduceMax)")
-    if _parse(url)[0] not in ("sim", "verilator", "netlist"):
+    if _parse(url)[0] not in SimTransport.BOARDS:
         raise ValueError(f"{url!r} counts no device cycles: measure virtual boards (sim, "
                          f"verilator, netlist:BOARD)")
     rng = np.random.default_rng(seed)

@@ -25,24 +25,29 @@ import collections
 import hashlib
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from maxaccel.cluster.actor import BoardActor, BoardFault
+from maxaccel.host.transport import SimTransport, _parse, check_url
 
 __all__ = ["BoardPool", "Board", "NoBoardLeft", "BOARD_RESOURCE", "RESTARTABLE_KINDS"]
 
 log = logging.getLogger("maxaccel.cluster")
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
 #: The custom Ray resource each board's actor reserves one unit of: a node offers as many as
 #: it has boards (``ray start --resources='{"maxaccel_board": 2}'``).
 BOARD_RESOURCE = "maxaccel_board"
 
-#: Board kinds (``maxaccel.host.transport`` URL kinds) a new actor can reopen at will: virtual
-#: boards. A physical board that failed is dropped rather than reopened behind the user's back.
-RESTARTABLE_KINDS = frozenset({"sim", "verilator", "netlist", "xdma-model"})
+#: Board kinds (``maxaccel.host.transport`` URL kinds) a new actor can reopen at will: the
+#: virtual boards, bare or behind the XDMA driver's double. A physical board that failed is
+#: dropped rather than reopened behind the user's back.
+RESTARTABLE_KINDS = frozenset(SimTransport.BOARDS) | {"xdma-model"}
 
 
 class NoBoardLeft(RuntimeError):
@@ -182,11 +187,16 @@ class BoardPool:
         Ray is not installed (``pip install 'maxaccel[cluster]'``).
     RuntimeError
         A board did not open (the message says which and why); the pool releases the others.
+
+    Notes
+    -----
+    A pool serves one caller at a time: call it from one thread (its calls block until every
+    result is in). For concurrent clients, put it behind a server, or use one pool per client
+    on disjoint boards; ``docs/examples/serve_boards.py`` serves boards with Ray Serve.
     """
 
     def __init__(self, urls, address=None, *, timeout_s=600.0, restarts=2,
                  open_timeout_s=900.0, device_options=None, ray_options=None):
-        from maxaccel.host.transport import _parse, check_url
         if isinstance(urls, str) or not hasattr(urls, "__iter__"):
             raise TypeError(f"urls must be a list of device URLs, got {urls!r}")
         specs = [_split_node(spec) for spec in urls]
@@ -277,7 +287,8 @@ class BoardPool:
             try:
                 board.description, counts = ray.get(ref)
             except Exception as error:   # the actor's constructor raised: the board's error
-                problems.append(f"{board.name}: {_cause(error)}")
+                problems.append(f"{board.name}: "
+                                f"{_cause(error).removeprefix('did not open: ')}")
             else:
                 if not counts:
                     board.cycles = None
@@ -528,7 +539,14 @@ class BoardPool:
 
 
 def _cause(error):
-    """One line naming what went wrong in an actor: the original error, not Ray's wrapper."""
+    """One line naming what went wrong in an actor: the original error, not Ray's wrapper. An
+    actor whose constructor raised (the board did not open) carries that error only as the
+    last line of its message."""
+    message = getattr(error, "error_msg", "")
+    if "creation task" in message:
+        lines = [line.strip() for line in _ANSI.sub("", message).splitlines() if line.strip()]
+        name, _, text = lines[-1].partition(": ")
+        return f"did not open: {name.rpartition('.')[2]}: {text}"
     return _one_line(_unwrapped(error))
 
 

@@ -213,6 +213,12 @@ def test_a_killed_actor_costs_no_result(pool, expected):
     _same_outputs(pool.run(MODEL, FEEDS[:3]), expected[:3])
 
 
+def test_a_board_that_does_not_open_is_named(ray_cluster):
+    with pytest.raises(RuntimeError, match=r"boards that did not open: serial:///dev/ttyNOPE0: "
+                                           r"TransportError: cannot open serial port"):
+        BoardPool(["serial:///dev/ttyNOPE0"])
+
+
 def test_timeouts_drops_and_no_board_left(ray_cluster):
     x = _awkward((4, 64), "float32", np.random.default_rng(2))
     # Board 0 must answer within 50 ms: no simulated reduction does, so it times out, gets a
