@@ -244,6 +244,14 @@ class BoardPool:
         self.boards = [Board(url, node, None, timeout, kind in RESTARTABLE_KINDS)
                        for (url, node), timeout, kind in zip(specs, timeouts, kinds)]
         try:
+            offered = ray.cluster_resources().get(BOARD_RESOURCE, 0)
+            if offered < len(specs):
+                # Actors would wait for a node that never comes: say so now.
+                raise ValueError(
+                    f"the Ray cluster offers {offered:g} {BOARD_RESOURCE!r} resources and the "
+                    f"pool has {len(specs)} boards: start each node with its boards' count "
+                    f"(ray start --resources='{{\"{BOARD_RESOURCE}\": N}}', or "
+                    f"ray.init(resources=...))")
             self._open(open_timeout_s)
         except BaseException:
             self.close()

@@ -217,6 +217,9 @@ def test_a_board_that_does_not_open_is_named(ray_cluster):
     with pytest.raises(RuntimeError, match=r"boards that did not open: serial:///dev/ttyNOPE0: "
                                            r"TransportError: cannot open serial port"):
         BoardPool(["serial:///dev/ttyNOPE0"])
+    with pytest.raises(ValueError, match="offers 6 'maxaccel_board' resources and the pool has "
+                                         "7 boards"):
+        BoardPool(["sim"] * 7)
 
 
 def test_timeouts_drops_and_no_board_left(ray_cluster):
