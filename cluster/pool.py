@@ -188,6 +188,17 @@ class BoardPool:
     RuntimeError
         A board did not open (the message says which and why); the pool releases the others.
 
+    Attributes
+    ----------
+    boards : list of Board
+        Every board, in the order of ``urls``.
+    restarts : int
+        As the argument (may be changed between calls).
+    last_calls : list of (int, int or None)
+        For each call of the latest :meth:`run`, :meth:`reduce_max` or :meth:`max`, in order:
+        the position in :attr:`boards` of the board that completed it and the device cycles it
+        took there (None on a real board).
+
     Notes
     -----
     A pool serves one caller at a time: call it from one thread (its calls block until every
@@ -233,6 +244,7 @@ class BoardPool:
         self._started_ray = False
         self._closed = False
         self._models = {}               # digest -> (ObjectRef of the bytes, feed checker)
+        self.last_calls = []
         if not ray.is_initialized():
             options = dict(include_dashboard=False, logging_level=logging.WARNING,
                            log_to_driver=False)
@@ -361,6 +373,7 @@ class BoardPool:
             raise ValueError("the pool is closed")
         results = [None] * len(calls)
         done = [False] * len(calls)
+        self.last_calls = [None] * len(calls)
         queue = collections.deque(range(len(calls)))
         flying = {}                     # ObjectRef -> (call index, board, deadline)
         while queue or flying:
@@ -391,6 +404,7 @@ class BoardPool:
                     raise _unwrapped(error) from None
                 assert not done[index], f"call {index} completed twice"
                 results[index], done[index] = value, True
+                self.last_calls[index] = (self.boards.index(board), cycles)
                 board.runs += 1
                 if board.cycles is not None and cycles is not None:
                     board.cycles += cycles

@@ -122,6 +122,8 @@ def test_runs_are_one_boards_outputs_in_order(pool, expected):
     _same_outputs(pool.run(MODEL, FEEDS), expected)
     done = [b.runs - n for b, n in zip(pool.boards, before)]
     assert sum(done) == len(FEEDS) and all(done), done     # spread: every board took runs
+    assert sorted({board for board, _ in pool.last_calls}) == [0, 1, 2]
+    assert all(cycles > 0 for _, cycles in pool.last_calls)  # sim boards count their cycles
     # Names as OffloadSession.run's: only y.
     (only_y,) = pool.run(onnx.load_from_string(MODEL), FEEDS[:1], output_names=["y"])
     reference.assert_same_bits(only_y[0], expected[0][1], "y")
@@ -257,9 +259,12 @@ def test_scaling_is_counted_in_device_cycles(ray_cluster):
     two = {r.workload: r for r in results if r.boards == 2}
     assert set(one) == set(two) == {"run", "shard"}
     assert all(r.elements == 4 * 4096 for r in results)
-    # run: four identical requests; each board's cycles are whole requests' cycles.
-    assert sum(two["run"].board_cycles) == one["run"].makespan
-    request = one["run"].makespan // 4
+    # run: four identical requests, the same cycles on any board; two boards take two each in
+    # device time, whichever simulated board happened to finish first here.
+    request = one["run"].call_cycles[0]
+    assert one["run"].call_cycles == two["run"].call_cycles == [request] * 4
+    assert one["run"].makespan == 4 * request and two["run"].makespan == 2 * request
+    assert sum(two["run"].board_cycles) == 4 * request
     assert all(c % request == 0 for c in two["run"].board_cycles)
     # shard: one tensor in two slices; each slice costs more than half (its own request).
     assert one["shard"].makespan / 2 < two["shard"].makespan < one["shard"].makespan
