@@ -55,7 +55,7 @@ def _feeds(count, seed=0):
     return feeds
 
 
-FEEDS = _feeds(6)
+FEEDS = _feeds(4)
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +74,6 @@ def ray_cluster():
              logging_level="ERROR", log_to_driver=False)
     yield
     ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def pool(ray_cluster):
-    with BoardPool(["sim"] * 3, timeout_s=300) as pool:
-        yield pool
 
 
 def _same_outputs(got, want):
@@ -117,7 +111,18 @@ def test_bad_arguments_are_refused_before_ray_starts(monkeypatch):
     assert caught.value.code == 2
 
 
-def test_runs_are_one_boards_outputs_in_order(pool, expected):
+def test_three_sim_boards(ray_cluster, expected):
+    """One pool of three ``sim`` boards for every check that needs three boards (in one test,
+    so that ``pytest -n`` opens its simulators once)."""
+    with BoardPool(["sim"] * 3, timeout_s=300) as pool:
+        _runs_are_one_boards_outputs_in_order(pool, expected)
+        _bad_feeds_are_refused_before_anything_is_sent(pool)
+        for dtype in ("float32", "int16"):
+            _shards_combine_to_the_golden_models_bits(pool, dtype)
+        _a_killed_actor_costs_no_result(pool, expected)
+
+
+def _runs_are_one_boards_outputs_in_order(pool, expected):
     before = [b.runs for b in pool.boards]
     _same_outputs(pool.run(MODEL, FEEDS), expected)
     done = [b.runs - n for b, n in zip(pool.boards, before)]
@@ -129,7 +134,7 @@ def test_runs_are_one_boards_outputs_in_order(pool, expected):
     reference.assert_same_bits(only_y[0], expected[0][1], "y")
 
 
-def test_bad_feeds_are_refused_before_anything_is_sent(pool):
+def _bad_feeds_are_refused_before_anything_is_sent(pool):
     before = [(b.runs, b.failures) for b in pool.boards]
     good = FEEDS[0]
     with pytest.raises(ValueError, match=r"feeds 1: missing input\(s\) 'w'"):
@@ -164,8 +169,7 @@ def _awkward(shape, dtype, rng):
     return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int16"])
-def test_shards_combine_to_the_golden_models_bits(pool, dtype):
+def _shards_combine_to_the_golden_models_bits(pool, dtype):
     rng = np.random.default_rng(1)
     x = _awkward((9, 4), dtype, rng)                # cut along axis 0, the longest
     before = sum(b.runs for b in pool.boards)
@@ -183,10 +187,10 @@ def test_shards_combine_to_the_golden_models_bits(pool, dtype):
                                "max of a row and a column")
 
 
-def test_a_killed_actor_costs_no_result(pool, expected):
+def _a_killed_actor_costs_no_result(pool, expected):
     """``ray.kill`` a board's actor while a map is under way: its call goes to the others, the
     sim board gets a new actor, and every result comes back once, as one board's."""
-    feeds = FEEDS * 2                                # 12 runs: every board is busy when killed
+    feeds = FEEDS * 2                                # 8 runs: every board is busy when killed
     victim = pool.boards[1]
     first = victim.actor
     before = [(b.runs, b.failures, b.restarts) for b in pool.boards]
@@ -226,9 +230,10 @@ def test_a_board_that_does_not_open_is_named(ray_cluster):
 
 def test_timeouts_drops_and_no_board_left(ray_cluster):
     x = _awkward((4, 64), "float32", np.random.default_rng(2))
-    # Board 0 must answer within 50 ms: no simulated reduction does, so it times out, gets a
-    # new actor (restarts=1), times out again and is dropped; board 1 does every piece.
-    with BoardPool(["sim", "sim"], timeout_s=[0.05, 300], restarts=1) as pool:
+    # Board 0 must answer within 50 ms: no reduction on the Python-simulated board does, so it
+    # times out, gets a new actor (restarts=1), times out again and is dropped; board 1 (the
+    # compiled board, quick to open) does every piece.
+    with BoardPool(["sim", "verilator"], timeout_s=[0.05, 300], restarts=1) as pool:
         slow, good = pool.boards
         got = pool.reduce_max(x, axes=[1], pieces=4)
         reference.assert_same_bits(got, reference.reduce_max(x, axes=[1]), "reduce_max")
@@ -245,8 +250,8 @@ def test_timeouts_drops_and_no_board_left(ray_cluster):
         assert "no board left in the pool, 1 of 1 calls not done" in message
         assert "sim: dropped, 0 calls done, 2 failed, 1 restarts (call 0: no answer within " \
                "0.05 s; restart 1; call " in message
-        assert "sim: dropped, 4 calls done, 1 failed, 0 restarts (call 0: ActorDiedError" \
-               in message
+        assert "verilator: dropped, 4 calls done, 1 failed, 0 restarts (call 0: " \
+               "ActorDiedError" in message
         assert caught.value.boards == pool.boards
 
 
