@@ -357,12 +357,16 @@ class BoardPool:
         if board.restartable and board.restarts < self.restarts:
             board.restarts += 1
             board.events.append(f"restart {board.restarts}")
-            self._start(board)
-            log.warning("board %s: %s; restarted", board.name, what)
-        else:
-            board.dropped = True
-            board.events.append("dropped")
-            log.warning("board %s: %s; dropped", board.name, what)
+            try:
+                self._start(board)
+            except ValueError as error:  # its node is gone
+                board.events.append(str(error))
+            else:
+                log.warning("board %s: %s; restarted", board.name, what)
+                return
+        board.dropped = True
+        board.events.append("dropped")
+        log.warning("board %s: %s; dropped", board.name, what)
 
     def _map(self, method, calls):
         """Run ``calls`` (argument tuples of the actors' ``method``) over the boards, one call
