@@ -132,6 +132,11 @@ def _runs_are_one_boards_outputs_in_order(pool, expected):
     # Names as OffloadSession.run's: only y.
     (only_y,) = pool.run(onnx.load_from_string(MODEL), FEEDS[:1], output_names=["y"])
     reference.assert_same_bits(only_y[0], expected[0][1], "y")
+    # One session per model on each board, made at its first run and reused (the ModelProto
+    # above is the same model as the bytes).
+    sessions = ray.get([b.actor.__ray_call__.remote(lambda actor: list(actor.sessions))
+                        for b in pool.boards])
+    assert all(len(keys) == 1 for keys in sessions) and len({k[0] for k in sessions}) == 1
 
 
 def _bad_feeds_are_refused_before_anything_is_sent(pool):
