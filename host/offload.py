@@ -266,7 +266,7 @@ class OffloadSession:
     """
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
-                 *, device=None, fuse=True, **kwargs):
+                 *, device=None, **kwargs):
         model = read_model(path_or_bytes)
         try:
             onnx.checker.check_model(model)
@@ -299,15 +299,12 @@ class OffloadSession:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for step in self._steps:
-                if isinstance(step, SubgraphStep):
+                if isinstance(step, CpuPartition) and not step.untyped:
+                    self._engines[step.index] = self._engine(step, step.model)
+                elif isinstance(step, SubgraphStep):
                     from onnx.reference import ReferenceEvaluator
                     self._engines[id(step)] = ReferenceEvaluator(step.model,
                                                                  new_ops=self._reference_ops())
-            self._fused = self._fuse(plan) if fuse else None
-            if self._fused is None:
-                for step in self._steps:
-                    if isinstance(step, CpuPartition) and not step.untyped:
-                        self._engines[step.index] = self._engine(step, step.model)
         for text, category in dict.fromkeys((str(w.message), w.category) for w in caught):
             warnings.warn(text, category, stacklevel=2)
         # Initializers a device step, a subgraph step or the graph's outputs read as arrays.
@@ -355,7 +352,7 @@ class OffloadSession:
 
     def get_providers(self):
         """The onnxruntime providers of the CPU partitions (the device is :attr:`device`)."""
-        for engine in [self._fused[0]] if self._fused else self._engines.values():
+        for engine in self._engines.values():
             if hasattr(engine, "get_providers"):
                 return engine.get_providers()
         return [p if isinstance(p, str) else p[0]
@@ -405,8 +402,6 @@ class OffloadSession:
             from maxaccel.host.device import open_device
             self.device = open_device("sim")
             self._owns_device = True
-        if self._fused is not None:
-            return self._run_fused(output_names, feeds, run_options)
         values = dict(self._initializers)
         values.update(feeds)
         record, timings = [], []
@@ -425,69 +420,8 @@ class OffloadSession:
         self.last_run, self.last_steps = record, timings
         return [values[name] for name in output_names]
 
-    @property
-    def fused(self):
-        """Whether the whole model runs as one onnxruntime session, with the device and
-        subgraph steps as Python operators (:mod:`maxaccel.host.fused`), rather than as one
-        session per CPU partition."""
-        return self._fused is not None
-
-    def _fuse(self, plan):
-        """``(InferenceSession, FusedSteps)`` for the whole model, or None where it cannot run
-        as one session: onnxruntime-extensions is not installed, a step reads or writes an
-        element type Python operators do not carry bit for bit, or onnxruntime does not load
-        the fused model (an operator it lacks: the partitions then say which)."""
-        from maxaccel.host import fused
-        if not fused.available():
-            return None
-        steps = fused.FusedSteps(self._steps, self._run_step)
-        model = fused.fused_model(plan, steps.key)
-        if model is None:
-            return None
-        import onnxruntime
-        options = fused.register_library(self._sess_options)
-        try:
-            engine = onnxruntime.InferenceSession(
-                model.SerializeToString(), options,
-                providers=self._providers or ["CPUExecutionProvider"],
-                provider_options=self._provider_options, **self._ort_kwargs)
-        except Exception:  # onnxruntime's own exception types, by status
-            return None
-        return engine, steps
-
-    def _run_step(self, step, values):
-        """Run a device or subgraph step on ``values`` (updated with its outputs); its where."""
-        if isinstance(step, DeviceStep):
-            return self._run_device(step, values)
-        return self._run_subgraph(step, values)
-
-    def _run_fused(self, output_names, feeds, run_options):
-        engine, steps = self._fused
-        steps.calls, steps.error = [], None
-        clock = time.perf_counter
-        started = clock()
-        try:
-            results = engine.run(output_names, feeds, run_options)
-        except Exception:
-            error, steps.error = steps.error, None
-            if error is not None:   # a step's own exception, not onnxruntime's report of it
-                raise error from None
-            raise
-        ended = clock()
-        record, timings = [], []
-        for index, where, seconds in steps.timings(started, ended):
-            step = self._steps[index]
-            where = where or self._where(step)
-            timings.append(StepTiming(step.name, where, tuple(n for n, _ in step.nodes),
-                                      seconds))
-            record += [(name, node.op_type, where) for name, node in step.nodes]
-        self.last_run, self.last_steps = record, timings
-        return results
-
     def _where(self, step):
         if isinstance(step, CpuPartition):
-            if self._fused is not None:
-                return ONNXRUNTIME
             engine = self._engines.get(step.index)
             return ONNXRUNTIME if engine is None or hasattr(engine, "get_providers") \
                 else ONNX_REFERENCE

@@ -221,12 +221,10 @@ class CpuPartition:
 
 @dataclass
 class Plan:
-    """The steps in run order, the model they came from (functions inlined), and ``types``:
-    value name -> ``TypeProto`` from the graph's declarations and ONNX shape inference."""
+    """The steps in run order, and the model they came from (functions inlined)."""
 
     model: onnx.ModelProto
     steps: list
-    types: dict = field(default_factory=dict)
 
 
 def _attributes(node):
@@ -380,7 +378,7 @@ def partition(model, name_of):
                 steps.append(_device_step(node, names, fold_of.get(id(node))))
             else:
                 steps.append(_subgraph_step(node, names[id(node)], model))
-    return Plan(model, steps, types)
+    return Plan(model, steps)
 
 
 def _reads_after(nodes, kinds, level_of, graph_outputs):
