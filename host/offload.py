@@ -59,7 +59,8 @@ from maxaccel.host.partition import (FAMILY, MAX_IR_VERSION, OFFLOADED, CpuParti
                                      DeviceStep, SubgraphStep, partition)
 
 __all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
-           "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE"]
+           "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "SPINNING", "NO_SPINNING",
+           "without_spinning"]
 
 DEVICE = "device"
 GOLDEN = "golden"
@@ -190,6 +191,29 @@ def _onnxruntime_refusal(model):
     return None
 
 
+#: The session configuration entries that let a thread pool's idle threads spin, and the
+#: value that stops them (onnxruntime's default, "1", lets them spin).
+SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+NO_SPINNING = "0"
+
+
+def without_spinning(options):
+    """``options`` (an ``onnxruntime.SessionOptions``; None: new default ones) with each
+    entry of :data:`SPINNING` the caller has not set set to :data:`NO_SPINNING`, so that idle
+    pool threads sleep instead of spinning; an entry the caller set is kept. The caller's
+    object is changed (onnxruntime has no copy of a ``SessionOptions``, and setting an entry
+    back logs a warning), which changes nothing else."""
+    import onnxruntime
+    if options is None:
+        options = onnxruntime.SessionOptions()
+    for key in SPINNING:
+        try:
+            options.get_session_config_entry(key)
+        except RuntimeError:    # onnxruntime's answer for an entry never set
+            options.add_session_config_entry(key, NO_SPINNING)
+    return options
+
+
 #: The attributes of MaxPool (every opset) that ``max_pool`` takes, with their defaults.
 _MAX_POOL_ATTRIBUTES = {"strides": None, "pads": None, "dilations": None, "ceil_mode": 0,
                         "auto_pad": "NOTSET", "storage_order": 0}
@@ -294,6 +318,13 @@ class OffloadSession:
         self._provider_options, self._ort_kwargs = provider_options, kwargs
         self.fallbacks = {}
         self._engines = {}
+        # Between two partitions the device works: a pool spinning after its partition holds a
+        # core that the device call and the next partition's pool need (on 2 busy cores this
+        # made small models 12-104x onnxruntime's whole-model time). A model with no device
+        # or subgraph step is one partition: onnxruntime's own behaviour.
+        self._partition_options = sess_options
+        if not all(isinstance(s, CpuPartition) for s in self._steps):
+            self._partition_options = without_spinning(sess_options)
         # onnxruntime warns about the providers (one it does not have, say) for every
         # partition's session: said once for the model, as its own InferenceSession would.
         with warnings.catch_warnings(record=True) as caught:
@@ -432,7 +463,7 @@ class OffloadSession:
         import onnxruntime
         try:
             return onnxruntime.InferenceSession(
-                _for_onnxruntime(model), self._sess_options,
+                _for_onnxruntime(model), self._partition_options,
                 providers=self._providers or ["CPUExecutionProvider"],
                 provider_options=self._provider_options, **self._ort_kwargs)
         except Exception as error:  # onnxruntime's own exception types, by status
