@@ -248,8 +248,11 @@ def main(argv=None):
     if args.option == "global-pool":
         from onnxruntime.capi import _pybind_state
         _pybind_state.set_global_thread_pool_sizes(0, 0)   # before any session: default sizes
-    print("| option | model | threading | host-side time per run | onnxruntime, whole model | "
-          "ratio |\n|---|---|---|---|---|---|")
+    if args.option == "pyop":
+        print("| operator | tensor | time per run |\n|---|---|---|")
+    else:
+        print("| option | model | threading | host-side time per run | onnxruntime, whole "
+              "model | ratio |\n|---|---|---|---|---|---|")
     if args.option in ("spinning", "global-pool"):
         from maxaccel.host import open_device
         with open_device(args.device) as device:
