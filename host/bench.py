@@ -350,6 +350,7 @@ class _TimedDevice:
             finally:
                 self.seconds += time.perf_counter() - started
                 self.calls += 1
+        setattr(self, name, timed)  # made once: the wrapper's own cost is not the session's
         return timed
 
 
