@@ -7,6 +7,7 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py global-pool --device verilator audio segnet kws
     python examples/offload_options.py pause audio segnet kws
     python examples/offload_options.py iobinding audio segnet kws
+    python examples/offload_options.py instant audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
@@ -16,6 +17,8 @@ False`` for every session, onnxruntime alone included), set before any session e
 ``pause``: the golden model as the device, returning at once or after 50 ms asleep (a board's
 wait): what the hand-overs cost once the CPU's caches went cold. ``iobinding``: each partition
 run warm, by ``run`` against ``run_with_iobinding`` (inputs bound, outputs left to onnxruntime).
+``instant``: a device returning the golden model's results at once (computed once): the
+session's own cost, partitions and glue, with nothing between the partitions.
 ``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
 and 1M float32 elements (the single-session design: every device step such an operator).
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
@@ -147,6 +150,51 @@ def pause(args, device):
                 _row(option, name, threads, outside, alone)
 
 
+def instant(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    from maxaccel.sim import reference
+
+    class Instant:
+        """The golden model's results, computed once per call site and shape, then returned
+        at once: no device time and no cache churn between the partitions."""
+
+        def __init__(self):
+            self.results = {}
+
+        def __getattr__(self, operation):
+            function = getattr(reference, operation)
+
+            def call(*arrays, **keywords):
+                key = (operation, arrays[0].shape, len(arrays), repr(sorted(keywords.items())))
+                if key not in self.results:
+                    self.results[key] = function(*arrays, **keywords)
+                return self.results[key]
+            return call
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        timed = bench._TimedDevice(Instant())
+        session = OffloadSession(model, _options("1 thread"), device=timed)
+        for _ in range(3):
+            session.run(None, feeds)
+        outside, partitions, alone = [], [], []
+        for _ in range(args.repeats * args.rounds * 20):
+            before = timed.seconds
+            started = time.perf_counter()
+            session.run(None, feeds)
+            outside.append(time.perf_counter() - started - (timed.seconds - before))
+            partitions.append(sum(s.seconds for s in session.last_steps
+                                  if s.where == "onnxruntime"))
+            started = time.perf_counter()
+            runtime.run(None, feeds)
+            alone.append(time.perf_counter() - started)
+        _row(f"device at once (partitions {_median_ms(partitions):.3f} ms)", name, "1 thread",
+             _median_ms(outside), _median_ms(alone))
+
+
 def iobinding(args, device):
     import onnxruntime
 
@@ -233,7 +281,7 @@ def pyop(args, device):
 
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
-           "iobinding": iobinding, "pyop": pyop}
+           "iobinding": iobinding, "pyop": pyop, "instant": instant}
 
 
 def main(argv=None):
