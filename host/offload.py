@@ -12,7 +12,8 @@ constructor (and give a ``device``), keep the rest of the script::
 
 At creation the graph is split once (:mod:`maxaccel.host.partition`) into device steps and the
 fewest CPU partitions the data dependencies allow; each partition is one onnxruntime
-``InferenceSession`` (the user's ``SessionOptions`` and providers), created once and reused. At
+``InferenceSession`` (the user's ``SessionOptions`` and providers; their thread pools sleep
+between hand-overs rather than spin), created once and reused. At
 :meth:`OffloadSession.run` the steps run in order and values pass between them as the numpy
 arrays onnxruntime and the device return.
 
@@ -250,7 +251,9 @@ class OffloadSession:
         The model. It must pass ``onnx.checker`` or load in onnxruntime (no stricter check
         than onnxruntime's).
     sess_options : onnxruntime.SessionOptions, optional
-        Used for every CPU partition.
+        Used for every CPU partition. When the model has device or subgraph steps, the entries
+        of :data:`SPINNING` it does not set are set to :data:`NO_SPINNING` on it (see
+        :func:`without_spinning`): the partitions' pools sleep between hand-overs.
     providers, provider_options : optional
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
