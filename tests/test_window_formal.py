@@ -36,8 +36,19 @@ or two each, every configuration of them; ``idle`` is checked on every cycle. Ea
 cycle roughly doubles the solver's time (14 cycles: 40 s on two shared cores, where checking
 the 15th step alone took over a minute). Free reset found a real bug: the pipeline's valid flags did not reset,
 so a result in flight at a ``clear`` or an abort came out after it (``tests/test_window.py``,
-``test_clear_drops_results_in_flight``). The negative controls make later taps win ties and
-drop each window's last tap from the model: each must fail.
+``test_clear_drops_results_in_flight``). The negative controls make later taps win ties,
+drop each window's last tap from the model, and let a tail's windows use the next image's items
+(the overlap's mask left out): each must fail.
+
+The overlap of a tail with the next image (``AxisPass``): the input is free, so the second
+image's items may come during the first image's tail (then the tail takes them, as the next
+image's first steps and as padding for its own windows), later (a gap: virtual steps), or not
+at all (the second image's tail is always virtual); the model numbers items by the stream
+alone, so an overlap that lost, repeated or misplaced an item, or mixed the images' windows,
+gives a wrong output or leaves one out. Inside the bound an overlapped tail and outputs of both
+images are reached: e.g. size 2, kernel 2, ceil mode (a tail of one step): the first image's
+items at cycles 4 and 5, the second's first at 6 with the tail's window, its outputs checked at
+12 and 13; the third negative control fails there.
 
 Not covered here: the outer passes' block RAM line buffers (the simulation suites,
 ``tests/test_window.py``, run them at every extent), elements narrower than 8 bytes, and
@@ -221,10 +232,16 @@ def test_axis_pass_is_a_sliding_window_maximum(tmp_path):
     print(f"AxisPass extent {EXTENT}: {DEPTH} cycles proved in {seconds:.1f} s")
 
 
-@pytest.mark.parametrize("control", ["later ties", "short model"])
+def _tail_sees_the_next_image(use, ahead):
+    return use
+
+
+@pytest.mark.parametrize("control", ["later ties", "short model", "tail sees the next image"])
 def test_the_axis_pass_check_finds_a_broken_pass(control, tmp_path):
     patch = (mock.patch.object(window, "_earliest_max", _later_wins_ties(window._earliest_max))
-             if control == "later ties" else contextlib.nullcontext())
+             if control == "later ties"
+             else mock.patch.object(window, "_tail_use", _tail_sees_the_next_image)
+             if control == "tail sees the next image" else contextlib.nullcontext())
     with patch:
         passed, _, _ = prove(AxisPassAgainstModel(control), tmp_path, mode="bmc", depth=DEPTH,
                              solver="yices", flatten=True)
