@@ -452,6 +452,22 @@ def test_exact_cycles(case):
     check_pool(x, axes, stalls=NO_STALLS, exact=True)
 
 
+@stall_params
+def test_overlapped_tails_under_stalls(stalls):
+    # SPP-shaped pools (stride 1, symmetric pads: every tail may overlap the next row's or
+    # image's first steps) on edge values (NaN payloads, ±0, infinities, subnormals, extremes),
+    # images back to back under random stalls on both sides: a tail overlaps when the next
+    # element is there at its first item and is virtual when not, so both happen here.
+    rng = _rng("overlap stalls", str(stalls))
+    for dtype, shape, axes in [
+            (np.float32, (3, 1, 6, 7), (axis(6, 5, 1, pads=(2, 2)), axis(7, 5, 1, pads=(2, 2)))),
+            (np.float16, (5, 1, 9, 9), (axis(9, 9, 1, pads=(4, 4)), axis(9, 9, 1, pads=(4, 4)))),
+            (ml_dtypes.bfloat16, (4, 2, 13), (axis(13, 13, 1, pads=(6, 6)),)),
+            (np.int8, (9, 1, 11), (axis(11, 5, 1, pads=(2, 2)),))]:
+        x = random_values(rng, dtype, shape, edge_fraction=0.5)
+        check_pool(x, axes, stalls=stalls)
+
+
 def test_overlapped_tails_cost_no_cycles():
     # 5x5 stride 1 pad 2 on 6 x 8, three float64 lanes, no stalls: every row and every image
     # follows the one before with no gap: elements at edges SETTLE + 1 .. SETTLE + 144. The
