@@ -463,7 +463,9 @@ def test_overlapped_tails_under_stalls(stalls):
             (np.float32, (3, 1, 6, 7), (axis(6, 5, 1, pads=(2, 2)), axis(7, 5, 1, pads=(2, 2)))),
             (np.float16, (5, 1, 9, 9), (axis(9, 9, 1, pads=(4, 4)), axis(9, 9, 1, pads=(4, 4)))),
             (ml_dtypes.bfloat16, (4, 2, 13), (axis(13, 13, 1, pads=(6, 6)),)),
-            (np.int8, (9, 1, 11), (axis(11, 5, 1, pads=(2, 2)),))]:
+            (np.int8, (9, 1, 11), (axis(11, 5, 1, pads=(2, 2)),)),
+            (np.float64, (3, 1, 4, 3, 5), (axis(4, 3, 1, pads=(1, 1)), axis(3, 3, 1, pads=(1, 1)),
+                                           axis(5, 3, 1, pads=(1, 1))))]:
         x = random_values(rng, dtype, shape, edge_fraction=0.5)
         check_pool(x, axes, stalls=stalls)
 
