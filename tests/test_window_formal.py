@@ -33,8 +33,8 @@ domain's reset every cycle (a reset restarts pass and model alike, with a new co
 six cycles after its window's last item, so inside the bound the outputs checked are those of
 windows that end on the first four items (or after a reset, on fewer): short images, a window
 or two each, every configuration of them; ``idle`` is checked on every cycle. Each further
-cycle roughly doubles the solver's time (14 cycles: 40 s on two shared cores, 53 s with the tails' overlap; checking
-the 15th step alone took over a minute). Free reset found a real bug: the pipeline's valid flags did not reset,
+cycle roughly doubles the solver's time (14 cycles: 40 s on two shared cores, 53 s with the
+tails' overlap; checking the 15th step alone took over a minute). Free reset found a real bug: the pipeline's valid flags did not reset,
 so a result in flight at a ``clear`` or an abort came out after it (``tests/test_window.py``,
 ``test_clear_drops_results_in_flight``). The negative controls make later taps win ties,
 drop each window's last tap from the model, and let a tail's windows use the next image's items
