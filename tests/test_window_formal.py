@@ -31,10 +31,10 @@ domain's reset every cycle (a reset restarts pass and model alike, with a new co
 :data:`DEPTH` cycles from reset. The first item comes no earlier than the unit's pass sees one
 (:attr:`WindowMaxPool.SETTLE` plus the two key stages, cycle 4) and a result leaves the tree
 six cycles after its window's last item, so inside the bound the outputs checked are those of
-windows that end on the first four items (or after a reset, on fewer): short images, a window
+windows that end on the first five items (or after a reset, on fewer): short images, a window
 or two each, every configuration of them; ``idle`` is checked on every cycle. Each further
-cycle roughly doubles the solver's time (14 cycles: 40 s on two shared cores, 53 s with the
-tails' overlap; checking the 15th step alone took over a minute). Free reset found a real bug: the pipeline's valid flags did not reset,
+cycle roughly doubles the solver's time or more (with the tails' overlap, on two shared cores:
+14 cycles 19-53 s, 15 cycles 31-45 s, 16 cycles 149 s). Free reset found a real bug: the pipeline's valid flags did not reset,
 so a result in flight at a ``clear`` or an abort came out after it (``tests/test_window.py``,
 ``test_clear_drops_results_in_flight``). The negative controls make later taps win ties,
 drop each window's last tap from the model, and let a tail's windows use the next image's items
@@ -47,8 +47,10 @@ at all (the second image's tail is always virtual); the model numbers items by t
 alone, so an overlap that lost, repeated or misplaced an item, or mixed the images' windows,
 gives a wrong output or leaves one out. Inside the bound an overlapped tail and outputs of both
 images are reached: e.g. size 2, kernel 2, ceil mode (a tail of one step): the first image's
-items at cycles 4 and 5, the second's first at 6 with the tail's window, its outputs checked at
-12 and 13; the third negative control fails there.
+items at cycles 4 and 5, the second's first at 6 with the tail's step: the first image's last
+window (ending on that step) given at 12, the second image's first (ending at 7) at 13 and its
+last (ending on its own tail, virtual: no third image) at 14; the third negative control fails
+there.
 
 Not covered here: the outer passes' block RAM line buffers (the simulation suites,
 ``tests/test_window.py``, run them at every extent), elements narrower than 8 bytes, and
@@ -75,7 +77,7 @@ DIM_BITS = 3
 KEY_BITS = 1
 IMAGES = 2
 #: Cycles of the bounded check (see the module docstring for what they reach).
-DEPTH = 14
+DEPTH = 15
 #: Cycles before the first item, as in :class:`WindowMaxPool`: ``i.ready`` low for ``SETTLE``
 #: cycles, then two key stages before the passes.
 FIRST_ITEM = WindowMaxPool.SETTLE + 2
