@@ -53,8 +53,9 @@ class Target:
         ``max_operands``, ``pool_channels``, ``window_lanes``, ``units``, ``reduce_pipeline``)
         chosen so the design fits the device. The Arty's windowed pooling unit takes one
         lane (``window_lanes=1``: 8 bytes a cycle, far more than a UART brings); the ULX3S has no
-        windowed pooling unit yet (with one, nextpnr took over 20 minutes of CPU to place the
-        25F, too long for CI; MaxPool goes through ``REDUCE`` there). The rule for
+        windowed pooling unit (with one window lane of extent 3 its design needs 25 691
+        TRELLIS_COMB of the 25F's 24 288: docs/boards.md; MaxPool goes through ``REDUCE``
+        there). The rule for
         ``reduce_pipeline``: ``"shallow"`` on the boards that run from a 12 MHz oscillator (the
         iCE40 ones, no PLL: the UART, not the core, is the limit there), where it still meets
         the clock with margin and frees about a sixth of the logic cells; ``"deep"`` (the

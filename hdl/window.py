@@ -118,9 +118,15 @@ class AxisPass(wiring.Component):
     of ``depth`` entries, tap ``t`` holding the item of the same column ``t`` steps ago. A step
     at which window ``o`` ends (its last tap) sends the row's items, each with the maximum of its
     selected taps, to the output. Windows that end beyond the last step (right padding) are
-    closed by *virtual* steps of padding items that the pass makes itself (the input is not
-    ready meanwhile): ``max(0, (out - 1) * stride - pad + (kernel - 1) * dilation - size + 1)``
-    steps of one row each per image.
+    closed by a *tail* of ``T = max(0, (out - 1) * stride - pad + (kernel - 1) * dilation - size
+    + 1)`` steps of one row each per image. If the next image's first item is there at the
+    tail's first item, and none of its windows ends within ``T`` steps (``T <= (kernel - 1) *
+    dilation - pad``) and it is longer (``T < size``), the tail *overlaps* it: its steps are the
+    next image's first ``T`` steps, which the tail's windows take as padding (a second
+    thermometer beside the one of steps seen) while the next image's counters start ``T``
+    steps in. Else the tail is ``T`` *virtual* steps of padding items the pass makes itself,
+    the input not ready meanwhile: a stream may end after any image, so the pass never waits
+    for the next.
 
     Parameters
     ----------
@@ -217,6 +223,22 @@ class AxisPass(wiring.Component):
         size_one = register(m, 1, cfg.size == 1, "size_one")
         windows_one = register(m, 1, cfg.out == 1, "windows_one")
         inner_one = [register(m, 1, self.config[b].out == 1, f"one_{b}") for b in self.inner]
+        # The tail: virtual steps after an image's last real step, ``end - size + 1`` where
+        # ``end = (out - 1) * stride + first_gap`` is the last window's last tap. The tail may
+        # take the next image's first steps instead (it treats them as padding) when none of
+        # that image's windows ends during it (tail <= first_gap) and that image is longer
+        # (tail < size); the counters of the next image after the tail are then constants.
+        reach = register(m, 1, (cfg.out - 1) * cfg.stride, "reach")
+        tail_shape = signed(2 * dim_bits + 3)
+        tail = Signal(tail_shape)
+        m.d.comb += tail.eq(reach + first_gap - size_less)
+        tail = register(m, 1, tail, "tail").as_signed()
+        overlap_ok = register(m, 1, (tail > 0) & (tail <= first_gap) & (tail <= size_less),
+                              "overlap_ok")
+        follow_gap = register(m, 1, (first_gap - tail)[:dim_bits + 2], "follow_gap")
+        follow_gap_zero = register(m, 1, tail == first_gap, "follow_gap_zero")
+        follow_rows = register(m, 1, (size_less - tail)[:dim_bits], "follow_rows")
+        follow_rows_zero = register(m, 1, tail == size_less, "follow_rows_zero")
 
         # --- Counters: where the next item of the image is. Each counts down and keeps
         # flags of its next zero tests, set when it is loaded, so a step's decisions are a
@@ -228,7 +250,10 @@ class AxisPass(wiring.Component):
         windows_left = Signal(dim_bits)           # windows not closed yet
         windows_zero, windows_single = Signal(), Signal()
         virtual = Signal()                        # this step is past the last real one
+        tail_first = Signal()                     # ... and the first such (nothing fired yet)
+        overlap = Signal()                        # the tail takes the next image's steps
         seen = Signal(extent)                     # bit t: at least t + 1 steps before this one
+        fresh = Signal(extent)                    # bit t: t + 1 steps of the next image before
         at_start = Signal(init=1)                 # no item of the image has come yet
         # The column of the item in the row: one count-down per inner axis, an odometer.
         columns = [Signal(dim_bits, name=f"column_{b}") for b in self.inner]
@@ -247,25 +272,49 @@ class AxisPass(wiring.Component):
             return [gap.eq(first_gap), gap_zero.eq(first_gap_zero),
                     rows_after.eq(size_less), rows_zero.eq(size_one),
                     windows_left.eq(windows), windows_zero.eq(0), windows_single.eq(windows_one),
-                    virtual.eq(0), seen.eq(0), at_start.eq(1)] + reload_columns()
+                    virtual.eq(0), tail_first.eq(0), overlap.eq(0), seen.eq(0), fresh.eq(0),
+                    at_start.eq(1)] + reload_columns()
+
+        def follow():
+            # The next image, whose first ``tail`` steps the tail took.
+            return [gap.eq(follow_gap.as_signed()), gap_zero.eq(follow_gap_zero),
+                    rows_after.eq(follow_rows), rows_zero.eq(follow_rows_zero),
+                    windows_left.eq(windows), windows_zero.eq(0), windows_single.eq(windows_one),
+                    virtual.eq(0), tail_first.eq(0), overlap.eq(0),
+                    seen.eq(Cat(1, fresh[:-1])), fresh.eq(0), at_start.eq(0)] + reload_columns()
 
         # --- The pipeline: stage A (now), B (taps), the compare tree. ----------------------
         # One enable for every stage, a register: high unless the skid register behind the
         # output register holds an item, so ``i.ready`` never depends on ``o.ready``.
+        # In a tail the input is taken only if the tail overlaps the next image: decided at the
+        # tail's first item, by whether the next image's first item is there (a stream may end
+        # after any image, so the pass never waits for one); then every step of the tail takes
+        # one (the next image is longer than the tail), else none does (virtual steps).
         advance = Signal(init=1)
-        m.d.comb += self.i.ready.eq(advance & ~virtual)
+        takes = Signal()                          # an item of the input may be taken now
+        m.d.comb += takes.eq(~virtual | overlap | (tail_first & overlap_ok))
+        m.d.comb += self.i.ready.eq(advance & takes)
+        taking = Signal()
+        m.d.comb += taking.eq(advance & takes & self.i.valid)
         fire = Signal()
-        m.d.comb += fire.eq(advance & (virtual | self.i.valid))
+        m.d.comb += fire.eq(taking | advance & virtual & ~overlap)
+        ahead = Signal()                          # the item is the next image's, in a tail
+        m.d.comb += ahead.eq(virtual & taking)
         entering = Signal(item_shape)
-        with m.If(~virtual):
+        with m.If(takes & self.i.valid):
             m.d.comb += entering.eq(self.i.payload)
 
         with m.If(fire):
-            m.d.sync += at_start.eq(0)
+            m.d.sync += [at_start.eq(0), tail_first.eq(0)]
+            with m.If(ahead):
+                m.d.sync += overlap.eq(1)
             with m.If(row_end):
                 last_real = virtual | rows_zero
                 with m.If(last_real & Mux(ends, windows_single, windows_zero)):
-                    m.d.sync += restart()
+                    with m.If(ahead):
+                        m.d.sync += follow()
+                    with m.Else():
+                        m.d.sync += restart()
                 with m.Else():
                     with m.If(ends):
                         m.d.sync += [gap.eq(stride_less), gap_zero.eq(stride_one),
@@ -276,10 +325,13 @@ class AxisPass(wiring.Component):
                         m.d.sync += [gap.eq(gap - 1), gap_zero.eq(gap == 1)]
                     m.d.sync += [
                         virtual.eq(last_real),
+                        tail_first.eq(last_real & ~virtual),
                         rows_after.eq(rows_after - 1),
                         rows_zero.eq(rows_after == 1),
                         seen.eq(Cat(1, seen[:-1])),
                     ]
+                    with m.If(ahead):
+                        m.d.sync += fresh.eq(Cat(1, fresh[:-1]))
                     m.d.sync += reload_columns()
             with m.Else():
                 # The innermost column counts down; at zero it reloads and the next one counts.
@@ -305,7 +357,9 @@ class AxisPass(wiring.Component):
         with m.If(advance):
             m.d.sync += b_item.eq(entering)
         b_ends = register(m, advance, ends, "b_ends")
-        b_use = register(m, advance, Cat(1, mask[1:] & seen[:-1]), "b_use")
+        # Taps before the image are padding, and so, in a tail, are the next image's.
+        b_use = register(m, advance, _tail_use(Cat(1, mask[1:] & seen[:-1]),
+                                               Cat(ahead, fresh[:-1])), "b_use")
         b_address = register(m, advance, address, "b_address")
         stored = [b_item]                         # tap t: the item t steps ago, same column
         storing = advance & b_valid
@@ -381,6 +435,12 @@ class AxisPass(wiring.Component):
         m.d.sync += advance.eq(output_free | ~(skid_valid | arriving))
         m.d.comb += self.idle.eq(~Cat(valids).any() & ~self.o.valid & ~skid_valid & at_start)
         return m
+
+
+def _tail_use(use, ahead):
+    """The taps a window uses: ``use`` but not those holding the next image's items
+    (``ahead``), which a tail takes as padding."""
+    return use & ~ahead
 
 
 def _valid_register(m, enable, value, name):
@@ -507,7 +567,11 @@ class WindowMaxPool(wiring.Component):
     inserts one cycle per virtual step: per input row ``max(0, end - size + 1)`` for the
     innermost axis, where ``end = (out - 1) * stride - pad + (kernel - 1) * dilation``, and
     per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
-    of an outer axis, when they back up to the input. An output whose window's last element (or
+    of an outer axis, when they back up to the input; none where the tail overlaps the next
+    row's (image's) first steps (:class:`AxisPass`: e.g. every stride-1 pool with symmetric
+    padding ``p <= (kernel - 1) / 2`` on rows longer than ``p``, when the next row's first
+    element is there in time: the innermost pass then costs nothing but the stream's last
+    row's tail). An output whose window's last element (or
     last virtual step) is taken at edge ``e`` is taken by a ready sink at edge ``e +``
     :attr:`latency`, ``3 + sum over the axes of (2 + 2 * max(1, ceil(log2(extent)))) +
     (max_rank - 1)`` (``extent`` the axis's ``max_extent``; the ``max_rank - 1`` passes with
@@ -527,9 +591,10 @@ class WindowMaxPool(wiring.Component):
     combinationally on ``o.ready``.
     """
 
-    #: Cycles ``i.ready`` stays low after reset or ``clear``. The derived configuration is up
-    #: to three registers deep; the first element reaches the passes two cycles after it is
-    #: taken, when every pass has loaded its counters from it.
+    #: Cycles ``i.ready`` stays low after reset or ``clear``. The counters' start values are
+    #: up to three registers deep; the first element reaches the passes two cycles after it is
+    #: taken, when every pass has loaded its counters from them. The tail's constants (four
+    #: deep) are read no earlier than the step after an image's first.
     SETTLE = 2
 
     def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,

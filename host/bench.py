@@ -350,6 +350,7 @@ class _TimedDevice:
             finally:
                 self.seconds += time.perf_counter() - started
                 self.calls += 1
+        setattr(self, name, timed)  # made once: the wrapper's own cost is not the session's
         return timed
 
 
@@ -395,13 +396,16 @@ def conv_model(size=192, channels=8, classes=10, seed=0):
 @dataclass
 class ModelMeasurement:
     """One model run by :class:`~maxaccel.host.offload.OffloadSession` on a device and by
-    onnxruntime alone, side by side (seconds, each the minimum over the repeats: other work on
-    the machine only ever adds time, and a millisecond-long run is easily preempted).
+    onnxruntime alone, side by side, with onnxruntime on one thread and with its default
+    threading (seconds, each the median over the repeats).
 
     ``session_s`` is the whole ``OffloadSession.run``; ``device_s`` the time inside the device's
     operator calls during it; ``outside_s`` the session's own cost, its run time minus its
-    device time (CPU partitions, glue); ``onnxruntime_s`` the whole model on onnxruntime with
-    ``intra_op_num_threads=1``. ``ratio`` is ``outside_s / onnxruntime_s``.
+    device time (CPU nodes, hand-overs, glue); ``onnxruntime_s`` the whole model on onnxruntime;
+    all with ``intra_op_num_threads=1`` (and ``inter_op_num_threads=1``). The ``default_``
+    figures are the same with default ``SessionOptions`` for both. ``ratio`` and
+    ``default_ratio`` are ``outside_s / onnxruntime_s``; ``partitions`` is how many
+    onnxruntime sessions the session ran.
     """
 
     model: str
@@ -412,27 +416,43 @@ class ModelMeasurement:
     device_s: float
     outside_s: float
     onnxruntime_s: float
+    default_session_s: float = math.nan
+    default_device_s: float = math.nan
+    default_outside_s: float = math.nan
+    default_onnxruntime_s: float = math.nan
+    partitions: int = 0
 
     @property
     def ratio(self):
         return self.outside_s / self.onnxruntime_s if self.onnxruntime_s > 0 else math.inf
 
+    @property
+    def default_ratio(self):
+        return self.default_outside_s / self.default_onnxruntime_s \
+            if self.default_onnxruntime_s > 0 else math.inf
+
     def as_dict(self):
-        return dict(asdict(self), ratio=self.ratio)
+        return dict(asdict(self), ratio=self.ratio, default_ratio=self.default_ratio)
 
 
 def _single_thread_options():
-    import onnxruntime
-    options = onnxruntime.SessionOptions()
+    options = _default_options()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3
+    return options
+
+
+def _default_options():
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3  # quiet; no effect on the threading or the graph
     return options
 
 
 def load_model(path_or_model):
     """``(name, model, feeds)`` for a model file (random normal float32 inputs, symbolic sizes
-    set to 1, seed 0) or for one of the built-in models by name (``"conv"``).
+    set to 1, seed 0) or for one of the built-in models by name (``"conv"``, and the names of
+    :data:`maxaccel.host.models.BUILT_IN`).
 
     Raises FileNotFoundError, or ValueError for a file that is not ONNX
     (:func:`~maxaccel.host.offload.read_model`)."""
@@ -440,10 +460,13 @@ def load_model(path_or_model):
 
     import onnx
 
+    from maxaccel.host import models
     from maxaccel.host.offload import read_model
     if path_or_model == "conv":
         model, feeds = conv_model()
         return "two Convs, ReduceMax, Gemm (1x3x192x192)", model, feeds
+    if path_or_model in models.BUILT_IN:
+        return models.build(path_or_model)
     model = read_model(path_or_model)
     rng = np.random.default_rng(0)
     initialized = {t.name for t in model.graph.initializer}
@@ -458,28 +481,10 @@ def load_model(path_or_model):
     return os.path.basename(os.fspath(path_or_model)), model, feeds
 
 
-def measure_model(device, name, model, feeds, *, repeats=10, warmup=3):
-    """Time ``model`` on ``feeds`` with an :class:`~maxaccel.host.offload.OffloadSession` on
-    ``device`` and with onnxruntime alone on one thread, alternating, after ``warmup`` runs of
-    each (onnxruntime's allocator settles in its first few runs); returns a
-    :class:`ModelMeasurement` (minima over ``repeats``).
-
-    Raises AssertionError if the session's outputs differ from onnxruntime's by more than
-    float rounding (the inputs are random normals: no NaN or signed-zero ties for the
-    contract to decide differently).
-    """
-    import onnxruntime
-
-    from maxaccel.host.offload import OffloadSession
-    timed = _TimedDevice(device)
-    session = OffloadSession(model, _single_thread_options(), device=timed)
-    runtime = onnxruntime.InferenceSession(model.SerializeToString(), _single_thread_options(),
-                                           providers=["CPUExecutionProvider"])
-    got, want = session.run(None, feeds), runtime.run(None, feeds)
-    for value, expected in zip(got, want):
-        np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-6,
-                                   err_msg=f"{name}: OffloadSession differs from onnxruntime")
-    for _ in range(warmup - 1):
+def _time_pair(timed, session, runtime, feeds, repeats, warmup):
+    """Median ``(session, device, outside, onnxruntime)`` seconds of ``repeats`` alternating
+    runs of ``session`` (on the timed device) and ``runtime``, after ``warmup`` of each."""
+    for _ in range(warmup):
         session.run(None, feeds)
         runtime.run(None, feeds)
     totals, inside, alone = [], [], []
@@ -492,25 +497,66 @@ def measure_model(device, name, model, feeds, *, repeats=10, warmup=3):
         started = time.perf_counter()
         runtime.run(None, feeds)
         alone.append(time.perf_counter() - started)
-    outside = [t - d for t, d in zip(totals, inside)]
+    median = statistics.median
+    return (median(totals), median(inside), median(t - d for t, d in zip(totals, inside)),
+            median(alone))
+
+
+def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, configure=None):
+    """Time ``model`` on ``feeds`` with an :class:`~maxaccel.host.offload.OffloadSession` on
+    ``device`` and with onnxruntime alone, alternating, first both on one thread, then both
+    with default ``SessionOptions``, after ``warmup`` runs of each (onnxruntime's allocator
+    settles in its first few runs); returns a :class:`ModelMeasurement` (medians over
+    ``repeats``). ``configure``, if given, is called on each ``SessionOptions`` before the
+    session gets it (onnxruntime alone keeps them as they are), to measure another setting.
+
+    Raises AssertionError if the session's outputs differ from onnxruntime's by more than
+    float rounding (the inputs are random normals: no NaN or signed-zero ties for the
+    contract to decide differently).
+    """
+    import onnxruntime
+
+    from maxaccel.host.offload import OffloadSession
+    timed = _TimedDevice(device)
+    figures = []
+    for options in (_single_thread_options, _default_options):
+        given = options()
+        if configure is not None:
+            configure(given)
+        session = OffloadSession(model, given, device=timed)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), options(),
+                                               providers=["CPUExecutionProvider"])
+        got, want = session.run(None, feeds), runtime.run(None, feeds)
+        for value, expected in zip(got, want):
+            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{name}: OffloadSession differs from onnxruntime")
+        figures.append(_time_pair(timed, session, runtime, feeds, repeats, max(warmup - 1, 0)))
+        placements = session.placements
+        partitions = sum(1 for step in session.last_steps if step.where == "onnxruntime")
+        del session, runtime
+    (session_s, device_s, outside_s, onnxruntime_s), default = figures
     return ModelMeasurement(
         model=name, where=getattr(device, "url", type(device).__name__),
         nodes=len(model.graph.node),
-        device_nodes=sum(1 for *_, where in session.placements if where == "device"),
-        session_s=min(totals), device_s=min(inside), outside_s=min(outside),
-        onnxruntime_s=min(alone))
+        device_nodes=sum(1 for *_, where in placements if where == "device"),
+        session_s=session_s, device_s=device_s, outside_s=outside_s, onnxruntime_s=onnxruntime_s,
+        default_session_s=default[0], default_device_s=default[1], default_outside_s=default[2],
+        default_onnxruntime_s=default[3], partitions=partitions)
 
 
 def format_model_table(measurements):
-    """A markdown table of :class:`ModelMeasurement` s."""
+    """A markdown table of :class:`ModelMeasurement` s: one thread, then default threading."""
     lines = ["| model | device | nodes (on device) | session | in device calls | outside | "
-             "onnxruntime, 1 thread | outside / onnxruntime |",
-             "|---|---|---|---|---|---|---|---|"]
+             "onnxruntime, 1 thread | outside / onnxruntime | outside, default threads | "
+             "onnxruntime, default threads | outside / onnxruntime, default | partitions |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in measurements:
         lines.append(f"| {m.model} | {m.where} | {m.nodes} ({m.device_nodes}) | "
                      f"{_si(m.session_s, 's')} | {_si(m.device_s, 's')} | "
                      f"{_si(m.outside_s, 's')} | {_si(m.onnxruntime_s, 's')} | "
-                     f"{m.ratio:.2f}x |")
+                     f"{m.ratio:.2f}x | {_si(m.default_outside_s, 's')} | "
+                     f"{_si(m.default_onnxruntime_s, 's')} | {m.default_ratio:.2f}x | "
+                     f"{m.partitions} |")
     return "\n".join(lines)
 
 

@@ -329,7 +329,8 @@ def _bench(args, out):
                 for model in loaded:
                     models.append(bench.measure_model(device, *model))
                     print(f"  {models[-1].model}: {models[-1].ratio:.2f}x onnxruntime outside "
-                          f"the device calls", file=out, flush=True)
+                          f"the device calls on one thread, {models[-1].default_ratio:.2f}x "
+                          f"with default threading", file=out, flush=True)
         except (TransportError, RuntimeError, bench.NoCycleCounter) as error:
             failures.append(f"{url}: {error}")
             print(f"{url}: not measured: {error}", file=out)
@@ -552,10 +553,11 @@ def _parser(prog="maxaccel"):
     bench.add_argument("--dtype", default="float32", help="element type (default float32)")
     bench.add_argument("--model", action="append", metavar="MODEL.onnx",
                        help="also time a whole model (repeatable): OffloadSession on each "
-                            "device, outside its device calls, against onnxruntime on one "
-                            "thread; 'conv' is a built-in model of two 3x3 Convs, a ReduceMax "
-                            "and a Gemm (with --model, operations are timed only if "
-                            "--elements is given)")
+                            "device, outside its device calls, against onnxruntime, on one "
+                            "thread and with default threading; 'conv' is a built-in model of "
+                            "two 3x3 Convs, a ReduceMax and a Gemm, and 'audio', 'segnet', "
+                            "'kws', 'resnet18', 'control' those of maxaccel.host.models "
+                            "(with --model, operations are timed only if --elements is given)")
     bench.add_argument("--ratios", type=int, nargs="?", const=1 << 18, metavar="N",
                        help="also print each operation's device cycles over those of a "
                             "ReduceMax of the same input bytes, for float32, float16, int8 "

@@ -12,7 +12,8 @@ constructor (and give a ``device``), keep the rest of the script::
 
 At creation the graph is split once (:mod:`maxaccel.host.partition`) into device steps and the
 fewest CPU partitions the data dependencies allow; each partition is one onnxruntime
-``InferenceSession`` (the user's ``SessionOptions`` and providers), created once and reused. At
+``InferenceSession`` (the user's ``SessionOptions`` and providers; their thread pools sleep
+between hand-overs rather than spin), created once and reused. At
 :meth:`OffloadSession.run` the steps run in order and values pass between them as the numpy
 arrays onnxruntime and the device return.
 
@@ -59,7 +60,8 @@ from maxaccel.host.partition import (FAMILY, MAX_IR_VERSION, OFFLOADED, CpuParti
                                      DeviceStep, SubgraphStep, partition)
 
 __all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
-           "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE"]
+           "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "SPINNING", "NO_SPINNING",
+           "without_spinning"]
 
 DEVICE = "device"
 GOLDEN = "golden"
@@ -190,6 +192,31 @@ def _onnxruntime_refusal(model):
     return None
 
 
+_PARTITION, _DEVICE_STEP, _SUBGRAPH = "partition", "device step", "subgraph step"
+
+#: The session configuration entries that let a thread pool's idle threads spin, and the
+#: value that stops them (onnxruntime's default, "1", lets them spin).
+SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+NO_SPINNING = "0"
+
+
+def without_spinning(options):
+    """``options`` (an ``onnxruntime.SessionOptions``; None: new default ones) with each
+    entry of :data:`SPINNING` the caller has not set set to :data:`NO_SPINNING`, so that idle
+    pool threads sleep instead of spinning; an entry the caller set is kept. The caller's
+    object is changed (onnxruntime has no copy of a ``SessionOptions``, and setting an entry
+    back logs a warning), which changes nothing else."""
+    import onnxruntime
+    if options is None:
+        options = onnxruntime.SessionOptions()
+    for key in SPINNING:
+        try:
+            options.get_session_config_entry(key)
+        except RuntimeError:    # onnxruntime's answer for an entry never set
+            options.add_session_config_entry(key, NO_SPINNING)
+    return options
+
+
 #: The attributes of MaxPool (every opset) that ``max_pool`` takes, with their defaults.
 _MAX_POOL_ATTRIBUTES = {"strides": None, "pads": None, "dilations": None, "ceil_mode": 0,
                         "auto_pad": "NOTSET", "storage_order": 0}
@@ -224,7 +251,9 @@ class OffloadSession:
         The model. It must pass ``onnx.checker`` or load in onnxruntime (no stricter check
         than onnxruntime's).
     sess_options : onnxruntime.SessionOptions, optional
-        Used for every CPU partition.
+        Used for every CPU partition. When the model has device or subgraph steps, the entries
+        of :data:`SPINNING` it does not set are set to :data:`NO_SPINNING` on it (see
+        :func:`without_spinning`): the partitions' pools sleep between hand-overs.
     providers, provider_options : optional
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
@@ -285,6 +314,7 @@ class OffloadSession:
         self.inputs = [TensorSpec.of(i) for i in graph.input if i.name not in initialized]
         self._overridable = [TensorSpec.of(i) for i in graph.input if i.name in initialized]
         self.outputs = [TensorSpec.of(o) for o in graph.output]
+        self._specs = {s.name: s for s in self.inputs + self._overridable}
         try:
             plan = partition(model, lambda index, node: node.name or f"{node.op_type}_{index}")
         except ValueError as error:
@@ -294,6 +324,13 @@ class OffloadSession:
         self._provider_options, self._ort_kwargs = provider_options, kwargs
         self.fallbacks = {}
         self._engines = {}
+        # Between two partitions the device works: a pool spinning after its partition holds a
+        # core that the device call and the next partition's pool need (on 2 busy cores this
+        # made small models 12-104x onnxruntime's whole-model time). A model with no device
+        # or subgraph step is one partition: onnxruntime's own behaviour.
+        self._partition_options = sess_options
+        if not all(isinstance(s, CpuPartition) for s in self._steps):
+            self._partition_options = without_spinning(sess_options)
         # onnxruntime warns about the providers (one it does not have, say) for every
         # partition's session: said once for the model, as its own InferenceSession would.
         with warnings.catch_warnings(record=True) as caught:
@@ -314,6 +351,17 @@ class OffloadSession:
                               if t.name in wanted}
         self.placements = [(name, node.op_type, self._where(step))
                            for step in self._steps for name, node in step.nodes]
+        # What a run needs of each step, worked out once: its kind, its nodes' names and ops.
+        self._schedule = [(step, _PARTITION if isinstance(step, CpuPartition) else
+                           _DEVICE_STEP if isinstance(step, DeviceStep) else _SUBGRAPH,
+                           tuple(name for name, _ in step.nodes),
+                           [(name, node.op_type) for name, node in step.nodes])
+                          for step in self._steps]
+        self._output_names = [o.name for o in self.outputs]
+        self._pool_arguments = {id(step.attributes): _max_pool_arguments(step.attributes)
+                                for step in self._steps if isinstance(step, DeviceStep)
+                                and step.node.op_type == "MaxPool"}
+        self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
         self._needs_device = any(not isinstance(s, CpuPartition) for s in self._steps)
         self.last_run, self.last_steps = [], []
         self._owns_device = False
@@ -390,12 +438,12 @@ class OffloadSession:
             Feeds whose dtype differs from the graph's.
         """
         feeds = self.check_feeds(input_feed)
-        known = {o.name for o in self.outputs}
         if not output_names:
-            output_names = [o.name for o in self.outputs]
+            output_names = self._output_names
         else:
-            unknown = [n for n in output_names if n not in known]
+            unknown = [n for n in output_names if n not in self._output_names]
             if unknown:
+                known = self._output_names
                 raise ValueError(f"unknown output(s) {', '.join(map(repr, unknown))}; the "
                                  f"model's outputs: {', '.join(sorted(known))}")
         if self.device is None and self._needs_device:
@@ -406,17 +454,16 @@ class OffloadSession:
         values.update(feeds)
         record, timings = [], []
         clock = time.perf_counter
-        for step in self._steps:
+        for step, kind, names, operators in self._schedule:
             started = clock()
-            if isinstance(step, CpuPartition):
+            if kind is _PARTITION:
                 where = self._run_partition(step, values, feeds, run_options)
-            elif isinstance(step, DeviceStep):
+            elif kind is _DEVICE_STEP:
                 where = self._run_device(step, values)
             else:
                 where = self._run_subgraph(step, values)
-            timings.append(StepTiming(step.name, where, tuple(n for n, _ in step.nodes),
-                                      clock() - started))
-            record += [(name, node.op_type, where) for name, node in step.nodes]
+            timings.append(StepTiming(step.name, where, names, clock() - started))
+            record += [(name, op_type, where) for name, op_type in operators]
         self.last_run, self.last_steps = record, timings
         return [values[name] for name in output_names]
 
@@ -432,7 +479,7 @@ class OffloadSession:
         import onnxruntime
         try:
             return onnxruntime.InferenceSession(
-                _for_onnxruntime(model), self._sess_options,
+                _for_onnxruntime(model), self._partition_options,
                 providers=self._providers or ["CPUExecutionProvider"],
                 provider_options=self._provider_options, **self._ort_kwargs)
         except Exception as error:  # onnxruntime's own exception types, by status
@@ -510,13 +557,24 @@ class OffloadSession:
         if op_type == "GlobalMaxPool":
             return device.global_max_pool(inputs[0]), where
         if op_type == "MaxPool":
-            return device.max_pool(inputs[0], **_max_pool_arguments(attributes),
-                                   return_indices=outputs > 1), where
+            arguments = self._pool_arguments.get(id(attributes)) \
+                or _max_pool_arguments(attributes)
+            return device.max_pool(inputs[0], **arguments, return_indices=outputs > 1), where
         axes, keepdims, noop = _reduce_max_arguments(attributes, inputs)
         return device.reduce_max(inputs[0], axes=axes, keepdims=keepdims,
                                  noop_with_empty_axes=noop), where
 
     def _device_for(self, dtype):
+        """``(device, where)`` for a node of element type ``dtype``: the device, or the golden
+        model for a type the device lacks (worked out once per type and device)."""
+        known = self._routes.get(dtype)
+        if known is not None and known[0] is self.device:
+            return known[1]
+        route = self._route(dtype)
+        self._routes[dtype] = (self.device, route)
+        return route
+
+    def _route(self, dtype):
         identity = getattr(self.device, "identity", None)
         try:
             supported = identity is None or dtype_of(dtype) in identity.dtypes
@@ -556,16 +614,15 @@ class OffloadSession:
         if not isinstance(feeds, dict):
             raise TypeError(f"input_feed must be a dict of input name to array, "
                             f"not {type(feeds).__name__}")
-        specs = {s.name: s for s in self.inputs + self._overridable}
-        listing = ", ".join(repr(s) for s in self.inputs)
+        specs = self._specs
         unknown = [n for n in feeds if n not in specs]
         if unknown:
             raise ValueError(f"unknown input(s) {', '.join(map(repr, unknown))}; the model's "
-                             f"inputs: {listing}")
+                             f"inputs: {', '.join(repr(s) for s in self.inputs)}")
         missing = [s.name for s in self.inputs if s.name not in feeds]
         if missing and complete:
             raise ValueError(f"missing input(s) {', '.join(map(repr, missing))}; the model's "
-                             f"inputs: {listing}")
+                             f"inputs: {', '.join(repr(s) for s in self.inputs)}")
         checked = {}
         for name, value in feeds.items():
             spec = specs[name]

@@ -22,15 +22,11 @@ element whose bits equal it, or for a NaN maximum the first NaN. That is the con
 are equal bits except for NaNs, which all share the greatest key). It is memory work on the
 host, no extra link traffic.
 
-Hooking it into ``Device.max_pool`` (host/device.py)::
-
-    values, fmt, geometry, return_indices = check_max_pool(x, ...)
-    self._check_supported(fmt, "max_pool()")
-    plan = plan_reduce_pool(geometry)
-    with self._operation(plan.sent_elements * fmt.nbytes + plan.output_elements * fmt.nbytes):
-        return max_pool_by_reduce(
-            values, plan, lambda rows: self._reduce_runs(rows, *rows.shape, fmt),
-            return_indices)
+Where it is used: ``Device.max_pool`` (host/device.py) takes this route when the pooling unit
+cannot take the pool (``plan_window_pool`` gives no plan: no unit, a kernel above its extent) or
+when this route moves fewer elements (a plan whose groups carry filler images);
+``Device._max_pool_by_reduce`` runs it, and ``maxaccel bench --pool-routes`` times it against
+``MAX_POOL``.
 
 Pure numpy; never imports amaranth.
 """

@@ -4,8 +4,8 @@
 answers like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons
 a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
 ``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
-engine derives its checks from the same rules), and computes ``REDUCE``, ``POOL_CHANNELS_LAST``, ``LOAD`` and ``MAX`` with the
-golden model. ``MAX`` walks the replay buffer exactly as the ``BroadcastMax`` unit does (row
+engine derives its checks from the same rules), and computes ``REDUCE``, ``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL``
+(values and Indices, the reply row as the pooling unit sends it) with the golden model. ``MAX`` walks the replay buffer exactly as the ``BroadcastMax`` unit does (row
 addresses advanced by the encoded steps, modulo ``2**addr_bits``), so a wrong parameter block
 gives wrong bits. Load padding is filled with garbage, so a host relying on it fails.
 

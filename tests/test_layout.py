@@ -1,5 +1,5 @@
-"""The package layout's rules: imports go one way, and the host and the contract never import
-amaranth (``docs/architecture.md``, "Packages and imports")."""
+"""The package layout's rules: imports go one way, and the host, the contract and the cluster
+never import amaranth (``docs/architecture.md``, "Packages and imports")."""
 
 import ast
 import subprocess
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
-PACKAGES = ("contract", "hdl", "sim", "host", "boards")
+PACKAGES = ("contract", "hdl", "sim", "host", "boards", "cluster")
 #: What each package may import of the others; the graph has no cycle.
 ALLOWED = {
     "contract": set(),
@@ -15,6 +15,7 @@ ALLOWED = {
     "sim": {"contract", "hdl", "boards"},
     "boards": {"contract", "hdl"},
     "host": {"contract", "sim", "boards"},
+    "cluster": {"contract", "sim", "host"},
 }
 
 
@@ -60,9 +61,10 @@ def test_the_allowed_graph_has_no_cycle():
 
 
 def test_host_and_contract_load_without_amaranth():
-    """Importing the driver (not opening a virtual board) loads no amaranth."""
+    """Importing the driver or the pool (not opening a virtual board) loads no amaranth."""
     code = ("import sys, maxaccel.host.device, maxaccel.host.offload, maxaccel.host.cli, "
-            "maxaccel.contract.wire, maxaccel.contract.checks; "
+            "maxaccel.contract.wire, maxaccel.contract.checks, maxaccel.cluster.pool, "
+            "maxaccel.cluster.actor; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth'))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)

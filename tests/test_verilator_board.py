@@ -19,8 +19,11 @@ from maxaccel.sim.values import random_values
 from maxaccel.sim.verilator_board import VerilatorBoard
 from maxaccel.sim.virtual_board import VirtualBoard
 
+# The kernel extents pinned as the compiled board's defaults have them (the NiteFury's core:
+# 13 on the inner axes, 3 on the outermost), which the simulated board's defaults (3) are not.
 BOARD = dict(lanes=1, replay_depth=16, max_dims=2, max_operands=2, pool_channels=4,
-             window_lanes=1, window_columns=8, window_plane=16, frame_timeout_cycles=150)
+             window_lanes=1, window_columns=8, window_plane=16, frame_timeout_cycles=150,
+             window_extent=13, window_extent_outer=3)
 
 
 def conversation(identity, rng):

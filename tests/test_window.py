@@ -55,6 +55,14 @@ class Axis:
         """Virtual steps the unit adds per image of this axis."""
         return max(0, self.end - self.size + 1)
 
+    @property
+    def overlaps(self):
+        """The virtual steps take the next image's first steps instead when it is there: none
+        of its windows ends during them (its first ends ``(kernel - 1) * dilation - pad``
+        steps after its first) and it is longer than they are."""
+        first_gap = (self.kernel - 1) * self.dilation - self.pad
+        return 0 < self.extra <= first_gap and self.extra < self.size
+
     def taps(self, o):
         return [o * self.stride - self.pad + j * self.dilation for j in range(self.kernel)]
 
@@ -109,9 +117,11 @@ def configure(dut, dtype, axes):
 
 def step_edges(axes, settle):
     """With no stalls and only the innermost axis adding virtual steps, the edge at which each
-    step of the innermost axis (real or virtual) is taken: {(image, outer..., x): edge}."""
+    step of the innermost axis (real or virtual) is taken: {(image, outer..., x): edge}. A
+    row's virtual steps overlap the next row's first steps when they can (the input is always
+    there), so a row then costs ``size`` cycles; the stream's last row's tail follows it."""
     inner = axes[-1]
-    row = inner.size + inner.extra
+    row = inner.size + (0 if inner.overlaps else inner.extra)
     rows = int(np.prod([a.size for a in axes[:-1]]))
     return lambda image, outer_row, x: settle + 1 + (image * rows + outer_row) * row + x
 
@@ -155,8 +165,8 @@ def check_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axis=False
     Unless ``dut`` is given, the unit is built for ``axes``: its line and plane buffers hold
     ``spare`` entries more than the rows need (0: exactly full), its kernel extent is the
     largest of ``axes`` on every axis, or (``per_axis``) each axis's own.
-    ``exact``: with no stalls, assert the edge of every output (only when no outer axis adds
-    virtual steps) from :func:`step_edges`.
+    ``exact``: with no stalls, assert the edge of every output from :func:`step_edges` (only
+    when no outer axis adds virtual steps, or only the next one, overlapped: see below).
     """
     fmt = format_of(x.dtype)
     rank = len(axes)
@@ -187,16 +197,30 @@ def check_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axis=False
     reference.assert_same_bits(got.reshape(-1), order(values), what=what)
     np.testing.assert_array_equal(got_index.reshape(-1), order(indices), err_msg=what)
     if exact is not None and stalls == NO_STALLS:
-        assert all(a.extra == 0 for a in axes[:-1])
+        # The axis next to the innermost may add virtual steps if they overlap the next
+        # image's first rows: a virtual row is then taken as the next image's row is, except
+        # after the stream's last row, where it follows the last real row's last item, an item
+        # a cycle (its rows of ``out`` items).
+        assert all(a.extra == 0 for a in axes[:-2])
+        assert all(a.extra == 0 or a.overlaps for a in axes[-2:-1])
         edge = step_edges(axes, WindowMaxPool.SETTLE)
         outer = axes[:-1]
+        sizes = [a.size for a in outer]
+        rows = int(np.prod(sizes))
+        lanes = len(words) // (rows * axes[-1].size)
         expected = []
-        for lane in range(len(words) // int(np.prod([a.size for a in axes]))):
+        for lane in range(lanes):
             for position in itertools.product(*(range(a.out) for a in axes)):
                 last = [a.taps(o)[-1] for a, o in zip(axes, position)]
-                outer_row = int(np.ravel_multi_index(last[:-1], [a.size for a in outer])) \
-                    if outer else 0
-                expected.append(edge(lane, outer_row, last[-1]) + dut.latency)
+                # Row-major, the last outer tap possibly beyond its axis (a virtual row).
+                outer_row = sum(t * int(np.prod(sizes[a + 1:])) for a, t in enumerate(last[:-1]))
+                if lane * rows + outer_row < lanes * rows:
+                    at = edge(lane, outer_row, last[-1])
+                else:
+                    beyond = lane * rows + outer_row - lanes * rows
+                    at = (edge(lanes - 1, rows - 1, axes[-1].end) + 1
+                          + beyond * axes[-1].out + position[-1])
+                expected.append(at + dut.latency)
         assert run.arrivals["o"] == expected
     return run
 
@@ -410,6 +434,13 @@ CYCLE_CASES = {
     "1d-k4s4": (np.float32, 2, (axis(16, 4, 4),)),
     "1d-k13s1p6": (np.float16, 2, (axis(15, 13, 1, pads=(6, 6)),)),
     "2d-5x5s1": (np.int8, 1, (axis(7, 5, 1, pads=(2, 0)), axis(8, 5, 1, pads=(2, 2)))),
+    # Both passes' virtual steps overlapped (SPP's shape): the images' rows back to back.
+    "2d-5x5s1p2": (np.float64, 3, (axis(6, 5, 1, pads=(2, 2)), axis(8, 5, 1, pads=(2, 2)))),
+    # Tails that may not overlap (longer than the next image's first gap, as long as the
+    # image), and one that may (ceil mode's last window in the padding).
+    "1d-tail-beyond-the-first-gap": (np.float32, 2, (axis(5, 3, 1, pads=(1, 2)),)),
+    "1d-tail-as-long-as-the-row": (np.int16, 2, (axis(3, 5, 1, pads=(1, 3)),)),
+    "1d-ceil-overlapped": (np.uint16, 2, (axis(7, 3, 2, pads=(0, 1), ceil=True),)),
 }
 
 
@@ -419,6 +450,39 @@ def test_exact_cycles(case):
     x = random_values(_rng("cycles", case), dtype, (images, 1) + tuple(a.size for a in axes),
                       edge_fraction=0.2)
     check_pool(x, axes, stalls=NO_STALLS, exact=True)
+
+
+@stall_params
+def test_overlapped_tails_under_stalls(stalls):
+    # SPP-shaped pools (stride 1, symmetric pads: every tail may overlap the next row's or
+    # image's first steps) on edge values (NaN payloads, ±0, infinities, subnormals, extremes),
+    # images back to back under random stalls on both sides: a tail overlaps when the next
+    # element is there at its first item and is virtual when not, so both happen here.
+    rng = _rng("overlap stalls", str(stalls))
+    for dtype, shape, axes in [
+            (np.float32, (3, 1, 6, 7), (axis(6, 5, 1, pads=(2, 2)), axis(7, 5, 1, pads=(2, 2)))),
+            (np.float16, (5, 1, 9, 9), (axis(9, 9, 1, pads=(4, 4)), axis(9, 9, 1, pads=(4, 4)))),
+            (ml_dtypes.bfloat16, (4, 2, 13), (axis(13, 13, 1, pads=(6, 6)),)),
+            (np.int8, (9, 1, 11), (axis(11, 5, 1, pads=(2, 2)),)),
+            (np.float64, (3, 1, 4, 3, 5), (axis(4, 3, 1, pads=(1, 1)), axis(3, 3, 1, pads=(1, 1)),
+                                           axis(5, 3, 1, pads=(1, 1))))]:
+        x = random_values(rng, dtype, shape, edge_fraction=0.5)
+        check_pool(x, axes, stalls=stalls)
+
+
+def test_overlapped_tails_cost_no_cycles():
+    # 5x5 stride 1 pad 2 on 6 x 8, three float64 lanes, no stalls: every row and every image
+    # follows the one before with no gap: elements at edges SETTLE + 1 .. SETTLE + 144. The
+    # last row's 2 virtual steps follow (the last window of the row ends at the second, the
+    # middle pass takes its item), then the middle pass's 2 virtual rows of 8 items, an item a
+    # cycle (the last window ends at the last). Without the
+    # overlap each row cost 8 + 2 and each image 2 rows of 8 more: 3 * (6 * 10 + 16) = 228.
+    dtype, images, axes = CYCLE_CASES["2d-5x5s1p2"]
+    x = random_values(_rng("overlap"), dtype, (images, 1, 6, 8), edge_fraction=0.2)
+    run = check_pool(x, axes, stalls=NO_STALLS, exact=True)
+    latency = WindowMaxPool(max_rank=2, max_extent=5).latency
+    assert run.arrivals["o"][-1] == WindowMaxPool.SETTLE + 1 + 144 + 1 + 2 * 8 + latency
+    assert len(run.arrivals["o"]) == 3 * 6 * 8
 
 
 def test_latency_formula():

@@ -31,13 +31,26 @@ domain's reset every cycle (a reset restarts pass and model alike, with a new co
 :data:`DEPTH` cycles from reset. The first item comes no earlier than the unit's pass sees one
 (:attr:`WindowMaxPool.SETTLE` plus the two key stages, cycle 4) and a result leaves the tree
 six cycles after its window's last item, so inside the bound the outputs checked are those of
-windows that end on the first four items (or after a reset, on fewer): short images, a window
+windows that end on the first five items (or after a reset, on fewer): short images, a window
 or two each, every configuration of them; ``idle`` is checked on every cycle. Each further
-cycle roughly doubles the solver's time (14 cycles: 40 s on two shared cores, where checking
-the 15th step alone took over a minute). Free reset found a real bug: the pipeline's valid flags did not reset,
+cycle roughly doubles the solver's time or more (with the tails' overlap, on two shared cores:
+14 cycles 19-53 s, 15 cycles 31-45 s, 16 cycles 149 s). Free reset found a real bug: the pipeline's valid flags did not reset,
 so a result in flight at a ``clear`` or an abort came out after it (``tests/test_window.py``,
-``test_clear_drops_results_in_flight``). The negative controls make later taps win ties and
-drop each window's last tap from the model: each must fail.
+``test_clear_drops_results_in_flight``). The negative controls make later taps win ties,
+drop each window's last tap from the model, and let a tail's windows use the next image's items
+(the overlap's mask left out): each must fail.
+
+The overlap of a tail with the next image (``AxisPass``): the input is free, so the second
+image's items may come during the first image's tail (then the tail takes them, as the next
+image's first steps and as padding for its own windows), later (a gap: virtual steps), or not
+at all (the second image's tail is always virtual); the model numbers items by the stream
+alone, so an overlap that lost, repeated or misplaced an item, or mixed the images' windows,
+gives a wrong output or leaves one out. Inside the bound an overlapped tail and outputs of both
+images are reached: e.g. size 2, kernel 2, ceil mode (a tail of one step): the first image's
+items at cycles 4 and 5, the second's first at 6 with the tail's step: the first image's last
+window (ending on that step) given at 12, the second image's first (ending at 7) at 13 and its
+last (ending on its own tail, virtual: no third image) at 14; the third negative control fails
+there.
 
 Not covered here: the outer passes' block RAM line buffers (the simulation suites,
 ``tests/test_window.py``, run them at every extent), elements narrower than 8 bytes, and
@@ -64,7 +77,7 @@ DIM_BITS = 3
 KEY_BITS = 1
 IMAGES = 2
 #: Cycles of the bounded check (see the module docstring for what they reach).
-DEPTH = 14
+DEPTH = 15
 #: Cycles before the first item, as in :class:`WindowMaxPool`: ``i.ready`` low for ``SETTLE``
 #: cycles, then two key stages before the passes.
 FIRST_ITEM = WindowMaxPool.SETTLE + 2
@@ -221,10 +234,16 @@ def test_axis_pass_is_a_sliding_window_maximum(tmp_path):
     print(f"AxisPass extent {EXTENT}: {DEPTH} cycles proved in {seconds:.1f} s")
 
 
-@pytest.mark.parametrize("control", ["later ties", "short model"])
+def _tail_sees_the_next_image(use, ahead):
+    return use
+
+
+@pytest.mark.parametrize("control", ["later ties", "short model", "tail sees the next image"])
 def test_the_axis_pass_check_finds_a_broken_pass(control, tmp_path):
     patch = (mock.patch.object(window, "_earliest_max", _later_wins_ties(window._earliest_max))
-             if control == "later ties" else contextlib.nullcontext())
+             if control == "later ties"
+             else mock.patch.object(window, "_tail_use", _tail_sees_the_next_image)
+             if control == "tail sees the next image" else contextlib.nullcontext())
     with patch:
         passed, _, _ = prove(AxisPassAgainstModel(control), tmp_path, mode="bmc", depth=DEPTH,
                              solver="yices", flatten=True)

@@ -133,6 +133,20 @@ def test_a_beat_per_cycle(dtype):
     assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 95 + dut.latency
 
 
+def test_tails_overlap_across_groups():
+    # SPP's shape (5x5 stride 1 pad 2, here on 6 x 8) in three groups of images with no
+    # stalls: every row's and every group's tail overlaps the next one's first steps, so the
+    # 144 beats go in back to back; the last output follows the last row's 2 virtual steps
+    # and the last group's 2 virtual rows of 8 items (the unit's exact-cycle test, through the
+    # lanes). With virtual steps it was 3 * (6 * 10 + 16) = 228 beats' worth.
+    axes = (axis(6, 5, 1, pads=(2, 2)), axis(8, 5, 1, pads=(2, 2)))
+    group = 8 * LANES // 4
+    x = random_values(_rng("overlap"), np.dtype(np.float32), (3 * group, 6, 8))
+    dut = WindowLanes(LANES, LANES, max_extent=5, max_columns=8, max_plane=16)
+    run = check_lanes(dut, x, axes, group=group, indices=False, stalls=Stalls())
+    assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 144 + 1 + 2 * 8 + dut.latency
+
+
 def test_error_on_a_window_of_padding_only():
     # Input 2, kernel 2, dilation 3, pads 1 and 1: the one window's taps are -1 and 2.
     dut = _unit(2)

@@ -1,0 +1,313 @@
+"""Measure the ways of cutting OffloadSession's cost outside the device calls (docs/offload.md,
+"What a hand-over costs"). Each prints markdown rows: option, model, threading, host-side time
+per run (the session's run minus its device calls), onnxruntime's whole model, their ratio;
+medians of ``--repeats`` interleaved runs (the machine is shared: compare rows of one run).
+
+    python examples/offload_options.py spinning --device verilator audio segnet kws
+    python examples/offload_options.py global-pool --device verilator audio segnet kws
+    python examples/offload_options.py pause audio segnet kws
+    python examples/offload_options.py iobinding audio segnet kws
+    python examples/offload_options.py instant audio segnet kws
+    python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
+
+``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
+the session did before) against sleeping (what it does now). ``global-pool``: onnxruntime's
+process-wide thread pools (``set_global_thread_pool_sizes``, ``use_per_session_threads =
+False`` for every session, onnxruntime alone included), set before any session exists.
+``pause``: the golden model as the device, returning at once or after 50 ms asleep (a board's
+wait): what the hand-overs cost once the CPU's caches went cold. ``iobinding``: each partition
+run warm, by ``run`` against ``run_with_iobinding`` (inputs bound, outputs left to onnxruntime).
+``instant``: a device returning the golden model's results at once (computed once): the
+session's own cost, partitions and glue, with nothing between the partitions.
+``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
+and 1M float32 elements (the single-session design: every device step such an operator).
+Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def _median_ms(values):
+    return statistics.median(values) * 1e3
+
+
+def _pair(session, timed, runtime, feeds, repeats):
+    """Median host-side time of ``session`` and time of ``runtime``, interleaved, ms."""
+    for _ in range(2):
+        session.run(None, feeds)
+        runtime.run(None, feeds)
+    outside, alone = [], []
+    for _ in range(repeats):
+        before = timed.seconds
+        started = time.perf_counter()
+        session.run(None, feeds)
+        outside.append(time.perf_counter() - started - (timed.seconds - before))
+        started = time.perf_counter()
+        runtime.run(None, feeds)
+        alone.append(time.perf_counter() - started)
+    return _median_ms(outside), _median_ms(alone)
+
+
+def _row(option, model, threading, outside, alone):
+    print(f"| {option} | {model} | {threading} | {outside:.3f} ms | {alone:.3f} ms | "
+          f"{outside / alone:.2f}x |", flush=True)
+
+
+def _options(threads, configure=None):
+    import onnxruntime
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    if threads == "1 thread":
+        options.intra_op_num_threads = options.inter_op_num_threads = 1
+    if configure is not None:
+        configure(options)
+    return options
+
+
+def spinning(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession, SPINNING
+    timed = bench._TimedDevice(device)
+
+    def spin(options):
+        for key in SPINNING:
+            options.add_session_config_entry(key, "1")
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        for threads in ("default threads", "1 thread"):
+            runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options(threads))
+            sessions = {option: OffloadSession(model, _options(threads, configure),
+                                               device=timed)
+                        for option, configure in (("pools spinning (before)", spin),
+                                                  ("pools sleeping (now)", None))}
+            figures = {option: ([], []) for option in sessions}
+            for _ in range(args.rounds):   # alternate the options, a few runs at a time
+                for option, session in sessions.items():
+                    outside, alone = _pair(session, timed, runtime, feeds, args.repeats)
+                    figures[option][0].append(outside)
+                    figures[option][1].append(alone)
+            for option, (outside, alone) in figures.items():
+                _row(option, name, threads, statistics.median(outside),
+                     statistics.median(alone))
+
+
+def global_pool(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    timed = bench._TimedDevice(device)
+
+    def shared(options):
+        options.use_per_session_threads = False
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(),
+                                               _options("default threads", shared))
+        session = OffloadSession(model, _options("default threads", shared), device=timed)
+        outside, alone = _pair(session, timed, runtime, feeds, args.repeats * args.rounds)
+        _row("one global thread pool", name, "default threads", outside, alone)
+
+
+def pause(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    from maxaccel.sim import reference
+
+    class Pausing:
+        """The golden model, each call followed by ``seconds`` asleep."""
+
+        def __init__(self, seconds):
+            self.seconds_asleep = seconds
+
+        def __getattr__(self, operation):
+            function = getattr(reference, operation)
+
+            def call(*arrays, **keywords):
+                result = function(*arrays, **keywords)
+                time.sleep(self.seconds_asleep)
+                return result
+            return call
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        for threads in ("default threads", "1 thread"):
+            runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options(threads))
+            for option, seconds in (("device returns at once", 0.0),
+                                    ("device returns after 50 ms", 0.05)):
+                timed = bench._TimedDevice(Pausing(seconds))
+                session = OffloadSession(model, _options(threads), device=timed)
+                outside, alone = _pair(session, timed, runtime, feeds,
+                                       args.repeats * args.rounds)
+                _row(option, name, threads, outside, alone)
+
+
+def instant(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    from maxaccel.sim import reference
+
+    class Instant:
+        """The golden model's results, computed once per call site and shape, then returned
+        at once: no device time and no cache churn between the partitions."""
+
+        def __init__(self):
+            self.results = {}
+
+        def __getattr__(self, operation):
+            function = getattr(reference, operation)
+
+            def call(*arrays, **keywords):
+                key = (operation, arrays[0].shape, len(arrays), repr(sorted(keywords.items())))
+                if key not in self.results:
+                    self.results[key] = function(*arrays, **keywords)
+                return self.results[key]
+            return call
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        timed = bench._TimedDevice(Instant())
+        session = OffloadSession(model, _options("1 thread"), device=timed)
+        for _ in range(3):
+            session.run(None, feeds)
+        outside, partitions, alone = [], [], []
+        for _ in range(args.repeats * args.rounds * 20):
+            before = timed.seconds
+            started = time.perf_counter()
+            session.run(None, feeds)
+            outside.append(time.perf_counter() - started - (timed.seconds - before))
+            partitions.append(sum(s.seconds for s in session.last_steps
+                                  if s.where == "onnxruntime"))
+            started = time.perf_counter()
+            runtime.run(None, feeds)
+            alone.append(time.perf_counter() - started)
+        _row(f"device at once (partitions {_median_ms(partitions):.3f} ms)", name, "1 thread",
+             _median_ms(outside), _median_ms(alone))
+
+
+def iobinding(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession, _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    from maxaccel.sim import reference
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        # The arrays each partition reads, captured from one run.
+        probe = OffloadSession(model, _options("1 thread"), device=reference)
+        captured = {}
+        original = probe._run_partition
+
+        def capture(step, values, feeds_, run_options):
+            captured[step.index] = {n: values[n] for n in step.inputs}
+            return original(step, values, feeds_, run_options)
+        probe._run_partition = capture
+        probe.run(None, feeds)
+        plain, bound = [], []
+        for step in probe._steps:
+            if not isinstance(step, CpuPartition):
+                continue
+            engine = onnxruntime.InferenceSession(_for_onnxruntime(step.model),
+                                                  _options("1 thread"))
+            feed = captured[step.index]
+            binding = engine.io_binding()
+            for key, value in feed.items():
+                binding.bind_cpu_input(key, value)
+            for output in step.outputs:
+                binding.bind_output(output, "cpu")
+            for timings, call in ((plain, lambda: engine.run(step.outputs, feed)),
+                                  (bound, lambda: (engine.run_with_iobinding(binding),
+                                                   binding.copy_outputs_to_cpu()))):
+                runs = []
+                for _ in range(args.repeats * args.rounds * 10):
+                    started = time.perf_counter()
+                    call()
+                    runs.append(time.perf_counter() - started)
+                timings.append(_median_ms(runs))
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        runs = []
+        for _ in range(args.repeats * args.rounds * 10):
+            started = time.perf_counter()
+            runtime.run(None, feeds)
+            runs.append(time.perf_counter() - started)
+        for option, partitions in (("partitions by run, warm", plain),
+                                   ("partitions by run_with_iobinding, warm", bound)):
+            _row(f"{option} ({len(partitions)})", name, "1 thread", sum(partitions),
+                 _median_ms(runs))
+
+
+def pyop(args, device):
+    import onnxruntime
+    from onnx import TensorProto, helper
+    try:
+        from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
+    except ImportError:
+        sys.exit("pyop needs onnxruntime-extensions (pip install onnxruntime-extensions)")
+
+    @onnx_op(op_type="MaxaccelProbeIdentity", inputs=[PyCustomOpDef.dt_float],
+             outputs=[PyCustomOpDef.dt_float])
+    def identity(x):
+        return x
+    options = _options("1 thread")
+    options.register_custom_ops_library(get_library_path())
+    for size in (1000, 100_000, 1_000_000):
+        for op_type, domain in (("MaxaccelProbeIdentity", "ai.onnx.contrib"), ("Identity", "")):
+            graph = helper.make_graph(
+                [helper.make_node(op_type, ["x"], ["y"], domain=domain)], "probe",
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [size])])
+            model = helper.make_model(graph, ir_version=10, opset_imports=[
+                helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.contrib", 1)])
+            session = onnxruntime.InferenceSession(model.SerializeToString(), options)
+            x = np.ones(size, np.float32)
+            runs = []
+            for _ in range(args.repeats * args.rounds):
+                started = time.perf_counter()
+                session.run(None, {"x": x})
+                runs.append(time.perf_counter() - started)
+            print(f"| {'Python operator' if domain else 'onnxruntime Identity'} | {size} "
+                  f"float32 | {_median_ms(runs):.3f} ms |", flush=True)
+
+
+OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
+           "iobinding": iobinding, "pyop": pyop, "instant": instant}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("option", choices=sorted(OPTIONS))
+    parser.add_argument("models", nargs="*", default=["audio", "segnet", "kws"])
+    parser.add_argument("--device", default="verilator", metavar="URL")
+    parser.add_argument("--repeats", type=int, default=5, help="runs per round (default 5)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the options taken "
+                        "in turn (default 3)")
+    args = parser.parse_args(argv)
+    if args.option == "global-pool":
+        from onnxruntime.capi import _pybind_state
+        _pybind_state.set_global_thread_pool_sizes(0, 0)   # before any session: default sizes
+    if args.option == "pyop":
+        print("| operator | tensor | time per run |\n|---|---|---|")
+    else:
+        print("| option | model | threading | host-side time per run | onnxruntime, whole "
+              "model | ratio |\n|---|---|---|---|---|---|")
+    if args.option in ("spinning", "global-pool"):
+        from maxaccel.host import open_device
+        with open_device(args.device) as device:
+            OPTIONS[args.option](args, device)
+    else:
+        OPTIONS[args.option](args, None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""OffloadSession's CPU partitions and onnxruntime's thread pools: the caller's SessionOptions
+reach every partition, the pools sleep between hand-overs unless the caller says otherwise, and
+the results keep their bits either way; the built-in benchmark models run as onnxruntime runs
+them."""
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from maxaccel.host import bench, models
+from maxaccel.host.offload import NO_SPINNING, SPINNING, OffloadSession
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from test_offload import mixed_model
+
+INTRA, INTER = SPINNING
+
+
+def entry(options, key):
+    """A session config entry, or None if never set (onnxruntime raises for those)."""
+    try:
+        return options.get_session_config_entry(key)
+    except RuntimeError:
+        return None
+
+
+def partition_options(session):
+    engines = [e for e in session._engines.values() if hasattr(e, "get_session_options")]
+    assert len(engines) == 2    # the mixed model's two partitions
+    return [e.get_session_options() for e in engines]
+
+
+def test_the_callers_options_reach_every_partition_with_pools_that_sleep():
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.enable_mem_pattern = False
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    session = OffloadSession(mixed_model(), options, device=reference)
+    for given in partition_options(session):
+        assert given.intra_op_num_threads == 2 and not given.enable_mem_pattern
+        assert entry(given, "session.disable_prepacking") == "1"
+        assert entry(given, INTRA) == entry(given, INTER) == NO_SPINNING
+    assert session.get_session_options() is options
+
+
+def test_a_spinning_setting_the_caller_made_is_kept():
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry(INTRA, "1")
+    session = OffloadSession(mixed_model(), options, device=reference)
+    for given in partition_options(session):
+        assert entry(given, INTRA) == "1" and entry(given, INTER) == NO_SPINNING
+
+
+def test_without_options_the_pools_sleep_too():
+    session = OffloadSession(mixed_model(), device=reference)
+    for given in partition_options(session):
+        assert entry(given, INTRA) == entry(given, INTER) == NO_SPINNING
+
+
+def test_a_model_without_device_steps_is_left_as_onnxruntime_runs_it():
+    """One partition and nothing between: no hand-over, so onnxruntime's own pools."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "cpu_only",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    options = onnxruntime.SessionOptions()
+    session = OffloadSession(model, options, device=reference)
+    (engine,) = session._engines.values()
+    assert entry(engine.get_session_options(), INTRA) is None
+    assert entry(options, INTRA) is None and entry(options, INTER) is None
+
+
+@pytest.mark.parametrize("spinning", ["0", "1"])
+def test_the_bits_do_not_depend_on_the_pools(spinning):
+    """NaN payloads and signed zeros through the mixed model, pools spinning or not, with
+    two threads: the same bits as the golden model's single-threaded session."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 3, 4)).astype(np.float32)
+    a[0, 0, :2] = np.array([0xFFC00001, 0x80000000], np.uint32).view(np.float32)
+    b = np.array([0.0, -0.0, np.nan], np.float32).reshape(1, 3, 1)
+    feeds = {"a": a, "b": b, "flip": np.array(True)}
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.add_session_config_entry(INTRA, spinning)
+    got = OffloadSession(mixed_model(), options, device=reference).run(None, feeds)
+    want = OffloadSession(mixed_model(), bench._single_thread_options(),
+                          device=reference).run(None, feeds)
+    for value, expected in zip(got, want):
+        assert_same_bits(value, expected)
+
+
+@pytest.mark.parametrize("name", sorted(models.BUILT_IN))
+def test_the_built_in_models_run_as_onnxruntime_runs_them(name):
+    description, model, feeds = bench.load_model(name)
+    assert description == models.BUILT_IN[name][0]
+    session = OffloadSession(model, device=reference)
+    on_device = [op for _, op, where in session.placements if where == "device"]
+    assert "MaxPool" in on_device
+    got = session.run(None, feeds)
+    want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+    for value, expected in zip(got, want):
+        np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5)
