@@ -131,6 +131,10 @@ def test_ulx3s_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
 
 
 @pytest.mark.synth
+@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
+                    reason="yosys's resource estimate of the Arty takes minutes of CPU (the plan "
+                           "itself is checked in CI by tests/test_vivado_plan.py): "
+                           "MAXACCEL_SLOW=1 runs it")
 def test_arty_build_plan_and_resource_estimate(tmp_path, capsys):
     """The Vivado plan amaranth-boards makes for the Arty, checked file by file, and a
     synth_xilinx estimate that fits the XC7A35T (about 75 s)."""
