@@ -16,6 +16,7 @@ from fake_board import FakeBoard
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool
+from maxaccel.contract.wire import _window_extents
 from maxaccel.host import open_device
 from maxaccel.host.bench import POOL_CLASSES, measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
@@ -108,9 +109,8 @@ def test_a_class_goes_through_the_unit_whenever_a_tiling_fits(name, dtype):
     plan = plan_window_pool(geometry, format_of(np.dtype(dtype)), board.identity, 1 << 20)
     route = POOL_CYCLES[name, dtype][0]
     assert (plan is not None) == (route == "MAX_POOL")
-    limits = [COMPILED["window_extent"]] * len(geometry.axes)
-    if len(geometry.axes) == 3:
-        limits[0] = COMPILED["window_extent_outer"]
+    # The contract's extent per axis (outermost first); a pool of fewer axes takes the inner ones.
+    limits = _window_extents(board.identity)[-len(geometry.axes):]
     assert (route == "REDUCE") == any(a.extent > limit for a, limit in zip(geometry.axes, limits))
 
 
