@@ -168,16 +168,58 @@ def canonicalize_nans(values):
     return from_bits(bits, fmt)
 
 
-def _max_keys(values, fmt):
-    """Order keys in which every NaN has the greatest key, so an integer max absorbs NaN."""
+def _extreme_keys(values, fmt, minimum=False):
+    """Keys whose integer maximum is the extreme the operator wants, NaN absorbing.
+
+    For the maximum side (``minimum=False``) these are the order keys; for the minimum side they
+    are the order keys complemented, so the least value has the greatest key and the one
+    comparator, an unsigned maximum, serves both. Either way every NaN is then given the greatest
+    key (all ones), so it wins every comparison. :func:`_from_extreme_keys` maps them back.
+    """
     bits = bits_of(values)
     keys = _key_from_bits(bits, fmt)
+    if minimum:
+        keys = ~keys
     if fmt.is_float:
         keys[_nan_mask(bits, fmt)] = np.iinfo(fmt.uint_dtype).max
     return keys
 
 
-def _lowest_key(fmt):
+def _from_extreme_keys(keys, fmt, minimum=False):
+    """Values of the keys :func:`_extreme_keys` made, a NaN as the canonical quiet NaN.
+
+    On the minimum side a NaN's key (all ones) complements to the order key 0, whose bits are a
+    NaN too, so :func:`from_order_key` canonicalises it like any other.
+    """
+    keys = np.asarray(keys).astype(fmt.uint_dtype)
+    return from_order_key(~keys if minimum else keys, fmt)
+
+
+def _greatest_bits(fmt):
+    """Bits of the greatest element of the order: +inf, the integer maximum, or True.
+
+    The mirror of ``Format.lowest`` and the value of an empty ReduceMin. It belongs in
+    :mod:`maxaccel.contract.dtypes` as a ``Format`` property beside ``lowest``; it lives here
+    until the contract changes (the gateware's minimum mode will need the same fact).
+    """
+    if fmt.is_float:
+        return fmt.lowest ^ fmt.sign_mask
+    if fmt.kind == "signed":
+        return fmt.sign_mask - 1
+    if fmt.kind == "bool":
+        return 1
+    return (1 << fmt.bits) - 1
+
+
+def _least_key(fmt, minimum=False):
+    """The least of the keys :func:`_extreme_keys` gives: the start of every reduction.
+
+    The key of ``Format.lowest`` for the maximum side, the complemented key of the greatest
+    element for the minimum side, so an empty reduction yields -inf / +inf, the integer minimum /
+    maximum, False / True without a special case.
+    """
+    if minimum:
+        return ~_key_from_bits(np.array(_greatest_bits(fmt), dtype=fmt.uint_dtype), fmt)[()]
     return _key_from_bits(np.array(fmt.lowest, dtype=fmt.uint_dtype), fmt)[()]
 
 
@@ -186,6 +228,30 @@ def _lowest_key(fmt):
 
 
 # --- the operators ------------------------------------------------------------------------------
+
+
+def _elementwise_extreme(natives, fmt, shape, minimum):
+    """Max (or, with ``minimum``, Min) of checked, broadcastable inputs, on their extreme keys."""
+    result = np.empty(shape, dtype=fmt.uint_dtype)
+    result[...] = _extreme_keys(natives[0], fmt, minimum)
+    for values in natives[1:]:
+        np.maximum(result, _extreme_keys(values, fmt, minimum), out=result)
+    return _from_extreme_keys(result, fmt, minimum)
+
+
+def _reduce_extreme(values, fmt, axes, keepdims, noop_with_empty_axes, minimum):
+    """ReduceMax (or, with ``minimum``, ReduceMin) of checked arguments, on the extreme keys."""
+    if not axes:
+        if noop_with_empty_axes:
+            return values.copy()
+        axes = tuple(range(values.ndim))
+    if keepdims:
+        shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
+    else:
+        shape = tuple(n for i, n in enumerate(values.shape) if i not in axes)
+    keys = np.maximum.reduce(_extreme_keys(values, fmt, minimum), axis=axes, keepdims=keepdims,
+                             initial=_least_key(fmt, minimum))
+    return _from_extreme_keys(np.asarray(keys).reshape(shape), fmt, minimum)
 
 
 def max(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
@@ -214,11 +280,7 @@ def max(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
         Shapes that do not broadcast (the message names every input shape).
     """
     natives, fmt, shape = check_max(arrays)
-    result = np.empty(shape, dtype=fmt.uint_dtype)
-    result[...] = _max_keys(natives[0], fmt)
-    for values in natives[1:]:
-        np.maximum(result, _max_keys(values, fmt), out=result)
-    return from_order_key(result, fmt)
+    return _elementwise_extreme(natives, fmt, shape, minimum=False)
 
 
 def reduce_max(data, axes=None, keepdims=True, noop_with_empty_axes=False):
@@ -256,18 +318,7 @@ def reduce_max(data, axes=None, keepdims=True, noop_with_empty_axes=False):
     """
     values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
         data, axes, keepdims, noop_with_empty_axes)
-    if not axes:
-        if noop_with_empty_axes:
-            return values.copy()
-        axes = tuple(range(values.ndim))
-    if keepdims:
-        shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
-    else:
-        shape = tuple(n for i, n in enumerate(values.shape) if i not in axes)
-    keys = np.maximum.reduce(
-        _max_keys(values, fmt), axis=axes, keepdims=keepdims, initial=_lowest_key(fmt)
-    )
-    return from_order_key(np.asarray(keys).reshape(shape), fmt)
+    return _reduce_extreme(values, fmt, axes, keepdims, noop_with_empty_axes, minimum=False)
 
 
 def global_max_pool(x):
@@ -395,14 +446,14 @@ def pool_windows(values, fmt, geometry, return_indices=False):
     over the windows of a resolved :class:`~maxaccel.contract.pooling.PoolGeometry` (which
     may have been made from a device's window configuration, see
     :func:`~maxaccel.contract.pooling.window_geometry`)."""
-    keys = _max_keys(values, fmt)
+    keys = _extreme_keys(values, fmt)
     inside = np.ones(keys.shape, dtype=bool)
     winners = [] if return_indices else None
     # Innermost axis first: the outer passes then pick the first slab holding the maximum, so
     # the winner is the first maximum in row-major order of the window.
     for i in reversed(range(len(geometry.axes))):
         keys, inside, winners = _pool_axis(keys, inside, winners, 2 + i, geometry.axes[i],
-                                           _lowest_key(fmt))
+                                           _least_key(fmt))
     y = from_order_key(keys, fmt)
     if not return_indices:
         return y
