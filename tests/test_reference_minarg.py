@@ -29,7 +29,7 @@ from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import edge_bits, random_values
 
-# --- the scalar model's minimum side and positions -----------------------------------------------
+# --- the scalar model's minimum side and positions ------------------------------------------------
 # Literal constants, not taken from contract.dtypes.
 
 POSITIVE_INFINITY = {name: bits & ~(1 << (8 * np.dtype(name).itemsize - 1))
@@ -114,7 +114,7 @@ def negated(values):
     return reference.from_bits(reference.bits_of(values) ^ np.array(flip, fmt.uint_dtype), fmt)
 
 
-# --- (a) literal vectors ---------------------------------------------------------------------------
+# --- (a) literal vectors --------------------------------------------------------------------------
 
 
 def test_min_examples():
@@ -170,7 +170,7 @@ def test_arg_examples():
     assert result.item() == 1
 
 
-# --- (b) NaN, signed zeros, ties and integer extremes ------------------------------------------
+# --- (b) NaN, signed zeros, ties and integer extremes ---------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
@@ -335,7 +335,7 @@ def test_arg_property(data):
     assert_same_bits(arg(x, axis, keepdims, last), scalar_arg(x, axis, keepdims, last, minimum))
 
 
-# --- (d) identities that hold bit for bit -------------------------------------------------------
+# --- (d) identities that hold bit for bit ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
@@ -423,7 +423,7 @@ def test_big_endian_inputs():
     assert reference.arg_max(big).item() == 0
 
 
-# --- (e) errors ---------------------------------------------------------------------------------
+# --- (e) errors -----------------------------------------------------------------------------------
 
 
 def test_min_errors():
