@@ -296,6 +296,11 @@ def main():
     for name, function in LIBRARIES.items():
         if function is None:
             print(f"{name}: not installed, skipped")
+    print("\nArgMax over an empty axis (2x0, axis=1), which the contract refuses (ValueError):")
+    empty = np.zeros((2, 0), F32)
+    for name, function in measured.items():
+        cell, _ = measure(function, "ArgMax", [empty], {"axis": 1}, np.zeros((2, 1), np.int64))
+        print(f"  {name}: {cell if cell.startswith('ERR') else 'returns ' + cell}")
 
 
 if __name__ == "__main__":
