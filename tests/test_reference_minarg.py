@@ -6,7 +6,8 @@ explicit rules for NaN and signed zeros) on every pair of edge values, seeded ra
 hypothesis-drawn cases; identities that hold bit for bit (order-reversing bijections: the sign
 flip of a float, the bitwise NOT of an integer); every ONNX backend node case of the four
 operators in the installed onnx and the PyTorch-operator Min case, against their shipped outputs;
-and every error path.
+every operator version (Min 1-13, ReduceMin 1-20, ArgMax/ArgMin 1-13) as a one-node model against
+onnx.reference on data where it is exact; and every error path.
 """
 
 import math
@@ -527,3 +528,64 @@ def test_onnx_backend_case(name):
     assert data_sets
     for inputs, (expected,) in data_sets:
         assert_same_bits(run_node(model, inputs), expected, name)
+
+
+# Every operator version, as models, on data where onnx.reference is exact (no NaN, no zero, so
+# no signed-zero tie; integers): checks that ``run_node`` reads each version's attributes and
+# defaults (ReduceMin's axes attribute before 18, ArgMax's missing select_last_index before 12).
+VERSIONS = [  # op, opset, dtype, input shapes, attributes, axes input (opset >= 18)
+    ("Min", 1, F32, [(3, 4), (3, 4)], {}, None),
+    ("Min", 6, F64, [(3, 4), (3, 4), (3, 4)], {}, None),
+    ("Min", 8, F16, [(2, 3, 4), (3, 1), ()], {}, None),
+    ("Min", 12, np.uint64, [(5, 1), (1, 6)], {}, None),
+    ("Min", 13, np.int8, [(7,)], {}, None),
+    ("ReduceMin", 1, F32, [(3, 4, 5)], {"axes": [1]}, None),
+    ("ReduceMin", 11, F64, [(3, 4, 5)], {"axes": [-1, 0], "keepdims": 0}, None),
+    ("ReduceMin", 12, np.int8, [(6, 7)], {"axes": [0]}, None),
+    ("ReduceMin", 13, np.uint8, [(6, 7)], {}, None),
+    ("ReduceMin", 18, np.int64, [(3, 4, 5)], {"keepdims": 0}, [2, 0]),
+    ("ReduceMin", 18, F32, [(3, 4)], {"noop_with_empty_axes": 1}, []),
+    ("ReduceMin", 20, np.bool_, [(4, 5)], {}, [1]),
+    ("ArgMax", 1, F32, [(3, 4, 5)], {}, None),
+    ("ArgMin", 1, np.int32, [(3, 4, 5)], {"axis": 2, "keepdims": 0}, None),
+    ("ArgMax", 11, F64, [(3, 4)], {"axis": -1}, None),
+    ("ArgMin", 12, np.uint64, [(6, 5)], {"axis": 0, "select_last_index": 1}, None),
+    ("ArgMax", 13, F16, [(4, 6)], {"axis": 1, "keepdims": 0, "select_last_index": 1}, None),
+]
+
+
+def nonzero_values(rng, dtype, shape):
+    """Values without NaN or zero, drawn from few distinct ones so ties are common."""
+    if dtype is np.bool_:
+        return rng.random(shape) < 0.5
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        pool = np.array([info.min, info.max, 1, 2, info.max - 1], dtype=dtype)
+    else:
+        pool = np.array([-np.inf, np.inf, -1.5, 2.0, 1e-3, -7.0], dtype=dtype)
+    return pool[rng.integers(0, len(pool), size=shape)]
+
+
+@pytest.mark.parametrize("op, opset, dtype, shapes, attributes, axes", VERSIONS,
+                         ids=[f"{v[0]}-{v[1]}-{np.dtype(v[2]).name}" for v in VERSIONS])
+def test_every_operator_version(op, opset, dtype, shapes, attributes, axes):
+    from onnx import TensorProto
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(opset)
+    element = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    names = [f"x{i}" for i in range(len(shapes))]
+    inputs = [nonzero_values(rng, dtype, s) for s in shapes]
+    infos = [helper.make_tensor_value_info(n, element, s) for n, s in zip(names, shapes)]
+    if axes is not None:
+        names.append("axes")
+        inputs.append(np.array(axes, np.int64))
+        infos.append(helper.make_tensor_value_info("axes", TensorProto.INT64, [len(axes)]))
+    out_element = TensorProto.INT64 if op.startswith("Arg") else element
+    node = helper.make_node(op, names, ["y"], **attributes)
+    graph = helper.make_graph([node], op, infos,
+                              [helper.make_tensor_value_info("y", out_element, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=10)
+    (expected,) = ReferenceEvaluator(model).run(None, dict(zip(names, inputs)))
+    assert_same_bits(run_node(model, inputs), np.asarray(expected).astype(
+        np.int64 if op.startswith("Arg") else dtype), f"{op}-{opset}")
