@@ -437,22 +437,34 @@ def reduce_min(data, axes=None, keepdims=True, noop_with_empty_axes=False):
     return _reduce_extreme(values, fmt, axes, keepdims, noop_with_empty_axes, minimum=True)
 
 
-def _arg_extreme(data, axis, keepdims, select_last_index, minimum, name):
-    """ArgMax (or, with ``minimum``, ArgMin): the position of the greatest extreme key."""
+def _check_arg(data, axis, keepdims, select_last_index, name):
+    """Check the arguments of ``arg_max`` / ``arg_min`` (``name``).
+
+    Returns ``(values, fmt, axis, keepdims, select_last_index, shape)``: ``data`` in native byte
+    order, its format, the non-negative axis, the flags as bools and the result's shape. Belongs
+    in :mod:`maxaccel.contract.checks` beside ``check_reduce_max`` once the contract changes (the
+    host's ``Device.arg_max`` must refuse the same inputs with the same messages).
+    """
     values, fmt = to_native(data)
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis must be an integer, got {axis!r}")
     (axis,) = normalize_axes(axis, values.ndim)
     keepdims = check_flag(keepdims, "keepdims")
     select_last_index = check_flag(select_last_index, "select_last_index")
-    length = values.shape[axis]
     shape = values.shape[:axis] + ((1,) if keepdims else ()) + values.shape[axis + 1:]
+    if values.shape[axis] == 0 and 0 not in shape:
+        raise ValueError(f"{name}() has no position to return: axis {axis} of the input "
+                         f"{shape_text(values.shape)} is empty")
+    return values, fmt, axis, keepdims, select_last_index, shape
+
+
+def _arg_extreme(data, axis, keepdims, select_last_index, minimum, name):
+    """ArgMax (or, with ``minimum``, ArgMin): the position of the greatest extreme key."""
+    values, fmt, axis, keepdims, select_last_index, shape = _check_arg(
+        data, axis, keepdims, select_last_index, name)
+    length = values.shape[axis]
     if length == 0:
-        if 0 not in shape:
-            raise ValueError(
-                f"{name}() has no position to return: axis {axis} of the input "
-                f"{shape_text(values.shape)} is empty")
-        return np.zeros(shape, dtype=np.int64)
+        return np.zeros(shape, dtype=np.int64)   # an empty result: nothing to search
     keys = _extreme_keys(values, fmt, minimum)
     if select_last_index:
         keys = np.flip(keys, axis)
