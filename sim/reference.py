@@ -1,4 +1,5 @@
-"""The golden model: bit-exact ONNX Max, ReduceMax, GlobalMaxPool and MaxPool on numpy arrays.
+"""The golden model: bit-exact ONNX Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin,
+ArgMax and ArgMin on numpy arrays.
 
 Every other path of maxaccel (gateware, virtual board, real board, ONNX offload) is checked
 against this module bit for bit. It is written on *integer views of the bits*, never with numpy
@@ -17,14 +18,22 @@ The order (IEEE 754-2019 ``maximum``)::
 * Integers: numeric order, signed or unsigned per dtype. bool: ``False < True``.
 * A reduction over an empty set yields the least element: ``-inf``, the integer minimum, or
   ``False``.
-* The one place bits pass through untouched is ``reduce_max(..., noop_with_empty_axes=True)`` with
-  no axes, which ONNX defines as the identity (no max is taken).
+* The one place bits pass through untouched is ``reduce_max(..., noop_with_empty_axes=True)`` (and
+  ``reduce_min``) with no axes, which ONNX defines as the identity (no max is taken).
 
 How it works: each element is mapped to an unsigned *order key* of the same width whose integer
 order is the order above (:func:`order_key`), every NaN is given the greatest key, the integer
 maximum is taken with numpy, and the winning key is mapped back to bits (:func:`from_order_key`),
 canonicalising NaN. Reductions start from the key of the least element, so empty reductions need
 no special case.
+
+The minimum side mirrors it (IEEE 754-2019 ``minimum``): ``min`` and ``reduce_min`` take the
+integer maximum of the *complemented* order keys, NaN again given the greatest key, so NaN is
+absorbing and canonical, ``-0 < +0``, and an empty reduction yields the greatest element
+(``+inf``, the integer maximum, ``True``). ``arg_max`` and ``arg_min`` return the position of the
+greatest of those keys (the first, or the last with ``select_last_index``), so a NaN is the
+extreme of both: the index of the first (last) NaN, else of the first (last) maximum (minimum)
+key, ``-0`` and ``+0`` distinct.
 
 Dtypes accepted (ONNX type constraints, except where noted):
 
@@ -36,6 +45,10 @@ Dtypes accepted (ONNX type constraints, except where noted):
 ``global_max_pool``    float16, bfloat16, float32, float64 only (GlobalMaxPool-22)
 ``max_pool``           every numeric dtype, as ``max`` (MaxPool-22 lists float16,
                        bfloat16, float32, float64, int8, uint8); not bool
+``min``                as ``max`` (Min-13)
+``reduce_min``         as ``reduce_max`` (ReduceMin-20 has bool)
+``arg_max``,           all of the above and bool (ArgMax-13 / ArgMin-13 list no bool);
+``arg_min``            int64 out
 =====================  ==========================================================
 
 ``max_pool`` takes its window geometry from :mod:`maxaccel.contract.pooling` (shared with the
@@ -43,19 +56,23 @@ device planner) and pools one spatial axis at a time on the order keys, innermos
 the first maximum in row-major window order (the tie rule of ``docs/semantics.md``).
 
 Results are always new arrays (never views of an input, never numpy scalars) of the input's
-dtype in native byte order.
+dtype in native byte order (int64 for ``arg_max`` and ``arg_min``).
 """
+
+import contextlib
+import re
 
 import numpy as np
 
 from maxaccel.contract.checks import (GLOBAL_MAX_POOL_DTYPES, MAX_DTYPES, REDUCE_MAX_DTYPES,
-                                  check_global_max_pool, check_max, check_reduce_max, shape_text,
-                                  to_native)
+                                      check_flag, check_global_max_pool, check_max,
+                                      check_reduce_max, normalize_axes, shape_text, to_native)
 from maxaccel.contract.dtypes import FORMATS, Format, format_of
 from maxaccel.contract.pooling import MAX_POOL_DTYPES, check_max_pool
 
 __all__ = [
     "max", "reduce_max", "global_max_pool", "max_pool", "pool_windows",
+    "min", "minimum", "reduce_min", "arg_max", "arg_min",
     "assert_same_bits", "bits_of", "from_bits", "order_key", "from_order_key", "is_nan",
     "canonicalize_nans", "MAX_DTYPES", "REDUCE_MAX_DTYPES", "GLOBAL_MAX_POOL_DTYPES",
     "MAX_POOL_DTYPES",
@@ -168,16 +185,58 @@ def canonicalize_nans(values):
     return from_bits(bits, fmt)
 
 
-def _max_keys(values, fmt):
-    """Order keys in which every NaN has the greatest key, so an integer max absorbs NaN."""
+def _extreme_keys(values, fmt, minimum=False):
+    """Keys whose integer maximum is the extreme the operator wants, NaN absorbing.
+
+    For the maximum side (``minimum=False``) these are the order keys; for the minimum side they
+    are the order keys complemented, so the least value has the greatest key and the one
+    comparator, an unsigned maximum, serves both. Either way every NaN is then given the greatest
+    key (all ones), so it wins every comparison. :func:`_from_extreme_keys` maps them back.
+    """
     bits = bits_of(values)
     keys = _key_from_bits(bits, fmt)
+    if minimum:
+        np.invert(keys, out=keys)   # in place: ``~`` of a rank-0 array is a numpy scalar
     if fmt.is_float:
         keys[_nan_mask(bits, fmt)] = np.iinfo(fmt.uint_dtype).max
     return keys
 
 
-def _lowest_key(fmt):
+def _from_extreme_keys(keys, fmt, minimum=False):
+    """Values of the keys :func:`_extreme_keys` made, a NaN as the canonical quiet NaN.
+
+    On the minimum side a NaN's key (all ones) complements to the order key 0, whose bits are a
+    NaN too, so :func:`from_order_key` canonicalises it like any other.
+    """
+    keys = np.asarray(keys).astype(fmt.uint_dtype)
+    return from_order_key(~keys if minimum else keys, fmt)
+
+
+def _greatest_bits(fmt):
+    """Bits of the greatest element of the order: +inf, the integer maximum, or True.
+
+    The mirror of ``Format.lowest`` and the value of an empty ReduceMin. It belongs in
+    :mod:`maxaccel.contract.dtypes` as a ``Format`` property beside ``lowest``; it lives here
+    until the contract changes (the gateware's minimum mode will need the same fact).
+    """
+    if fmt.is_float:
+        return fmt.lowest ^ fmt.sign_mask
+    if fmt.kind == "signed":
+        return fmt.sign_mask - 1
+    if fmt.kind == "bool":
+        return 1
+    return (1 << fmt.bits) - 1
+
+
+def _least_key(fmt, minimum=False):
+    """The least of the keys :func:`_extreme_keys` gives: the start of every reduction.
+
+    The key of ``Format.lowest`` for the maximum side, the complemented key of the greatest
+    element for the minimum side, so an empty reduction yields -inf / +inf, the integer minimum /
+    maximum, False / True without a special case.
+    """
+    if minimum:
+        return ~_key_from_bits(np.array(_greatest_bits(fmt), dtype=fmt.uint_dtype), fmt)[()]
     return _key_from_bits(np.array(fmt.lowest, dtype=fmt.uint_dtype), fmt)[()]
 
 
@@ -186,6 +245,30 @@ def _lowest_key(fmt):
 
 
 # --- the operators ------------------------------------------------------------------------------
+
+
+def _elementwise_extreme(natives, fmt, shape, minimum):
+    """Max (or, with ``minimum``, Min) of checked, broadcastable inputs, on their extreme keys."""
+    result = np.empty(shape, dtype=fmt.uint_dtype)
+    result[...] = _extreme_keys(natives[0], fmt, minimum)
+    for values in natives[1:]:
+        np.maximum(result, _extreme_keys(values, fmt, minimum), out=result)
+    return _from_extreme_keys(result, fmt, minimum)
+
+
+def _reduce_extreme(values, fmt, axes, keepdims, noop_with_empty_axes, minimum):
+    """ReduceMax (or, with ``minimum``, ReduceMin) of checked arguments, on the extreme keys."""
+    if not axes:
+        if noop_with_empty_axes:
+            return values.copy()
+        axes = tuple(range(values.ndim))
+    if keepdims:
+        shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
+    else:
+        shape = tuple(n for i, n in enumerate(values.shape) if i not in axes)
+    keys = np.maximum.reduce(_extreme_keys(values, fmt, minimum), axis=axes, keepdims=keepdims,
+                             initial=_least_key(fmt, minimum))
+    return _from_extreme_keys(np.asarray(keys).reshape(shape), fmt, minimum)
 
 
 def max(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
@@ -214,11 +297,7 @@ def max(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
         Shapes that do not broadcast (the message names every input shape).
     """
     natives, fmt, shape = check_max(arrays)
-    result = np.empty(shape, dtype=fmt.uint_dtype)
-    result[...] = _max_keys(natives[0], fmt)
-    for values in natives[1:]:
-        np.maximum(result, _max_keys(values, fmt), out=result)
-    return from_order_key(result, fmt)
+    return _elementwise_extreme(natives, fmt, shape, minimum=False)
 
 
 def reduce_max(data, axes=None, keepdims=True, noop_with_empty_axes=False):
@@ -256,18 +335,7 @@ def reduce_max(data, axes=None, keepdims=True, noop_with_empty_axes=False):
     """
     values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
         data, axes, keepdims, noop_with_empty_axes)
-    if not axes:
-        if noop_with_empty_axes:
-            return values.copy()
-        axes = tuple(range(values.ndim))
-    if keepdims:
-        shape = tuple(1 if i in axes else n for i, n in enumerate(values.shape))
-    else:
-        shape = tuple(n for i, n in enumerate(values.shape) if i not in axes)
-    keys = np.maximum.reduce(
-        _max_keys(values, fmt), axis=axes, keepdims=keepdims, initial=_lowest_key(fmt)
-    )
-    return from_order_key(np.asarray(keys).reshape(shape), fmt)
+    return _reduce_extreme(values, fmt, axes, keepdims, noop_with_empty_axes, minimum=False)
 
 
 def global_max_pool(x):
@@ -297,6 +365,158 @@ def global_max_pool(x):
     """
     values, _ = check_global_max_pool(x)
     return reduce_max(values, axes=tuple(range(2, values.ndim)), keepdims=True)
+
+
+# --- the minimum side and the positions ---------------------------------------------------------
+# Min and ReduceMin are Max and ReduceMax on complemented keys; ArgMax and ArgMin are the position
+# of the greatest extreme key. The input rules are the max family's (contract.checks); only the
+# messages name the min-family operator.
+
+_MAX_NAMES_TO_MIN = [(re.compile(r"\b(reduce_)?max\(\)"), r"\1min()"),
+                     (re.compile(r"\b(Reduce)?Max\b"), r"\1Min")]
+
+
+@contextlib.contextmanager
+def _named_for_minimum():
+    """Run a max-family input check for its min-family twin: the same rules and exceptions, the
+    messages naming ``min()`` / ``reduce_min()`` and ONNX Min / ReduceMin.
+
+    A stand-in until :mod:`maxaccel.contract.checks` takes the operator's name as a parameter
+    (the host's ``Device.min`` will need the same messages).
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        message = str(error)
+        for pattern, replacement in _MAX_NAMES_TO_MIN:
+            message = pattern.sub(replacement, message)
+        raise type(error)(message) from None
+
+
+def min(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
+    """ONNX ``Min``: the element-wise minimum of one or more tensors, with numpy broadcasting.
+
+    Takes what :func:`max` takes (one or more tensors of one numeric dtype, not bool, as in ONNX
+    Min-13; mutually broadcastable shapes, rank 0 allowed) and raises what it raises, the
+    messages naming ``min()``.
+
+    Returns
+    -------
+    numpy.ndarray
+        New array of the common dtype and the broadcast shape: the IEEE 754-2019 ``minimum``,
+        ``min(+0, -0) == min(-0, +0) == -0``; any NaN operand gives the canonical quiet NaN (also
+        with a single input); integers in numeric order.
+    """
+    with _named_for_minimum():
+        natives, fmt, shape = check_max(arrays)
+    return _elementwise_extreme(natives, fmt, shape, minimum=True)
+
+
+#: The name IEEE 754-2019 gives the operation; the same function as :func:`min`.
+minimum = min
+
+
+def reduce_min(data, axes=None, keepdims=True, noop_with_empty_axes=False):
+    """ONNX ``ReduceMin`` (opset 18/20 semantics; the older attribute forms are special cases).
+
+    Takes what :func:`reduce_max` takes (any dtype, bool included as in ReduceMin-20; the same
+    ``axes``, ``keepdims`` and ``noop_with_empty_axes``) and raises what it raises, the messages
+    naming ``reduce_min()``.
+
+    Returns
+    -------
+    numpy.ndarray
+        New array of ``data``'s dtype: the IEEE 754-2019 ``minimum`` of each reduced set (``-0``
+        below ``+0``). An empty set yields ``+inf``, the integer maximum or ``True``; a NaN
+        anywhere in a reduced set yields the canonical quiet NaN, whatever its position. With no
+        axes and ``noop_with_empty_axes`` a copy of ``data``, its bits untouched.
+    """
+    with _named_for_minimum():
+        values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
+            data, axes, keepdims, noop_with_empty_axes)
+    return _reduce_extreme(values, fmt, axes, keepdims, noop_with_empty_axes, minimum=True)
+
+
+def _check_arg(data, axis, keepdims, select_last_index, name):
+    """Check the arguments of ``arg_max`` / ``arg_min`` (``name``).
+
+    Returns ``(values, fmt, axis, keepdims, select_last_index, shape)``: ``data`` in native byte
+    order, its format, the non-negative axis, the flags as bools and the result's shape. Belongs
+    in :mod:`maxaccel.contract.checks` beside ``check_reduce_max`` once the contract changes (the
+    host's ``Device.arg_max`` must refuse the same inputs with the same messages).
+    """
+    values, fmt = to_native(data)
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an integer, got {axis!r}")
+    (axis,) = normalize_axes(axis, values.ndim)
+    keepdims = check_flag(keepdims, "keepdims")
+    select_last_index = check_flag(select_last_index, "select_last_index")
+    shape = values.shape[:axis] + ((1,) if keepdims else ()) + values.shape[axis + 1:]
+    if values.shape[axis] == 0 and 0 not in shape:
+        raise ValueError(f"{name}() has no position to return: axis {axis} of the input "
+                         f"{shape_text(values.shape)} is empty")
+    return values, fmt, axis, keepdims, select_last_index, shape
+
+
+def _arg_extreme(data, axis, keepdims, select_last_index, minimum, name):
+    """ArgMax (or, with ``minimum``, ArgMin): the position of the greatest extreme key."""
+    values, fmt, axis, keepdims, select_last_index, shape = _check_arg(
+        data, axis, keepdims, select_last_index, name)
+    length = values.shape[axis]
+    if length == 0:
+        return np.zeros(shape, dtype=np.int64)   # an empty result: nothing to search
+    keys = _extreme_keys(values, fmt, minimum)
+    if select_last_index:
+        keys = np.flip(keys, axis)
+    # np.argmax on unsigned keys: integer comparisons, the first greatest key.
+    positions = np.argmax(keys, axis=axis, keepdims=keepdims)
+    if select_last_index:
+        positions = (length - 1) - positions
+    return np.array(positions, dtype=np.int64).reshape(shape)
+
+
+def arg_max(data, axis=0, keepdims=True, select_last_index=False):
+    """ONNX ``ArgMax`` (opsets 1 to 13): the position of the maximum along one axis.
+
+    Parameters
+    ----------
+    data : array_like
+        Tensor of any supported dtype (bool too, beyond ONNX ArgMax-13: ``False < True``), rank
+        at least 1.
+    axis : int
+        The axis searched, in ``[-r, r-1]`` (default 0).
+    keepdims : bool or 0/1
+        Keep the searched axis as a size-1 dimension (default, as in ONNX) or drop it.
+    select_last_index : bool or 0/1
+        On ties, the last position instead of the first (ONNX ArgMax-12 on).
+
+    Returns
+    -------
+    numpy.ndarray
+        New int64 array: for each position of the other axes, the index along ``axis`` of the
+        first (with ``select_last_index`` the last) element whose order key is the greatest. A
+        NaN is the greatest element: with any NaN the index is that of the first (last) NaN,
+        whatever its sign or payload; ``+0`` is above ``-0``, so ``[-0, +0]`` gives 1.
+
+    Raises
+    ------
+    TypeError
+        Unsupported dtype; ``axis`` not an integer.
+    ValueError
+        ``axis`` out of range (a rank-0 tensor has none); ``keepdims`` or ``select_last_index``
+        other than a bool or 0/1; an empty ``axis`` while the result would have elements.
+    """
+    return _arg_extreme(data, axis, keepdims, select_last_index, minimum=False, name="arg_max")
+
+
+def arg_min(data, axis=0, keepdims=True, select_last_index=False):
+    """ONNX ``ArgMin`` (opsets 1 to 13): the position of the minimum along one axis.
+
+    As :func:`arg_max` with the order reversed, except for NaN: a NaN is still the extreme, so
+    with any NaN the index is that of the first (with ``select_last_index`` the last) NaN, as
+    ``reduce_min`` of the same elements is NaN. ``-0`` is below ``+0``, so ``[+0, -0]`` gives 1.
+    """
+    return _arg_extreme(data, axis, keepdims, select_last_index, minimum=True, name="arg_min")
 
 
 def _pool_axis(keys, inside, winners, axis, pool_axis, lowest):
@@ -395,14 +615,14 @@ def pool_windows(values, fmt, geometry, return_indices=False):
     over the windows of a resolved :class:`~maxaccel.contract.pooling.PoolGeometry` (which
     may have been made from a device's window configuration, see
     :func:`~maxaccel.contract.pooling.window_geometry`)."""
-    keys = _max_keys(values, fmt)
+    keys = _extreme_keys(values, fmt)
     inside = np.ones(keys.shape, dtype=bool)
     winners = [] if return_indices else None
     # Innermost axis first: the outer passes then pick the first slab holding the maximum, so
     # the winner is the first maximum in row-major order of the window.
     for i in reversed(range(len(geometry.axes))):
         keys, inside, winners = _pool_axis(keys, inside, winners, 2 + i, geometry.axes[i],
-                                           _lowest_key(fmt))
+                                           _least_key(fmt))
     y = from_order_key(keys, fmt)
     if not return_indices:
         return y

@@ -115,7 +115,9 @@ def flat_index(index, shape):
     return flat
 
 
-def scalar_broadcast_max(*arrays):
+def scalar_broadcast_max(*arrays, pick=scalar_max, empty=scalar_lowest):
+    """Element-wise ``pick`` (a two-element rule such as :func:`scalar_max`) of broadcast inputs,
+    starting from ``empty(name)``."""
     name = np.dtype(arrays[0].dtype).name
     shapes = [a.shape for a in arrays]
     rank = max(len(s) for s in shapes)
@@ -128,15 +130,17 @@ def scalar_broadcast_max(*arrays):
     ints = [to_ints(a) for a in arrays]
     result = []
     for index in itertools.product(*(range(n) for n in out_shape)):
-        acc = scalar_lowest(name)
+        acc = empty(name)
         for values, shape in zip(ints, padded):
             source = tuple(0 if n == 1 else i for i, n in zip(index, shape))
-            acc = scalar_max(acc, values[flat_index(source, shape)], name)
+            acc = pick(acc, values[flat_index(source, shape)], name)
         result.append(acc)
     return from_ints(result, tuple(out_shape), arrays[0].dtype)
 
 
-def scalar_reduce_max(data, axes, keepdims, noop_with_empty_axes):
+def scalar_reduce_max(data, axes, keepdims, noop_with_empty_axes, pick=scalar_max,
+                      empty=scalar_lowest):
+    """ReduceMax element by element; with ``pick`` and ``empty`` any reduction of that shape."""
     name = np.dtype(data.dtype).name
     shape, rank = data.shape, data.ndim
     if axes is None or len(axes) == 0:
@@ -148,14 +152,13 @@ def scalar_reduce_max(data, axes, keepdims, noop_with_empty_axes):
         out_shape = tuple(1 if k in reduced else n for k, n in enumerate(shape))
     else:
         out_shape = tuple(n for k, n in enumerate(shape) if k not in reduced)
-    acc = {index: scalar_lowest(name)
-           for index in itertools.product(*(range(n) for n in out_shape))}
+    acc = {index: empty(name) for index in itertools.product(*(range(n) for n in out_shape))}
     for value, index in zip(to_ints(data), itertools.product(*(range(n) for n in shape))):
         if keepdims:
             key = tuple(0 if k in reduced else i for k, i in enumerate(index))
         else:
             key = tuple(i for k, i in enumerate(index) if k not in reduced)
-        acc[key] = scalar_max(acc[key], value, name)
+        acc[key] = pick(acc[key], value, name)
     return from_ints(list(acc.values()), out_shape, data.dtype)
 
 
@@ -365,18 +368,18 @@ NUMERIC_FORMATS = [f for f in FORMATS.values() if f.kind != "bool"]
 FLOAT_FORMATS = [f for f in FORMATS.values() if f.is_float]
 
 
-@settings(max_examples=500)
-@given(st.data())
-def test_max_property(data):
+def check_variadic_property(data, operator, scalar):
+    """Draw 1 to 4 broadcastable tensors of one numeric format and check ``operator`` (max or
+    min) against the scalar model ``scalar``: bits, a new array, inputs left untouched."""
     fmt = data.draw(st.sampled_from(NUMERIC_FORMATS), label="format")
     count = data.draw(st.integers(1, 4), label="inputs")
     shapes = data.draw(hnp.mutually_broadcastable_shapes(
         num_shapes=count, min_dims=0, max_dims=4, min_side=0, max_side=3), label="shapes")
     arrays = [data.draw(tensors(fmt, shape)) for shape in shapes.input_shapes]
     copies = [a.copy() for a in arrays]
-    result = reference.max(*arrays)
+    result = operator(*arrays)
     assert isinstance(result, np.ndarray)
-    assert_same_bits(result, scalar_broadcast_max(*arrays))
+    assert_same_bits(result, scalar(*arrays))
     for array, copy in zip(arrays, copies):
         assert_same_bits(array, copy, "input left untouched")
         assert not np.shares_memory(result, array)
@@ -384,7 +387,13 @@ def test_max_property(data):
 
 @settings(max_examples=500)
 @given(st.data())
-def test_reduce_max_property(data):
+def test_max_property(data):
+    check_variadic_property(data, reference.max, scalar_broadcast_max)
+
+
+def check_reduction_property(data, operator, scalar):
+    """Draw a tensor of any format, rank 0 to 4 with empty axes, and axes in every container,
+    and check ``operator`` (reduce_max or reduce_min) against the scalar model ``scalar``."""
     fmt = data.draw(st.sampled_from(list(FORMATS.values())), label="format")
     shape = data.draw(hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4))
     x = data.draw(tensors(fmt, shape), label="data")
@@ -400,10 +409,16 @@ def test_reduce_max_property(data):
         axes = None
     keepdims = data.draw(st.sampled_from([True, False, 1, 0]), label="keepdims")
     noop = data.draw(st.booleans(), label="noop_with_empty_axes")
-    result = reference.reduce_max(x, axes, keepdims, noop)
+    result = operator(x, axes, keepdims, noop)
     assert isinstance(result, np.ndarray)
     assert not np.shares_memory(result, x)
-    assert_same_bits(result, scalar_reduce_max(x, axes, keepdims, noop))
+    assert_same_bits(result, scalar(x, axes, keepdims, noop))
+
+
+@settings(max_examples=500)
+@given(st.data())
+def test_reduce_max_property(data):
+    check_reduction_property(data, reference.reduce_max, scalar_reduce_max)
 
 
 @settings(max_examples=300)

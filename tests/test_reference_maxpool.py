@@ -7,20 +7,16 @@ onnxruntime where it agrees with the contract; every MaxPool case of the ONNX ba
 And every argument error.
 """
 
-import glob
-import importlib
 import itertools
 import math
-import os
-import warnings
 from fractions import Fraction
 
 import numpy as np
-import onnx
 import pytest
+from backend_cases import generated_node_cases, pytorch_cases
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 from test_reference import (CANONICAL_NAN, NUMERIC_DTYPES, decode, dtype_id, from_ints,
                             scalar_lowest, to_ints)
 
@@ -466,26 +462,7 @@ def test_against_onnxruntime(dtype):
 
 def backend_cases():
     """The 19 generated node cases and the 9 PyTorch-converted or -operator data dirs."""
-    import onnx.backend.test.case.node as node_cases
-    node_cases._TargetOpType = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        importlib.import_module("onnx.backend.test.case.node.maxpool")
-    cases = {c.name: (c.model, c.data_sets) for c in node_cases._NodeTestCases
-             if c.name.startswith("test_maxpool")}
-    root = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
-    for directory in sorted(glob.glob(os.path.join(root, "pytorch-*", "test_*"))):
-        model = onnx.load(os.path.join(directory, "model.onnx"))
-        if [n.op_type for n in model.graph.node] != ["MaxPool"]:
-            continue
-        data_sets = []
-        for data in sorted(glob.glob(os.path.join(directory, "test_data_set_*"))):
-            load = [numpy_helper.to_array(onnx.load_tensor(f))
-                    for f in sorted(glob.glob(os.path.join(data, "*put_*.pb")))]
-            inputs = len(glob.glob(os.path.join(data, "input_*.pb")))
-            data_sets.append((load[:inputs], load[inputs:]))
-        cases[os.path.basename(directory)] = (model, data_sets)
-    return cases
+    return {**generated_node_cases(["maxpool"], ["test_maxpool"]), **pytorch_cases(["MaxPool"])}
 
 
 BACKEND_CASES = backend_cases()
