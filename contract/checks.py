@@ -121,8 +121,14 @@ def check_flag(value, name):
     raise ValueError(f"{name} must be a bool or 0/1, got {value!r}")
 
 
-def check_max(arrays):
-    """Check the inputs of ``max(*arrays)``.
+def _onnx_name(name):
+    """The ONNX operator a function of the public API stands for: ``reduce_min`` -> ReduceMin."""
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+def check_max(arrays, name="max"):
+    """Check the inputs of ``max(*arrays)``, or of its twin ``min`` (``name``, which the
+    messages name; the rules are the same).
 
     Returns
     -------
@@ -137,27 +143,30 @@ def check_max(arrays):
     ValueError
         Shapes that do not broadcast (the message names every input shape).
     """
+    onnx = _onnx_name(name)
     if not arrays:
-        raise TypeError("max() needs at least one input tensor (ONNX Max takes 1 to 2^31-1)")
+        raise TypeError(f"{name}() needs at least one input tensor (ONNX {onnx} takes 1 to "
+                        f"2^31-1)")
     natives = [to_native(a) for a in arrays]
     formats = [fmt for _, fmt in natives]
     if any(fmt != formats[0] for fmt in formats):
         names = ", ".join(str(fmt.numpy_dtype) for fmt in formats)
-        raise TypeError(f"max() inputs must all have the same dtype, got {names}")
+        raise TypeError(f"{name}() inputs must all have the same dtype, got {names}")
     fmt = formats[0]
-    check_dtype(fmt, MAX_DTYPES, "max() (ONNX Max)")
+    check_dtype(fmt, MAX_DTYPES, f"{name}() (ONNX {onnx})")
     shapes = [values.shape for values, _ in natives]
     try:
         shape = np.broadcast_shapes(*shapes)
     except ValueError:
         raise ValueError(
-            f"max() input shapes do not broadcast: {', '.join(map(shape_text, shapes))}"
+            f"{name}() input shapes do not broadcast: {', '.join(map(shape_text, shapes))}"
         ) from None
     return [values for values, _ in natives], fmt, shape
 
 
-def check_reduce_max(data, axes, keepdims, noop_with_empty_axes):
-    """Check the arguments of ``reduce_max``.
+def check_reduce_max(data, axes, keepdims, noop_with_empty_axes, name="reduce_max"):
+    """Check the arguments of ``reduce_max``, or of its twin ``reduce_min`` (``name``, which
+    the messages name; the rules are the same).
 
     Returns
     -------
@@ -166,11 +175,41 @@ def check_reduce_max(data, axes, keepdims, noop_with_empty_axes):
         when no axes are given), ``keepdims`` and ``noop_with_empty_axes`` as bools.
     """
     values, fmt = to_native(data)
-    check_dtype(fmt, REDUCE_MAX_DTYPES, "reduce_max() (ONNX ReduceMax)")
+    check_dtype(fmt, REDUCE_MAX_DTYPES, f"{name}() (ONNX {_onnx_name(name)})")
     axes = normalize_axes(axes, values.ndim)
     keepdims = check_flag(keepdims, "keepdims")
     noop_with_empty_axes = check_flag(noop_with_empty_axes, "noop_with_empty_axes")
     return values, fmt, axes, keepdims, noop_with_empty_axes
+
+
+def check_arg(data, axis, keepdims, select_last_index, name):
+    """Check the arguments of ``arg_max`` / ``arg_min`` (``name``, which the messages name).
+
+    Returns
+    -------
+    (numpy.ndarray, Format, int, bool, bool, tuple)
+        ``data`` in native byte order, its format, the non-negative axis, ``keepdims`` and
+        ``select_last_index`` as bools, and the result's shape.
+
+    Raises
+    ------
+    TypeError
+        Unsupported dtype; ``axis`` not an integer.
+    ValueError
+        ``axis`` out of range; a flag other than a bool or 0/1; an empty ``axis`` while the
+        result would have elements (there is no position to return).
+    """
+    values, fmt = to_native(data)
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an integer, got {axis!r}")
+    (axis,) = normalize_axes(axis, values.ndim)
+    keepdims = check_flag(keepdims, "keepdims")
+    select_last_index = check_flag(select_last_index, "select_last_index")
+    shape = values.shape[:axis] + ((1,) if keepdims else ()) + values.shape[axis + 1:]
+    if values.shape[axis] == 0 and 0 not in shape:
+        raise ValueError(f"{name}() has no position to return: axis {axis} of the input "
+                         f"{shape_text(values.shape)} is empty")
+    return values, fmt, axis, keepdims, select_last_index, shape
 
 
 def check_global_max_pool(x):

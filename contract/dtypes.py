@@ -97,6 +97,18 @@ class Format:
             return self.sign_mask
         return 0
 
+    @property
+    def greatest(self):
+        """Bits of the greatest element of the order: +inf, the integer maximum, or True (the
+        value of an empty ReduceMin, as :attr:`lowest` is of an empty ReduceMax)."""
+        if self.is_float:
+            return self.lowest ^ self.sign_mask
+        if self.kind == "signed":
+            return self.sign_mask - 1
+        if self.kind == "bool":
+            return 1
+        return (1 << self.bits) - 1
+
 
 FORMATS = {
     f.dtype: f

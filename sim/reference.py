@@ -59,14 +59,11 @@ Results are always new arrays (never views of an input, never numpy scalars) of 
 dtype in native byte order (int64 for ``arg_max`` and ``arg_min``).
 """
 
-import contextlib
-import re
-
 import numpy as np
 
 from maxaccel.contract.checks import (GLOBAL_MAX_POOL_DTYPES, MAX_DTYPES, REDUCE_MAX_DTYPES,
-                                      check_flag, check_global_max_pool, check_max,
-                                      check_reduce_max, normalize_axes, shape_text, to_native)
+                                      check_arg, check_global_max_pool, check_max,
+                                      check_reduce_max, shape_text, to_native)
 from maxaccel.contract.dtypes import FORMATS, Format, format_of
 from maxaccel.contract.pooling import MAX_POOL_DTYPES, check_max_pool
 
@@ -212,22 +209,6 @@ def _from_extreme_keys(keys, fmt, minimum=False):
     return from_order_key(~keys if minimum else keys, fmt)
 
 
-def _greatest_bits(fmt):
-    """Bits of the greatest element of the order: +inf, the integer maximum, or True.
-
-    The mirror of ``Format.lowest`` and the value of an empty ReduceMin. It belongs in
-    :mod:`maxaccel.contract.dtypes` as a ``Format`` property beside ``lowest``; it lives here
-    until the contract changes (the gateware's minimum mode will need the same fact).
-    """
-    if fmt.is_float:
-        return fmt.lowest ^ fmt.sign_mask
-    if fmt.kind == "signed":
-        return fmt.sign_mask - 1
-    if fmt.kind == "bool":
-        return 1
-    return (1 << fmt.bits) - 1
-
-
 def _least_key(fmt, minimum=False):
     """The least of the keys :func:`_extreme_keys` gives: the start of every reduction.
 
@@ -236,7 +217,7 @@ def _least_key(fmt, minimum=False):
     maximum, False / True without a special case.
     """
     if minimum:
-        return ~_key_from_bits(np.array(_greatest_bits(fmt), dtype=fmt.uint_dtype), fmt)[()]
+        return ~_key_from_bits(np.array(fmt.greatest, dtype=fmt.uint_dtype), fmt)[()]
     return _key_from_bits(np.array(fmt.lowest, dtype=fmt.uint_dtype), fmt)[()]
 
 
@@ -369,29 +350,8 @@ def global_max_pool(x):
 
 # --- the minimum side and the positions ---------------------------------------------------------
 # Min and ReduceMin are Max and ReduceMax on complemented keys; ArgMax and ArgMin are the position
-# of the greatest extreme key. The input rules are the max family's (contract.checks); only the
-# messages name the min-family operator.
-
-_MAX_NAMES_TO_MIN = [(re.compile(r"\b(reduce_)?max\(\)"), r"\1min()"),
-                     (re.compile(r"\b(Reduce)?Max\b"), r"\1Min")]
-
-
-@contextlib.contextmanager
-def _named_for_minimum():
-    """Run a max-family input check for its min-family twin: the same rules and exceptions, the
-    messages naming ``min()`` / ``reduce_min()`` and ONNX Min / ReduceMin.
-
-    A stand-in until :mod:`maxaccel.contract.checks` takes the operator's name as a parameter
-    (the host's ``Device.min`` will need the same messages).
-    """
-    try:
-        yield
-    except (TypeError, ValueError) as error:
-        message = str(error)
-        for pattern, replacement in _MAX_NAMES_TO_MIN:
-            message = pattern.sub(replacement, message)
-        raise type(error)(message) from None
-
+# of the greatest extreme key. The input rules are the max family's (contract.checks), the
+# messages naming the min-family operator.
 
 def min(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
     """ONNX ``Min``: the element-wise minimum of one or more tensors, with numpy broadcasting.
@@ -407,8 +367,7 @@ def min(*arrays):  # noqa: A001 - the ONNX operator's name, as in the public API
         ``min(+0, -0) == min(-0, +0) == -0``; any NaN operand gives the canonical quiet NaN (also
         with a single input); integers in numeric order.
     """
-    with _named_for_minimum():
-        natives, fmt, shape = check_max(arrays)
+    natives, fmt, shape = check_max(arrays, name="min")
     return _elementwise_extreme(natives, fmt, shape, minimum=True)
 
 
@@ -431,36 +390,14 @@ def reduce_min(data, axes=None, keepdims=True, noop_with_empty_axes=False):
         anywhere in a reduced set yields the canonical quiet NaN, whatever its position. With no
         axes and ``noop_with_empty_axes`` a copy of ``data``, its bits untouched.
     """
-    with _named_for_minimum():
-        values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
-            data, axes, keepdims, noop_with_empty_axes)
+    values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
+        data, axes, keepdims, noop_with_empty_axes, name="reduce_min")
     return _reduce_extreme(values, fmt, axes, keepdims, noop_with_empty_axes, minimum=True)
-
-
-def _check_arg(data, axis, keepdims, select_last_index, name):
-    """Check the arguments of ``arg_max`` / ``arg_min`` (``name``).
-
-    Returns ``(values, fmt, axis, keepdims, select_last_index, shape)``: ``data`` in native byte
-    order, its format, the non-negative axis, the flags as bools and the result's shape. Belongs
-    in :mod:`maxaccel.contract.checks` beside ``check_reduce_max`` once the contract changes (the
-    host's ``Device.arg_max`` must refuse the same inputs with the same messages).
-    """
-    values, fmt = to_native(data)
-    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"axis must be an integer, got {axis!r}")
-    (axis,) = normalize_axes(axis, values.ndim)
-    keepdims = check_flag(keepdims, "keepdims")
-    select_last_index = check_flag(select_last_index, "select_last_index")
-    shape = values.shape[:axis] + ((1,) if keepdims else ()) + values.shape[axis + 1:]
-    if values.shape[axis] == 0 and 0 not in shape:
-        raise ValueError(f"{name}() has no position to return: axis {axis} of the input "
-                         f"{shape_text(values.shape)} is empty")
-    return values, fmt, axis, keepdims, select_last_index, shape
 
 
 def _arg_extreme(data, axis, keepdims, select_last_index, minimum, name):
     """ArgMax (or, with ``minimum``, ArgMin): the position of the greatest extreme key."""
-    values, fmt, axis, keepdims, select_last_index, shape = _check_arg(
+    values, fmt, axis, keepdims, select_last_index, shape = check_arg(
         data, axis, keepdims, select_last_index, name)
     length = values.shape[axis]
     if length == 0:
