@@ -10,9 +10,16 @@ a second here, against a few thousand). Its default link is a beat wide, not a b
 """
 
 import ctypes
+import hashlib
+import inspect
+
+from amaranth.hdl import ClockDomain, ClockSignal, Module, ResetSignal, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from maxaccel.boards.targets import TARGETS
 from maxaccel.hdl.lane import LANE_BYTES
+from maxaccel.hdl.linkword import link_signature
 from maxaccel.hdl.top import Core
 from maxaccel.sim.verilator import compile_model, require_verilator
 from maxaccel.sim.virtual_board import CORE_DEFAULTS
@@ -41,13 +48,86 @@ def recipe(parameters):
             + ", ".join(f"{name}={value!r}" for name, value in sorted(parameters.items())) + ")")
 
 
+class BenchCore(wiring.Component):
+    """``core`` as the compiled board's bench drives it, with only the link's ``i`` as inputs.
+
+    The bench holds reset for its first ``reset_cycles`` cycles, always takes ``o`` and has no
+    UART; here those are made inside the model: a power-on countdown (a register with an
+    initial value) holds the core's reset for exactly those cycles, ``o.ready`` is 1 and the
+    UART's error counts are 0. The core is the same logic in the same cycles. What changes is
+    Verilator's schedule: logic a top-level input reaches combinationally (every register's
+    next value reads the reset) is evaluated again on every ``eval()``, twice a cycle, where
+    logic reached from registers only is evaluated once, after the clock edge. With ``rst``
+    and ``o.ready`` as inputs, that was most of the windowed pooling unit.
+
+    Parameters
+    ----------
+    core : maxaccel.hdl.top.Core
+    reset_cycles : int
+        Cycles from power-on during which the core is held in reset.
+
+    Attributes
+    ----------
+    clk : In(1)
+        The clock.
+    i : In(link stream)
+        The core's ``i``.
+    o : Out(valid, payload)
+        The core's ``o``, without ``ready`` (always taken).
+    idle : Out(1)
+        The core's ``idle``.
+    """
+
+    def __init__(self, core, reset_cycles):
+        self.core = core
+        self.reset_cycles = reset_cycles
+        link = link_signature(core.link_bytes)
+        super().__init__({
+            "clk": In(1),
+            "i": In(link),
+            "o": Out(wiring.Signature({"valid": Out(1),
+                                       "payload": Out(link.members["payload"].shape)})),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.core = core = self.core
+        m.domains.sync = ClockDomain("sync")
+        m.domains.power_on = ClockDomain("power_on", reset_less=True)
+        m.d.comb += [ClockSignal("sync").eq(self.clk), ClockSignal("power_on").eq(self.clk)]
+        countdown = Signal(range(self.reset_cycles + 1), init=self.reset_cycles)
+        with m.If(countdown != 0):
+            m.d.power_on += countdown.eq(countdown - 1)
+        m.d.comb += ResetSignal("sync").eq(countdown != 0)
+        wiring.connect(m, wiring.flipped(self.i), core.i)
+        m.d.comb += [
+            self.o.valid.eq(core.o.valid),
+            self.o.payload.eq(core.o.payload),
+            core.o.ready.eq(1),
+            self.idle.eq(core.idle),
+        ]
+        return m
+
+
+#: Part of the compiled board's cache key: the sources of the gateware packages are hashed by
+#: :func:`~maxaccel.sim.verilator.source_key`, this wrapper's own source is not among them.
+_BENCH_KEY = hashlib.sha256(inspect.getsource(BenchCore).encode()).hexdigest()[:12]
+
+
 def _load(core, parameters, synthesis=None, name="core"):
-    """The harness around ``core`` (made with ``parameters``) compiled (Amaranth's Verilog, or
-    the netlist ``synthesis`` makes) and loaded, its functions declared. The cache key is the
+    """The harness around ``core`` (made with ``parameters``) compiled (Amaranth's Verilog of
+    :class:`BenchCore` around it, or the netlist ``synthesis`` makes of the core alone: a
+    board's own reset and ports) and loaded, its functions declared. The cache key is the
     parameters and the sources: a built model loads without elaborating ``core``."""
+    defines = {"LINK_BYTES": core.link_bytes}
+    made = recipe(parameters)
+    if synthesis is None:
+        core = BenchCore(core, _RESET_CYCLES)
+        defines["BENCH_CORE"] = 1
+        made = f"BenchCore[{_BENCH_KEY}]({made}, reset_cycles={_RESET_CYCLES})"
     library = compile_model(core, "core_harness.cpp", name=name, top="maxaccel_core",
-                            defines={"LINK_BYTES": core.link_bytes}, synthesis=synthesis,
-                            recipe=recipe(parameters))
+                            defines=defines, synthesis=synthesis, recipe=made)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     library.maxaccel_board_new.argtypes = [ctypes.c_uint32]
     library.maxaccel_board_new.restype = ctypes.c_void_p

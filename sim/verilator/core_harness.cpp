@@ -10,6 +10,10 @@
 // A core with a link of LINK_BYTES > 1 bytes per cycle takes words: the next (up to)
 // LINK_BYTES pending bytes in the data bits, their count in the bits above; its reply words
 // are read the same way. LINK_BYTES is defined by maxaccel.sim.verilator_board.
+//
+// With BENCH_CORE defined the model is maxaccel.sim.verilator_board.BenchCore: the core's reset
+// (for the first `reset_cycles` cycles), `o.ready` and the UART counts are made inside it, so
+// `i` is its only input; without, it is a synthesised netlist with the core's own ports.
 #include <cstddef>
 #include <cstdint>
 #include "verilated.h"
@@ -66,11 +70,15 @@ extern "C" {
 
 void *maxaccel_board_new(uint32_t reset_cycles) {
     Board *board = new Board();
-    board->top->o___05Fready = 1;
     board->top->i___05Fvalid = 0;
+#ifndef BENCH_CORE
+    board->top->o___05Fready = 1;
     board->top->rst = 1;
+#endif
     for (uint32_t k = 0; k < reset_cycles; k++) board->tick();
+#ifndef BENCH_CORE
     board->top->rst = 0;
+#endif
     return board;
 }
 
