@@ -107,11 +107,13 @@ def test_netlist_urls_name_the_problem():
         open_device("netlist:")
     with pytest.raises(ValueError, match=r"no netlist board for nitefury \(its Core is about "
                                          r"three times the Arty's.*netlist boards: icebreaker, "
-                                         r"ice40_hx8k_breakout, ulx3s, arty_a7_35$"):
+                                         r"ice40_hx8k_breakout, ulx3s, ulx3s_85f, "
+                                         r"arty_a7_35$"):
         open_device("netlist:nitefury")
     with pytest.raises(ValueError, match="unknown board 'nosuch'"):
         SimTransport("netlist", board="nosuch")
-    assert netlist_targets() == ["icebreaker", "ice40_hx8k_breakout", "ulx3s", "arty_a7_35"]
+    assert netlist_targets() == ["icebreaker", "ice40_hx8k_breakout", "ulx3s", "ulx3s_85f",
+                                 "arty_a7_35"]
 
 
 @pytest.mark.slow
