@@ -56,15 +56,17 @@ def test_ecp5_pll_parameters_come_from_ecppll():
     assert attributes["FREQUENCY_PIN_CLKI"] == "25"
 
 
-def test_program_runs_the_named_programmer(tmp_path, monkeypatch, capsys):
-    """No board here: a stand-in programmer records how it was called."""
+@pytest.mark.parametrize("board", ["ulx3s", "ulx3s_85f"])
+def test_program_runs_the_named_programmer(tmp_path, monkeypatch, capsys, board):
+    """No board here: a stand-in programmer records how it was called (openFPGALoader's
+    board ``ulx3s`` for every ULX3S: it finds the FPGA by its JTAG ID)."""
     (tmp_path / "maxaccel.bit").write_bytes(b"bitstream")
     record = tmp_path / "called"
     fake = tmp_path / "openFPGALoader"
     fake.write_text(f"#!/bin/sh\necho \"$@\" > {record}\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("OPENFPGALOADER", str(fake))
-    status, out, _ = run("program", "ulx3s", "--out", str(tmp_path), capsys=capsys)
+    status, out, _ = run("program", board, "--out", str(tmp_path), capsys=capsys)
     assert status == 0, out
     arguments = record.read_text().split()
     assert arguments[:3] == ["-b", "ulx3s", "-m"] and arguments[3].endswith(".bit")
