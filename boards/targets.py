@@ -59,7 +59,8 @@ class Target:
         LFE5U-85F, the 25F's design plus the unit, one window lane of kernel extent 13 on the
         inner axes and 3 on a 3-D pool's outermost (the NiteFury's extents: every pool class
         of ``maxaccel bench --ratios`` goes through it; its report, ``docs/boards/
-        ulx3s_85f.json``, says what it takes of the 85F). The rule for
+        ulx3s_85f.json``, says what it takes of the 85F: half its logic, but not yet 60 MHz,
+        docs/boards.md "ULX3S 85F"). The rule for
         ``reduce_pipeline``: ``"shallow"`` on the boards that run from a 12 MHz oscillator (the
         iCE40 ones, no PLL: the UART, not the core, is the limit there), where it still meets
         the clock with margin and frees about a sixth of the logic cells; ``"deep"`` (the

@@ -168,11 +168,14 @@ def test_the_ulx3s_85f_is_the_25f_design_with_the_pooling_unit():
 
 @pytest.mark.synth
 @pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="the ULX3S 85F's place and route takes tens of minutes of CPU: "
+                    reason="the ULX3S 85F's build takes more than 40 minutes (synthesis 7, "
+                           "placement 17, routing more than 15 on a shared machine): "
                            "MAXACCEL_SLOW=1 runs it")
 def test_ulx3s_85f_bitstream_with_the_pooling_unit(tmp_path, capsys):
     """The 85F with the windowed pooling unit: bitstream, timing met at 60 MHz, room left on
-    the LFE5U-85F, and a report that records the unit."""
+    the LFE5U-85F, and a report that records the unit. Not met yet: nextpnr's estimate after
+    placement was 39.3 MHz (docs/boards.md, "ULX3S 85F"), so this fails until the unit's
+    critical path is found and cut or the target's clock is lowered."""
     status, out, err = run("build", "ulx3s_85f", "--out", str(tmp_path), capsys=capsys)
     assert status == 0, err[-2000:]
     assert (tmp_path / "maxaccel.bit").stat().st_size > 100_000
