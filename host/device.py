@@ -85,6 +85,7 @@ def plan_max_pool(geometry, fmt, identity, max_frame_bytes):
         return Command.MAX_POOL, window
     return Command.REDUCE, plan
 
+
 _tokens = itertools.count()
 
 
