@@ -228,7 +228,7 @@ def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
                 os.environ[key] = value
     elapsed = time.monotonic() - started
     report = _report(target, out, lanes=lanes, clock_mhz=clock_mhz, seconds=elapsed,
-                     identity=top.identity)
+                     identity=top.identity, units=top.core.units)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown([report]) + "\n")
     progress(report_markdown([report]))
@@ -251,7 +251,12 @@ def _why_failed(target, out, status, lanes):
     return f"the toolchain failed (exit status {status}) building {target.name}; logs in {out}"
 
 
-def _report(target, out, *, lanes, clock_mhz, seconds, identity):
+#: The windowed pooling unit's capacities of ``IDENTIFY`` a report records (0 without the unit).
+WINDOW_CAPACITIES = ("window_lanes", "window_extent", "window_extent_outer", "window_columns",
+                     "window_plane")
+
+
+def _report(target, out, *, lanes, clock_mhz, seconds, identity, units):
     logic_cell, bram_cell, flip_flops, lut = _CELLS[target.family]
     log = (out / "maxaccel.tim").read_text()
     statistics = (out / "maxaccel.rpt").read_text() if (out / "maxaccel.rpt").exists() else ""
@@ -269,18 +274,20 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity):
         "block_rams": [bram_used, bram_total], "bitstream": bitstream,
         "link": target.link, "baud": target.baud, "link_bytes_per_s": target.link_bytes_per_s,
         "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
-        "units": list(target.core.get("units", ("reduce", "pool", "broadcast"))),
+        "units": list(units),
         "reduce_pipeline": target.core.get("reduce_pipeline", "deep"),
         "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
                        "max_operands": identity.max_operands,
-                       "pool_channels": identity.pool_channels},
+                       "pool_channels": identity.pool_channels,
+                       **{name: getattr(identity, name) for name in WINDOW_CAPACITIES}},
     }
 
 
 #: The programmer each Lattice board's amaranth-boards platform runs, and the variable that
 #: overrides it.
 PROGRAMMERS = {"icebreaker": ("iceprog", "ICEPROG"), "ice40_hx8k_breakout": ("iceprog", "ICEPROG"),
-               "ulx3s": ("openFPGALoader", "OPENFPGALOADER")}
+               "ulx3s": ("openFPGALoader", "OPENFPGALOADER"),
+               "ulx3s_85f": ("openFPGALoader", "OPENFPGALOADER")}
 
 
 def program(board, *, out_dir=None, progress=print):

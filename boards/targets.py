@@ -52,10 +52,15 @@ class Target:
         Further :class:`~maxaccel.hdl.top.Core` parameters (``replay_depth``, ``max_dims``,
         ``max_operands``, ``pool_channels``, ``window_lanes``, ``units``, ``reduce_pipeline``)
         chosen so the design fits the device. The Arty's windowed pooling unit takes one
-        lane (``window_lanes=1``: 8 bytes a cycle, far more than a UART brings); the ULX3S has no
-        windowed pooling unit (with one window lane of extent 3 its design needs 25 691
-        TRELLIS_COMB of the 25F's 24 288: docs/boards.md; MaxPool goes through ``REDUCE``
-        there). The rule for
+        lane (``window_lanes=1``: 8 bytes a cycle, far more than a UART brings); the ULX3S
+        (``ulx3s``, its 25F) has no windowed pooling unit (with one window lane of extent 3 its
+        design needs 25 691 TRELLIS_COMB of the 25F's 24 288: docs/boards.md; MaxPool goes
+        through ``REDUCE`` there). That is why ``ulx3s_85f`` exists: the same board with the
+        LFE5U-85F, the 25F's design plus the unit, one window lane of kernel extent 13 on the
+        inner axes and 3 on a 3-D pool's outermost (the NiteFury's extents: every pool class
+        of ``maxaccel bench --ratios`` goes through it; its report, ``docs/boards/
+        ulx3s_85f.json``, says what it takes of the 85F: half its logic, but not yet 60 MHz,
+        docs/boards.md "ULX3S 85F"). The rule for
         ``reduce_pipeline``: ``"shallow"`` on the boards that run from a 12 MHz oscillator (the
         iCE40 ones, no PLL: the UART, not the core, is the limit there), where it still meets
         the clock with margin and frees about a sixth of the logic cells; ``"deep"`` (the
@@ -93,6 +98,9 @@ class Target:
 _ICE40_CORE = dict(replay_depth=64, max_dims=1, max_operands=1, pool_channels=1,
                    units=("reduce",), reduce_pipeline="shallow")
 
+#: The ULX3S's core capacities, on both its devices; the 85F adds the windowed pooling unit.
+_ULX3S_CORE = dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64)
+
 TARGETS = {t.name: t for t in [
     Target(name="icebreaker", title="1BitSquared iCEBreaker", family="ice40",
            device="iCE40UP5K-SG48", platform_class="amaranth_boards.icebreaker:ICEBreakerPlatform",
@@ -106,8 +114,12 @@ TARGETS = {t.name: t for t in [
     Target(name="ulx3s", title="Radiona ULX3S (ECP5 25F)", family="ecp5",
            device="LFE5U-25F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_25F_Platform",
            link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,
-           core=dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64,
-                     units=("reduce", "pool", "broadcast"))),
+           core=dict(_ULX3S_CORE, units=("reduce", "pool", "broadcast"))),
+    Target(name="ulx3s_85f", title="Radiona ULX3S (ECP5 85F)", family="ecp5",
+           device="LFE5U-85F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_85F_Platform",
+           link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=2, clock_mhz=60.0,
+           core=dict(_ULX3S_CORE, window_lanes=1, window_extent=13, window_extent_outer=3,
+                     window_columns=64, window_plane=1024)),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
            link="uart", baud=4_000_000, link_bytes_per_s=400e3, lanes=2, clock_mhz=100.0,

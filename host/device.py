@@ -54,7 +54,37 @@ from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, MAX_COUNT, MAX_STRE
                                     VERSION, Capacities, Command, Identity, MaxParameters)
 from maxaccel.host.transport import open_transport
 
-__all__ = ["Device", "open_device"]
+__all__ = ["Device", "open_device", "plan_max_pool"]
+
+
+def plan_max_pool(geometry, fmt, identity, max_frame_bytes):
+    """The route of a MaxPool on a device and its plan, as :meth:`Device.max_pool` takes it.
+
+    Parameters
+    ----------
+    geometry : PoolGeometry
+        The pool (:func:`~maxaccel.contract.pooling.resolve_max_pool`).
+    fmt : Format
+    identity : Identity
+        The device's ``IDENTIFY``.
+    max_frame_bytes : int
+        Largest request or reply payload.
+
+    Returns
+    -------
+    tuple
+        ``(Command.MAX_POOL, plan_window_pool(...))`` when the pooling unit takes the pool in
+        some tiling and that costs the link no more than ``REDUCE`` would (zero images filling
+        a group can make it cost more); otherwise ``(Command.REDUCE, plan_reduce_pool(...))``.
+    """
+    window = plan_window_pool(geometry, fmt, identity, max_frame_bytes)
+    if window is not None and not window.filler_images():
+        return Command.MAX_POOL, window
+    plan = plan_reduce_pool(geometry)
+    if window is not None and window.wire_elements() <= plan.sent_elements + plan.output_elements:
+        return Command.MAX_POOL, window
+    return Command.REDUCE, plan
+
 
 _tokens = itertools.count()
 
@@ -284,14 +314,9 @@ class Device:
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
             return_indices)
         self._check_supported(fmt, "max_pool()")
-        window = plan_window_pool(geometry, fmt, self.identity, self.max_frame_bytes)
-        plan = None
-        if window is None or window.filler_images():
-            plan = plan_reduce_pool(geometry)
-            if window is not None and window.wire_elements() \
-                    <= plan.sent_elements + plan.output_elements:
-                plan = None
-        if plan is None:
+        route, plan = plan_max_pool(geometry, fmt, self.identity, self.max_frame_bytes)
+        if route == Command.MAX_POOL:
+            window = plan
             self.last_max_pool_route = Command.MAX_POOL
             with self._operation(window.wire_elements() * fmt.nbytes):
                 return max_pool_by_window(

@@ -111,6 +111,9 @@ def test_netlist_urls_name_the_problem():
         open_device("netlist:nitefury")
     with pytest.raises(ValueError, match="unknown board 'nosuch'"):
         SimTransport("netlist", board="nosuch")
+    with pytest.raises(ValueError, match=r"no netlist board for ulx3s_85f \(its windowed "
+                                         r"pooling unit's index products map onto MULT18X18D"):
+        open_device("netlist:ulx3s_85f")
     assert netlist_targets() == ["icebreaker", "ice40_hx8k_breakout", "ulx3s", "arty_a7_35"]
 
 

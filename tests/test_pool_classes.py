@@ -8,6 +8,7 @@ checked bit for bit by the bench itself.
 Cycles are deterministic: a change that costs a cycle fails here.
 """
 
+import math
 import os
 
 import numpy as np
@@ -16,8 +17,9 @@ from fake_board import FakeBoard
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool
-from maxaccel.contract.wire import _window_extents
+from maxaccel.contract.wire import Command, _window_extents
 from maxaccel.host import open_device
+from maxaccel.host.device import plan_max_pool
 from maxaccel.host.bench import POOL_CLASSES, measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
 from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
@@ -112,6 +114,50 @@ def test_a_class_goes_through_the_unit_whenever_a_tiling_fits(name, dtype):
     # The contract's extent per axis (outermost first); a pool of fewer axes takes the inner ones.
     limits = _window_extents(board.identity)[-len(geometry.axes):]
     assert (route == "REDUCE") == any(a.extent > limit for a, limit in zip(geometry.axes, limits))
+
+
+#: The classes' routes on each ULX3S, from the host's planner on the board's own IDENTIFY: the
+#: 85F's unit (one window lane, extents 13 / 3) takes every class, the 25F has no unit.
+ULX3S_ROUTES = {"ulx3s_85f": Command.MAX_POOL, "ulx3s": Command.REDUCE}
+
+
+@pytest.fixture(scope="module")
+def bitstream_identities():
+    """board -> the IDENTIFY of its bitstream's Core (``maxaccel.boards.build.uart_top``),
+    for the boards of :data:`ULX3S_ROUTES`; each design elaborated (seconds), as a build
+    would."""
+    from amaranth.hdl import Fragment
+
+    from maxaccel.boards.build import uart_top
+    from maxaccel.boards.targets import TARGETS
+    identities = {}
+    for board in ULX3S_ROUTES:
+        target = TARGETS[board]
+        top = uart_top(target, target.lanes, target.clock_mhz)
+        Fragment.get(top, platform=None).prepare()
+        identities[board] = top.identity
+    return identities
+
+
+@pytest.mark.parametrize("board", list(ULX3S_ROUTES))
+def test_every_class_on_each_ulx3s_takes_the_route_its_identity_gives(bitstream_identities,
+                                                                       board):
+    """Each class and dtype as :meth:`~maxaccel.host.device.Device.max_pool` routes it
+    (``plan_max_pool``, frames of a megabyte as over the serial link) on the IDENTIFY of the
+    board's bitstream (its target's Core): on the 85F through ``MAX_POOL``, the wide ones in
+    tiles of at most 64 output columns, with at most 1% more elements on the link than the
+    pool's input and output; on the 25F through ``REDUCE``."""
+    identity = bitstream_identities[board]
+    for name, dtype in POOL_CYCLES:
+        pool = CLASSES[name]
+        geometry = resolve_max_pool(pool.shape, **pool.attributes)
+        route, plan = plan_max_pool(geometry, format_of(np.dtype(dtype)), identity, 1 << 20)
+        assert route == ULX3S_ROUTES[board], (name, dtype)
+        if route == Command.MAX_POOL:
+            elements = math.prod(geometry.input_shape) + math.prod(geometry.output_shape)
+            assert plan.wire_elements() <= 1.01 * elements, (name, dtype)
+            wide = len(geometry.axes) > 1 and geometry.output_shape[-1] > identity.window_columns
+            assert (sum(len(b.tiles) for b in plan.batches) > 1) == wide, (name, dtype)
 
 
 @pytest.fixture(scope="module")

@@ -74,6 +74,29 @@ def test_wide_pools_on_the_simulated_board(url):
                    **attributes)
 
 
+def test_the_ulx3s_85f_core_on_the_simulated_board():
+    """The ULX3S 85F's core as its bitstream has it (``boards/targets.py``: 2 lanes, one window
+    lane, extents 13 / 3, 64 columns, 1024-output planes), simulated behind the host: SPP
+    13x13 and a 3x3x3 pool through its unit, a 3-D pool of outermost extent 5 through
+    ``REDUCE``; tiny images (a few thousand cycles each)."""
+    from maxaccel.boards.targets import TARGETS
+    from maxaccel.host.device import Device
+    from maxaccel.host.transport import SimTransport
+    target = TARGETS["ulx3s_85f"]
+    rng = np.random.default_rng(85)
+    with Device(SimTransport("sim", lanes=target.lanes, **target.core)) as device:
+        identity = device.identity
+        assert (identity.lanes, identity.window_lanes, identity.window_extent,
+                identity.window_extent_outer) == (2, 1, 13, 3)
+        for dtype, shape, attributes, route in [
+                (np.int8, (1, 2, 3, 4), _spp(13), Command.MAX_POOL),
+                (np.float32, (1, 1, 3, 3, 4), dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2],
+                                                   pads=[1] * 6), Command.MAX_POOL),
+                (np.float16, (1, 1, 5, 2, 2), dict(kernel_shape=[5, 1, 1],
+                                                   pads=[2, 0, 0, 2, 0, 0]), Command.REDUCE)]:
+            _check(device, _ties(rng, dtype, shape), route, **attributes)
+
+
 def test_the_engine_refuses_extents_beyond_each_axis_capacity():
     """Raw MAX_POOL requests: the engine's checks (the contract's rules, in gateware) take
     extent 5 on the inner axes and refuse it on the outermost (TOO_LARGE), as the contract's
