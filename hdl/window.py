@@ -22,6 +22,7 @@ index.
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -759,6 +760,19 @@ class WindowMaxPool(wiring.Component):
         return ResetInserter(self.clear)(m)
 
 
+class _ReplyFIFO(SyncFIFOBuffered):
+    """:class:`~amaranth.lib.fifo.SyncFIFOBuffered` with its memory asked for in block RAM
+    (yosys's ``ram_style``): a reply FIFO is wide and shallow (a row of results, each the
+    units' values and indices, 1 280 bits on the NiteFury), which yosys would otherwise put in
+    LUT RAM (427 RAM64M, 1 700 LUTs, on a board at 84% of its LUTs) where a few block RAMs of a
+    mostly idle bank hold it."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.submodules.storage.attrs["ram_style"] = "block"
+        return m
+
+
 class WindowLanes(wiring.Component):
     """``MAX_POOL``'s unit: :class:`WindowMaxPool` units side by side, a 64-bit lane of the
     engine's beats each, fed from and emptied into the beats.
@@ -794,6 +808,8 @@ class WindowLanes(wiring.Component):
     ----------
     latency : int
         :attr:`WindowMaxPool.latency`.
+    reply_depth : int
+        Results the reply FIFO holds with ``indices`` (``max_columns``: a row of outputs).
     limits : dict
         ``window_lanes``, ``window_extent``, ``window_extent_outer``, ``window_columns``,
         ``window_plane``: what ``IDENTIFY`` reports.
@@ -823,7 +839,14 @@ class WindowLanes(wiring.Component):
     ----------------------
     Those of :class:`WindowMaxPool`: a beat per cycle in (after :attr:`WindowMaxPool.SETTLE`
     cycles from ``clear``), with one bubble per virtual step; per window result an output beat,
-    plus ``ceil(group * 4 / (8 * lanes))`` with ``indices`` (holding the units meanwhile).
+    plus ``ceil(group * 4 / (8 * lanes))`` with ``indices``. Without ``indices`` a result
+    leaves as the units give it (:attr:`latency`). With ``indices`` the results queue in a
+    reply FIFO of :attr:`reply_depth` results (a row of outputs; the units' values and indices,
+    ``320 * window_lanes`` bits each: block RAM) in front of the beats that send them, 2
+    cycles more latency: the units keep taking input while up to a row of results waits for
+    its reply, and are held only when the FIFO is full. (At stride 2 an output row's results
+    come during one input row, a result every 2 cycles, while the reply takes one every 3
+    cycles for float16 groups and every 5 for uint8 on 32-byte beats.)
     """
 
     def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
@@ -843,6 +866,9 @@ class WindowLanes(wiring.Component):
                       for _ in range(window_lanes)]
         unit = self.units[0]
         self.latency = unit.latency
+        #: Entries of the reply FIFO (results waiting for their indices to be sent): a row of
+        #: outputs, the line buffers' ``max_columns``.
+        self.reply_depth = unit.max_columns
         self.limits = {"window_lanes": window_lanes, "window_extent": unit.extents[-1],
                        "window_extent_outer": unit.extents[0],
                        "window_columns": unit.max_columns, "window_plane": unit.max_plane}
@@ -883,15 +909,31 @@ class WindowLanes(wiring.Component):
                          unit.i.payload.data.eq(lane_of(self.i.payload.data.as_value(), j))]
 
         # --- Out: the units' lanes in one beat, then (indices) the indices in beats. ---------
-        valid = Cat(u.o.valid for u in units).all()
+        units_valid = Cat(u.o.valid for u in units).all()
         # Image j's index: unit j // (8 / size), the slot of its element's first byte.
-        index_row = 0
+        units_index = 0
         for is_size, size in sizes:
             per_lane = LANE_BYTES // size
             row = Cat(units[j // per_lane].o.payload.index[(j % per_lane) * size]
                       for j in range(count * per_lane))
-            index_row = index_row | Mux(is_size, row, 0)
-        index_beats = -(-count * LANE_BYTES * WINDOW_INDEX_BYTES // beat_bytes)
+            units_index = units_index | Mux(is_size, row, 0)
+        units_values = Cat(u.o.payload.data for u in units)
+        value_bits = count * LANE_BITS
+        index_bits = count * LANE_BYTES * 8 * WINDOW_INDEX_BYTES
+
+        # With indices a result leaves as 1 + index_beats beats, so the units' results queue
+        # in the reply FIFO, a row of outputs deep: at stride 2 a row of results comes while
+        # the last input row of its windows streams, faster than the reply sends them, and
+        # drains while the next input row streams. Without indices a result is one beat and
+        # goes straight out (the FIFO would only add its two cycles).
+        fifo = m.submodules.reply = _ReplyFIFO(width=value_bits + index_bits,
+                                              depth=self.reply_depth)
+        m.d.comb += [fifo.w_en.eq(units_valid & self.indices),
+                     fifo.w_data.eq(Cat(units_values, units_index))]
+        valid = Mux(self.indices, fifo.r_rdy, units_valid)
+        values = Mux(self.indices, fifo.r_data[:value_bits], units_values)
+        index_row = fifo.r_data[value_bits:]
+        index_beats = -(-index_bits // beat_bits)
         index_row = Cat(index_row, Const(0, index_beats * beat_bits))
         in_indices = Signal()           # the indices are being sent, word ``index_word``
         index_word = Signal(range(index_beats))
@@ -900,7 +942,6 @@ class WindowLanes(wiring.Component):
         value_bytes = 0
         for is_size, size in sizes:
             value_bytes = value_bytes | Mux(is_size, self.group * size, 0)
-        values = Cat(u.o.payload.data for u in units)
         m.d.comb += [
             self.o.valid.eq(valid),
             self.o.payload.data.eq(Mux(in_indices, index_row.word_select(index_word, beat_bits),
@@ -911,8 +952,9 @@ class WindowLanes(wiring.Component):
             self.o.payload.last.eq(~in_indices | index_last),
         ]
         done = self.o.ready & (in_indices & index_last | ~self.indices)
+        m.d.comb += fifo.r_en.eq(done)
         for unit in units:
-            m.d.comb += unit.o.ready.eq(valid & done)
+            m.d.comb += unit.o.ready.eq(units_valid & Mux(self.indices, fifo.w_rdy, done))
         with m.If(self.o.valid & self.o.ready & self.indices):
             with m.If(~in_indices):
                 m.d.sync += [in_indices.eq(1), index_word.eq(0),
@@ -924,7 +966,7 @@ class WindowLanes(wiring.Component):
                              index_left.eq(index_left - beat_bytes)]
 
         m.d.comb += [
-            self.idle.eq(Cat(u.idle for u in units).all() & ~in_indices),
+            self.idle.eq(Cat(u.idle for u in units).all() & ~in_indices & (fifo.level == 0)),
             self.error.eq(Cat(u.empty_window | u.capacity_error | u.config_error
                               for u in units).any()),
         ]

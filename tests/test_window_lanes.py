@@ -7,11 +7,13 @@ Groups of images interleaved element by element go in a beat per group element, 
 64-bit lane pooling the images whose elements its lane holds; each output position comes out as
 a beat of the group's maxima, then (with indices) their u32 indices in as many beats as they
 fill. Checked against test_window's oracle, with random stalls on both sides, every element
-size, groups narrower than the units, and exact throughput (a beat per cycle in).
+size, groups narrower than the units, and exact throughput (a beat per cycle in; with indices,
+a beat per cycle out once the reply FIFO holds results, and clear emptying it).
 """
 
 import numpy as np
 import pytest
+from amaranth.sim import Simulator
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.hdl.window import AXIS_FIELDS, WindowLanes, WindowMaxPool
@@ -169,3 +171,60 @@ def test_error_on_a_window_of_padding_only():
 def test_refuses_too_many_lanes():
     with pytest.raises(ValueError, match="window_lanes must be 1 to 2"):
         WindowLanes(2, 3)
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+def test_the_reply_with_indices_drains_while_the_next_row_streams(stalls):
+    # The ResNet stem (3x3 stride 2 pad 1) on 4 x 64 int8 images with indices and no stalls:
+    # 16 images fill the 16-byte beat, so an output position leaves as a beat of maxima and
+    # four of indices, 5 beats for every 4 input beats. The 32 results of an output row come
+    # while the last input row of their windows streams (64 beats), at twice the reply's rate,
+    # more than the units' pipelines hold; the reply FIFO (a row of results) takes them, so
+    # from the first result on the reply sends a beat every cycle: the first window ends at
+    # beat 65 (row 1, column 1), its result leaves the units `latency` edges after that beat
+    # is taken and the FIFO 2 edges later, and the last of the 64 results' 320 beats leaves
+    # 319 edges after the first. Without the FIFO the units held the input while a row's
+    # reply went out, and the reply waited for the next row's results.
+    axes = (axis(4, 3, 2, pads=(1, 1)), axis(64, 3, 2, pads=(1, 1)))
+    x = random_values(_rng("reply fifo"), np.dtype(np.int8), (16, 4, 64))
+    dut = WindowLanes(LANES, LANES, max_extent=3, max_columns=32, max_plane=16)
+    assert dut.reply_depth == 32
+    run = check_lanes(dut, x, axes, group=16, indices=True, stalls=stalls)
+    if stalls.idle == stalls.backpressure == 0:
+        assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 65 + dut.latency + 2 + 64 * 5 - 1
+
+
+def test_clear_empties_the_reply_fifo():
+    # Results queued in the reply FIFO behind a sink that never takes them are dropped by
+    # clear: the unit is idle again SETTLE cycles later and sends nothing.
+    dut = _unit()
+    axes = (UNIT, axis(4, 3, 2, pads=(1, 1)), axis(8, 3, 2, pads=(1, 1)))
+
+    async def bench(ctx):
+        ctx.set(dut.dtype, format_of(np.float32).dtype)
+        ctx.set(dut.group, 4)
+        ctx.set(dut.indices, 1)
+        for a, given in enumerate(axes):
+            for name in AXIS_FIELDS:
+                ctx.set(getattr(dut.config[a], name), getattr(given, name))
+        ctx.set(dut.i.valid, 1)
+        for _ in range(40 + dut.latency):
+            await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        await ctx.tick()
+        assert ctx.get(dut.o.valid) == 1 and ctx.get(dut.idle) == 0
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        for _ in range(WindowMaxPool.SETTLE):
+            assert ctx.get(dut.o.valid) == 0
+            await ctx.tick()
+        assert ctx.get(dut.idle) == 1
+        for _ in range(dut.latency + 4):
+            assert ctx.get(dut.o.valid) == 0
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
