@@ -272,7 +272,7 @@ class Device:
         or larger than a frame goes in tiles of the output, each with its halo of input. A
         pool the unit cannot take in any tiling (a kernel extent above its ``window_extent``,
         more than 3 spatial axes, a window of padding only), or that would cost the link more
-        that way (groups of images filled up with zero images), runs through
+        that way (groups of images filled up with zero images, padding sent), runs through
         ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's input
         elements, padding never sent, are one run, windows with as many elements one request.
         Where windows overlap an element then crosses the link once per window it lies in
@@ -286,7 +286,7 @@ class Device:
         self._check_supported(fmt, "max_pool()")
         window = plan_window_pool(geometry, fmt, self.identity, self.max_frame_bytes)
         plan = None
-        if window is None or window.filler_images():
+        if window is None or window.filler_images() or window.padding_elements():
             plan = plan_reduce_pool(geometry)
             if window is not None and window.wire_elements() \
                     <= plan.sent_elements + plan.output_elements:
