@@ -284,7 +284,8 @@ class Device:
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
             return_indices)
         self._check_supported(fmt, "max_pool()")
-        window = plan_window_pool(geometry, fmt, self.identity, self.max_frame_bytes)
+        window = plan_window_pool(geometry, fmt, self.identity, self.max_frame_bytes,
+                                  indices=return_indices)
         plan = None
         if window is None or window.filler_images() or window.padding_elements():
             plan = plan_reduce_pool(geometry)

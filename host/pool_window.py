@@ -200,10 +200,13 @@ class WindowPoolPlan:
         when the pool fits the unit as it is. Input elements at a tile's edge that the next
         tile's windows also read (the halo) cross the link once per tile, and so does the
         padding a tile sends (:attr:`AxisTile.sent_pad`).
+    indices : bool
+        Whether the requests' frames leave room for replies with Indices.
     """
 
     geometry: object
     batches: tuple
+    indices: bool = True
 
     @property
     def group(self):
@@ -273,7 +276,7 @@ def _grids(axes, longest):
 
 
 def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None,
-                     send_padding=None):
+                     send_padding=None, indices=True):
     """The ``MAX_POOL`` plan of a pool on a device, or ``None`` if it does not fit.
 
     A pool wider than the unit's buffers (``window_columns`` outputs of the innermost axis, an
@@ -306,6 +309,10 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
     send_padding : sequence of (bool, bool), optional
         With ``tile_outputs``: per spatial axis, whether the tiles send the padding at its
         begin and at its end (default: neither; the unit pads).
+    indices : bool
+        Whether the replies carry Indices (u32 each): a reply without them is smaller, so a
+        frame may hold more groups and a tile more outputs. A plan made without them cannot be
+        run with them (:func:`max_pool_by_window`).
     """
     config = window_config(geometry)
     if identity.window_lanes == 0 or config is None or geometry.has_empty_windows():
@@ -320,8 +327,8 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
         """Groups of ``tiles``' images in one frame each way (0: not one)."""
         image = math.prod(t.size for t in tiles)
         image_out = math.prod(t.out for t in tiles)
-        return max_frame_bytes // (group * max(image * fmt.nbytes,
-                                               image_out * (fmt.nbytes + WINDOW_INDEX_BYTES)))
+        reply = image_out * (fmt.nbytes + WINDOW_INDEX_BYTES * indices)
+        return max_frame_bytes // (group * max(image * fmt.nbytes, reply))
 
     def fields(tiles, group):
         """The parameter block of ``tiles`` (one per axis) in groups of ``group``."""
@@ -341,7 +348,7 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
         group = group or max(1, widest)
         key = (tuple((t.size, t.pad, t.out) for t in tiles), group)
         if key not in checked:
-            check = dict(fields(tiles, group), indices=1, groups=1, reserved=0)
+            check = dict(fields(tiles, group), indices=int(indices), groups=1, reserved=0)
             image = math.prod(t.size for t in tiles)
             checked[key] = per_request(tiles, group) > 0 and not problems(
                 Command.MAX_POOL, check, identity, data_length=group * image * fmt.nbytes)
@@ -403,7 +410,7 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
             groups = -(-len(tiles) * images // group)
             made.append(WindowBatch(tuple(tiles), group, fields(tiles[0], group), groups,
                                     min(per_request(tiles[0], group), groups)))
-        return WindowPoolPlan(geometry, tuple(made))
+        return WindowPoolPlan(geometry, tuple(made), bool(indices))
 
     if tile_outputs is not None:
         grid = tuple(operator.index(n) for n in tile_outputs)
@@ -476,6 +483,9 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
     numpy.ndarray or (numpy.ndarray, numpy.ndarray)
         ``y`` and, with ``return_indices``, the int64 Indices.
     """
+    if return_indices and not plan.indices:
+        raise ValueError("the plan's frames leave no room for Indices: plan_window_pool(..., "
+                         "indices=True)")
     geometry, images = plan.geometry, plan.images
     spatial = values.reshape((images,) + geometry.spatial_shape)
     out_shape = tuple(a.out_size for a in geometry.axes)

@@ -31,7 +31,8 @@ from test_reference_maxpool import random_config
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool, window_geometry
-from maxaccel.contract.wire import PARAMETERS, Command, problems, window_fields
+from maxaccel.contract.wire import (PARAMETERS, WINDOW_INDEX_BYTES, Command, problems,
+                                    window_fields)
 from maxaccel.host.device import Device
 from maxaccel.host.pool_window import axis_tiles, max_pool_by_window, plan_window_pool
 from maxaccel.sim import reference
@@ -116,10 +117,13 @@ def check_plan(plan, geometry, fmt, identity, max_frame_bytes):
             assert tuple((t.size, t.pad, t.out) for t in tiles) == \
                 tuple((t.size, t.pad, t.out) for t in batch.tiles[0])
             covered[tuple(slice(t.out_start, t.out_stop) for t in tiles)] += 1
-        fields = dict(batch.fields, groups=batch.groups_per_request, indices=1, reserved=0)
+        fields = dict(batch.fields, groups=batch.groups_per_request, indices=int(plan.indices),
+                      reserved=0)
         data = batch.groups_per_request * batch.group * batch.image * fmt.nbytes
+        reply = batch.groups_per_request * batch.group * batch.image_out * (
+            fmt.nbytes + WINDOW_INDEX_BYTES * plan.indices)
         assert not problems(Command.MAX_POOL, fields, identity, data_length=data)
-        assert data <= max_frame_bytes
+        assert data <= max_frame_bytes and reply <= max_frame_bytes
         assert batch.groups * batch.group >= len(batch.tiles) * plan.images
     assert (covered == 1).all()
 
@@ -344,8 +348,9 @@ def test_the_planner_sends_padding_only_to_save_zero_images():
     configuration of a row's first and last tile; the plan sends both columns of padding
     (66 a tile instead of 65) so that both tiles are one configuration and no zero image is
     sent, fewer elements on the link than the same grid leaving the padding to the unit. No
-    other class of the MaxPool table, in any dtype, sends padding (none has zero images to
-    save), and with 64 channels (two whole groups) the peak picking sends none either."""
+    other class of the MaxPool table, in any dtype, with or without Indices, sends padding
+    (none has zero images to save), and with 64 channels (two whole groups) the peak picking
+    sends none either."""
     from test_pool_classes import COMPILED
 
     from maxaccel.host.bench import POOL_CLASSES, POOL_DTYPES
@@ -363,15 +368,51 @@ def test_the_planner_sends_padding_only_to_save_zero_images():
     unit_pads = plan_window_pool(geometry, fmt, identity, 1 << 20, [rows[0], 64])
     assert unit_pads.filler_images() == 4 * 16
     assert plan.wire_elements() < unit_pads.wire_elements()
-    for pool in POOL_CLASSES:
-        for dtype in POOL_DTYPES:
-            for channels in {pool.shape[1], 64}:
-                if (pool.name, dtype, channels) == ("3x3 s1 p1, 80x128x128", "uint8", 80):
-                    continue
-                shape = (1, channels) + pool.shape[2:]
-                plan = plan_window_pool(resolve_max_pool(shape, **pool.attributes),
-                                        format_of(np.dtype(dtype)), identity, 1 << 20)
-                assert plan.padding_elements() == 0, (pool.name, dtype, channels)
+    for pool, dtype, indices in product(POOL_CLASSES, POOL_DTYPES, (True, False)):
+        for channels in {pool.shape[1], 64}:
+            if (pool.name, dtype, channels) == ("3x3 s1 p1, 80x128x128", "uint8", 80):
+                continue
+            shape = (1, channels) + pool.shape[2:]
+            plan = plan_window_pool(resolve_max_pool(shape, **pool.attributes),
+                                    format_of(np.dtype(dtype)), identity, 1 << 20,
+                                    indices=indices)
+            assert plan.padding_elements() == 0, (pool.name, dtype, channels, indices)
+
+
+def test_frames_without_indices_hold_more_groups():
+    """A reply without Indices is 1 byte an output for uint8 instead of 5: planned without
+    them (as :meth:`Device.max_pool` does when none are asked), the 80-channel peak picking on
+    the compiled board's capacities and 1 MiB frames goes in whole columns of 128 rows (one
+    configuration, 66 x 128 a tile) and 2 requests of up to 3 groups, where the plan with
+    Indices needs rows in two tiles and 10 requests of one group. A plan without Indices is
+    refused for a call that asks for them; both give the golden model's bits."""
+    from test_pool_classes import COMPILED
+    identity = FakeBoard(**COMPILED).identity
+    fmt = format_of(np.uint8)
+    geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
+
+    def requests(plan):
+        return sum(-(-b.groups // b.groups_per_request) for b in plan.batches)
+
+    with_indices = plan_window_pool(geometry, fmt, identity, 1 << 20)
+    plain = plan_window_pool(geometry, fmt, identity, 1 << 20, indices=False)
+    assert (with_indices.indices, plain.indices) == (True, False)
+    assert requests(with_indices) == 10 and len(with_indices.batches) == 2
+    assert requests(plain) == 2
+    ((tiles, *_),) = [b.tiles for b in plain.batches]
+    assert [(t.size, t.pad, t.out) for t in tiles] == [(128, 1, 128), (66, 0, 64)]
+    check_plan(plain, geometry, fmt, identity, 1 << 20)
+    x = lowest_at_the_edges(np.random.default_rng(8), fmt, (1, 5, 3, 8))
+    attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    fake = FakeBoard(**SMALL)
+    with Device(fake) as device:
+        request = lambda payload: device._request(Command.MAX_POOL, payload)   # noqa: E731
+        plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt, fake.identity,
+                                1 << 20, indices=False)
+        assert_same_bits(max_pool_by_window(x, fmt, plan, request, False),
+                         reference.max_pool(x, **attributes))
+        with pytest.raises(ValueError, match="Indices"):
+            max_pool_by_window(x, fmt, plan, request, True)
 
 
 def test_the_device_tiles_a_wide_pool_and_still_sends_each_output_once():
