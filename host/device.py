@@ -57,7 +57,7 @@ from maxaccel.host.transport import open_transport
 __all__ = ["Device", "open_device", "plan_max_pool"]
 
 
-def plan_max_pool(geometry, fmt, identity, max_frame_bytes):
+def plan_max_pool(geometry, fmt, identity, max_frame_bytes, indices=True):
     """The route of a MaxPool on a device and its plan, as :meth:`Device.max_pool` takes it.
 
     Parameters
@@ -69,16 +69,19 @@ def plan_max_pool(geometry, fmt, identity, max_frame_bytes):
         The device's ``IDENTIFY``.
     max_frame_bytes : int
         Largest request or reply payload.
+    indices : bool
+        Whether the reply carries Indices (frames are sized for the reply asked for).
 
     Returns
     -------
     tuple
         ``(Command.MAX_POOL, plan_window_pool(...))`` when the pooling unit takes the pool in
         some tiling and that costs the link no more than ``REDUCE`` would (zero images filling
-        a group can make it cost more); otherwise ``(Command.REDUCE, plan_reduce_pool(...))``.
+        a group, or padding sent, can make it cost more); otherwise ``(Command.REDUCE,
+        plan_reduce_pool(...))``.
     """
-    window = plan_window_pool(geometry, fmt, identity, max_frame_bytes)
-    if window is not None and not window.filler_images():
+    window = plan_window_pool(geometry, fmt, identity, max_frame_bytes, indices=indices)
+    if window is not None and not window.filler_images() and not window.padding_elements():
         return Command.MAX_POOL, window
     plan = plan_reduce_pool(geometry)
     if window is not None and window.wire_elements() <= plan.sent_elements + plan.output_elements:
@@ -302,7 +305,7 @@ class Device:
         or larger than a frame goes in tiles of the output, each with its halo of input. A
         pool the unit cannot take in any tiling (a kernel extent above its ``window_extent``,
         more than 3 spatial axes, a window of padding only), or that would cost the link more
-        that way (groups of images filled up with zero images), runs through
+        that way (groups of images filled up with zero images, padding sent), runs through
         ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's input
         elements, padding never sent, are one run, windows with as many elements one request.
         Where windows overlap an element then crosses the link once per window it lies in
@@ -314,7 +317,8 @@ class Device:
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
             return_indices)
         self._check_supported(fmt, "max_pool()")
-        route, plan = plan_max_pool(geometry, fmt, self.identity, self.max_frame_bytes)
+        route, plan = plan_max_pool(geometry, fmt, self.identity, self.max_frame_bytes,
+                                    indices=return_indices)
         if route == Command.MAX_POOL:
             window = plan
             self.last_max_pool_route = Command.MAX_POOL

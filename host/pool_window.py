@@ -54,12 +54,23 @@ class AxisTile:
 
     Window ``o`` of the whole axis reads ``o * stride - pad_begin + j * dilation``; the tile's
     windows ``out_start .. out_stop - 1`` read inside ``in_start .. in_stop - 1`` (clipped to
-    the image), so as a ``MAX_POOL`` axis of its own the tile is ``size = in_stop - in_start``,
-    ``out = out_stop - out_start`` and ``pad = in_start - (out_start * stride - pad_begin)``:
-    its window ``o'`` has taps ``o' * stride - pad + j * dilation`` of the tile, the same input
-    elements. Only a tile whose first window starts in the left padding has ``pad > 0``; a tile
-    whose last window reaches past the image's end keeps the right padding (and ``ceil_mode``'s
-    reach) as the unit's virtual steps.
+    the image unless the padding is sent), so as a ``MAX_POOL`` axis of its own the tile is
+    ``size = in_stop - in_start``, ``out = out_stop - out_start`` and ``pad = in_start -
+    (out_start * stride - pad_begin)``: its window ``o'`` has taps ``o' * stride - pad + j *
+    dilation`` of the tile, the same input elements. Clipped, only a tile whose first window
+    starts in the left padding has ``pad > 0``, and a tile whose last window reaches past the
+    image's end keeps the right padding (and ``ceil_mode``'s reach) as the unit's virtual steps.
+
+    A tile may instead *send* the padding its windows reach (``sent_pad``): then ``in_start``
+    is negative (``-sent_pad[0]``) or ``in_stop`` beyond the image (by ``sent_pad[1]``), those
+    positions go as the lowest value of the dtype's order (``Format.lowest``: ``-inf``, the
+    integer minimum), ``pad`` is 0 and the tile has the configuration of the inner tiles of its
+    length, so their images share groups (:func:`plan_window_pool`). Every window holds an
+    input element (the planner refuses windows of padding only), so a padded position never
+    changes a value: ``maximum(x, lowest) = x`` on the order keys, NaN and ``-0`` included; a
+    window whose real elements are all the lowest value may report a padded position as its
+    index, which :func:`max_pool_by_window` moves to the window's first input element, the
+    contract's tie rule.
     """
 
     out_start: int
@@ -67,6 +78,7 @@ class AxisTile:
     in_start: int
     in_stop: int
     pad: int
+    sent_pad: tuple = (0, 0)
 
     @property
     def out(self):
@@ -77,42 +89,64 @@ class AxisTile:
         return self.in_stop - self.in_start
 
 
-def _tile_arrays(axis, length):
-    """``(out_start, out_stop, in_start, in_stop, pad)`` of the tiles of ``axis`` of ``length``
-    outputs each, as int64 arrays (:class:`AxisTile`'s fields)."""
+#: Padding sent along an axis (:attr:`AxisTile.sent_pad`): none, the begin's, the end's, both.
+_SEND_PADDING = ((False, False), (True, False), (False, True), (True, True))
+
+
+def _tile_arrays(axis, length, send=(False, False)):
+    """``(out_start, out_stop, in_start, in_stop, pad, before, after)`` of the tiles of
+    ``axis`` of ``length`` outputs each, as int64 arrays (:class:`AxisTile`'s fields;
+    ``before``, ``after``: the padding sent, where ``send`` says to send the begin's or the
+    end's)."""
     starts = np.arange(0, axis.out_size, length, dtype=np.int64)
     stops = np.minimum(starts + length, axis.out_size)
     first = starts * axis.stride - axis.pad_begin
     last = (stops - 1) * axis.stride - axis.pad_begin + (axis.kernel - 1) * axis.dilation
-    low, high = np.maximum(0, first), np.minimum(axis.size, last + 1)
-    return starts, stops, low, high, low - first
+    low = first if send[0] else np.maximum(0, first)
+    high = last + 1 if send[1] else np.minimum(axis.size, last + 1)
+    before, after = np.maximum(0, -low), np.maximum(0, high - axis.size)
+    return starts, stops, low, high, low - first, before, after
 
 
-def axis_tiles(axis, length):
+def axis_tiles(axis, length, send=(False, False)):
     """The tiles of ``axis`` (a :class:`~maxaccel.contract.pooling.PoolAxis`) of ``length``
     outputs each (the last one shorter).
+
+    Parameters
+    ----------
+    axis : PoolAxis
+    length : int
+        Outputs per tile.
+    send : (bool, bool)
+        Whether the tiles send the padding their windows reach at the axis's begin and at its
+        end (:attr:`AxisTile.sent_pad`) instead of leaving it to the unit.
 
     Raises
     ------
     ValueError
         A tile whose windows read no input element (windows of padding only).
     """
-    arrays = _tile_arrays(axis, length)
-    tiles = tuple(AxisTile(*map(int, fields)) for fields in zip(*arrays))
+    starts, stops, low, high, pad, before, after = _tile_arrays(axis, length, send)
+    tiles = tuple(AxisTile(*map(int, fields), sent_pad=(int(b), int(a)))
+                  for *fields, b, a in zip(starts, stops, low, high, pad, before, after))
     for tile in tiles:
-        if tile.size <= 0:
+        if tile.size - sum(tile.sent_pad) <= 0:
             raise ValueError(f"outputs {tile.out_start}..{tile.out_stop - 1} of {axis} read "
                              f"padding only")
     return tiles
 
 
 @functools.lru_cache(maxsize=1024)
-def _tile_kinds(axis, length):
-    """``{(size, pad, out): tiles}`` of the tiles of ``axis`` of ``length`` outputs each."""
-    starts, stops, low, high, pad = _tile_arrays(axis, length)
-    kinds, counts = np.unique(np.stack([high - low, pad, stops - starts], axis=1), axis=0,
-                              return_counts=True)
-    return {tuple(int(v) for v in kind): int(n) for kind, n in zip(kinds, counts)}
+def _tile_kinds(axis, length, send=(False, False)):
+    """``{(size, pad, out): (tiles, padding sent)}`` of the tiles of ``axis`` of ``length``
+    outputs each, sending the padding as ``send`` says (:func:`axis_tiles`)."""
+    starts, stops, low, high, pad, before, after = _tile_arrays(axis, length, send)
+    kinds = {}
+    for kind, sent in zip(zip((high - low).tolist(), pad.tolist(), (stops - starts).tolist()),
+                          (before + after).tolist()):
+        count, padding = kinds.get(kind, (0, 0))
+        kinds[kind] = (count + 1, padding + sent)
+    return kinds
 
 
 @dataclass(frozen=True)
@@ -164,11 +198,15 @@ class WindowPoolPlan:
     batches : tuple of WindowBatch
         The tiles of each image, by configuration; one batch of one tile (the whole image)
         when the pool fits the unit as it is. Input elements at a tile's edge that the next
-        tile's windows also read (the halo) cross the link once per tile.
+        tile's windows also read (the halo) cross the link once per tile, and so does the
+        padding a tile sends (:attr:`AxisTile.sent_pad`).
+    indices : bool
+        Whether the requests' frames leave room for replies with Indices.
     """
 
     geometry: object
     batches: tuple
+    indices: bool = True
 
     @property
     def group(self):
@@ -189,9 +227,15 @@ class WindowPoolPlan:
         """Zero images sent to fill up the batches' last groups."""
         return sum(b.groups * b.group - len(b.tiles) * self.images for b in self.batches)
 
+    def padding_elements(self):
+        """Padding elements sent (:attr:`AxisTile.sent_pad`), in every image's tiles."""
+        return self.images * sum(
+            math.prod(t.size for t in tiles) - math.prod(t.size - sum(t.sent_pad) for t in tiles)
+            for b in self.batches for tiles in b.tiles)
+
     def wire_elements(self):
-        """Elements that cross the link, both ways (values only; the filler images and the
-        tiles' halos included)."""
+        """Elements that cross the link, both ways (values only; the filler images, the
+        tiles' halos and the padding they send included)."""
         return sum(b.groups * b.group * (b.image + b.image_out) for b in self.batches)
 
 
@@ -203,7 +247,7 @@ def _lengths(axis, longest):
     candidates = []
     for length in lengths:
         if length <= longest:
-            _, _, low, high, _ = _tile_arrays(axis, length)
+            _, _, low, high, *_ = _tile_arrays(axis, length)
             candidates.append((int((high - low).sum()), -(-axis.out_size // length), length))
     return sorted(candidates)
 
@@ -231,7 +275,8 @@ def _grids(axes, longest):
                 heapq.heappush(heap, key(following))
 
 
-def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None):
+def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None,
+                     send_padding=None, indices=True):
     """The ``MAX_POOL`` plan of a pool on a device, or ``None`` if it does not fit.
 
     A pool wider than the unit's buffers (``window_columns`` outputs of the innermost axis, an
@@ -241,7 +286,14 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
     sent (the largest tiles) up; of the first :data:`_GRIDS_COMPARED` whose every tile the wire
     contract's rules (``contract.wire.problems``) accept, the plan takes the one with the fewest
     elements on the link both ways, counting the zero images that fill each batch's last group,
-    then the fewest tiles, then the fewest requests.
+    then the fewest tiles, then the fewest requests, then the least padding sent.
+
+    A grid whose batches need zero images is also tried with its tiles *sending* the padding
+    at the begin, the end or both ends of each axis cut into tiles of more than one
+    configuration (:attr:`AxisTile.sent_pad`): the edge tiles then have the inner tiles'
+    configuration and their images fill the same groups, for the padding's elements instead of
+    the zero images' (80 uint8 images in groups of 32 on a row of two tiles: 66 columns a tile
+    instead of 65, and no zero image instead of 16 a configuration).
 
     Parameters
     ----------
@@ -254,6 +306,13 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
     tile_outputs : sequence of int, optional
         Outputs per tile along each spatial axis, instead of the cheapest grid that fits (for
         tests: tiles of one output, tile edges in the padding).
+    send_padding : sequence of (bool, bool), optional
+        With ``tile_outputs``: per spatial axis, whether the tiles send the padding at its
+        begin and at its end (default: neither; the unit pads).
+    indices : bool
+        Whether the replies carry Indices (u32 each): a reply without them is smaller, so a
+        frame may hold more groups and a tile more outputs. A plan made without them cannot be
+        run with them (:func:`max_pool_by_window`).
     """
     config = window_config(geometry)
     if identity.window_lanes == 0 or config is None or geometry.has_empty_windows():
@@ -261,14 +320,15 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
     images = geometry.input_shape[0] * geometry.input_shape[1]
     widest = Capacities.of(identity).window_bytes // fmt.nbytes
     axes = geometry.axes
+    unit_pads = ((False, False),) * len(axes)
     checked = {}
 
     def per_request(tiles, group):
         """Groups of ``tiles``' images in one frame each way (0: not one)."""
         image = math.prod(t.size for t in tiles)
         image_out = math.prod(t.out for t in tiles)
-        return max_frame_bytes // (group * max(image * fmt.nbytes,
-                                               image_out * (fmt.nbytes + WINDOW_INDEX_BYTES)))
+        reply = image_out * (fmt.nbytes + WINDOW_INDEX_BYTES * indices)
+        return max_frame_bytes // (group * max(image * fmt.nbytes, reply))
 
     def fields(tiles, group):
         """The parameter block of ``tiles`` (one per axis) in groups of ``group``."""
@@ -288,15 +348,16 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
         group = group or max(1, widest)
         key = (tuple((t.size, t.pad, t.out) for t in tiles), group)
         if key not in checked:
-            check = dict(fields(tiles, group), indices=1, groups=1, reserved=0)
+            check = dict(fields(tiles, group), indices=int(indices), groups=1, reserved=0)
             image = math.prod(t.size for t in tiles)
             checked[key] = per_request(tiles, group) > 0 and not problems(
                 Command.MAX_POOL, check, identity, data_length=group * image * fmt.nbytes)
         return checked[key]
 
-    def fitting(grid):
-        """``{(size, pad, out): tiles}`` per axis of ``grid``, or None if a tile does not fit."""
-        kinds = [_tile_kinds(a, n) for a, n in zip(axes, grid)]
+    def fitting(grid, sends=unit_pads):
+        """``{(size, pad, out): (tiles, padding sent)}`` per axis of ``grid`` (tiles sending
+        the padding as ``sends`` says), or None if a tile does not fit."""
+        kinds = [_tile_kinds(a, n, send) for a, n, send in zip(axes, grid, sends)]
         shapes = [[AxisTile(0, out, 0, size, pad) for size, pad, out in k] for k in kinds]
         return kinds if all(fits(tiles) for tiles in product(*shapes)) else None
 
@@ -307,22 +368,41 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
         return max(1, min(widest, count * images))
 
     def cost(kinds):
-        """(link elements, tiles, requests) of a grid's tiles (``kinds`` as :func:`fitting`
-        gives them), a batch of tile images per configuration."""
-        elements = requests = 0
+        """``(link elements, tiles, requests, padding elements sent)`` of a grid's tiles
+        (``kinds`` as :func:`fitting` gives them), a batch of tile images per configuration,
+        and the zero images that fill the batches' last groups."""
+        elements = requests = padding = filler = 0
         for batch in product(*(k.items() for k in kinds)):
-            count = math.prod(n for _, n in batch)
+            count = math.prod(n for _, (n, _) in batch)
             tiles = [AxisTile(0, out, 0, size, pad) for (size, pad, out), _ in batch]
             group = group_of(count)
             groups = -(-count * images // group)
             elements += groups * group * (math.prod(t.size for t in tiles)
                                           + math.prod(t.out for t in tiles))
             requests += -(-groups // per_request(tiles, group))
-        return elements, math.prod(sum(k.values()) for k in kinds), requests
+            filler += groups * group - count * images
+            # Over the tiles of the batch (the product of each axis's), the padding sent is
+            # their elements less their input elements, each a product of per-axis sums.
+            padding += images * (math.prod(n * size for (size, _, _), (n, _) in batch)
+                                 - math.prod(n * size - sent for (size, _, _), (n, sent) in batch))
+        tiles = math.prod(sum(n for n, _ in k.values()) for k in kinds)
+        return (elements, tiles, requests, padding), filler
 
-    def plan(grid):
+    def sendings(grid, kinds):
+        """Per axis, the padding the tiles of ``grid`` may send (:data:`_SEND_PADDING`): only
+        along an axis cut into tiles of more than one configuration (sending the padding
+        makes them alike) and only where its tiles reach the padding; not none on every axis.
+        """
+        options = []
+        for axis, length, k in zip(axes, grid, kinds):
+            reach = (axis.pad_begin > 0, axis.reach_end > 0) if len(k) > 1 else (False, False)
+            options.append([send for send in _SEND_PADDING
+                            if all(r or not s for r, s in zip(reach, send))])
+        return [sends for sends in product(*options) if sends != unit_pads]
+
+    def plan(grid, sends=unit_pads):
         batches = {}
-        for tiles in product(*(axis_tiles(a, n) for a, n in zip(axes, grid))):
+        for tiles in product(*(axis_tiles(a, n, send) for a, n, send in zip(axes, grid, sends))):
             batches.setdefault(tuple((t.size, t.pad, t.out) for t in tiles), []).append(tiles)
         made = []
         for tiles in batches.values():
@@ -330,14 +410,21 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
             groups = -(-len(tiles) * images // group)
             made.append(WindowBatch(tuple(tiles), group, fields(tiles[0], group), groups,
                                     min(per_request(tiles[0], group), groups)))
-        return WindowPoolPlan(geometry, tuple(made))
+        return WindowPoolPlan(geometry, tuple(made), bool(indices))
 
     if tile_outputs is not None:
         grid = tuple(operator.index(n) for n in tile_outputs)
         if len(grid) != len(axes) or min(grid) < 1:
             raise ValueError(f"tile_outputs needs a length >= 1 per spatial axis "
                              f"({len(axes)}), got {list(tile_outputs)}")
-        return None if fitting(grid) is None else plan(grid)
+        sends = unit_pads if send_padding is None else tuple(
+            (bool(begin), bool(end)) for begin, end in send_padding)
+        if len(sends) != len(axes):
+            raise ValueError(f"send_padding needs a (begin, end) pair per spatial axis "
+                             f"({len(axes)}), got {list(send_padding)}")
+        return None if fitting(grid, sends) is None else plan(grid, sends)
+    if send_padding is not None:
+        raise ValueError("send_padding goes with tile_outputs")
     # Tiles of one output need the least of every capacity: if they do not fit, nothing does.
     # Each capacity grows with a tile's length, so the longest tile along an axis (the others
     # of one output) bounds that axis's lengths.
@@ -355,17 +442,25 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
             else:
                 low = middle
         longest.append(low)
-    best_cost, found = cost(kinds), 0
+    best, (best_cost, _), found = (best, unit_pads), cost(kinds), 0
     for tried, grid in enumerate(_grids(axes, longest)):
         if tried == _GRIDS_TRIED or found == _GRIDS_COMPARED:
             break
         kinds = fitting(grid)
-        if kinds is not None:
-            found += 1
-            candidate = cost(kinds)
-            if candidate < best_cost:
-                best, best_cost = grid, candidate
-    return plan(best)
+        if kinds is None:
+            continue
+        found += 1
+        candidate, filler = cost(kinds)
+        if candidate < best_cost:
+            best, best_cost = (grid, unit_pads), candidate
+        # Sending padding adds elements and can save only zero images (and requests).
+        for sends in sendings(grid, kinds) if filler else ():
+            padded = fitting(grid, sends)
+            if padded is not None:
+                candidate, _ = cost(padded)
+                if candidate < best_cost:
+                    best, best_cost = (grid, sends), candidate
+    return plan(*best)
 
 
 def max_pool_by_window(values, fmt, plan, request, return_indices):
@@ -388,10 +483,24 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
     numpy.ndarray or (numpy.ndarray, numpy.ndarray)
         ``y`` and, with ``return_indices``, the int64 Indices.
     """
+    if return_indices and not plan.indices:
+        raise ValueError("the plan's frames leave no room for Indices: plan_window_pool(..., "
+                         "indices=True)")
     geometry, images = plan.geometry, plan.images
     spatial = values.reshape((images,) + geometry.spatial_shape)
     out_shape = tuple(a.out_size for a in geometry.axes)
     bits = f"=u{fmt.nbytes}"
+    # Tiles that send padding read it from a copy of the images framed in the lowest value.
+    every = [tiles for batch in plan.batches for tiles in batch.tiles]
+    frame = [tuple(max(tiles[axis].sent_pad[end] for tiles in every) for end in (0, 1))
+             for axis in range(len(out_shape))]
+    if any(map(any, frame)):
+        framed = np.empty((images,) + tuple(a.size + sum(f) for a, f in zip(geometry.axes,
+                                                                             frame)), values.dtype)
+        framed.view(bits)[...] = _padding_bits(fmt)
+        framed[(slice(None),) + tuple(slice(f[0], f[0] + a.size) for a, f in
+                                      zip(geometry.axes, frame))] = spatial
+        spatial = framed
     out = np.empty((images,) + out_shape, values.dtype)
     where = [np.empty((images,) + out_shape, np.int64)
              for _ in geometry.axes] if return_indices else None
@@ -402,7 +511,8 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
         tile_shape = tuple(t.size for t in batch.tiles[0])
         stacked = np.zeros((batch.groups * group, batch.image), values.dtype)
         for k, tiles in enumerate(batch.tiles):
-            inputs = (slice(None),) + tuple(slice(t.in_start, t.in_stop) for t in tiles)
+            inputs = (slice(None),) + tuple(slice(t.in_start + f[0], t.in_stop + f[0])
+                                            for t, f in zip(tiles, frame))
             stacked[k * images:(k + 1) * images] = spatial[inputs].reshape(images, -1)
         # groups x image x group: a group's images interleaved element by element.
         interleaved = stacked.reshape(batch.groups, group, batch.image).transpose(0, 2, 1)
@@ -438,6 +548,55 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
     y = out.reshape(geometry.output_shape)
     if not return_indices:
         return y
+    if any(map(any, frame)):
+        where = _first_input_where_padding_won(geometry, where)
     channel = np.arange(images, dtype=np.int64).reshape((images,) + (1,) * len(out_shape))
     indices = geometry.indices(channel, where)
     return y, indices.reshape(geometry.output_shape)
+
+
+def _padding_bits(fmt):
+    """Bits of the padding a tile sends: the least element of the order (``-inf``, the integer
+    minimum), which no window's maximum can be below."""
+    return fmt.lowest
+
+
+def _first_input_where_padding_won(geometry, where):
+    """Indices of windows whose winner was sent padding, moved to the contract's winner.
+
+    A tile that sends padding (:attr:`AxisTile.sent_pad`) sends the lowest value of the order,
+    which the unit compares as an element: a window wins a padded position only if its maximum
+    key is the lowest key, so every input element of the window has the lowest key (no
+    element is below it, and a NaN's key is the greatest) and the contract's winner, the first
+    input element in row-major window order holding the maximum, is the window's first input
+    element. A window is the product of its per-axis taps and its input elements the product
+    of each axis's taps inside the image, so that element is, along each axis, the window's
+    first tap inside the image. A window whose winner is an input element is the unit's own
+    answer: no padded position before it held its key, so no input element did either. Values
+    need no correction: a padded winner's value is the lowest, the value of every input element
+    of its window.
+
+    Parameters
+    ----------
+    geometry : PoolGeometry
+    where : list of numpy.ndarray
+        Per spatial axis, each output's winner's coordinate in the image (outside ``0 ..
+        size - 1`` for sent padding), ``images x out_1 x ... x out_n``.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        The coordinates, every window's winner inside the image.
+    """
+    padding = np.zeros(where[0].shape, bool)
+    for coordinate, axis in zip(where, geometry.axes):
+        padding |= (coordinate < 0) | (coordinate >= axis.size)
+    moved = []
+    for k, (coordinate, axis) in enumerate(zip(where, geometry.axes)):
+        starts = axis.starts()
+        # The first tap at or after coordinate 0: taps are start + j * dilation.
+        first = starts + np.maximum(0, -(starts // axis.dilation)) * axis.dilation
+        shape = [1] * coordinate.ndim
+        shape[1 + k] = axis.out_size
+        moved.append(np.where(padding, first.reshape(shape), coordinate))
+    return moved

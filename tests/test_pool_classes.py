@@ -30,7 +30,7 @@ POOL_CYCLES = {
     ("3x3 s2 p1, 64x147x147", "float32"): ("MAX_POOL", 176123, 173583),
     ("2x2 s2, 64x224x224", "float32"): ("MAX_POOL", 405376, 402849),
     ("2x2 s2, 64x256x256", "float32"): ("MAX_POOL", 528336, 526044),
-    ("3x3 s1 p1, 80x128x128", "float32"): ("MAX_POOL", 170205, 164449),
+    ("3x3 s1 p1, 80x128x128", "float32"): ("MAX_POOL", 169692, 164449),
     ("5x5 s1 p2, 256x13x13", "float32"): ("MAX_POOL", 5680, 5509),
     ("9x9 s1 p4, 256x13x13", "float32"): ("MAX_POOL", 5708, 5509),
     ("13x13 s1 p6, 256x13x13", "float32"): ("MAX_POOL", 5736, 5509),
@@ -44,7 +44,7 @@ POOL_CYCLES = {
     ("3x3 s2 p1, 64x147x147", "float16"): ("MAX_POOL", 88318, 86838),
     ("2x2 s2, 64x224x224", "float16"): ("MAX_POOL", 202704, 201525),
     ("2x2 s2, 64x256x256", "float16"): ("MAX_POOL", 264184, 263074),
-    ("3x3 s1 p1, 80x128x128", "float16"): ("MAX_POOL", 86375, 82322),
+    ("3x3 s1 p1, 80x128x128", "float16"): ("MAX_POOL", 84856, 82322),
     ("5x5 s1 p2, 256x13x13", "float16"): ("MAX_POOL", 2976, 2805),
     ("9x9 s1 p4, 256x13x13", "float16"): ("MAX_POOL", 3004, 2805),
     ("13x13 s1 p6, 256x13x13", "float16"): ("MAX_POOL", 3032, 2805),
@@ -57,8 +57,8 @@ POOL_CYCLES = {
     ("3x3 s2 p1 + Indices, 64x112x112", "float16"): ("MAX_POOL", 50796, 50473),
     ("3x3 s2 p1, 64x147x147", "uint8"): ("MAX_POOL", 44165, 43516),
     ("2x2 s2, 64x224x224", "uint8"): ("MAX_POOL", 101360, 100861),
-    ("2x2 s2, 64x256x256", "uint8"): ("MAX_POOL", 132596, 131585),
-    ("3x3 s1 p1, 80x128x128", "uint8"): ("MAX_POOL", 51166, 41258),
+    ("2x2 s2, 64x256x256", "uint8"): ("MAX_POOL", 132100, 131585),
+    ("3x3 s1 p1, 80x128x128", "uint8"): ("MAX_POOL", 43068, 41258),
     ("5x5 s1 p2, 256x13x13", "uint8"): ("MAX_POOL", 1624, 1453),
     ("9x9 s1 p4, 256x13x13", "uint8"): ("MAX_POOL", 1652, 1453),
     ("13x13 s1 p6, 256x13x13", "uint8"): ("MAX_POOL", 1680, 1453),
@@ -72,14 +72,14 @@ POOL_CYCLES = {
 }
 
 # Cells through the pooling unit above 1.1 of the link-bound time, and why (docs/benchmarks.md):
-# 80 uint8 images fill 2.5 groups of 32 (a third of the last group's beats carry nothing);
 # the stride-1 SPP kernels of extent 5 to 13 (pads 2 to 6) in uint8 are small requests (8 and
 # 4 groups of 32 images), and the tails of the request's last row and image (p + p * W steps: the
 # unit overlaps every other tail with the next row's or image's first steps) and the request's
 # fixed cost are 1.11-1.16 of their link-bound time (float32 1.03-1.04, float16 1.06-1.08).
-# (Indices in float16 and uint8 were 1.12 and 1.22 until the reply FIFO: WindowLanes.)
+# (Indices in float16 and uint8 were 1.12 and 1.22 until the reply FIFO: WindowLanes; 80 uint8
+# channels 1.24 until edge tiles could send their padding and share groups: pool_window.)
 SPP_CLASSES = {pool.name for pool in POOL_CLASSES if pool.where == "SPP / SPPF blocks"}
-ABOVE_LINK_RATE = {("3x3 s1 p1, 80x128x128", "uint8")} | {
+ABOVE_LINK_RATE = {
     (name, "uint8") for name in SPP_CLASSES}
 
 CLASSES = {pool.name: pool for pool in POOL_CLASSES}

@@ -19,8 +19,11 @@ The compiled board's cycles for the MaxPool classes of ``maxaccel bench --ratios
 in ``tests/test_pool_classes.py``.
 """
 
+import functools
 import math
+from itertools import product
 
+import ml_dtypes
 import numpy as np
 import pytest
 from fake_board import FakeBoard
@@ -28,7 +31,8 @@ from test_reference_maxpool import random_config
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool, window_geometry
-from maxaccel.contract.wire import PARAMETERS, Command, problems, window_fields
+from maxaccel.contract.wire import (PARAMETERS, WINDOW_INDEX_BYTES, Command, problems,
+                                    window_fields)
 from maxaccel.host.device import Device
 from maxaccel.host.pool_window import axis_tiles, max_pool_by_window, plan_window_pool
 from maxaccel.sim import reference
@@ -113,10 +117,13 @@ def check_plan(plan, geometry, fmt, identity, max_frame_bytes):
             assert tuple((t.size, t.pad, t.out) for t in tiles) == \
                 tuple((t.size, t.pad, t.out) for t in batch.tiles[0])
             covered[tuple(slice(t.out_start, t.out_stop) for t in tiles)] += 1
-        fields = dict(batch.fields, groups=batch.groups_per_request, indices=1, reserved=0)
+        fields = dict(batch.fields, groups=batch.groups_per_request, indices=int(plan.indices),
+                      reserved=0)
         data = batch.groups_per_request * batch.group * batch.image * fmt.nbytes
+        reply = batch.groups_per_request * batch.group * batch.image_out * (
+            fmt.nbytes + WINDOW_INDEX_BYTES * plan.indices)
         assert not problems(Command.MAX_POOL, fields, identity, data_length=data)
-        assert data <= max_frame_bytes
+        assert data <= max_frame_bytes and reply <= max_frame_bytes
         assert batch.groups * batch.group >= len(batch.tiles) * plan.images
     assert (covered == 1).all()
 
@@ -174,13 +181,16 @@ class CountingBoard(FakeBoard):
         return super()._max_pool(payload)
 
 
-def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, **board):
-    """MaxPool of ``x`` through MAX_POOL on a small fake board, tiled as asked; checked bit for
-    bit (values and Indices) against the golden model. Returns the blocks sent."""
+def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, send_padding=None,
+              **board):
+    """MaxPool of ``x`` through MAX_POOL on a small fake board, tiled as asked (sending the
+    padding as ``send_padding`` says); checked bit for bit (values and Indices) against the
+    golden model. Returns the blocks sent."""
     fake = CountingBoard(**dict(SMALL, **board))
     fmt = format_of(x.dtype)
     geometry = resolve_max_pool(x.shape, **attributes)
-    plan = plan_window_pool(geometry, fmt, fake.identity, max_frame_bytes, tile_outputs)
+    plan = plan_window_pool(geometry, fmt, fake.identity, max_frame_bytes, tile_outputs,
+                            send_padding)
     assert plan is not None, f"{x.shape} {attributes} {tile_outputs}"
     check_plan(plan, geometry, fmt, fake.identity, max_frame_bytes)
     with Device(fake) as device:
@@ -188,7 +198,7 @@ def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, **board
         y, indices = max_pool_by_window(x, fmt, plan, request, True)
         plain = max_pool_by_window(x, fmt, plan, request, False)
     want_y, want_indices = reference.max_pool(x, **attributes, return_indices=True)
-    what = f"{x.shape} {x.dtype} {attributes} tiles {tile_outputs}"
+    what = f"{x.shape} {x.dtype} {attributes} tiles {tile_outputs} sending {send_padding}"
     assert_same_bits(y, want_y, what)
     assert_same_bits(plain, want_y, what)
     assert indices.dtype == np.int64
@@ -257,6 +267,154 @@ def test_ties_and_nans_across_tile_edges():
     assert reference.bits_of(y)[0, 1, 1, 2] == 0x7FC00000
 
 
+SENDINGS = [(False, False), (True, False), (False, True), (True, True)]
+LOWEST_TEST_DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.uint8, np.int8,
+                      np.int16, np.uint64]
+
+
+def lowest_at_the_edges(rng, fmt, shape):
+    """Edge values (NaN payloads, ±0, infinities, integer extremes) where the first and last
+    two rows and columns of every image, and the whole of image 1, are mostly the lowest value
+    of the order (``-inf``, the integer minimum): windows at the edges whose input elements
+    all tie with the padding, and some holding a NaN, ``-0`` or ``+0`` beside it."""
+    x = random_values(rng, fmt, shape, edge_fraction=0.5)
+    bits = x.view(fmt.uint_dtype)
+    lowest = rng.random(shape) < 0.8
+    edges = np.zeros(shape, bool)
+    edges[..., :2] = edges[..., -2:] = True
+    if len(shape) > 3:
+        edges[..., :2, :] = edges[..., -2:, :] = True
+    edges[:, 1] = True
+    bits[edges & lowest] = fmt.lowest
+    return x
+
+
+@pytest.mark.parametrize("dtype", LOWEST_TEST_DTYPES)
+def test_sent_padding_is_the_lowest_value_and_never_wins(dtype):
+    """Tiles that send their padding (the lowest value of the order) instead of leaving it to
+    the unit, at the begin, the end or both of each axis, in every tile length: the golden
+    model's values and Indices, in every dtype family, where the edge windows hold only the
+    lowest value (its first input element is the winner, not a padded position), a NaN, ``-0``
+    beside ``-inf`` (``-0`` wins) or ``+0`` beside the unsigned minimum; dilations whose first
+    tap inside the image is not the window's second."""
+    rng = np.random.default_rng(np.dtype(dtype).num + 1000)
+    fmt = format_of(dtype)
+    for spatial, attributes in [
+            ((3, 9), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+            ((4, 10), dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1],
+                           ceil_mode=True, storage_order=1)),
+            ((11,), dict(kernel_shape=[3], dilations=[2], pads=[3, 3])),      # extent 5
+            ((2, 3, 7), dict(kernel_shape=[2, 2, 3], pads=[1, 1, 2, 1, 0, 2])),
+    ]:
+        x = lowest_at_the_edges(rng, fmt, (1, 3) + spatial)
+        geometry = resolve_max_pool(x.shape, **attributes)
+        for sends in product(SENDINGS, repeat=len(spatial)):
+            tiles = [int(rng.integers(1, a.out_size + 1)) for a in geometry.axes]
+            blocks = run_tiled(x, attributes, tiles, send_padding=sends, window_columns=64,
+                               window_plane=1024, window_extent=5)
+            # padding sent: no tile leaves a left pad to the unit where its begin's is sent
+            names = [window_fields(3 - len(spatial) + k) for k in range(len(spatial))]
+            for k, (begin, _) in enumerate(sends):
+                assert not begin or all(b[names[k]["pad"]] == 0 for b in blocks)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float32, np.float16])
+def test_a_wrong_padding_value_or_index_fails_these_checks(monkeypatch, dtype):
+    """Negative controls of the check above: padding sent as 0, as ``-0``, as a NaN or as the
+    value just above the lowest, or a padded position kept as the index, each fails it."""
+    import maxaccel.host.pool_window as pool_window
+    fmt = format_of(dtype)
+    x = lowest_at_the_edges(np.random.default_rng(4), fmt, (1, 3, 3, 9))
+    attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    run = functools.partial(run_tiled, x, attributes, [3, 3], send_padding=[(True, True)] * 2,
+                            window_columns=64)
+    run()
+    above = fmt.lowest - 1 if fmt.is_float else fmt.lowest + 1     # -max finite, min + 1
+    wrong = {0, above} | ({fmt.sign_mask, fmt.canonical_nan} if fmt.is_float else set())
+    for bits in wrong - {fmt.lowest}:
+        monkeypatch.setattr(pool_window, "_padding_bits", lambda fmt, bits=bits: bits)
+        with pytest.raises(AssertionError):
+            run()
+    monkeypatch.undo()
+    monkeypatch.setattr(pool_window, "_first_input_where_padding_won",
+                        lambda geometry, where: where)
+    with pytest.raises(AssertionError):
+        run()
+
+
+def test_the_planner_sends_padding_only_to_save_zero_images():
+    """On the compiled board's capacities (a fake board): 80 uint8 images of 128 x 128, 3x3
+    stride 1 pads 1, in tiles of 64 output columns, would fill 2.5 groups of 32 in each
+    configuration of a row's first and last tile; the plan sends both columns of padding
+    (66 a tile instead of 65) so that both tiles are one configuration and no zero image is
+    sent, fewer elements on the link than the same grid leaving the padding to the unit. No
+    other class of the MaxPool table, in any dtype, with or without Indices, sends padding
+    (none has zero images to save), and with 64 channels (two whole groups) the peak picking
+    sends none either."""
+    from test_pool_classes import COMPILED
+
+    from maxaccel.host.bench import POOL_CLASSES, POOL_DTYPES
+    identity = FakeBoard(**COMPILED).identity
+    fmt = format_of(np.uint8)
+    geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
+    plan = plan_window_pool(geometry, fmt, identity, 1 << 20)
+    check_plan(plan, geometry, fmt, identity, 1 << 20)
+    assert plan.filler_images() == 0
+    assert {tiles[-1].sent_pad for b in plan.batches for tiles in b.tiles} == {(1, 0), (0, 1)}
+    assert {tiles[-1].size for b in plan.batches for tiles in b.tiles} == {66}
+    assert {tiles[0].sent_pad for b in plan.batches for tiles in b.tiles} == {(0, 0)}
+    assert plan.padding_elements() == 80 * 2 * 130          # two columns of two row tiles
+    rows = [b.tiles[0][0].out for b in plan.batches]
+    unit_pads = plan_window_pool(geometry, fmt, identity, 1 << 20, [rows[0], 64])
+    assert unit_pads.filler_images() == 4 * 16
+    assert plan.wire_elements() < unit_pads.wire_elements()
+    for pool, dtype, indices in product(POOL_CLASSES, POOL_DTYPES, (True, False)):
+        for channels in {pool.shape[1], 64}:
+            if (pool.name, dtype, channels) == ("3x3 s1 p1, 80x128x128", "uint8", 80):
+                continue
+            shape = (1, channels) + pool.shape[2:]
+            plan = plan_window_pool(resolve_max_pool(shape, **pool.attributes),
+                                    format_of(np.dtype(dtype)), identity, 1 << 20,
+                                    indices=indices)
+            assert plan.padding_elements() == 0, (pool.name, dtype, channels, indices)
+
+
+def test_frames_without_indices_hold_more_groups():
+    """A reply without Indices is 1 byte an output for uint8 instead of 5: planned without
+    them (as :meth:`Device.max_pool` does when none are asked), the 80-channel peak picking on
+    the compiled board's capacities and 1 MiB frames goes in whole columns of 128 rows (one
+    configuration, 66 x 128 a tile) and 2 requests of up to 3 groups, where the plan with
+    Indices needs rows in two tiles and 10 requests of one group. A plan without Indices is
+    refused for a call that asks for them; both give the golden model's bits."""
+    from test_pool_classes import COMPILED
+    identity = FakeBoard(**COMPILED).identity
+    fmt = format_of(np.uint8)
+    geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
+
+    def requests(plan):
+        return sum(-(-b.groups // b.groups_per_request) for b in plan.batches)
+
+    with_indices = plan_window_pool(geometry, fmt, identity, 1 << 20)
+    plain = plan_window_pool(geometry, fmt, identity, 1 << 20, indices=False)
+    assert (with_indices.indices, plain.indices) == (True, False)
+    assert requests(with_indices) == 10 and len(with_indices.batches) == 2
+    assert requests(plain) == 2
+    ((tiles, *_),) = [b.tiles for b in plain.batches]
+    assert [(t.size, t.pad, t.out) for t in tiles] == [(128, 1, 128), (66, 0, 64)]
+    check_plan(plain, geometry, fmt, identity, 1 << 20)
+    x = lowest_at_the_edges(np.random.default_rng(8), fmt, (1, 5, 3, 8))
+    attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    fake = FakeBoard(**SMALL)
+    with Device(fake) as device:
+        request = lambda payload: device._request(Command.MAX_POOL, payload)   # noqa: E731
+        plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt, fake.identity,
+                                1 << 20, indices=False)
+        assert_same_bits(max_pool_by_window(x, fmt, plan, request, False),
+                         reference.max_pool(x, **attributes))
+        with pytest.raises(ValueError, match="Indices"):
+            max_pool_by_window(x, fmt, plan, request, True)
+
+
 def test_the_device_tiles_a_wide_pool_and_still_sends_each_output_once():
     """Through :meth:`Device.max_pool`: 40 output columns on a unit of 3 go through MAX_POOL
     (not REDUCE), in tiles whose requests together send the input plus the halo."""
@@ -290,6 +448,29 @@ def test_tiles_through_the_simulated_gateware():
                 (np.uint8, (39,), dict(kernel_shape=[3], strides=[2], pads=[1, 0],
                                        ceil_mode=True))]:
             x = random_values(rng, format_of(dtype), (1, 2) + spatial, edge_fraction=0.3)
+            y, indices = device.max_pool(x, **attributes, return_indices=True)
+            assert device.last_max_pool_route == Command.MAX_POOL
+            want = reference.max_pool(x, **attributes, return_indices=True)
+            assert_same_bits(y, want[0])
+            np.testing.assert_array_equal(indices, want[1])
+
+
+def test_sent_padding_through_the_simulated_gateware():
+    """On the Amaranth-simulated core (``sim``: window_columns 16, groups of 16 bytes), a row
+    of 32 outputs in two tiles, on 20 uint8 and 12 float16 images: the planner sends the
+    padding (one configuration, no group of zero images per tile), and the unit's results
+    are the golden model's, Indices included, with the lowest value at the edges (windows
+    whose every element ties with the padding), NaN, ±0."""
+    from maxaccel.host import open_device
+    rng = np.random.default_rng(31)
+    attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    with open_device("sim") as device:
+        for dtype, channels in [(np.uint8, 20), (np.float16, 12)]:
+            fmt = format_of(dtype)
+            x = lowest_at_the_edges(rng, fmt, (1, channels, 2, 32))
+            plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
+                                    device.identity, device.max_frame_bytes)
+            assert plan.padding_elements() > 0 and plan.filler_images() < channels
             y, indices = device.max_pool(x, **attributes, return_indices=True)
             assert device.last_max_pool_route == Command.MAX_POOL
             want = reference.max_pool(x, **attributes, return_indices=True)
@@ -398,3 +579,38 @@ def test_a_wide_pool_takes_the_unit_on_the_compiled_board(compiled_board):
     want = reference.max_pool(x, **attributes, return_indices=True)
     assert_same_bits(y, want[0])
     np.testing.assert_array_equal(indices, want[1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+def test_sent_padding_through_the_compiled_gateware(compiled_board, dtype):
+    """On the compiled board (groups of 32 bytes): a row of 128 outputs, 3x3 stride 1 pads 1
+    (the peak picking's pool) on as many images as fill 1.5 groups, which the planner pools
+    in two tiles that send their padding (3 groups instead of 4); and forced tiles sending
+    the padding at either end of both axes, stride 2 and pads of 2. Values and Indices are
+    the golden model's with the lowest value, NaN and ±0 at the edges."""
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(fmt.dtype + 77)
+    channels = 48 // fmt.nbytes
+    x = lowest_at_the_edges(rng, fmt, (1, channels, 3, 128))
+    attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
+                            compiled_board.identity, compiled_board.max_frame_bytes)
+    assert plan.padding_elements() > 0 and [b.groups for b in plan.batches] == [3]
+    y, indices = compiled_board.max_pool(x, **attributes, return_indices=True)
+    assert compiled_board.last_max_pool_route == Command.MAX_POOL
+    want = reference.max_pool(x, **attributes, return_indices=True)
+    assert_same_bits(y, want[0])
+    np.testing.assert_array_equal(indices, want[1])
+    x = lowest_at_the_edges(rng, fmt, (1, 6, 5, 17))
+    attributes = dict(kernel_shape=[3, 3], strides=[1, 2], pads=[2, 2, 2, 2])
+    want = reference.max_pool(x, **attributes, return_indices=True)
+    request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
+    for sends in [((True, True), (True, True)), ((True, False), (False, True)),
+                  ((False, True), (True, False))]:
+        plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
+                                compiled_board.identity, compiled_board.max_frame_bytes,
+                                [3, 2], sends)
+        y, indices = max_pool_by_window(x, fmt, plan, request, True)
+        assert_same_bits(y, want[0], str(sends))
+        np.testing.assert_array_equal(indices, want[1], err_msg=str(sends))
+        assert_same_bits(max_pool_by_window(x, fmt, plan, request, False), want[0], str(sends))
