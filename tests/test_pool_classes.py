@@ -148,7 +148,8 @@ def test_every_class_on_each_ulx3s_takes_the_route_its_identity_gives(bitstream_
     for name, dtype in POOL_CYCLES:
         pool = CLASSES[name]
         geometry = resolve_max_pool(pool.shape, **pool.attributes)
-        route, plan = plan_max_pool(geometry, format_of(np.dtype(dtype)), identity, 1 << 20)
+        route, plan = plan_max_pool(geometry, format_of(np.dtype(dtype)), identity, 1 << 20,
+                                    indices=pool.return_indices)
         assert route == ULX3S_ROUTES[board], (name, dtype)
         if route == Command.MAX_POOL:
             elements = math.prod(geometry.input_shape) + math.prod(geometry.output_shape)
