@@ -114,12 +114,11 @@ def test_models_are_cached_by_design(tmp_path, monkeypatch):
     # Built once per machine and sources, in the shared cache (about 85 s of CPU), where it
     # lands under its key; copied from there into an empty cache for the checks below.
     from maxaccel.sim import verilator_board
-    made = []
+    made, compile_model = [], verilator_board.compile_model
 
     def compile_and_note(*args, **kwargs):
-        made.append(compile_and_note.real(*args, **kwargs))
+        made.append(compile_model(*args, **kwargs))
         return made[-1]
-    compile_and_note.real = verilator_board.compile_model
     with monkeypatch.context() as patch:
         patch.setattr(verilator_board, "compile_model", compile_and_note)
         with VerilatorBoard(**small):
