@@ -282,8 +282,8 @@ def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(def
     (ratio,) = measure_ratios(default_board, elements, dtypes=(dtype,),
                               operations=["max(a, row, col)"])
     assert (ratio.cycles, ratio.reduce_cycles) == ROW_COLUMN_CYCLES[dtype, elements]
-    # Issue 18: at most 1.1. The column's LOAD takes a buffer beat per element (512 cycles),
-    # against 8 192 cycles of int8 data at 32 bytes a cycle: 1.098 there.
+    # At most 1.1 of the link-bound time. The column's LOAD takes a buffer beat per element
+    # (512 cycles) against 8 192 cycles of int8 data at 32 bytes a cycle: 1.098 there.
     assert ratio.ratio <= 1.1
 
 

@@ -153,7 +153,8 @@ def _spp(kernel):
     return dict(kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4)
 
 
-#: Issue 27's classes: name -> (float32 input shape, attributes).
+#: The SPP, SPPF and 1-D k4 classes of the MaxPool table (host/bench.py POOL_CLASSES): name ->
+#: (float32 input shape, attributes).
 SPP_CASES = {
     "SPPF 5x5 s1 p2 on 1x256x13x13": ((1, 256, 13, 13), _spp(5)),
     "SPP 9x9 s1 p4 on 1x256x13x13": ((1, 256, 13, 13), _spp(9)),
