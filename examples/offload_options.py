@@ -8,10 +8,13 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py pause audio segnet kws
     python examples/offload_options.py iobinding audio segnet kws
     python examples/offload_options.py instant audio segnet kws
+    python examples/offload_options.py gap audio segnet kws
+    python examples/offload_options.py handover audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
-the session did before) against sleeping (what it does now). ``global-pool``: onnxruntime's
+the session did before), spinning only while a partition runs (``session.force_spinning_stop``:
+onnxruntime stops the spinning when the last ``Run`` returns) and sleeping (what it does now). ``global-pool``: onnxruntime's
 process-wide thread pools (``set_global_thread_pool_sizes``, ``use_per_session_threads =
 False`` for every session, onnxruntime alone included), set before any session exists.
 ``pause``: the golden model as the device, returning at once or after 50 ms asleep (a board's
@@ -19,6 +22,11 @@ wait): what the hand-overs cost once the CPU's caches went cold. ``iobinding``: 
 run warm, by ``run`` against ``run_with_iobinding`` (inputs bound, outputs left to onnxruntime).
 ``instant``: a device returning the golden model's results at once (computed once): the
 session's own cost, partitions and glue, with nothing between the partitions.
+``gap``: a device returning the golden model's results (computed once) after a busy wait of
+0 to 20 ms that touches no memory: whether the partitions after a device call slow down with
+what the call does or only with how long it lasts. ``handover``: each partition run alone
+after such a wait (0 and 5 ms), by ``run``, ``run_with_ort_values`` and an ``IOBinding`` whose
+inputs are bound once and whose outputs go into arrays allocated once.
 ``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
 and 1M float32 elements (the single-session design: every device step such an operator).
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
@@ -79,14 +87,20 @@ def spinning(args, device):
     def spin(options):
         for key in SPINNING:
             options.add_session_config_entry(key, "1")
+
+    def spin_in_runs(options):
+        spin(options)
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     for name in args.models:
         label, model, feeds = bench.load_model(name)
         for threads in ("default threads", "1 thread"):
             runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options(threads))
             sessions = {option: OffloadSession(model, _options(threads, configure),
                                                device=timed)
-                        for option, configure in (("pools spinning (before)", spin),
-                                                  ("pools sleeping (now)", None))}
+                        for option, configure in (
+                            ("pools spinning (before)", spin),
+                            ("pools spinning in a run, stopped at its end", spin_in_runs),
+                            ("pools sleeping (now)", None))}
             figures = {option: ([], []) for option in sessions}
             for _ in range(args.rounds):   # alternate the options, a few runs at a time
                 for option, session in sessions.items():
@@ -195,6 +209,121 @@ def instant(args, device):
              _median_ms(outside), _median_ms(alone))
 
 
+def _spin(seconds):
+    """Busy-wait ``seconds`` without touching memory (a device call that keeps the core)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        pass
+
+
+class _Instant:
+    """The golden model's results, computed once per call site and shape and returned (as
+    copies, as a device returns new arrays) after a busy wait of ``seconds``."""
+
+    def __init__(self, seconds=0.0):
+        from maxaccel.sim import reference
+        self.reference, self.seconds, self.results = reference, seconds, {}
+
+    def __getattr__(self, operation):
+        function = getattr(self.reference, operation)
+
+        def call(*arrays, **keywords):
+            key = (operation, arrays[0].shape, len(arrays), repr(sorted(keywords.items())))
+            if key not in self.results:
+                self.results[key] = function(*arrays, **keywords)
+            _spin(self.seconds)
+            result = self.results[key]
+            return tuple(r.copy() for r in result) if isinstance(result, tuple) \
+                else result.copy()
+        return call
+
+
+def gap(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        for milliseconds in (0, 0.05, 0.5, 2, 5, 20):
+            timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
+            session = OffloadSession(model, _options("1 thread"), device=timed)
+            outside, alone = _pair(session, timed, runtime, feeds, args.repeats * args.rounds * 2)
+            _row(f"device busy {milliseconds} ms, touching no memory", name, "1 thread",
+                 outside, alone)
+
+
+def _partition_feeds(model, feeds):
+    """``(session, {partition index: the arrays it reads})`` from one run on the golden model."""
+    from maxaccel.host.offload import OffloadSession
+    from maxaccel.sim import reference
+    probe = OffloadSession(model, _options("1 thread"), device=reference)
+    captured = {}
+    original = probe._run_partition
+
+    def capture(step, values, feeds_, run_options, *rest):
+        captured[step.index] = {n: values[n] for n in step.inputs}
+        return original(step, values, feeds_, run_options, *rest)
+    probe._run_partition = capture
+    probe.run(None, feeds)
+    return probe, captured
+
+
+def handover(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        probe, captured = _partition_feeds(model, feeds)
+        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+        engines = [onnxruntime.InferenceSession(_for_onnxruntime(s.model), _options("1 thread"))
+                   for s in steps]
+        bindings = []
+        for step, engine in zip(steps, engines):
+            binding = engine.io_binding()
+            for key, value in captured[step.index].items():
+                binding.bind_cpu_input(key, value)
+            for output, value in zip(step.outputs, engine.run(step.outputs,
+                                                              captured[step.index])):
+                kept = np.empty_like(value)
+                binding.bind_output(output, "cpu", 0, kept.dtype, kept.shape, kept.ctypes.data)
+                bindings.append(kept)
+            bindings.append(binding)
+
+        def plain(i):
+            engines[i].run(steps[i].outputs, captured[steps[i].index])
+
+        def ort_values(i):
+            feed = {k: onnxruntime.OrtValue.ortvalue_from_numpy(v)
+                    for k, v in captured[steps[i].index].items()}
+            [v.numpy() for v in engines[i].run_with_ort_values(steps[i].outputs, feed)]
+
+        bound = [b for b in bindings if not isinstance(b, np.ndarray)]
+
+        def reused(i):
+            engines[i].run_with_iobinding(bound[i])
+        variants = {"run": plain, "run_with_ort_values": ort_values,
+                    "IOBinding, outputs into arrays allocated once": reused}
+        for milliseconds in (0, 5):
+            times = {v: [[] for _ in steps] for v in variants}
+            for _ in range(args.repeats * args.rounds * 3):
+                for variant, call in variants.items():
+                    for i in range(len(steps)):
+                        _spin(milliseconds / 1e3)
+                        started = time.perf_counter()
+                        call(i)
+                        times[variant][i].append(time.perf_counter() - started)
+            for variant in variants:
+                each = [_median_ms(t) for t in times[variant]]
+                print(f"| {variant}, after {milliseconds} ms busy | {name} | 1 thread | "
+                      f"{sum(each):.3f} ms ({' + '.join(f'{t:.3f}' for t in each)}) | | |",
+                      flush=True)
+
+
 def iobinding(args, device):
     import onnxruntime
 
@@ -281,7 +410,8 @@ def pyop(args, device):
 
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
-           "iobinding": iobinding, "pyop": pyop, "instant": instant}
+           "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
+           "handover": handover}
 
 
 def main(argv=None):
