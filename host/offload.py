@@ -46,7 +46,6 @@ and only for NaN and signed zeros (``docs/semantics.md``).
 """
 
 import os
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -242,76 +241,6 @@ def _reduce_max_arguments(attributes, inputs):
     return axes, attributes.get("keepdims", 1), attributes.get("noop_with_empty_axes", 0)
 
 
-#: numpy kinds whose arrays onnxruntime reads and writes in place (bool, integers, floats).
-_BINDABLE_KINDS = frozenset("biuf")
-
-
-def _fixed_shape(value_info):
-    """The shape of a tensor ``value_info`` as a tuple of ints, or None if it is not a tensor
-    or any size is symbolic or unknown."""
-    if value_info.type.WhichOneof("value") != "tensor_type":
-        return None
-    tensor = value_info.type.tensor_type
-    if not tensor.HasField("shape") or any(not d.HasField("dim_value") for d in tensor.shape.dim):
-        return None
-    return tuple(d.dim_value for d in tensor.shape.dim)
-
-
-class _BoundPartition:
-    """A CPU partition run through an onnxruntime ``IOBinding`` whose outputs are written into
-    arrays allocated once.
-
-    Outputs the graph returns get a new array each run (the caller keeps them); the others,
-    read only by later steps of the same run, are overwritten by the next run (the session
-    holds them only while it runs, under its lock). Made only for a partition whose inputs and
-    outputs all have fixed shapes (shape inference) that the first run's arrays matched, with
-    bool, integer or float elements, and no overridable initializer.
-    """
-
-    __slots__ = ("binding", "inputs", "kept", "returned")
-
-    def __init__(self, engine, step, results, returned):
-        self.binding = engine.io_binding()
-        self.inputs = tuple(step.inputs)
-        self.kept, self.returned = [], []
-        for name, result in zip(step.outputs, results):
-            if name in returned:
-                self.returned.append((name, result.dtype, result.shape))
-            else:
-                kept = np.empty_like(result)
-                self.binding.bind_output(name, "cpu", 0, kept.dtype, kept.shape,
-                                         kept.ctypes.data)
-                self.kept.append((name, kept))
-
-    @classmethod
-    def make(cls, engine, step, feed, results, returned):
-        """A bound partition for ``step`` given its first run (``feed`` in, ``results`` out),
-        or None when it does not qualify (see the class docstring)."""
-        if step.overridable or not hasattr(engine, "io_binding"):
-            return None
-        declared = {v.name: _fixed_shape(v) for v in step.model.graph.input}
-        declared.update((v.name, _fixed_shape(v)) for v in step.model.graph.output)
-        for name, array in list(feed.items()) + list(zip(step.outputs, results)):
-            if not isinstance(array, np.ndarray) or array.dtype.kind not in _BINDABLE_KINDS \
-                    or declared.get(name) != array.shape:
-                return None
-        return cls(engine, step, results, returned)
-
-    def run(self, engine, values, run_options):
-        """Run the partition on ``values`` and put its outputs there."""
-        binding = self.binding
-        for name in self.inputs:
-            binding.bind_cpu_input(name, values[name])
-        fresh = []
-        for name, dtype, shape in self.returned:
-            array = np.empty(shape, dtype)
-            binding.bind_output(name, "cpu", 0, dtype, shape, array.ctypes.data)
-            fresh.append((name, array))
-        engine.run_with_iobinding(binding, run_options)
-        values.update(self.kept)
-        values.update(fresh)
-
-
 class OffloadSession:
     """An ONNX model whose max-family nodes run on a maxaccel device and whose other nodes run
     on onnxruntime: onnxruntime's ``InferenceSession`` API.
@@ -395,11 +324,6 @@ class OffloadSession:
         self._provider_options, self._ort_kwargs = provider_options, kwargs
         self.fallbacks = {}
         self._engines = {}
-        # Partition index -> its _BoundPartition, or None once a run showed it does not qualify.
-        self._bound = {}
-        # Held by the run that uses the bound partitions' arrays; a run made meanwhile from
-        # another thread takes onnxruntime's plain run instead.
-        self._reuse = threading.Lock()
         # Between two partitions the device works: a pool spinning after its partition holds a
         # core that the device call and the next partition's pool need (on 2 busy cores this
         # made small models 12-104x onnxruntime's whole-model time). A model with no device
@@ -434,7 +358,6 @@ class OffloadSession:
                            [(name, node.op_type) for name, node in step.nodes])
                           for step in self._steps]
         self._output_names = [o.name for o in self.outputs]
-        self._returned = frozenset(self._output_names)
         self._pool_arguments = {id(step.attributes): _max_pool_arguments(step.attributes)
                                 for step in self._steps if isinstance(step, DeviceStep)
                                 and step.node.op_type == "MaxPool"}
@@ -531,23 +454,18 @@ class OffloadSession:
         values.update(feeds)
         record, timings = [], []
         clock = time.perf_counter
-        reuse = self._reuse.acquire(blocking=False)
-        try:
-            for step, kind, names, operators in self._schedule:
-                started = clock()
-                if kind is _PARTITION:
-                    where = self._run_partition(step, values, feeds, run_options, reuse)
-                elif kind is _DEVICE_STEP:
-                    where = self._run_device(step, values)
-                else:
-                    where = self._run_subgraph(step, values)
-                timings.append(StepTiming(step.name, where, names, clock() - started))
-                record += [(name, op_type, where) for name, op_type in operators]
-            self.last_run, self.last_steps = record, timings
-            return [values[name] for name in output_names]
-        finally:
-            if reuse:
-                self._reuse.release()
+        for step, kind, names, operators in self._schedule:
+            started = clock()
+            if kind is _PARTITION:
+                where = self._run_partition(step, values, feeds, run_options)
+            elif kind is _DEVICE_STEP:
+                where = self._run_device(step, values)
+            else:
+                where = self._run_subgraph(step, values)
+            timings.append(StepTiming(step.name, where, names, clock() - started))
+            record += [(name, op_type, where) for name, op_type in operators]
+        self.last_run, self.last_steps = record, timings
+        return [values[name] for name in output_names]
 
     def _where(self, step):
         if isinstance(step, CpuPartition):
@@ -575,15 +493,8 @@ class OffloadSession:
             self.fallbacks[step.name] = str(error)
             return engine
 
-    def _run_partition(self, step, values, feeds, run_options, reuse=False):
+    def _run_partition(self, step, values, feeds, run_options):
         engine = self._engines.get(step.index)
-        bound = self._bound.get(step.index) if reuse else None
-        if bound is not None:
-            try:
-                bound.run(engine, values, run_options)
-                return ONNXRUNTIME
-            except Exception:  # onnxruntime's own types: not bound again, the plain run says it
-                self._bound[step.index] = None
         feed = {name: values[name] for name in step.inputs}
         for name in step.overridable:
             if name in feeds:
@@ -600,9 +511,6 @@ class OffloadSession:
         if hasattr(engine, "get_providers"):
             results = engine.run(step.outputs, feed, run_options)
             where = ONNXRUNTIME
-            if reuse and step.index not in self._bound:
-                self._bound[step.index] = _BoundPartition.make(
-                    engine, step, feed, results, self._returned)
         else:
             results = engine.run(step.outputs, feed)
             where = ONNX_REFERENCE
