@@ -10,6 +10,7 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py instant audio segnet kws
     python examples/offload_options.py gap audio segnet kws
     python examples/offload_options.py handover audio segnet kws
+    python examples/offload_options.py layout audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
@@ -27,6 +28,9 @@ session's own cost, partitions and glue, with nothing between the partitions.
 what the call does or only with how long it lasts. ``handover``: each partition run alone
 after such a wait (0 and 5 ms), by ``run``, ``run_with_ort_values`` and an ``IOBinding`` whose
 inputs are bound once and whose outputs go into arrays allocated once.
+``layout``: the partitions alone and the whole model, warm, with
+``graph_optimization_level`` ``ORT_ENABLE_EXTENDED`` and ``ORT_ENABLE_ALL`` (the default, whose
+NCHWc layout transformer puts a reorder at each partition's edges where the whole model has one).
 ``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
 and 1M float32 elements (the single-session design: every device step such an operator).
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
@@ -324,6 +328,39 @@ def handover(args, device):
                       flush=True)
 
 
+def layout(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        probe, captured = _partition_feeds(model, feeds)
+        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+        levels = {}
+        for level in ("ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"):
+            options = _options("1 thread")
+            options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+            levels[level] = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model), options)
+                              for s in steps],
+                             onnxruntime.InferenceSession(model.SerializeToString(), options))
+        times = {level: ([[] for _ in steps], []) for level in levels}
+        for _ in range(args.repeats * args.rounds * 20):
+            for level, (engines, whole) in levels.items():
+                for i, (step, engine) in enumerate(zip(steps, engines)):
+                    started = time.perf_counter()
+                    engine.run(step.outputs, captured[step.index])
+                    times[level][0][i].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                whole.run(None, feeds)
+                times[level][1].append(time.perf_counter() - started)
+        for level, (each, whole) in times.items():
+            each = [_median_ms(t) for t in each]
+            _row(f"partitions warm, {level} ({' + '.join(f'{t:.3f}' for t in each)})", name,
+                 "1 thread", sum(each), _median_ms(whole))
+
+
 def iobinding(args, device):
     import onnxruntime
 
@@ -411,7 +448,7 @@ def pyop(args, device):
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
-           "handover": handover}
+           "handover": handover, "layout": layout}
 
 
 def main(argv=None):
