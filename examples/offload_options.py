@@ -11,6 +11,7 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py gap audio segnet kws
     python examples/offload_options.py handover audio segnet kws
     python examples/offload_options.py layout audio segnet kws
+    python examples/offload_options.py cold audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
@@ -31,6 +32,11 @@ inputs are bound once and whose outputs go into arrays allocated once.
 ``layout``: the partitions alone and the whole model, warm, with
 ``graph_optimization_level`` ``ORT_ENABLE_EXTENDED`` and ``ORT_ENABLE_ALL`` (the default, whose
 NCHWc layout transformer puts a reorder at each partition's edges where the whole model has one).
+``cold``: which part of a partition goes cold during a 5 ms wait: each partition timed
+after the wait alone, after a twin session of the same partition ran on other arrays (its
+code warm, its data cold), after itself ran on other arrays, after a one-node session ran
+(onnxruntime's run path warm, the partition's kernels and data cold), and that one-node run
+and the partition timed together.
 ``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
 and 1M float32 elements (the single-session design: every device step such an operator).
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
@@ -361,6 +367,56 @@ def layout(args, device):
                  "1 thread", sum(each), _median_ms(whole))
 
 
+def cold(args, device):
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "one_node",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])])
+    one_node = onnxruntime.InferenceSession(
+        helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+        .SerializeToString(), _options("1 thread"))
+    one_feed = {"x": np.ones((1, 16), np.float32)}
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        probe, captured = _partition_feeds(model, feeds)
+        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+        engines, twins = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model),
+                                                        _options("1 thread")) for s in steps]
+                          for _ in range(2))
+        others = {k: {n: v.copy() for n, v in feed.items()} for k, feed in captured.items()}
+        cases = ("after 5 ms busy", "after 5 ms busy and a twin's run",
+                 "after 5 ms busy and its own run on other arrays",
+                 "after 5 ms busy and a one-node session's run",
+                 "after 5 ms busy, a one-node session's run timed with it", "warm")
+        times = {case: [[] for _ in steps] for case in cases}
+        for _ in range(args.repeats * args.rounds * 4):
+            for i, step in enumerate(steps):
+                for case in cases:
+                    if case != "warm":
+                        _spin(0.005)
+                    started = time.perf_counter()
+                    if case.endswith("twin's run"):
+                        twins[i].run(step.outputs, others[step.index])
+                    elif case.endswith("other arrays"):
+                        engines[i].run(step.outputs, others[step.index])
+                    elif "one-node" in case:
+                        one_node.run(None, one_feed)
+                    if "timed with it" not in case:
+                        started = time.perf_counter()
+                    engines[i].run(step.outputs, captured[step.index])
+                    times[case][i].append(time.perf_counter() - started)
+        for case in cases:
+            each = [_median_ms(t) for t in times[case]]
+            print(f"| partitions {case} | {name} | 1 thread | {sum(each):.3f} ms "
+                  f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
+
+
 def iobinding(args, device):
     import onnxruntime
 
@@ -448,7 +504,7 @@ def pyop(args, device):
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
-           "handover": handover, "layout": layout}
+           "handover": handover, "layout": layout, "cold": cold}
 
 
 def main(argv=None):
