@@ -12,6 +12,7 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py handover audio segnet kws
     python examples/offload_options.py layout audio segnet kws
     python examples/offload_options.py cold audio segnet kws
+    python examples/offload_options.py wrapper audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
@@ -37,6 +38,9 @@ after the wait alone, after a twin session of the same partition ran on other ar
 code warm, its data cold), after itself ran on other arrays, after a one-node session ran
 (onnxruntime's run path warm, the partition's kernels and data cold), and that one-node run
 and the partition timed together.
+``wrapper``: two sessions in one process, one running its partitions through
+``InferenceSession.run`` (the Python wrapper), the other through the session binding's ``run``
+(what the session does on the CPU provider), the device busy 0, 2 and 5 ms a call.
 ``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
 and 1M float32 elements (the single-session design: every device step such an operator).
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
@@ -417,6 +421,31 @@ def cold(args, device):
                   f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
 
 
+def wrapper(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        for milliseconds in (0, 2, 5):
+            timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
+            sessions = {option: OffloadSession(model, _options("1 thread"), device=timed)
+                        for option in ("InferenceSession.run", "the binding's run (now)")}
+            wrapped = sessions["InferenceSession.run"]
+            wrapped._runs = {index: engine.run for index, engine in wrapped._engines.items()}
+            figures = {option: ([], []) for option in sessions}
+            for _ in range(args.rounds * 2):
+                for option, session in sessions.items():
+                    outside, alone = _pair(session, timed, runtime, feeds, args.repeats * 2)
+                    figures[option][0].append(outside)
+                    figures[option][1].append(alone)
+            for option, (outside, alone) in figures.items():
+                _row(f"{option}, device busy {milliseconds} ms", name, "1 thread",
+                     statistics.median(outside), statistics.median(alone))
+
+
 def iobinding(args, device):
     import onnxruntime
 
@@ -504,7 +533,8 @@ def pyop(args, device):
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
-           "handover": handover, "layout": layout, "cold": cold}
+           "handover": handover, "layout": layout, "cold": cold,
+           "wrapper": wrapper}
 
 
 def main(argv=None):
