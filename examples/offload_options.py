@@ -28,8 +28,9 @@ session's own cost, partitions and glue, with nothing between the partitions.
 ``gap``: a device returning the golden model's results (computed once) after a busy wait of
 0 to 20 ms that touches no memory: whether the partitions after a device call slow down with
 what the call does or only with how long it lasts. ``handover``: each partition run alone
-after such a wait (0 and 5 ms), by ``run``, ``run_with_ort_values`` and an ``IOBinding`` whose
-inputs are bound once and whose outputs go into arrays allocated once.
+after such a wait (0 and 5 ms), by ``run``, the session binding's ``run`` (``_sess.run``, no
+Python wrapper), ``run_with_ort_values`` and an ``IOBinding`` whose inputs are bound once and
+whose outputs go into arrays allocated once.
 ``layout``: the partitions alone and the whole model, warm, with
 ``graph_optimization_level`` ``ORT_ENABLE_EXTENDED`` and ``ORT_ENABLE_ALL`` (the default, whose
 NCHWc layout transformer puts a reorder at each partition's edges where the whole model has one).
@@ -320,7 +321,10 @@ def handover(args, device):
 
         def reused(i):
             engines[i].run_with_iobinding(bound[i])
-        variants = {"run": plain, "run_with_ort_values": ort_values,
+        def binding_run(i):
+            engines[i]._sess.run(steps[i].outputs, captured[steps[i].index], None)
+        variants = {"run": plain, "the session binding's run": binding_run,
+                    "run_with_ort_values": ort_values,
                     "IOBinding, outputs into arrays allocated once": reused}
         for milliseconds in (0, 5):
             times = {v: [[] for _ in steps] for v in variants}

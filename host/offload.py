@@ -218,11 +218,22 @@ def without_spinning(options):
 
 
 def _direct_run(engine):
-    """``engine.run`` (an ``onnxruntime.InferenceSession``) without its Python wrapper when the
-    engine runs on the CPU provider alone: the wrapper checks the feed's names (a partition's
-    feed always has them all) and the graph-capture and OrtValue rules of other providers, and
-    after a device call its first lines cost 20-30 µs per partition, the binding's ``run``
-    being cold. An ``EPFail`` goes through ``engine.run`` again, which falls back as it does."""
+    """How to run a partition's onnxruntime session: its binding's ``run``, without
+    ``InferenceSession.run``'s Python wrapper, when it runs on the CPU provider alone.
+
+    The wrapper checks that every input is fed (a partition's feed always is) and other
+    providers' graph-capture and OrtValue rules; cold after a device call it costs 10-30 µs a
+    partition. An ``EPFail`` goes through ``engine.run``, so onnxruntime's fallback is kept.
+
+    Parameters
+    ----------
+    engine : onnxruntime.InferenceSession
+
+    Returns
+    -------
+    callable
+        ``run(output_names, feed, run_options)``, returning what ``engine.run`` returns.
+    """
     inner = getattr(engine, "_sess", None)
     if getattr(inner, "run", None) is None or engine.get_providers() != ["CPUExecutionProvider"]:
         return engine.run
