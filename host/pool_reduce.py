@@ -159,8 +159,8 @@ def max_pool_by_reduce(x, plan, reduce_runs, return_indices=False):
     plan : ReducePoolPlan
     reduce_runs : callable
         ``reduce_runs(rows)`` with ``rows`` of shape ``(runs, R)`` returns the ``(runs,)``
-        maxima: the device's ``REDUCE`` (``Device._reduce_runs``), or in tests the golden
-        ``reduce_max(rows, axes=1, keepdims=False)``.
+        maxima: the device's ``REDUCE`` (:func:`maxaccel.host.reduction.reduce_rows`), or in
+        tests the golden ``reduce_max(rows, axes=1, keepdims=False)``.
     return_indices : bool
         Also return the Indices, located on the host (see the module docstring).
 
