@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from maxaccel.contract.dtypes import FORMATS, format_of
-from maxaccel.contract.pooling import WINDOW_RANK, window_geometry
+from maxaccel.contract.pooling import (WINDOW_RANK, encode_window_reply, separate_group_images,
+                                       window_geometry)
 from maxaccel.contract.wire import (COUNTERS, LANE_BYTES, PARAMETERS, VERSION, Command,
                                     FrameParser, Identity, MaxParameters, Status, encode_frame,
                                     request_verdict, window_fields)
@@ -274,17 +275,14 @@ class FakeBoard:
                   for axis in range(WINDOW_RANK)]
         geometry = window_geometry(config, groups * group)
         data = self._elements(payload[block.size:], fmt, (groups, -1, group))
-        images = data.transpose(0, 2, 1).reshape(geometry.input_shape)
+        images = separate_group_images(data).reshape(geometry.input_shape)
         y, indices = reference.pool_windows(images, fmt, geometry, return_indices=True)
-        y = y.reshape(groups, group, -1).transpose(0, 2, 1)
-        if not fields["indices"]:
-            return self._bytes(y, fmt)
-        offsets = (indices.reshape(groups * group, -1)
-                   - np.arange(groups * group)[:, None] * geometry.channel_stride)
-        offsets = offsets.reshape(groups, group, -1).transpose(0, 2, 1).astype("<u4")
-        value_bytes = np.frombuffer(self._bytes(y, fmt), np.uint8).reshape(
-            groups, y.shape[1], -1)
-        return np.concatenate([value_bytes, offsets.copy().view(np.uint8)], axis=2).tobytes()
+        y = y.reshape(groups * group, -1)
+        positions = None
+        if fields["indices"]:
+            positions = (indices.reshape(groups * group, -1)
+                         - np.arange(groups * group)[:, None] * geometry.channel_stride)
+        return encode_window_reply(y, positions, fmt, group)
 
 
 class Faulty:
