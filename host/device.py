@@ -245,7 +245,7 @@ class Device:
         return self._reduce(values, fmt, tuple(spatial), True)
 
     def max_pool(self, x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False,
-                 auto_pad="NOTSET", storage_order=0, return_indices=False):
+                 auto_pad="NOTSET", storage_order=0, return_indices=False, *, route=None):
         """ONNX ``MaxPool`` on the device: as :func:`maxaccel.sim.reference.max_pool`, bit for
         bit, ``(y, indices)`` with ``return_indices``.
 
@@ -261,12 +261,20 @@ class Device:
         Where windows overlap an element then crosses the link once per window it lies in
         (2.25x the input for 3x3 stride 2), and ``Indices`` are located on the host in the
         runs the device reduced, by the contract's tie rule. :attr:`last_max_pool_route`
-        says which route the last call took.
+        says which route the last call took; ``route=Command.REDUCE`` takes the ``REDUCE``
+        route whatever the planner would choose (to compare the two: ``maxaccel bench
+        --pool-routes``).
         """
         values, fmt, geometry, return_indices = check_max_pool(
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
             return_indices)
         self._check_supported(fmt, "max_pool()")
+        if route not in (None, Command.REDUCE):
+            raise ValueError(f"max_pool(route=...) takes None (the planner's choice) or "
+                             f"Command.REDUCE, not {route!r}")
+        if route == Command.REDUCE:
+            return self._max_pool_by_reduce(values, fmt, plan_reduce_pool(geometry),
+                                            return_indices)
         route, plan = plan_max_pool(geometry, fmt, self.identity, self.max_frame_bytes,
                                     indices=return_indices)
         if route == Command.MAX_POOL:
@@ -281,8 +289,7 @@ class Device:
 
     def _max_pool_by_reduce(self, values, fmt, plan, return_indices):
         """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s
-        ``plan``): the route :meth:`max_pool` falls back to, and that ``maxaccel bench`` times
-        against ``MAX_POOL``."""
+        ``plan``): the route :meth:`max_pool` falls back to."""
         self.last_max_pool_route = Command.REDUCE
         with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
             return max_pool_by_reduce(
