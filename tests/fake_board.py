@@ -4,10 +4,14 @@
 answers like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons
 a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
 ``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
-engine derives its checks from the same rules), and computes ``REDUCE``, ``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL``
-(values and Indices, the reply row as the pooling unit sends it) with the golden model. ``MAX`` walks the replay buffer exactly as the ``BroadcastMax`` unit does (row
-addresses advanced by the encoded steps, modulo ``2**addr_bits``), so a wrong parameter block
-gives wrong bits. Load padding is filled with garbage, so a host relying on it fails.
+engine derives its checks from the same rules), and computes ``REDUCE``,
+``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL`` with the golden model. ``MAX`` walks
+the replay buffer exactly as the ``BroadcastMax`` unit does (row addresses advanced by the
+encoded steps, modulo ``2**addr_bits``), so a wrong parameter block gives wrong bits; load
+padding is filled with garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's
+images interleaved and replies with values and Indices in the contract's layout
+(``separate_group_images`` and ``encode_window_reply`` of ``contract/pooling.py``, which the
+host's ``decode_window_reply`` reads).
 
 ``silent=True`` makes a board that never answers, ``answers=n`` one that stops answering after
 n replies. :class:`Faulty` wraps any transport (this board, the virtual board) and damages bytes
