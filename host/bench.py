@@ -53,7 +53,8 @@ def random_tensor(rng, shape, dtype):
 OPERATIONS = {
     "reduce_max": (lambda rng, n, dt: (random_tensor(rng, (n,), dt),),
                    lambda m, x: m.reduce_max(x)),
-    "max same shape": (lambda rng, n, dt: (random_tensor(rng, (n,), dt), random_tensor(rng, (n,), dt)),
+    "max same shape": (lambda rng, n, dt: (random_tensor(rng, (n,), dt),
+                                           random_tensor(rng, (n,), dt)),
                        lambda m, x, y: m.max(x, y)),
     "max broadcast row": (lambda rng, n, dt: (random_tensor(rng, square_shape(n), dt),
                                               random_tensor(rng, (1, square_shape(n)[1]), dt)),

@@ -40,8 +40,9 @@ RATIO_OPERATIONS = {
         # GlobalMaxPool takes floats only; an integer tensor reduces its spatial axis.
         lambda m, x: (m.global_max_pool(x) if x.dtype.kind == "f"
                       else m.reduce_max(x, axes=(2,)))),
-    "max(a, b), same shape": (lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
-                              lambda m, *x: m.max(*x)),
+    "max(a, b), same shape": (
+        lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
+        lambda m, *x: m.max(*x)),
     "max(a, b, c), same shape": (
         lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(3)),
         lambda m, *x: m.max(*x)),

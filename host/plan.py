@@ -9,9 +9,9 @@ pass
     One ``MAX`` request: the unit walks the output once, row by row.
 streamed operand
     An operand sent in the ``MAX`` request's own data, one element per output element, so it
-    has the output's shape. A broadcast pass streams at most one (:attr:`BroadcastPlan.streamed`);
-    a *fold* of same-shape operands streams them all, interleaved row by row (the block's
-    ``streamed`` field counts them: :func:`plan_fold`).
+    has the output's shape. A broadcast pass streams at most one
+    (:attr:`BroadcastPlan.streamed`); a *fold* of same-shape operands streams them all,
+    interleaved row by row (the block's ``streamed`` field counts them: :func:`plan_fold`).
 replayed operand
     An operand written into the replay buffer by ``LOAD`` requests before the pass and read
     back (replayed) for every output row it broadcasts over (:attr:`BroadcastPlan.replayed`).
@@ -525,10 +525,11 @@ class FoldPass:
     rows: int
     row_length: int
 
-    def parameters(self, dtype, streamed, max_dims):
-        """The pass's :class:`~maxaccel.contract.wire.MaxParameters` (S = ``streamed``)."""
+    def parameters(self, dtype, streamed_count, max_dims):
+        """The pass's :class:`~maxaccel.contract.wire.MaxParameters`, streaming
+        ``streamed_count`` operands (the block's ``streamed`` field, S)."""
         counts = (1,) * (max_dims - 1) + (self.rows,)
-        return MaxParameters(int(dtype), self.row_length, counts, streamed)
+        return MaxParameters(int(dtype), self.row_length, counts, streamed_count)
 
     def interleave(self, flats):
         """The request data: the operands' (1-D, C order) rows interleaved, shape
@@ -540,7 +541,7 @@ class FoldPass:
 
 def plan_fold(elements, operands, itemsize, lanes, max_frame_bytes, max_count=MAX_COUNT):
     """The ``MAX`` passes of an element-wise Max of ``operands`` same-shape operands of
-    ``elements`` elements each, folded by the device (``streamed`` = S >= 2).
+    ``elements`` elements each, folded by the device: every pass streams them all (S >= 2).
 
     Rows are one beat (``8 * lanes // itemsize`` elements), so the device takes a beat per
     cycle; a pass carries as many rows as a frame of ``max_frame_bytes`` of data holds (at

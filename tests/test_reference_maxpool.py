@@ -456,8 +456,9 @@ def test_against_onnxruntime(dtype):
                 x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, count, endpoint=True,
                                  dtype=dtype)
             x = x.reshape(shape)
-            session = onnxruntime.InferenceSession(maxpool_model(x, **attributes).SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
+            session = onnxruntime.InferenceSession(
+                maxpool_model(x, **attributes).SerializeToString(),
+                providers=["CPUExecutionProvider"])
             got_y, got_i = session.run(None, {"x": x})
             y, i = reference.max_pool(x, **attributes, return_indices=True)
             assert_same_bits(got_y, y, f"onnxruntime {shape} {attributes}")
