@@ -297,7 +297,7 @@ class Device:
                     rows[..., np.newaxis], fmt, Command.REDUCE, self.max_frame_bytes,
                     self._request)[:, 0], return_indices)
 
-    # --- planning ------------------------------------------------------------------------------
+    # --- checks and the reduction route -------------------------------------------------------
 
     def _check_supported(self, fmt, operator_name):
         if fmt.dtype not in self.identity.dtypes:
@@ -323,7 +323,7 @@ class Device:
 
     @contextlib.contextmanager
     def _operation(self, total_bytes):
-        """One public call: progress over ``total_bytes`` tensor bytes, a fresh buffer view."""
+        """One public call: progress over ``total_bytes`` tensor bytes."""
         self._progress_done, self._progress_total = 0, total_bytes
         warning = getattr(self.link.transport, "slow_warning", lambda n: None)(total_bytes)
         if warning:
