@@ -431,8 +431,7 @@ class MaxParameters:
             raise ValueError(f"MAX payload of {len(payload)} bytes is shorter than its "
                              f"{block.size}-byte parameter block")
         fields = block.unpack(payload)
-        capacities = Capacities(lanes=1, replay_depth=0, max_dims=max_dims,
-                                max_operands=max_operands)
+        capacities = Capacities.limits(lanes=1, max_dims=max_dims, max_operands=max_operands)
         refused = [problem for problem in problems(Command.MAX, fields, capacities)
                    if problem.status == Status.BAD_PARAMETER]
         if refused:
@@ -461,45 +460,56 @@ class MaxParameters:
 # engine's saturating products give the same verdicts.
 
 
-@dataclass(frozen=True)
 class Capacities:
-    """The limits the status rules compare with (what ``IDENTIFY`` reports, and constants).
+    """The limits the status rules compare with: a view of what ``IDENTIFY`` reports (an
+    :class:`Identity`), with the protocol's constants.
+
+    Every attribute of the identity (``lanes``, ``replay_depth``, ``max_dims``,
+    ``max_operands``, ``pool_channels``, the ``window_*`` capacities, ...) reads through.
+
+    Parameters
+    ----------
+    identity : Identity
+    max_count : int, optional
+        :data:`MAX_COUNT`, which the protocol fixes; a broadcast unit built with another
+        ``max_count`` (for experiments) is checked with its own.
 
     Attributes
     ----------
-    lanes, replay_depth, max_dims, max_operands, pool_channels : int
-        As :class:`Identity`.
-    window_lanes, window_extent, window_columns, window_plane, window_extent_outer : int
-        As :class:`Identity`.
-    max_count : int
-        :data:`MAX_COUNT`.
     max_payload : int
         :data:`MAX_PAYLOAD`.
     window_field_max, window_image_max : int
         :data:`WINDOW_FIELD_MAX`, :data:`WINDOW_IMAGE_MAX`.
     """
 
-    lanes: int
-    replay_depth: int
-    max_dims: int
-    max_operands: int
-    pool_channels: int = 0
-    window_lanes: int = 0
-    window_extent: int = 0
-    window_columns: int = 0
-    window_plane: int = 0
-    window_extent_outer: int = 0
-    max_count: int = MAX_COUNT
-    max_payload: int = MAX_PAYLOAD
-    window_field_max: int = WINDOW_FIELD_MAX
-    window_image_max: int = WINDOW_IMAGE_MAX
+    max_payload = MAX_PAYLOAD
+    window_field_max = WINDOW_FIELD_MAX
+    window_image_max = WINDOW_IMAGE_MAX
+
+    def __init__(self, identity, *, max_count=MAX_COUNT):
+        self.identity = identity
+        self.max_count = max_count
+
+    def __getattr__(self, name):
+        if name == "identity":        # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.identity, name)
 
     @classmethod
     def of(cls, identity):
-        return cls(identity.lanes, identity.replay_depth, identity.max_dims,
-                   identity.max_operands, identity.pool_channels, identity.window_lanes,
-                   identity.window_extent, identity.window_columns, identity.window_plane,
-                   identity.window_extent_outer)
+        """The capacities of a device that reported ``identity``."""
+        return cls(identity)
+
+    @classmethod
+    def limits(cls, *, lanes, replay_depth=0, max_dims=1, max_operands=1, pool_channels=0,
+               max_count=MAX_COUNT, **window):
+        """The capacities of a device known by its limits alone (what a plan was made for),
+        every dtype supported; ``window`` takes the ``window_*`` capacities of
+        :class:`Identity`."""
+        identity = Identity(VERSION, lanes, frozenset(FORMATS), replay_depth, max_dims,
+                            max_operands, pool_channels, clock_hz=0, frame_timeout_cycles=0,
+                            **window)
+        return cls(identity, max_count=max_count)
 
     @property
     def beat_bytes(self):
@@ -512,8 +522,9 @@ class Capacities:
 
     @property
     def pool_capacity_bytes(self):
-        """Bytes of one pixel the pooling unit holds (``pool_channels`` 8-byte channels)."""
-        return 8 * self.pool_channels
+        """Bytes of one pixel the pooling unit holds (``pool_channels`` channels of
+        :data:`LANE_BYTES`)."""
+        return LANE_BYTES * self.pool_channels
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ chooses the streamed operand, places the replayed ones in the buffer and fills t
 with broadcasting".
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -30,7 +32,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.contract.wire import MAX_STREAMED
+from maxaccel.contract.wire import MAX_COUNT, MAX_STREAMED, Command
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
@@ -65,7 +67,8 @@ class BroadcastMax(wiring.Component):
     max_operands : int
         Replayed operands per pass; a pass folds at most ``max_operands + 1`` operands.
     max_count : int
-        Largest outer count and largest row length in beats (default 65535).
+        Largest outer count and largest row length in beats (default the protocol's
+        :data:`~maxaccel.contract.wire.MAX_COUNT`).
 
     All five are available as attributes of the same names, and together as :attr:`limits`
     (keyword arguments of :func:`maxaccel.host.plan.plan_broadcast`).
@@ -169,7 +172,7 @@ class BroadcastMax(wiring.Component):
     #: block RAM each), so an output beat of M replayed operands takes ``ceil(M / 2)`` cycles.
     READ_PORTS = 2
 
-    def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=65535):
+    def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=MAX_COUNT):
         for name, value, least in [("lanes", lanes, 1), ("depth", depth, 2),
                                    ("max_dims", max_dims, 1), ("max_operands", max_operands, 1),
                                    ("max_count", max_count, 1)]:
@@ -213,7 +216,7 @@ class BroadcastMax(wiring.Component):
         return command_layout, config_layout
 
     @classmethod
-    def signature_for(cls, lanes, depth, max_dims, max_operands, max_count=65535):
+    def signature_for(cls, lanes, depth, max_dims, max_operands, max_count=MAX_COUNT):
         """The unit's signature for these parameters, without building a unit (what the
         command engine connects to, or stands in for when the core has no such unit)."""
         command_layout, config_layout = cls.layouts(lanes, depth, max_dims, max_operands,
@@ -228,6 +231,44 @@ class BroadcastMax(wiring.Component):
             "busy": Out(1),
         })
 
+    @staticmethod
+    def configure(port, fields, request):
+        """The command engine's configuration of the unit for a ``LOAD`` or a ``MAX``: its
+        ``command`` payload from the ``LOAD`` block (or a ``RUN`` for a ``MAX``), its ``config``
+        from the ``MAX`` block and the request's geometry (``dtype``, ``row_beats``,
+        ``last_nbytes``, the ``beats`` product); see
+        :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments."""
+        load, run, config = fields[Command.LOAD], fields[Command.MAX], port.config
+        command = port.command.payload
+        max_dims, max_operands = len(config.counts), len(config.operand)
+        statements = [
+            config.dtype.eq(request.dtype),
+            config.operands.eq(run["operands"]),
+            config.streamed.eq(run["streamed"]),
+            config.row_beats.eq(request.row_beats),
+            config.last_nbytes.eq(request.last_nbytes),
+            *(config.counts[d].eq(run[f"counts[{d}]"]) for d in range(max_dims)),
+        ]
+        for k in range(max_operands):
+            statements += [config.operand[k].base.eq(run[f"slot[{k}].base"]),
+                           config.operand[k].splat.eq(run[f"slot[{k}].splat"][0])]
+            statements += [config.operand[k].steps[d].eq(run[f"slot[{k}].steps[{d}]"])
+                           for d in range(max_dims)]
+        return statements + [
+            command.op.eq(Mux(request.command == Command.LOAD, BroadcastOp.LOAD,
+                              BroadcastOp.RUN)),
+            command.base.eq(load["base"]),
+            command.count.eq(request.product("beats")),
+            # Rows of one element are a splat operand's: stored repeated across their beat.
+            command.fill.eq(load["row_length"] == 1),
+        ]
+
+    @staticmethod
+    def settled(port, selected):
+        """The command engine may send a request's status: no command in progress (a ``LOAD``
+        is done when its last beat is written)."""
+        return ~port.busy
+
     @property
     def limits(self):
         """The capacity limits, as keyword arguments of ``plan_broadcast``."""
@@ -236,8 +277,7 @@ class BroadcastMax(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        lanes, config = self.lanes, self.config
-        lane_array = data.ArrayLayout(LANE_BITS, lanes)
+        lane_array = data.ArrayLayout(LANE_BITS, self.lanes)
 
         m.submodules.buffer = buffer = Memory(shape=lane_array, depth=self.depth, init=[])
         write = buffer.write_port()
@@ -247,6 +287,15 @@ class BroadcastMax(wiring.Component):
         busy = Signal()         # a LOAD or a RUN is executing
         m.d.comb += [self.command.ready.eq(~busy), self.busy.eq(busy)]
 
+        load = self._load_writer(m, write, loading, busy)
+        run = self._address_generator(m)
+        self._pipeline(m, reads, run, busy)
+        self._commands(m, load, run, loading, busy)
+        return m
+
+    def _load_writer(self, m, write, loading, busy):
+        """``LOAD``: consecutive writes from the load stream. Returns its registers."""
+        lanes = self.lanes
         # ---- LOAD: consecutive writes from the load stream.
         load_address = Signal(self.addr_bits)
         load_left = Signal(range(self.depth + 1))
@@ -269,7 +318,11 @@ class BroadcastMax(wiring.Component):
             m.d.sync += [load_address.eq(load_address + 1), load_left.eq(load_left - 1)]
             with m.If(load_left == 1):
                 m.d.sync += [loading.eq(0), busy.eq(0)]
+        return SimpleNamespace(address=load_address, left=load_left, fill_size=fill_size)
 
+    def _address_generator(self, m):
+        """``RUN``'s address generator, in front of the queue. Returns its registers."""
+        lanes, config = self.lanes, self.config
         # ---- RUN, the address generator: walks (outer indices, beat, slot) and queues, for
         # each slot, the buffer address to read and the slot's tag. It runs ahead of the
         # pipeline as far as the two-entry queue lets it, so its counters load on registers
@@ -399,7 +452,21 @@ class BroadcastMax(wiring.Component):
         with m.If(row_ends):
             with m.If(finished):
                 m.d.sync += issuing.eq(0)
+        return SimpleNamespace(slot_tag=slot_tag, entry=entry, queue=queue,
+                               lane_format=lane_format, stream_only=stream_only, decode=decode,
+                               issuing=issuing, slot=slot, beat=beat, left=left, at_end=at_end,
+                               port_bits=port_bits, operand_count=operand_count,
+                               before_final_slot=before_final_slot, full_pairs=full_pairs,
+                               single_slot=single_slot, last_slot=last_slot,
+                               before_final_beat=before_final_beat, single_beat=single_beat,
+                               last_beat=last_beat, row_address=row_address,
+                               beat_address=beat_address)
 
+    def _pipeline(self, m, reads, run, busy):
+        """``RUN``'s pipeline behind the queue, to the output."""
+        lanes = self.lanes
+        slot_tag, entry, queue = run.slot_tag, run.entry, run.queue
+        lane_format, stream_only = run.lane_format, run.stream_only
         # ---- RUN, the pipeline behind the queue. It moves together (one enable, ``advance``):
         # when the output register is free or being taken, and the streamed beat is there if
         # stage 3 holds a slot that needs it. Stage 0 is the queue's head, whose address the
@@ -494,6 +561,19 @@ class BroadcastMax(wiring.Component):
         with m.If(self.output.valid & self.output.ready & out.final):
             m.d.sync += busy.eq(0)
 
+    def _commands(self, m, load, run, loading, busy):
+        """The commands, accepted only when idle (so nothing else is active)."""
+        config = self.config
+        load_address, load_left, fill_size = load.address, load.left, load.fill_size
+        decode, issuing, slot, beat = run.decode, run.issuing, run.slot, run.beat
+        lane_format, stream_only, left, at_end = run.lane_format, run.stream_only, run.left, \
+            run.at_end
+        port_bits, operand_count = run.port_bits, run.operand_count
+        before_final_slot, full_pairs, single_slot, last_slot = \
+            run.before_final_slot, run.full_pairs, run.single_slot, run.last_slot
+        before_final_beat, single_beat, last_beat = \
+            run.before_final_beat, run.single_beat, run.last_beat
+        row_address, beat_address = run.row_address, run.beat_address
         # ---- Commands (only accepted when idle, so nothing above is active).
         with m.If(self.command.valid & self.command.ready):
             command = self.command.payload
@@ -527,4 +607,3 @@ class BroadcastMax(wiring.Component):
                              for k in range(operand_count)]
                 m.d.sync += [beat_address[k].eq(config.operand[k].base)
                              for k in range(operand_count)]
-        return m

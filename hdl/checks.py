@@ -4,17 +4,20 @@ The rules live in :mod:`maxaccel.contract.wire` (``RULES``) as predicates over a
 fields, the quantities they imply and the device's capacities. Here they are mapped onto
 registers: :func:`check_programs` turns each command's products into a program for the
 bit-serial :class:`SaturatingMultiplier`, and :func:`verdict_logic` evaluates the predicates on
-Amaranth values and picks the first status in ``STATUS_ORDER`` whose rule refuses. The command
-engine runs the programs and reads the verdict.
+Amaranth values and picks the first status in ``STATUS_ORDER`` whose rule refuses.
+:class:`RequestChecks` puts them together for the command engine: the request's geometry, the
+programs run step by step, and the verdict.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.contract.wire import STATUS_ORDER, Status
+from maxaccel.contract.dtypes import FORMATS
+from maxaccel.contract.wire import STATUS_ORDER, WINDOW_INDEX_BYTES, Status
 
-__all__ = ["SATURATED", "SaturatingMultiplier", "check_programs", "verdict_logic"]
+__all__ = ["SATURATED", "SaturatingMultiplier", "RequestChecks", "check_programs",
+           "verdict_logic"]
 
 
 class _HardwareOps:
@@ -164,3 +167,195 @@ def verdict_logic(m, command, supported, specs, fields, quantities, capacities):
                         with m.Elif(Cat(*refusing).any()):
                             m.d.comb += verdict.eq(outcome)
     return verdict
+
+
+class RequestChecks:
+    """The command engine's checks of a request, on registers: geometry, products, verdict.
+
+    Once the parameter block is in, the states of :meth:`states` run in this order, every step
+    a register (to keep the checks off the critical path):
+
+    * ``GEOMETRY_DTYPE``, ``GEOMETRY_SHIFT``, ``GEOMETRY_ROW``, ``GEOMETRY_BEATS``: the element
+      type (:attr:`dtype`, :attr:`supported`, :attr:`shift`), the row in bytes and in beats
+      (:attr:`row_bytes`, :attr:`row_beats`, :attr:`last_nbytes`);
+    * ``PRODUCTS`` and ``PRODUCT_WAIT``: the command's program of products
+      (:func:`check_programs`), a step a cycle, a multiplication waiting for the bit-serial
+      :class:`SaturatingMultiplier` (one cycle per significant bit of its second factor);
+    * ``SCALE``: the data and reply lengths in bytes (:attr:`reply_bytes`), saturating;
+
+    then :attr:`verdict` (combinational, in the ``checks`` module) holds the request's status.
+    Not a component: the engine builds it into its own module with :meth:`build`.
+
+    Parameters
+    ----------
+    specs : dict of Command to CommandRules
+        The contract's checks of each command the engine takes.
+    fields : dict of Command to dict
+        Each command's block fields, by name, as slices of the parameter register.
+    capacities : Capacities
+        What the rules compare with.
+    beat_bytes : int
+        Bytes of a datapath beat, a power of two.
+
+    Attributes
+    ----------
+    command : Signal(8)
+        The request's command code (the engine sets it from the header).
+    dtype : Signal(8)
+    shift : Signal(2)
+        log2 of the element size.
+    row_beats : Signal(32)
+    row_bytes : Signal(35)
+    last_nbytes : Signal
+        Bytes of a row's last beat.
+    reply_bytes : Signal(36)
+        Bytes of the reply's payload, saturating.
+    verdict : Signal(8)
+        ``OK`` or the first refusing status (valid after ``SCALE``).
+    """
+
+    def __init__(self, specs, fields, capacities, beat_bytes):
+        self.specs, self.fields, self.capacities = specs, fields, capacities
+        self.beat_bytes = beat_bytes
+        self.command = Signal(8, name="command")
+        self.dtype = Signal(8, name="dtype")
+        self.supported = Signal(name="supported")
+        self.shift = Signal(2, name="shift")
+        self.row_elements = Signal(32, name="row_elements")
+        self.row_bytes = Signal(35, name="row_bytes")
+        self.row_beats = Signal(32, name="row_beats")
+        self.last_nbytes = Signal(range(beat_bytes + 1), name="last_nbytes")
+        self.payload_data = Signal(32, name="payload_data")    # bytes after the block
+        self.data_bytes = Signal(36, name="data_bytes")
+        self.reply_bytes = Signal(36, name="reply_bytes")
+        # Products (value, overflow), one register pair per name the contract uses (commands
+        # share a name's registers).
+        names = dict.fromkeys(name for spec in specs.values() for name, _ in spec.products)
+        self.products = {name: (Signal(32, name=f"{name}_product"),
+                                Signal(name=f"{name}_overflow")) for name in names}
+        self.accumulator = Signal(32, name="accumulator")
+        self.accumulator_overflow = Signal(name="accumulator_overflow")
+        self.multiplier = SaturatingMultiplier(32)
+        self.programs = check_programs(specs, self.factor)
+        self.product_step = Signal(range(max(len(p) for p in self.programs.values()) + 1),
+                                   name="product_step")
+        self.verdict = None
+
+    def product(self, name):
+        """A product's value (its overflow aside)."""
+        return self.products[name][0]
+
+    def factor(self, code, name):
+        """(value, overflow) of a factor of ``code``'s products: a field, the row's beats or an
+        earlier product."""
+        if name == "row_beats":
+            return self.row_beats, 0
+        if name in dict(self.specs[code].products):
+            return self.products[name]
+        return self.fields[code][name], 0
+
+    def request_rows(self, code):
+        """The rows of ``code``'s request data (the packer's row count)."""
+        return self.factor(code, self.specs[code].request_rows)[0]
+
+    def _saturated(self, name):
+        value, overflow = self.products[name]
+        return Mux(overflow, SATURATED, value)
+
+    def _quantities(self, code):
+        q = {name: self._saturated(name) for name, _ in self.specs[code].products}
+        q.update(row_bytes=self.row_bytes, row_beats=self.row_beats, data_bytes=self.data_bytes,
+                 reply_bytes=self.reply_bytes, payload_data=self.payload_data)
+        return q
+
+    def build(self, m, checks, length, needed):
+        """The checks' logic: registers and the multiplier in ``m``, the verdict in ``checks``.
+
+        ``length`` is the request's payload length and ``needed`` its block's bytes.
+        """
+        self._length, self._needed = length, needed
+        with m.Switch(self.dtype):
+            for fmt in FORMATS.values():
+                with m.Case(fmt.dtype):
+                    m.d.sync += [self.supported.eq(1),
+                                 self.shift.eq(fmt.nbytes.bit_length() - 1)]
+            with m.Default():
+                m.d.sync += [self.supported.eq(0), self.shift.eq(0)]
+        m.submodules.multiplier = multiplier = self.multiplier
+        m.d.comb += [multiplier.a.eq(self.accumulator),
+                     multiplier.a_overflow.eq(self.accumulator_overflow)]
+        self.verdict = verdict_logic(checks, self.command, self.supported, self.specs,
+                                     self.fields, self._quantities, self.capacities)
+
+    def states(self, m, then):
+        """The checks' states of the engine's FSM, from ``GEOMETRY_DTYPE`` (enter it when the
+        block is in) to ``then`` (when :attr:`verdict` is valid)."""
+        with m.State("GEOMETRY_DTYPE"):
+            with m.Switch(self.command):
+                for code, fields in self.fields.items():
+                    with m.Case(code):
+                        m.d.sync += [self.dtype.eq(fields["dtype"]),
+                                     self.row_elements.eq(fields[self.specs[code].row])]
+            m.d.sync += self.payload_data.eq(self._length - self._needed)
+            m.next = "GEOMETRY_SHIFT"
+        with m.State("GEOMETRY_SHIFT"):
+            m.next = "GEOMETRY_ROW"    # the dtype's decode is registered meanwhile
+        with m.State("GEOMETRY_ROW"):
+            m.d.sync += self.row_bytes.eq(self.row_elements << self.shift)
+            m.next = "GEOMETRY_BEATS"
+        with m.State("GEOMETRY_BEATS"):
+            beat_bytes = self.beat_bytes
+            m.d.sync += [
+                self.row_beats.eq((self.row_bytes + beat_bytes - 1)
+                                  >> (beat_bytes.bit_length() - 1)),
+                self.last_nbytes.eq(((self.row_bytes - 1) & (beat_bytes - 1)) + 1),
+                self.product_step.eq(0),
+            ]
+            m.next = "PRODUCTS"
+        with m.State("PRODUCTS"):
+            with m.Switch(self.command):
+                for code, program in self.programs.items():
+                    with m.Case(code):
+                        with m.Switch(self.product_step):
+                            for step, (op, operand) in enumerate(program):
+                                with m.Case(step):
+                                    self._product_step(m, op, operand,
+                                                       last=step == len(program) - 1)
+            m.d.sync += self.product_step.eq(self.product_step + 1)
+        with m.State("PRODUCT_WAIT"):
+            with m.If(~self.multiplier.busy):
+                m.d.sync += [self.accumulator.eq(self.multiplier.product),
+                             self.accumulator_overflow.eq(self.multiplier.overflow)]
+                m.next = "PRODUCTS"
+        with m.State("SCALE"):
+            with m.Switch(self.command):
+                for code, spec in self.specs.items():
+                    with m.Case(code):
+                        total = self._bytes(spec.reply, lambda n: n << self.shift) \
+                            + self._bytes(spec.indices, lambda n: n * WINDOW_INDEX_BYTES)
+                        m.d.sync += [self.data_bytes.eq(self._bytes(spec.data,
+                                                                    lambda n: n << self.shift)),
+                                     self.reply_bytes.eq(Mux(total >= SATURATED, SATURATED,
+                                                             total))]
+            m.next = then
+
+    def _product_step(self, m, op, operand, *, last):
+        """One step of a program, in state ``PRODUCTS``."""
+        if op == "load":
+            value, overflow = operand
+            m.d.sync += [self.accumulator.eq(value), self.accumulator_overflow.eq(overflow)]
+        elif op == "save":
+            value, overflow = self.products[operand]
+            m.d.sync += [value.eq(self.accumulator), overflow.eq(self.accumulator_overflow)]
+            if last:   # every program ends with a save
+                m.next = "SCALE"
+        else:
+            m.d.comb += [self.multiplier.start.eq(1), self.multiplier.b.eq(operand)]
+            m.next = "PRODUCT_WAIT"
+
+    def _bytes(self, name, to_bytes):
+        """A product (of elements or indices) in bytes, saturating; 0 for ``None``."""
+        if name is None:
+            return 0
+        value, overflow = self.products[name]
+        return Mux(overflow, SATURATED, to_bytes(value))

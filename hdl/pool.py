@@ -13,6 +13,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType, format_of
+from maxaccel.contract.wire import Command
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneFormat
@@ -165,6 +166,27 @@ class ChannelsLastPool(wiring.Component):
         """Channels of ``dtype`` (anything :func:`~maxaccel.contract.dtypes.format_of` takes) the
         accumulators hold."""
         return self.capacity_bytes // format_of(dtype).nbytes
+
+    @staticmethod
+    def configure(port, fields, request):
+        """The command engine's configuration of the unit for a ``POOL_CHANNELS_LAST``.
+
+        Parameters
+        ----------
+        port : the unit's signature, flipped (the engine's side)
+        fields : dict of Command to dict
+            The parameter block's fields, as slices of the engine's parameter register.
+        request : RequestChecks
+            The request's registered geometry (``dtype``).
+
+        Returns
+        -------
+        list of Assign
+            Combinational, static while the command runs.
+        """
+        pool = fields[Command.POOL_CHANNELS_LAST]
+        return [port.dtype.eq(request.dtype), port.pixels.eq(pool["pixels"]),
+                port.channels.eq(pool["channels"])]
 
     def elaborate(self, platform):
         m = Module()

@@ -27,7 +27,7 @@ cycle. :class:`RunReducer` builds the stages of the others into one pipeline wit
 ``advance``. See ``docs/architecture.md``, "Reduction tree and run reducer".
 """
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -463,6 +463,26 @@ class RunReducer(wiring.Component):
             "o": Out(stream.Signature(LANE_BITS)),
             "dtype": In(DType),
         })
+
+    @staticmethod
+    def configure(port, fields, request):
+        """The command engine's configuration of the unit for a ``REDUCE``: its ``dtype``
+        (see :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments)."""
+        return [port.dtype.eq(request.dtype)]
+
+    @staticmethod
+    def result_beat(port, beat, request):
+        """The command engine's reply beat of a result (one element, a row of its own).
+
+        Parameters
+        ----------
+        port : the unit's signature, flipped
+        beat : a ``beat_layout`` view, the unpacker's input payload
+        request : RequestChecks
+            The request's registered geometry (``shift``, log2 of the itemsize).
+        """
+        return [beat.data[0].eq(port.o.payload), beat.nbytes.eq(Const(1, 4) << request.shift),
+                beat.first.eq(1), beat.last.eq(1)]
 
     def elaborate(self, platform):
         m = Module()

@@ -18,6 +18,7 @@ from .kit import refuse, set_aside
 from .linkword import link_signature
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
+from .routing import UNIT_NAMES
 from .uart import UARTReceiver, UARTTransmitter
 from .window import WindowLanes
 
@@ -25,9 +26,6 @@ __all__ = ["Core", "UARTTop", "UNITS"]
 
 #: The datapath units a :class:`Core` may be built with; ``"reduce"`` is always needed.
 UNITS = ("reduce", "pool", "broadcast", "window")
-#: The unit (of :data:`UNITS`) behind each of the command engine's unit ports.
-_UNIT_OF_PORT = {"reducer": "reduce", "pool": "pool", "broadcast": "broadcast",
-                 "window": "window"}
 
 
 class Core(wiring.Component):
@@ -130,7 +128,7 @@ class Core(wiring.Component):
         self.datapath = {}
         try:
             for name, make in makers.items():
-                if _UNIT_OF_PORT[name] in self.units:
+                if UNIT_NAMES[name] in self.units:
                     self.datapath[name] = make()
             self.engine = CommandEngine(**self.datapath, clock_hz=clock_hz,
                                         frame_timeout_cycles=frame_timeout_cycles,
@@ -160,7 +158,7 @@ class Core(wiring.Component):
             self.idle.eq(engine.idle),
         ]
         for name, unit in self.datapath.items():
-            active = getattr(engine, f"{_UNIT_OF_PORT[name]}_active")
+            active = getattr(engine, f"{UNIT_NAMES[name]}_active")
             m.submodules[name] = EnableInserter(active)(ResetInserter(engine.abort)(unit))
             wiring.connect(m, getattr(engine, name), unit)
         return m

@@ -20,6 +20,8 @@ bits per element); the unit's output stage turns them and the window's position 
 index.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -27,8 +29,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.contract.pooling import WINDOW_RANK
-from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES
+from maxaccel.contract.pooling import WINDOW_FIELDS, WINDOW_RANK
+from maxaccel.contract.wire import (WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES, Command,
+                                    window_fields)
 
 from .beat import beat_layout
 
@@ -42,8 +45,6 @@ __all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool", "WindowLan
 #: ``WINDOW_FIELD_MAX`` is the largest value it holds).
 WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
 
-#: The per-axis configuration fields, in the order they are documented.
-AXIS_FIELDS = ("size", "pad", "out", "kernel", "stride", "dilation")
 
 
 def axis_layout(dim_bits):
@@ -63,7 +64,7 @@ def axis_layout(dim_bits):
     kernel, stride, dilation : dim_bits
         >= 1 each; the extent ``(kernel - 1) * dilation + 1`` at most ``max_extent``.
     """
-    return data.StructLayout({name: dim_bits for name in AXIS_FIELDS})
+    return data.StructLayout({name: dim_bits for name in WINDOW_FIELDS})
 
 
 def tap_bits(max_extent):
@@ -190,56 +191,17 @@ class AxisPass(wiring.Component):
         m = Module()
         extent, dim_bits = self.max_extent, self.dim_bits
         item_shape = self.i.payload.shape()
-        cfg = self.config[self.axis]
-
-        # --- The configuration, derived and registered (static during an image). ----------
-        multiples = [j * cfg.dilation for j in range(extent)]
-        mask = register(m, 1, Cat(
-            Cat((j < cfg.kernel) & (multiples[j] == t) for j in range(extent)).any()
-            for t in range(extent)), "tap_mask")
-        # (kernel - 1) * dilation if kernel <= extent; then the checks and the first gap from
-        # it, a register later (the configuration's paths are as short as the datapath's).
-        span = Signal(2 * dim_bits)
-        for j in range(extent):
-            with m.If(cfg.kernel == j + 1):
-                m.d.comb += span.eq(multiples[j])
-        span = register(m, 1, span, "span")
-        zero_field = register(m, 1, (cfg.kernel == 0) | (cfg.stride == 0) | (cfg.dilation == 0)
-                              | (cfg.size == 0) | (cfg.out == 0) | (cfg.kernel > extent),
-                              "zero_field")
-        m.d.sync += self.config_error.eq(zero_field | (span >= extent) | (span < cfg.pad))
-        # Steps from the image's first to the end of window 0 (negative only if refused).
-        gap_shape = signed(dim_bits + 2)
-        first_gap = Signal(gap_shape)
-        m.d.comb += first_gap.eq(span - cfg.pad)
-        first_gap = register(m, 1, first_gap, "first_gap").as_signed()
-        stride_less = register(m, 1, cfg.stride - 1, "stride_less")
-        size_less = register(m, 1, cfg.size - 1, "size_less")
-        windows = register(m, 1, cfg.out, "windows")
-        wide = register(m, 1, mask[1:].any(), "wide")   # some tap beyond the newest is used
-        inner_last = [register(m, 1, self.config[b].out - 1, f"last_{b}") for b in self.inner]
-        # The zero tests of the counters' start values, registered too.
-        first_gap_zero = register(m, 1, first_gap == 0, "first_gap_zero")
-        stride_one = register(m, 1, cfg.stride == 1, "stride_one")
-        size_one = register(m, 1, cfg.size == 1, "size_one")
-        windows_one = register(m, 1, cfg.out == 1, "windows_one")
-        inner_one = [register(m, 1, self.config[b].out == 1, f"one_{b}") for b in self.inner]
-        # The tail: virtual steps after an image's last real step, ``end - size + 1`` where
-        # ``end = (out - 1) * stride + first_gap`` is the last window's last tap. The tail may
-        # take the next image's first steps instead (it treats them as padding) when none of
-        # that image's windows ends during it (tail <= first_gap) and that image is longer
-        # (tail < size); the counters of the next image after the tail are then constants.
-        reach = register(m, 1, (cfg.out - 1) * cfg.stride, "reach")
-        tail_shape = signed(2 * dim_bits + 3)
-        tail = Signal(tail_shape)
-        m.d.comb += tail.eq(reach + first_gap - size_less)
-        tail = register(m, 1, tail, "tail").as_signed()
-        overlap_ok = register(m, 1, (tail > 0) & (tail <= first_gap) & (tail <= size_less),
-                              "overlap_ok")
-        follow_gap = register(m, 1, (first_gap - tail)[:dim_bits + 2], "follow_gap")
-        follow_gap_zero = register(m, 1, tail == first_gap, "follow_gap_zero")
-        follow_rows = register(m, 1, (size_less - tail)[:dim_bits], "follow_rows")
-        follow_rows_zero = register(m, 1, tail == size_less, "follow_rows_zero")
+        derived = self._configuration(m)
+        mask, wide, windows, windows_one = (derived.mask, derived.wide, derived.windows,
+                                            derived.windows_one)
+        first_gap, first_gap_zero = derived.first_gap, derived.first_gap_zero
+        stride_less, stride_one = derived.stride_less, derived.stride_one
+        size_less, size_one = derived.size_less, derived.size_one
+        inner_last, inner_one = derived.inner_last, derived.inner_one
+        overlap_ok, follow_gap, follow_gap_zero = (derived.overlap_ok, derived.follow_gap,
+                                                   derived.follow_gap_zero)
+        follow_rows, follow_rows_zero = derived.follow_rows, derived.follow_rows_zero
+        gap_shape = derived.gap_shape
 
         # --- Counters: where the next item of the image is. Each counts down and keeps
         # flags of its next zero tests, set when it is loaded, so a step's decisions are a
@@ -353,6 +315,77 @@ class AxisPass(wiring.Component):
             # Between images the counters follow the configuration.
             m.d.sync += restart()
 
+        self._taps_and_compares(m, advance, fire, entering, ends=ends, mask=mask, seen=seen,
+                                ahead=ahead, fresh=fresh, address=address, at_start=at_start)
+        return m
+
+    def _configuration(self, m):
+        """The configuration, derived and registered (static during an image). Returns the
+        registers."""
+        extent, dim_bits = self.max_extent, self.dim_bits
+        cfg = self.config[self.axis]
+        multiples = [j * cfg.dilation for j in range(extent)]
+        mask = register(m, 1, Cat(
+            Cat((j < cfg.kernel) & (multiples[j] == t) for j in range(extent)).any()
+            for t in range(extent)), "tap_mask")
+        # (kernel - 1) * dilation if kernel <= extent; then the checks and the first gap from
+        # it, a register later (the configuration's paths are as short as the datapath's).
+        span = Signal(2 * dim_bits)
+        for j in range(extent):
+            with m.If(cfg.kernel == j + 1):
+                m.d.comb += span.eq(multiples[j])
+        span = register(m, 1, span, "span")
+        zero_field = register(m, 1, (cfg.kernel == 0) | (cfg.stride == 0) | (cfg.dilation == 0)
+                              | (cfg.size == 0) | (cfg.out == 0) | (cfg.kernel > extent),
+                              "zero_field")
+        m.d.sync += self.config_error.eq(zero_field | (span >= extent) | (span < cfg.pad))
+        # Steps from the image's first to the end of window 0 (negative only if refused).
+        gap_shape = signed(dim_bits + 2)
+        first_gap = Signal(gap_shape)
+        m.d.comb += first_gap.eq(span - cfg.pad)
+        first_gap = register(m, 1, first_gap, "first_gap").as_signed()
+        stride_less = register(m, 1, cfg.stride - 1, "stride_less")
+        size_less = register(m, 1, cfg.size - 1, "size_less")
+        windows = register(m, 1, cfg.out, "windows")
+        wide = register(m, 1, mask[1:].any(), "wide")   # some tap beyond the newest is used
+        inner_last = [register(m, 1, self.config[b].out - 1, f"last_{b}") for b in self.inner]
+        # The zero tests of the counters' start values, registered too.
+        first_gap_zero = register(m, 1, first_gap == 0, "first_gap_zero")
+        stride_one = register(m, 1, cfg.stride == 1, "stride_one")
+        size_one = register(m, 1, cfg.size == 1, "size_one")
+        windows_one = register(m, 1, cfg.out == 1, "windows_one")
+        inner_one = [register(m, 1, self.config[b].out == 1, f"one_{b}") for b in self.inner]
+        # The tail: virtual steps after an image's last real step, ``end - size + 1`` where
+        # ``end = (out - 1) * stride + first_gap`` is the last window's last tap. The tail may
+        # take the next image's first steps instead (it treats them as padding) when none of
+        # that image's windows ends during it (tail <= first_gap) and that image is longer
+        # (tail < size); the counters of the next image after the tail are then constants.
+        reach = register(m, 1, (cfg.out - 1) * cfg.stride, "reach")
+        tail_shape = signed(2 * dim_bits + 3)
+        tail = Signal(tail_shape)
+        m.d.comb += tail.eq(reach + first_gap - size_less)
+        tail = register(m, 1, tail, "tail").as_signed()
+        overlap_ok = register(m, 1, (tail > 0) & (tail <= first_gap) & (tail <= size_less),
+                              "overlap_ok")
+        follow_gap = register(m, 1, (first_gap - tail)[:dim_bits + 2], "follow_gap")
+        follow_gap_zero = register(m, 1, tail == first_gap, "follow_gap_zero")
+        follow_rows = register(m, 1, (size_less - tail)[:dim_bits], "follow_rows")
+        follow_rows_zero = register(m, 1, tail == size_less, "follow_rows_zero")
+        return SimpleNamespace(gap_shape=gap_shape, mask=mask, first_gap=first_gap,
+                               stride_less=stride_less, size_less=size_less,
+                               windows=windows, wide=wide,
+                               inner_last=inner_last, first_gap_zero=first_gap_zero,
+                               stride_one=stride_one, size_one=size_one,
+                               windows_one=windows_one, inner_one=inner_one,
+                               overlap_ok=overlap_ok, follow_gap=follow_gap,
+                               follow_gap_zero=follow_gap_zero, follow_rows=follow_rows,
+                               follow_rows_zero=follow_rows_zero)
+
+    def _taps_and_compares(self, m, advance, fire, entering, *, ends, mask, seen, ahead, fresh,
+                           address, at_start):
+        """Stage B (the taps, from the line buffers) and the compare tree, to the output."""
+        extent = self.max_extent
+        item_shape = self.i.payload.shape()
         b_valid = _valid_register(m, advance, fire, "b_valid")
         b_item = Signal(item_shape, name="b_item")
         with m.If(advance):
@@ -435,7 +468,6 @@ class AxisPass(wiring.Component):
             m.d.sync += [skid_valid.eq(1), skid.eq(taps[0])]
         m.d.sync += advance.eq(output_free | ~(skid_valid | arriving))
         m.d.comb += self.idle.eq(~Cat(valids).any() & ~self.o.valid & ~skid_valid & at_start)
-        return m
 
 
 def _tail_use(use, ahead):
@@ -873,6 +905,31 @@ class WindowLanes(wiring.Component):
                        "window_extent_outer": unit.extents[0],
                        "window_columns": unit.max_columns, "window_plane": unit.max_plane}
         super().__init__(self.signature_for(lanes, window_lanes))
+
+    #: The command engine gives the unit beats only during its command: its input logic (a
+    #: select per unit, the keys) then holds still for every other command, which keeps the
+    #: Python simulation of the whole core fast.
+    GATED_INPUT = True
+
+    @staticmethod
+    def settled(port, selected):
+        """The command engine may send the status of a request (``selected``: a ``MAX_POOL``):
+        its last window is out of the units, which then know whether a window held only
+        padding (the contract's late status, ``error``)."""
+        return port.idle | ~selected
+
+    @staticmethod
+    def configure(port, fields, request):
+        """The command engine's configuration of the units for a ``MAX_POOL``: the block's
+        fields by their contract names (:func:`~maxaccel.contract.wire.window_fields`; see
+        :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments)."""
+        pool = fields[Command.MAX_POOL]
+        statements = [port.dtype.eq(request.dtype), port.group.eq(pool["group"]),
+                      port.indices.eq(pool["indices"][0])]
+        for axis in range(WINDOW_RANK):
+            for name, field in window_fields(axis).items():
+                statements.append(getattr(port.config[axis], name).eq(pool[field]))
+        return statements
 
     @staticmethod
     def signature_for(lanes, window_lanes):

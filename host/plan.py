@@ -369,8 +369,9 @@ def _request_problems(plan, encodable):
     if the pass can be encoded at all): the wire contract's status rules, each with the
     plan's sizes. The rules are the device's own (:func:`maxaccel.contract.wire.problems`), so
     a plan fits exactly when the device accepts what it sends."""
-    capacities = Capacities(plan.lanes, plan.depth, plan.max_dims, plan.max_operands,
-                            max_count=plan.max_count)
+    capacities = Capacities.limits(lanes=plan.lanes, replay_depth=plan.depth,
+                                   max_dims=plan.max_dims, max_operands=plan.max_operands,
+                                   max_count=plan.max_count)
     dtype = _DTYPE_OF_SIZE[plan.itemsize]
     found = []
     sizes = ", ".join(f"operand {o.index} {_shape_text(o.shape)}: {o.beats} beats"

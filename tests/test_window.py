@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 from cycle_exact import feed_a_beat_a_cycle
 
-from maxaccel.hdl.window import AXIS_FIELDS, WindowMaxPool
+from maxaccel.hdl.window import WindowMaxPool
 from maxaccel.contract.dtypes import FORMATS, format_of
+from maxaccel.contract.pooling import WINDOW_FIELDS
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
 from maxaccel.sim.values import edge_bits, random_values
@@ -111,7 +112,7 @@ def configure(dut, dtype, axes):
     def setup(ctx):
         ctx.set(dut.dtype, format_of(dtype).dtype)
         for a, given in enumerate(axes):
-            for name in AXIS_FIELDS:
+            for name in WINDOW_FIELDS:
                 ctx.set(getattr(dut.config[a], name), getattr(given, name))
     return setup
 

@@ -16,9 +16,9 @@ import pytest
 from amaranth.sim import Simulator
 
 from maxaccel.contract.dtypes import format_of
-from maxaccel.contract.pooling import decode_window_reply
+from maxaccel.contract.pooling import WINDOW_FIELDS, decode_window_reply
 from maxaccel.contract.wire import WINDOW_INDEX_BYTES
-from maxaccel.hdl.window import AXIS_FIELDS, WindowLanes, WindowMaxPool
+from maxaccel.hdl.window import WindowLanes, WindowMaxPool
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
 from maxaccel.sim.values import random_values
@@ -58,7 +58,7 @@ def check_lanes(dut, x, axes, *, group, indices, stalls):
         ctx.set(dut.group, group)
         ctx.set(dut.indices, int(indices))
         for a, given in enumerate(axes):
-            for name in AXIS_FIELDS:
+            for name in WINDOW_FIELDS:
                 ctx.set(getattr(dut.config[a], name), getattr(given, name))
 
     def status(ctx):
@@ -164,7 +164,7 @@ def test_error_on_a_window_of_padding_only():
         ctx.set(dut.dtype, format_of(np.float32).dtype)
         ctx.set(dut.group, 2)
         for a, given in enumerate(axes):
-            for name in AXIS_FIELDS:
+            for name in WINDOW_FIELDS:
                 ctx.set(getattr(dut.config[a], name), getattr(given, name))
 
     def status(ctx):
@@ -210,7 +210,7 @@ def test_clear_empties_the_reply_fifo():
         ctx.set(dut.group, 4)
         ctx.set(dut.indices, 1)
         for a, given in enumerate(axes):
-            for name in AXIS_FIELDS:
+            for name in WINDOW_FIELDS:
                 ctx.set(getattr(dut.config[a], name), getattr(given, name))
         ctx.set(dut.i.valid, 1)
         for _ in range(40 + dut.latency):
