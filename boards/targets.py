@@ -154,17 +154,29 @@ def target(name):
         raise ValueError(f"unknown board {name!r}; known boards: {', '.join(TARGETS)}") from None
 
 
+#: How each family's reports count block RAM (the unit of ``block_rams``).
+_BLOCK_RAM = {"ice40": "EBR", "ecp5": "DP16KD", "xilinx": "RAMB36"}
+#: How the per-board table names each kind of link.
+_LINK_NAMES = {"xdma": "PCIe (Xilinx XDMA)"}
+
+
 def report_markdown(reports):
-    """A markdown table of build reports: the per-board table of ``docs/boards.md``."""
+    """A markdown table of build reports: the per-board table of ``docs/boards.md`` (a test
+    keeps the page's table equal to this one of ``docs/boards/*.json``)."""
     lines = ["| board | device | link | lanes | clock | Fmax | logic | FFs | BRAM | core peak "
              "| link peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
-        fmax = "-" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f} MHz"
-        link = (f"UART {r['baud'] / 1e6:g} Mbaud" if r["link"] == "uart" else r["link"])
+        if r["fmax_mhz"] is not None:
+            fmax = f"{r['fmax_mhz']:.1f} MHz"
+        else:
+            fmax = "needs Vivado" if r["family"] == "xilinx" else "-"
+        link = (f"UART {r['baud'] / 1e6:g} Mbaud" if r["link"] == "uart"
+                else _LINK_NAMES.get(r["link"], r["link"]))
         lines.append(
             f"| {r['board']} | {r['device']} | {link} | {r['lanes']} | {r['clock_mhz']:g} MHz | "
             f"{fmax} | {r['logic_cells'][0]} / {r['logic_cells'][1]} {r['logic_cell_type']} | "
-            f"{r['flip_flops']} | {r['block_rams'][0]} / {r['block_rams'][1]} | "
+            f"{r['flip_flops']} | {r['block_rams'][0]} / {r['block_rams'][1]} "
+            f"{_BLOCK_RAM[r['family']]} | "
             f"{r['core_bytes_per_s'] / 1e6:g} MB/s | {r['link_bytes_per_s'] / 1e6:g} MB/s |")
     return "\n".join(lines)
 

@@ -8,10 +8,16 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py pause audio segnet kws
     python examples/offload_options.py iobinding audio segnet kws
     python examples/offload_options.py instant audio segnet kws
+    python examples/offload_options.py gap audio segnet kws
+    python examples/offload_options.py handover audio segnet kws
+    python examples/offload_options.py layout audio segnet kws
+    python examples/offload_options.py cold audio segnet kws
+    python examples/offload_options.py wrapper audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
-the session did before) against sleeping (what it does now). ``global-pool``: onnxruntime's
+the session did before), spinning only while a partition runs (``session.force_spinning_stop``:
+onnxruntime stops the spinning when the last ``Run`` returns) and sleeping (what it does now). ``global-pool``: onnxruntime's
 process-wide thread pools (``set_global_thread_pool_sizes``, ``use_per_session_threads =
 False`` for every session, onnxruntime alone included), set before any session exists.
 ``pause``: the golden model as the device, returning at once or after 50 ms asleep (a board's
@@ -19,6 +25,23 @@ wait): what the hand-overs cost once the CPU's caches went cold. ``iobinding``: 
 run warm, by ``run`` against ``run_with_iobinding`` (inputs bound, outputs left to onnxruntime).
 ``instant``: a device returning the golden model's results at once (computed once): the
 session's own cost, partitions and glue, with nothing between the partitions.
+``gap``: a device returning the golden model's results (computed once) after a busy wait of
+0 to 20 ms that touches no memory: whether the partitions after a device call slow down with
+what the call does or only with how long it lasts. ``handover``: each partition run alone
+after such a wait (0 and 5 ms), by ``run``, the session binding's ``run`` (``_sess.run``, no
+Python wrapper), ``run_with_ort_values`` and an ``IOBinding`` whose inputs are bound once and
+whose outputs go into arrays allocated once.
+``layout``: the partitions alone and the whole model, warm, with
+``graph_optimization_level`` ``ORT_ENABLE_EXTENDED`` and ``ORT_ENABLE_ALL`` (the default, whose
+NCHWc layout transformer puts a reorder at each partition's edges where the whole model has one).
+``cold``: which part of a partition goes cold during a 5 ms wait: each partition timed
+after the wait alone, after a twin session of the same partition ran on other arrays (its
+code warm, its data cold), after itself ran on other arrays, after a one-node session ran
+(onnxruntime's run path warm, the partition's kernels and data cold), and that one-node run
+and the partition timed together.
+``wrapper``: two sessions in one process, one running its partitions through
+``InferenceSession.run`` (the Python wrapper), the other through the session binding's ``run``
+(what the session does on the CPU provider), the device busy 0, 2 and 5 ms a call.
 ``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
 and 1M float32 elements (the single-session design: every device step such an operator).
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
@@ -79,14 +102,20 @@ def spinning(args, device):
     def spin(options):
         for key in SPINNING:
             options.add_session_config_entry(key, "1")
+
+    def spin_in_runs(options):
+        spin(options)
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     for name in args.models:
         label, model, feeds = bench.load_model(name)
         for threads in ("default threads", "1 thread"):
             runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options(threads))
             sessions = {option: OffloadSession(model, _options(threads, configure),
                                                device=timed)
-                        for option, configure in (("pools spinning (before)", spin),
-                                                  ("pools sleeping (now)", None))}
+                        for option, configure in (
+                            ("pools spinning (before)", spin),
+                            ("pools spinning in a run, stopped at its end", spin_in_runs),
+                            ("pools sleeping (now)", None))}
             figures = {option: ([], []) for option in sessions}
             for _ in range(args.rounds):   # alternate the options, a few runs at a time
                 for option, session in sessions.items():
@@ -195,6 +224,232 @@ def instant(args, device):
              _median_ms(outside), _median_ms(alone))
 
 
+def _spin(seconds):
+    """Busy-wait ``seconds`` without touching memory (a device call that keeps the core)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        pass
+
+
+class _Instant:
+    """The golden model's results, computed once per call site and shape and returned (as
+    copies, as a device returns new arrays) after a busy wait of ``seconds``."""
+
+    def __init__(self, seconds=0.0):
+        from maxaccel.sim import reference
+        self.reference, self.seconds, self.results = reference, seconds, {}
+
+    def __getattr__(self, operation):
+        function = getattr(self.reference, operation)
+
+        def call(*arrays, **keywords):
+            key = (operation, arrays[0].shape, len(arrays), repr(sorted(keywords.items())))
+            if key not in self.results:
+                self.results[key] = function(*arrays, **keywords)
+            _spin(self.seconds)
+            result = self.results[key]
+            return tuple(r.copy() for r in result) if isinstance(result, tuple) \
+                else result.copy()
+        return call
+
+
+def gap(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        for milliseconds in (0, 0.05, 0.5, 2, 5, 20):
+            timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
+            session = OffloadSession(model, _options("1 thread"), device=timed)
+            outside, alone = _pair(session, timed, runtime, feeds, args.repeats * args.rounds * 2)
+            _row(f"device busy {milliseconds} ms, touching no memory", name, "1 thread",
+                 outside, alone)
+
+
+def _partition_feeds(model, feeds):
+    """``(session, {partition index: the arrays it reads})`` from one run on the golden model."""
+    from maxaccel.host.offload import OffloadSession
+    from maxaccel.sim import reference
+    probe = OffloadSession(model, _options("1 thread"), device=reference)
+    captured = {}
+    original = probe._run_partition
+
+    def capture(step, values, feeds_, run_options, *rest):
+        captured[step.index] = {n: values[n] for n in step.inputs}
+        return original(step, values, feeds_, run_options, *rest)
+    probe._run_partition = capture
+    probe.run(None, feeds)
+    return probe, captured
+
+
+def handover(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        probe, captured = _partition_feeds(model, feeds)
+        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+        engines = [onnxruntime.InferenceSession(_for_onnxruntime(s.model), _options("1 thread"))
+                   for s in steps]
+        bindings = []
+        for step, engine in zip(steps, engines):
+            binding = engine.io_binding()
+            for key, value in captured[step.index].items():
+                binding.bind_cpu_input(key, value)
+            for output, value in zip(step.outputs, engine.run(step.outputs,
+                                                              captured[step.index])):
+                kept = np.empty_like(value)
+                binding.bind_output(output, "cpu", 0, kept.dtype, kept.shape, kept.ctypes.data)
+                bindings.append(kept)
+            bindings.append(binding)
+
+        def plain(i):
+            engines[i].run(steps[i].outputs, captured[steps[i].index])
+
+        def ort_values(i):
+            feed = {k: onnxruntime.OrtValue.ortvalue_from_numpy(v)
+                    for k, v in captured[steps[i].index].items()}
+            [v.numpy() for v in engines[i].run_with_ort_values(steps[i].outputs, feed)]
+
+        bound = [b for b in bindings if not isinstance(b, np.ndarray)]
+
+        def reused(i):
+            engines[i].run_with_iobinding(bound[i])
+        def binding_run(i):
+            engines[i]._sess.run(steps[i].outputs, captured[steps[i].index], None)
+        variants = {"run": plain, "the session binding's run": binding_run,
+                    "run_with_ort_values": ort_values,
+                    "IOBinding, outputs into arrays allocated once": reused}
+        for milliseconds in (0, 5):
+            times = {v: [[] for _ in steps] for v in variants}
+            for _ in range(args.repeats * args.rounds * 3):
+                for variant, call in variants.items():
+                    for i in range(len(steps)):
+                        _spin(milliseconds / 1e3)
+                        started = time.perf_counter()
+                        call(i)
+                        times[variant][i].append(time.perf_counter() - started)
+            for variant in variants:
+                each = [_median_ms(t) for t in times[variant]]
+                print(f"| {variant}, after {milliseconds} ms busy | {name} | 1 thread | "
+                      f"{sum(each):.3f} ms ({' + '.join(f'{t:.3f}' for t in each)}) | | |",
+                      flush=True)
+
+
+def layout(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        probe, captured = _partition_feeds(model, feeds)
+        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+        levels = {}
+        for level in ("ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"):
+            options = _options("1 thread")
+            options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+            levels[level] = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model), options)
+                              for s in steps],
+                             onnxruntime.InferenceSession(model.SerializeToString(), options))
+        times = {level: ([[] for _ in steps], []) for level in levels}
+        for _ in range(args.repeats * args.rounds * 20):
+            for level, (engines, whole) in levels.items():
+                for i, (step, engine) in enumerate(zip(steps, engines)):
+                    started = time.perf_counter()
+                    engine.run(step.outputs, captured[step.index])
+                    times[level][0][i].append(time.perf_counter() - started)
+                started = time.perf_counter()
+                whole.run(None, feeds)
+                times[level][1].append(time.perf_counter() - started)
+        for level, (each, whole) in times.items():
+            each = [_median_ms(t) for t in each]
+            _row(f"partitions warm, {level} ({' + '.join(f'{t:.3f}' for t in each)})", name,
+                 "1 thread", sum(each), _median_ms(whole))
+
+
+def cold(args, device):
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "one_node",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])])
+    one_node = onnxruntime.InferenceSession(
+        helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)])
+        .SerializeToString(), _options("1 thread"))
+    one_feed = {"x": np.ones((1, 16), np.float32)}
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        probe, captured = _partition_feeds(model, feeds)
+        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+        engines, twins = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model),
+                                                        _options("1 thread")) for s in steps]
+                          for _ in range(2))
+        others = {k: {n: v.copy() for n, v in feed.items()} for k, feed in captured.items()}
+        cases = ("after 5 ms busy", "after 5 ms busy and a twin's run",
+                 "after 5 ms busy and its own run on other arrays",
+                 "after 5 ms busy and a one-node session's run",
+                 "after 5 ms busy, a one-node session's run timed with it", "warm")
+        times = {case: [[] for _ in steps] for case in cases}
+        for _ in range(args.repeats * args.rounds * 4):
+            for i, step in enumerate(steps):
+                for case in cases:
+                    if case != "warm":
+                        _spin(0.005)
+                    started = time.perf_counter()
+                    if case.endswith("twin's run"):
+                        twins[i].run(step.outputs, others[step.index])
+                    elif case.endswith("other arrays"):
+                        engines[i].run(step.outputs, others[step.index])
+                    elif "one-node" in case:
+                        one_node.run(None, one_feed)
+                    if "timed with it" not in case:
+                        started = time.perf_counter()
+                    engines[i].run(step.outputs, captured[step.index])
+                    times[case][i].append(time.perf_counter() - started)
+        for case in cases:
+            each = [_median_ms(t) for t in times[case]]
+            print(f"| partitions {case} | {name} | 1 thread | {sum(each):.3f} ms "
+                  f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
+
+
+def wrapper(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        for milliseconds in (0, 2, 5):
+            timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
+            sessions = {option: OffloadSession(model, _options("1 thread"), device=timed)
+                        for option in ("InferenceSession.run", "the binding's run (now)")}
+            wrapped = sessions["InferenceSession.run"]
+            wrapped._runs = {index: engine.run for index, engine in wrapped._engines.items()}
+            figures = {option: ([], []) for option in sessions}
+            for _ in range(args.rounds * 2):
+                for option, session in sessions.items():
+                    outside, alone = _pair(session, timed, runtime, feeds, args.repeats * 2)
+                    figures[option][0].append(outside)
+                    figures[option][1].append(alone)
+            for option, (outside, alone) in figures.items():
+                _row(f"{option}, device busy {milliseconds} ms", name, "1 thread",
+                     statistics.median(outside), statistics.median(alone))
+
+
 def iobinding(args, device):
     import onnxruntime
 
@@ -281,7 +536,9 @@ def pyop(args, device):
 
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
-           "iobinding": iobinding, "pyop": pyop, "instant": instant}
+           "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
+           "handover": handover, "layout": layout, "cold": cold,
+           "wrapper": wrapper}
 
 
 def main(argv=None):

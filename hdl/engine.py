@@ -35,7 +35,7 @@ from .packing import RowPacker, RowUnpacker
 from .parameters import ParameterRegister
 from .pool import ChannelsLastPool
 from .routing import UNIT_NAMES, UnitRouter
-from .window import WindowLanes
+from .window_lanes import WindowLanes
 from .lane import LANE_BYTES
 
 __all__ = ["CommandEngine"]
@@ -51,34 +51,28 @@ class CommandEngine(wiring.Component):
     A request goes through these phases (states of the control FSM):
 
     1. **Header.** :class:`FrameReceiver` hunts for a header that passes its check.
-    2. **Parameters.** The command's parameter block (``PARAMETERS`` of
-       :mod:`maxaccel.contract.wire`, ``MaxParameters.layout`` for ``MAX``) is shifted into a
-       register, its fields only (the padding that aligns the data is counted, not stored).
-       A payload shorter than the block is ``BAD_LENGTH``, an unknown command
-       ``BAD_COMMAND``; both are decided from the header.
-    3. **Checks.** The data length and reply length the parameters imply are computed with a
-       bit-serial :class:`SaturatingMultiplier` (one cycle per significant bit of the second
-       factor, 1 to ``max_dims`` products per command), then one cycle decides the status, in
-       this priority:
-       ``UNSUPPORTED_DTYPE``, ``BAD_PARAMETER`` (a zero dimension where none is allowed:
-       ``POOL_CHANNELS_LAST`` pixels or channels, a ``LOAD`` or ``MAX`` row length, a ``MAX``
-       count; for ``MAX`` also more operands than ``max_operands``, none at all, a flag other
-       than 0/1, a reserved byte other than 0), ``TOO_LARGE`` (beyond a capacity: the pooling
-       channels, the replay buffer's depth for a ``LOAD`` or a ``MAX`` operand's base, the
-       ``MAX`` count limit ``max_count`` for a count or a row in beats, or a reply above
-       ``MAX_PAYLOAD``), ``BAD_LENGTH`` (the payload is not the block plus the data the
-       parameters imply). The input is stalled meanwhile.
+    2. **Parameters.** The command's parameter block (``parameter_block`` of
+       :mod:`maxaccel.contract.wire`) goes into the :class:`ParameterRegister`, its fields only
+       (the padding that aligns the data is counted, not stored). A payload shorter than the
+       block is ``BAD_LENGTH``, an unknown command ``BAD_COMMAND`` (``MAX_POOL`` too without a
+       window unit); both are decided from the header.
+    3. **Checks.** :class:`RequestChecks` computes the row geometry and the products the
+       contract's rules name (``command_rules``: the data length, the reply length, ...) with
+       a bit-serial multiplier, then one cycle decides the status: the first of
+       ``STATUS_ORDER`` whose rule refuses (the table in ``docs/protocol.md``, "What each
+       command refuses", is generated from the same rules). The input is stalled meanwhile.
     4. **Streaming.** If the command is accepted, the reply header (with the length the
-       parameters imply) is sent at once, the unit is started, the remaining payload is repacked
-       into beats by :class:`RowPacker` and the unit's results are serialised by
-       :class:`RowUnpacker` into the reply payload while the request is still arriving.
+       parameters imply) is sent at once, the :class:`UnitRouter` starts the command's unit
+       (``ROUTES``), the remaining payload is repacked into beats by :class:`RowPacker` and
+       the unit's results are serialised by :class:`RowUnpacker` into the reply payload while
+       the request is still arriving.
        A refused command's remaining payload is drained and discarded.
     5. **Trailer.** When the request's trailer has been checked, the reply's status is decided:
        ``TIMEOUT`` if the request stopped arriving (its reply, if started, is padded with zero
        bytes to its declared length, and the packer, the unpacker and the units are reset by
        ``abort``), else ``CRC_ERROR`` if the frame check failed, else the status of step 3,
        unless the unit found a late problem (``CommandRules.late``: a ``MAX_POOL`` window of
-       padding only), which is then the status once the unit is idle. A
+       padding only), which is then the status once the unit has settled. A
        reply that had not started has an empty payload unless it is an ``IDENTIFY`` or
        ``COUNTERS`` reply with status ``OK``. After a ``LOAD`` the status waits for the last
        beat to be written.

@@ -15,7 +15,7 @@ from maxaccel.contract.wire import Command, Status, command_rules
 from .broadcast import BroadcastMax
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
-from .window import WindowLanes
+from .window_lanes import WindowLanes
 
 __all__ = ["Route", "ROUTES", "UNIT_CLASSES", "UNIT_NAMES", "UnitRouter"]
 

@@ -1,7 +1,7 @@
 """Top levels: the accelerator core behind a byte stream, and the core behind a UART.
 
-:class:`Core` is the whole accelerator as a byte pipe: the command engine and the three
-datapath units. :class:`UARTTop` puts it behind the UART. Nothing here is board-specific: a
+:class:`Core` is the whole accelerator as a byte pipe: the command engine and its datapath
+units (:data:`UNITS`). :class:`UARTTop` puts it behind the UART. Nothing here is board-specific: a
 board target instantiates :class:`UARTTop` (or :class:`Core` behind another transport) and
 provides the clock.
 """
@@ -20,7 +20,7 @@ from .pool import ChannelsLastPool
 from .reduce import RunReducer
 from .routing import UNIT_NAMES
 from .uart import UARTReceiver, UARTTransmitter
-from .window import WindowLanes
+from .window_lanes import WindowLanes
 
 __all__ = ["Core", "UARTTop", "UNITS"]
 
@@ -34,7 +34,7 @@ class Core(wiring.Component):
     Units: :class:`~maxaccel.hdl.reduce.RunReducer` (``REDUCE``),
     :class:`~maxaccel.hdl.pool.ChannelsLastPool` (``POOL_CHANNELS_LAST``),
     :class:`~maxaccel.hdl.broadcast.BroadcastMax` (``LOAD``, ``MAX``) and
-    :class:`~maxaccel.hdl.window.WindowLanes` (``MAX_POOL``). Each unit is reset by the
+    :class:`~maxaccel.hdl.window_lanes.WindowLanes` (``MAX_POOL``). Each unit is reset by the
     engine's ``abort`` when a started request is abandoned, and clocked (a clock enable) only
     while the current command is one of its own: between its commands it holds still, which
     saves power on a board and most of its cost in the Python simulator.
@@ -50,7 +50,7 @@ class Core(wiring.Component):
         Beats of the broadcast replay buffer.
     max_dims, max_operands, max_count : int
         Limits of the broadcast unit (see :class:`~maxaccel.hdl.broadcast.BroadcastMax`).
-        ``IDENTIFY`` reports the first two; protocol version 1 fixes ``max_count`` at
+        ``IDENTIFY`` reports the first two; the protocol fixes ``max_count`` at
         ``MAX_COUNT`` (a host plans with it), so change it only for experiments.
     pool_channels : int
         8-byte channels the pooling unit holds (more of smaller dtypes).
@@ -60,7 +60,7 @@ class Core(wiring.Component):
         beat a cycle for every element type.
     window_extent, window_columns, window_plane : int
         Its kernel extent (of every axis but a 3-D pool's outermost), line buffer and plane
-        buffer capacities (:class:`~maxaccel.hdl.window.WindowLanes`).
+        buffer capacities (:class:`~maxaccel.hdl.window_lanes.WindowLanes`).
     window_extent_outer : int, optional
         Its kernel extent of a 3-D pool's outermost axis; default ``window_extent``.
     clock_hz : int
@@ -71,14 +71,16 @@ class Core(wiring.Component):
         The datapath units to build (:data:`UNITS`; ``"reduce"`` is required). Without
         ``"broadcast"`` the core reports a replay depth of 0 and refuses ``LOAD`` and ``MAX``;
         without ``"pool"`` it reports 0 pooling channels and refuses ``POOL_CHANNELS_LAST``,
-        without ``"window"`` 0 window lanes and refuses ``MAX_POOL`` (all as ``TOO_LARGE``).
+        without ``"window"`` 0 window lanes and answers ``MAX_POOL`` with ``BAD_COMMAND`` (the
+        others as ``TOO_LARGE``).
         The host then does everything through ``REDUCE``: ReduceMax, GlobalMaxPool and
         same-shape Max as always, a broadcasting Max by expanding the operands on the host, a
         windowed MaxPool one window per run (more bytes on the link). For devices too small
         for them all.
     link_bytes : int
-        Bytes per cycle of ``i`` and ``o`` (1, 2, 4, 8 or 16, at most ``8 * lanes``): 1 behind
-        a UART, a beat's worth behind a wide stream (the compiled virtual board).
+        Bytes per cycle of ``i`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`, at most
+        ``8 * lanes``): 1 behind a UART, 32 behind the NiteFury's XDMA stream and on the
+        compiled virtual board.
 
     Attributes
     ----------

@@ -14,7 +14,7 @@ axis (registers for the innermost axis, block RAM line buffers for the others), 
 compares over the taps the kernel and dilation select, and counters that say where windows end.
 
 Each element is compared on its own, so a 64-bit lane carries one to eight images side by side
-(:class:`WindowLanes` puts a unit on each lane of the command engine's beats). What follows a
+(:class:`~maxaccel.hdl.window_lanes.WindowLanes` puts a unit on each lane of the command engine's beats). What follows a
 value through the passes is not its index but, per pass, the number of the tap that won (a few
 bits per element); the unit's output stage turns them and the window's position into the flat
 index.
@@ -24,22 +24,18 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.contract.pooling import WINDOW_FIELDS, WINDOW_RANK
-from maxaccel.contract.wire import (WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES, Command,
-                                    window_fields)
+from maxaccel.contract.pooling import WINDOW_FIELDS
+from maxaccel.contract.wire import WINDOW_FIELD_MAX
 
-from .beat import beat_layout
-
-from .kit import decode_format, from_key, lane_of, refuse, register, to_keys
+from .kit import decode_format, from_key, refuse, register, to_keys
 from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level,
                    spans_at_least)
 
-__all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool", "WindowLanes"]
+__all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool"]
 
 #: Width of a configuration field of the ``MAX_POOL`` unit (the contract's
 #: ``WINDOW_FIELD_MAX`` is the largest value it holds).
@@ -788,243 +784,5 @@ class WindowMaxPool(wiring.Component):
             self.capacity_error.eq(Cat(p.capacity_error for p in passes).any()),
             self.idle.eq(Cat(p.idle for p in passes).all() & ~halfway & ~keyed_valid
                          & ~self.o.valid & fresh & (settle == 0)),
-        ]
-        return ResetInserter(self.clear)(m)
-
-
-class _ReplyFIFO(SyncFIFOBuffered):
-    """:class:`~amaranth.lib.fifo.SyncFIFOBuffered` with its memory asked for in block RAM
-    (yosys's ``ram_style``): a reply FIFO is wide and shallow (a row of results, each the
-    units' values and indices, 1 280 bits on the NiteFury), which yosys would otherwise put in
-    LUT RAM (427 RAM64M, 1 700 LUTs, on a board at 84% of its LUTs) where a few block RAMs of a
-    mostly idle bank hold it."""
-
-    def elaborate(self, platform):
-        m = super().elaborate(platform)
-        m.submodules.storage.attrs["ram_style"] = "block"
-        return m
-
-
-class WindowLanes(wiring.Component):
-    """``MAX_POOL``'s unit: :class:`WindowMaxPool` units side by side, a 64-bit lane of the
-    engine's beats each, fed from and emptied into the beats.
-
-    A request's data is groups of ``group`` images interleaved element by element: each input
-    beat holds one element of each image of the group, image ``j``'s at byte ``j * itemsize``
-    (a row of ``group`` elements, ``docs/protocol.md``), at most the units' ``8 *
-    window_lanes`` bytes. Unit ``u`` takes lane ``u`` of every beat, so it pools the ``8 /
-    itemsize`` images whose elements the lane holds, each on its own: a beat per cycle whatever
-    the element type. The units are identical and see the same handshakes, so they move in
-    lockstep; for each output position one beat leaves holding the ``group`` maxima the same
-    way, followed, with ``indices``, by the ``group`` flat indices (u32 each, little-endian,
-    image ``j``'s at byte ``4 * j``) in as many beats as they fill. The lanes and elements
-    beyond ``group`` pool whatever the beat holds there; their results are not sent.
-
-    Parameters
-    ----------
-    lanes : int
-        64-bit lanes of the engine's beats.
-    window_lanes : int
-        Units, 1 to ``lanes``: the first ``window_lanes`` lanes of a beat are pooled.
-    max_extent, max_columns, max_plane : int
-        Capacities of each :class:`WindowMaxPool` (``max_rank`` is
-        :data:`~maxaccel.contract.pooling.WINDOW_RANK`, 16-bit configuration, 32-bit indices);
-        ``max_extent`` is the kernel extent of the two inner axes (every 1-D and 2-D pool's
-        axes).
-    max_extent_outer : int, optional
-        The kernel extent of the outermost axis (a 3-D pool's first), default ``max_extent``.
-        Its delay line is ``max_extent_outer - 1`` plane buffers of ``max_plane`` entries, the
-        unit's largest memories: a board sizes it apart.
-
-    Attributes
-    ----------
-    latency : int
-        :attr:`WindowMaxPool.latency`.
-    reply_depth : int
-        Results the reply FIFO holds with ``indices`` (``max_columns``: a row of outputs).
-    limits : dict
-        ``window_lanes``, ``window_extent``, ``window_extent_outer``, ``window_columns``,
-        ``window_plane``: what ``IDENTIFY`` reports.
-
-    Ports
-    -----
-    i : In(stream.Signature(beat_layout(lanes)))
-        Rows of ``group`` elements, one beat each (``nbytes``, ``first`` and ``last`` ignored).
-    o : Out(stream.Signature(beat_layout(lanes)))
-        Per output position a one-beat row of ``group * itemsize`` bytes of maxima, then
-        (``indices``) a row of ``group * 4`` bytes of indices, ``ceil(group * 4 / (8 * lanes))``
-        beats (``first`` and ``last`` mark each row's ends).
-    dtype : In(DType)
-    config : In(ArrayLayout(axis_layout(16), WINDOW_RANK))
-    group : In(range(8 * window_lanes + 1))
-    indices : In(1)
-        Static during a request, like ``dtype`` and ``config``.
-    clear : In(1)
-        Restart every unit (strobe before a request).
-    idle : Out(1)
-        Nothing in flight.
-    error : Out(1)
-        A unit found a window of padding only, a buffer too short or a configuration it
-        refuses (the request's status is then ``BAD_PARAMETER``).
-
-    Latency and throughput
-    ----------------------
-    Those of :class:`WindowMaxPool`: a beat per cycle in (after :attr:`WindowMaxPool.SETTLE`
-    cycles from ``clear``), with one bubble per virtual step; per window result an output beat,
-    plus ``ceil(group * 4 / (8 * lanes))`` with ``indices``. Without ``indices`` a result
-    leaves as the units give it (:attr:`latency`). With ``indices`` the results queue in a
-    reply FIFO of :attr:`reply_depth` results (a row of outputs; the units' values and indices,
-    ``320 * window_lanes`` bits each: block RAM) in front of the beats that send them, 2
-    cycles more latency: the units keep taking input while up to a row of results waits for
-    its reply, and are held only when the FIFO is full. (At stride 2 an output row's results
-    come during one input row, a result every 2 cycles, while the reply takes one every 3
-    cycles for float16 groups and every 5 for uint8 on 32-byte beats.)
-    """
-
-    def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                 max_columns=64, max_plane=1024):
-        if not isinstance(window_lanes, int) or isinstance(window_lanes, bool) \
-                or not 1 <= window_lanes <= lanes:
-            refuse(self, f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a beat of "
-                         f"{lanes} lanes), not {window_lanes!r}")
-        self.lanes = lanes
-        self.window_lanes = window_lanes
-        outer = max_extent if max_extent_outer is None else max_extent_outer
-        extents = (outer,) + (max_extent,) * (WINDOW_RANK - 1)
-        self.units = [WindowMaxPool(max_rank=WINDOW_RANK, max_extent=extents,
-                                    max_columns=max_columns, max_plane=max_plane,
-                                    dim_bits=WINDOW_DIM_BITS,
-                                    index_bits=8 * WINDOW_INDEX_BYTES)
-                      for _ in range(window_lanes)]
-        unit = self.units[0]
-        self.latency = unit.latency
-        #: Entries of the reply FIFO (results waiting for their indices to be sent): a row of
-        #: outputs, the line buffers' ``max_columns``.
-        self.reply_depth = unit.max_columns
-        self.limits = {"window_lanes": window_lanes, "window_extent": unit.extents[-1],
-                       "window_extent_outer": unit.extents[0],
-                       "window_columns": unit.max_columns, "window_plane": unit.max_plane}
-        super().__init__(self.signature_for(lanes, window_lanes))
-
-    #: The command engine gives the unit beats only during its command: its input logic (a
-    #: select per unit, the keys) then holds still for every other command, which keeps the
-    #: Python simulation of the whole core fast.
-    GATED_INPUT = True
-
-    @staticmethod
-    def settled(port, selected):
-        """The command engine may send the status of a request (``selected``: a ``MAX_POOL``):
-        its last window is out of the units, which then know whether a window held only
-        padding (the contract's late status, ``error``)."""
-        return port.idle | ~selected
-
-    @staticmethod
-    def configure(port, fields, request):
-        """The command engine's configuration of the units for a ``MAX_POOL``: the block's
-        fields by their contract names (:func:`~maxaccel.contract.wire.window_fields`; see
-        :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments)."""
-        pool = fields[Command.MAX_POOL]
-        statements = [port.dtype.eq(request.dtype), port.group.eq(pool["group"]),
-                      port.indices.eq(pool["indices"][0])]
-        for axis in range(WINDOW_RANK):
-            for name, field in window_fields(axis).items():
-                statements.append(getattr(port.config[axis], name).eq(pool[field]))
-        return statements
-
-    @staticmethod
-    def signature_for(lanes, window_lanes):
-        """The signature of a :class:`WindowLanes` (without building one)."""
-        beats = stream.Signature(beat_layout(lanes))
-        return wiring.Signature({
-            "i": In(beats), "o": Out(beats),
-            "dtype": In(DType),
-            "config": In(data.ArrayLayout(axis_layout(WINDOW_DIM_BITS), WINDOW_RANK)),
-            "group": In(range(LANE_BYTES * window_lanes + 1)),
-            "indices": In(1),
-            "clear": In(1),
-            "idle": Out(1),
-            "error": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        units, count = self.units, self.window_lanes
-        beat_bytes = LANE_BYTES * self.lanes
-        beat_bits = 8 * beat_bytes
-        fmt = decode_format(m, self.dtype)
-        sizes = list(zip(fmt.size, ELEMENT_SIZES))
-        for j, unit in enumerate(units):
-            m.submodules[f"unit_{j}"] = unit
-            m.d.comb += [unit.dtype.eq(self.dtype), unit.config.eq(self.config),
-                         unit.clear.eq(self.clear)]
-
-        # --- In: lane u of the beat to unit u. -----------------------------------------------
-        ready = Cat(u.i.ready for u in units).all()
-        m.d.comb += self.i.ready.eq(ready)
-        for j, unit in enumerate(units):
-            m.d.comb += [unit.i.valid.eq(self.i.valid & ready),
-                         unit.i.payload.data.eq(lane_of(self.i.payload.data.as_value(), j))]
-
-        # --- Out: the units' lanes in one beat, then (indices) the indices in beats. ---------
-        units_valid = Cat(u.o.valid for u in units).all()
-        # Image j's index: unit j // (8 / size), the slot of its element's first byte.
-        units_index = 0
-        for is_size, size in sizes:
-            per_lane = LANE_BYTES // size
-            row = Cat(units[j // per_lane].o.payload.index[(j % per_lane) * size]
-                      for j in range(count * per_lane))
-            units_index = units_index | Mux(is_size, row, 0)
-        units_values = Cat(u.o.payload.data for u in units)
-        value_bits = count * LANE_BITS
-        index_bits = count * LANE_BYTES * 8 * WINDOW_INDEX_BYTES
-
-        # With indices a result leaves as 1 + index_beats beats, so the units' results queue
-        # in the reply FIFO, a row of outputs deep: at stride 2 a row of results comes while
-        # the last input row of its windows streams, faster than the reply sends them, and
-        # drains while the next input row streams. Without indices a result is one beat and
-        # goes straight out (the FIFO would only add its two cycles).
-        fifo = m.submodules.reply = _ReplyFIFO(width=value_bits + index_bits,
-                                              depth=self.reply_depth)
-        m.d.comb += [fifo.w_en.eq(units_valid & self.indices),
-                     fifo.w_data.eq(Cat(units_values, units_index))]
-        valid = Mux(self.indices, fifo.r_rdy, units_valid)
-        values = Mux(self.indices, fifo.r_data[:value_bits], units_values)
-        index_row = fifo.r_data[value_bits:]
-        index_beats = -(-index_bits // beat_bits)
-        index_row = Cat(index_row, Const(0, index_beats * beat_bits))
-        in_indices = Signal()           # the indices are being sent, word ``index_word``
-        index_word = Signal(range(index_beats))
-        index_left = Signal(range(count * LANE_BYTES * WINDOW_INDEX_BYTES + 1))
-        index_last = index_left <= beat_bytes
-        value_bytes = 0
-        for is_size, size in sizes:
-            value_bytes = value_bytes | Mux(is_size, self.group * size, 0)
-        m.d.comb += [
-            self.o.valid.eq(valid),
-            self.o.payload.data.eq(Mux(in_indices, index_row.word_select(index_word, beat_bits),
-                                       values)),
-            self.o.payload.nbytes.eq(Mux(in_indices, Mux(index_last, index_left, beat_bytes),
-                                         value_bytes)),
-            self.o.payload.first.eq(~in_indices | (index_word == 0)),
-            self.o.payload.last.eq(~in_indices | index_last),
-        ]
-        done = self.o.ready & (in_indices & index_last | ~self.indices)
-        m.d.comb += fifo.r_en.eq(done)
-        for unit in units:
-            m.d.comb += unit.o.ready.eq(units_valid & Mux(self.indices, fifo.w_rdy, done))
-        with m.If(self.o.valid & self.o.ready & self.indices):
-            with m.If(~in_indices):
-                m.d.sync += [in_indices.eq(1), index_word.eq(0),
-                             index_left.eq(self.group * WINDOW_INDEX_BYTES)]
-            with m.Elif(index_last):
-                m.d.sync += in_indices.eq(0)
-            with m.Else():
-                m.d.sync += [index_word.eq(index_word + 1),
-                             index_left.eq(index_left - beat_bytes)]
-
-        m.d.comb += [
-            self.idle.eq(Cat(u.idle for u in units).all() & ~in_indices & (fifo.level == 0)),
-            self.error.eq(Cat(u.empty_window | u.capacity_error | u.config_error
-                              for u in units).any()),
         ]
         return ResetInserter(self.clear)(m)

@@ -36,7 +36,7 @@ from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_words,
                                   rows_from_beats, run_streams, words_from_bytes)
 from maxaccel.sim.values import random_values
-from maxaccel.sim.virtual_board import VirtualBoard
+from maxaccel.sim.virtual_board import CORE_DEFAULTS, VirtualBoard
 
 LANES = 2
 TIMEOUT_CYCLES = 300
@@ -887,3 +887,21 @@ def check_receiver_counters(ctx, dut):
     assert ctx.get(dut.frame_timeouts) == 1
     assert ctx.get(dut.header_check_failures) >= 5
     assert ctx.get(dut.hunting)
+
+
+def test_every_data_command_is_routed_to_a_unit_that_configures_itself():
+    """A data command of the contract reaches the engine through one line of ROUTES: a unit
+    port whose class configures the unit from the block, an input stream of that unit, and a
+    result stream the unit drives (or none). A command added to the contract without a route,
+    or a route naming a stream the unit does not have, fails here before any simulation."""
+    from maxaccel.hdl.routing import ROUTES, UNIT_CLASSES
+
+    assert set(ROUTES) == set(DATA_COMMANDS)
+    core = Core(**CORE_DEFAULTS)
+    for code, route in ROUTES.items():
+        unit_class = UNIT_CLASSES[route.unit]
+        assert callable(unit_class.configure), code
+        members = core.datapath[route.unit].signature.members
+        assert members[route.into].flow == In and "ready" in members[route.into].signature.members
+        if route.results is not None:
+            assert members[route.results].flow == Out

@@ -17,7 +17,8 @@ from fake_board import FakeBoard
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool
-from maxaccel.contract.wire import Command, _window_extents
+from maxaccel.contract.rules import _window_extents
+from maxaccel.contract.wire import Command
 from maxaccel.host import open_device
 from maxaccel.host.device import plan_max_pool
 from maxaccel.host.bench_pools import POOL_CLASSES, measure_pool_ratios

@@ -18,7 +18,8 @@ from amaranth.sim import Simulator
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import WINDOW_FIELDS, decode_window_reply
 from maxaccel.contract.wire import WINDOW_INDEX_BYTES
-from maxaccel.hdl.window import WindowLanes, WindowMaxPool
+from maxaccel.hdl.window import WindowMaxPool
+from maxaccel.hdl.window_lanes import WindowLanes
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
 from maxaccel.sim.values import random_values
