@@ -376,7 +376,8 @@ def separate_group_images(interleaved):
 
 
 def _index_dtype():
-    # Deferred: contract/wire.py imports this module for the window fields.
+    # Deferred: the wire contract (contract/blocks.py) imports this module for the window
+    # fields.
     from maxaccel.contract.wire import WINDOW_INDEX_BYTES
     return np.dtype(f"<u{WINDOW_INDEX_BYTES}")
 
