@@ -43,8 +43,8 @@ class BoardActor:
         self.device = open_device(url, progress=None, **(options or {}))
         self.sessions = {}
         try:
-            from maxaccel.host.bench import NoCycleCounter, _board
-            self._board = _board(self.device)
+            from maxaccel.host.bench_cycles import NoCycleCounter, cycle_counter
+            self._board = cycle_counter(self.device)
         except NoCycleCounter:
             self._board = None           # a real board: no clock cycles to count
 

@@ -31,20 +31,28 @@ section "Windowed MaxPool" is the contract):
 """
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from maxaccel.contract.checks import MAX_DTYPES, check_dtype, check_flag, shape_text, to_native
+from maxaccel.contract.dtypes import decode_elements, encode_elements
 
 __all__ = ["AUTO_PADS", "MAX_POOL_DTYPES", "PoolAxis", "PoolGeometry", "resolve_max_pool",
-           "check_max_pool", "WINDOW_RANK", "WINDOW_FIELDS", "window_config", "window_geometry"]
+           "check_max_pool", "WINDOW_RANK", "WINDOW_FIELDS", "window_config", "window_geometry",
+           "interleave_group_images", "separate_group_images", "encode_window_reply",
+           "decode_window_reply"]
 
 #: Accepted values of ``auto_pad``.
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 #: Element types accepted by ``max_pool``: every numeric type. ONNX MaxPool-22 lists float16,
 #: bfloat16, float32, float64, int8 and uint8; the others cost nothing on the order keys.
 MAX_POOL_DTYPES = MAX_DTYPES
+
+
+def kernel_extent(kernel, dilation):
+    """Span of a window of ``kernel`` taps ``dilation`` apart, in input coordinates."""
+    return (kernel - 1) * dilation + 1
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ class PoolAxis:
     @property
     def extent(self):
         """Span of one window in input coordinates: ``(kernel - 1) * dilation + 1``."""
-        return (self.kernel - 1) * self.dilation + 1
+        return kernel_extent(self.kernel, self.dilation)
 
     @property
     def reach_end(self):
@@ -262,7 +270,7 @@ def resolve_max_pool(input_shape, kernel_shape, strides=None, pads=None, dilatio
     axes = []
     for i in range(rank):
         size, k, s, d = input_shape[2 + i], kernel[i], stride[i], dilation[i]
-        extent = (k - 1) * d + 1
+        extent = kernel_extent(k, d)
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
             out = -(-size // s)
             total = max(0, (out - 1) * s + extent - size)
@@ -341,8 +349,90 @@ def window_geometry(config, images=1):
     what the last window reaches past the input (0 if it ends inside)."""
     axes = []
     for axis in config:
-        extent = (axis["kernel"] - 1) * axis["dilation"] + 1
-        end = max(0, (axis["out"] - 1) * axis["stride"] - axis["pad"] + extent - axis["size"])
-        axes.append(PoolAxis(axis["size"], axis["kernel"], axis["stride"], axis["dilation"],
-                             axis["pad"], end, axis["out"]))
+        unpadded = PoolAxis(axis["size"], axis["kernel"], axis["stride"], axis["dilation"],
+                            axis["pad"], 0, axis["out"])
+        axes.append(replace(unpadded, pad_end=unpadded.reach_end))
     return PoolGeometry((1, images) + tuple(a.size for a in axes), tuple(axes), 0)
+
+
+# ---- The data of a MAX_POOL request and its reply (docs/protocol.md). The unit pools ``group``
+# images side by side: the request sends each group's images interleaved element by element,
+# and each output row of the reply is the group's ``group`` values, then (with Indices) their
+# ``group`` indices, each a little-endian unsigned integer of ``WINDOW_INDEX_BYTES`` bytes:
+# the output's flat position in its image.
+
+def interleave_group_images(images, group):
+    """``groups x elements x group``: ``images`` (``groups * group`` images, each flattened or
+    not) in the order a ``MAX_POOL`` request sends them, a group's images interleaved element by
+    element. A view where numpy can make one."""
+    images = np.asarray(images)
+    return images.reshape(len(images) // group, group, -1).transpose(0, 2, 1)
+
+
+def separate_group_images(interleaved):
+    """The inverse of :func:`interleave_group_images`: ``groups * group x elements``."""
+    groups, elements, group = interleaved.shape
+    return interleaved.transpose(0, 2, 1).reshape(groups * group, elements)
+
+
+def _index_dtype():
+    # Deferred: the wire contract (contract/blocks.py) imports this module for the window
+    # fields.
+    from maxaccel.contract.wire import WINDOW_INDEX_BYTES
+    return np.dtype(f"<u{WINDOW_INDEX_BYTES}")
+
+
+def encode_window_reply(values, indices, fmt, group):
+    """The data of a ``MAX_POOL`` reply.
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        ``images x outputs`` (``images`` a multiple of ``group``), native byte order.
+    indices : numpy.ndarray or None
+        ``images x outputs``: each output's flat position in its image; None for a reply
+        without Indices.
+    fmt : Format
+    group : int
+
+    Returns
+    -------
+    bytes
+    """
+    rows = np.frombuffer(encode_elements(interleave_group_images(values, group), fmt),
+                         np.uint8).reshape(len(values) // group, values.shape[1], -1)
+    if indices is None:
+        return rows.tobytes()
+    positions = np.ascontiguousarray(interleave_group_images(indices, group),
+                                     _index_dtype())
+    return np.concatenate([rows, positions.view(np.uint8)], axis=2).tobytes()
+
+
+def decode_window_reply(reply, fmt, group, outputs, indices):
+    """Values and Indices of a ``MAX_POOL`` reply (the inverse of :func:`encode_window_reply`).
+
+    Parameters
+    ----------
+    reply : bytes
+        The reply's data: ``groups`` groups of ``outputs`` output rows.
+    fmt : Format
+    group, outputs : int
+        Images per group, outputs per image.
+    indices : bool
+        Whether the reply carries Indices.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray or None)
+        ``images x outputs`` values, and int64 flat positions in the image (None without
+        Indices).
+    """
+    index_dtype = _index_dtype()
+    value_bytes = group * fmt.nbytes
+    row_bytes = value_bytes + group * index_dtype.itemsize * bool(indices)
+    rows = np.frombuffer(reply, np.uint8).reshape(-1, outputs, row_bytes)
+    values = decode_elements(rows[..., :value_bytes].tobytes(), fmt, rows.shape[:2] + (group,))
+    if not indices:
+        return separate_group_images(values), None
+    positions = rows[..., value_bytes:].copy().view(index_dtype).astype(np.int64)
+    return separate_group_images(values), separate_group_images(positions)

@@ -1,5 +1,8 @@
-"""Benchmarks behind ``maxaccel bench``: device throughput, host overhead, link efficiency, and
-the same operations on the CPU (numpy, onnxruntime) for comparison.
+"""Wall-clock benchmarks behind ``maxaccel bench``: device throughput, host overhead, link
+efficiency, and the same operations on the CPU (numpy, onnxruntime) for comparison; and whole
+models, an OffloadSession against onnxruntime. The device-cycle tables are elsewhere:
+``host/bench_cycles.py`` (each operation over a ReduceMax; core against link per board),
+``host/bench_pools.py`` (the MaxPool classes), ``host/bench_xdma.py`` (XDMA transfer sizes).
 
 Every device figure comes from one timed call of a public :class:`~maxaccel.host.device.Device`
 operation on a fresh random tensor, checked bit for bit against the golden model (a wrong
@@ -28,32 +31,33 @@ import time
 
 import numpy as np
 
-__all__ = ["OPERATIONS", "Measurement", "measure_device", "measure_cpu", "default_elements",
-           "format_table", "plot", "RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio",
-           "measure_ratios", "format_ratios", "ratio_line", "NoCycleCounter",
-           "PoolClass", "POOL_CLASSES", "POOL_DTYPES", "PoolRatio", "measure_pool_ratios",
-           "pool_ratio_line", "format_pool_ratios", "measure_core_link", "format_core_link",
-           "CORE_LINK_FILE", "load_core_link", "check_operations"]
+__all__ = ["OPERATIONS", "Measurement", "TimedTransport", "measure_device", "measure_cpu",
+           "default_elements", "format_table", "plot", "check_operations", "machine_description",
+           "square_shape", "random_tensor", "ModelMeasurement", "conv_model", "load_model",
+           "measure_model", "format_model_table"]
 
 
-#: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about
-#: ``elements`` output or reduced elements, as square as powers of two allow.
-def _matrix(elements):
+def square_shape(elements):
+    """``(rows, columns)`` of about ``elements`` elements, as square as powers of two allow."""
     columns = 1 << max(0, int(math.log2(max(1, elements))) // 2)
     return max(1, elements // columns), columns
 
 
-def _random(rng, shape, dtype):
+def random_tensor(rng, shape, dtype):
+    """Normal random values of ``dtype`` (the benchmarks' inputs)."""
     return rng.standard_normal(shape).astype(dtype)
 
 
+#: name -> (inputs(rng, elements, dtype), device/reference call). Shapes keep about
+#: ``elements`` output or reduced elements.
 OPERATIONS = {
-    "reduce_max": (lambda rng, n, dt: (_random(rng, (n,), dt),),
+    "reduce_max": (lambda rng, n, dt: (random_tensor(rng, (n,), dt),),
                    lambda m, x: m.reduce_max(x)),
-    "max same shape": (lambda rng, n, dt: (_random(rng, (n,), dt), _random(rng, (n,), dt)),
+    "max same shape": (lambda rng, n, dt: (random_tensor(rng, (n,), dt),
+                                           random_tensor(rng, (n,), dt)),
                        lambda m, x, y: m.max(x, y)),
-    "max broadcast row": (lambda rng, n, dt: (_random(rng, _matrix(n), dt),
-                                              _random(rng, (1, _matrix(n)[1]), dt)),
+    "max broadcast row": (lambda rng, n, dt: (random_tensor(rng, square_shape(n), dt),
+                                              random_tensor(rng, (1, square_shape(n)[1]), dt)),
                           lambda m, x, y: m.max(x, y)),
 }
 
@@ -116,29 +120,30 @@ class Measurement:
                     host_mb_per_s=self.host_mb_per_s, link_efficiency=self.link_efficiency)
 
 
-class _TimedTransport:
-    """A transport that adds up the time spent in its ``write`` and ``read``."""
+class TimedTransport:
+    """A transport that adds up the time spent in its ``write`` and ``read``; ``inner`` is the
+    transport it times."""
 
     def __init__(self, transport):
-        self._transport = transport
+        self.inner = transport
         self.seconds = 0.0
 
     def write(self, data):
         started = time.perf_counter()
         try:
-            return self._transport.write(data)
+            return self.inner.write(data)
         finally:
             self.seconds += time.perf_counter() - started
 
     def read(self, size, timeout_s):
         started = time.perf_counter()
         try:
-            return self._transport.read(size, timeout_s)
+            return self.inner.read(size, timeout_s)
         finally:
             self.seconds += time.perf_counter() - started
 
     def __getattr__(self, name):
-        return getattr(self._transport, name)
+        return getattr(self.inner, name)
 
 
 def _cases(elements, dtype, operations, seed):
@@ -168,7 +173,7 @@ def measure_device(device, elements, *, dtype="float32", operations=None, seed=0
     """
     from maxaccel.sim import reference
     link = device.link
-    timed = link.transport = _TimedTransport(link.transport)
+    timed = link.transport = TimedTransport(link.transport)
     results = []
     for name, call, inputs in _cases(elements, dtype, operations, seed):
         wire_before = link.bytes_written + link.bytes_read
@@ -558,456 +563,3 @@ def format_model_table(measurements):
                      f"{_si(m.default_onnxruntime_s, 's')} | {m.default_ratio:.2f}x | "
                      f"{m.partitions} |")
     return "\n".join(lines)
-
-
-# ---- Every operation against a ReduceMax of the same input bytes, in device cycles.
-
-def _row_col(rng, n, dt):
-    rows, columns = _matrix(n)
-    return (_random(rng, (rows, columns), dt), _random(rng, (1, columns), dt),
-            _random(rng, (rows, 1), dt))
-
-
-#: name -> (inputs(rng, elements, dtype), device/reference call); each is compared with a
-#: ``reduce_max`` of one tensor of as many elements as all its inputs together. A row is one
-#: more entry: ``inputs`` makes the operands of about ``elements`` elements each in the dtype
-#: given, ``call(m, *inputs)`` runs it on ``m``, a :class:`~maxaccel.host.device.Device` or
-#: :mod:`maxaccel.sim.reference`.
-RATIO_OPERATIONS = {
-    "ReduceMax / GlobalMaxPool": (
-        lambda rng, n, dt: (_random(rng, (1, 16, max(1, n // 16)), dt),),
-        # GlobalMaxPool takes floats only; an integer tensor reduces its spatial axis.
-        lambda m, x: (m.global_max_pool(x) if x.dtype.kind == "f"
-                      else m.reduce_max(x, axes=(2,)))),
-    "max(a, b), same shape": (lambda rng, n, dt: tuple(_random(rng, (n,), dt) for _ in range(2)),
-                              lambda m, *x: m.max(*x)),
-    "max(a, b, c), same shape": (
-        lambda rng, n, dt: tuple(_random(rng, (n,), dt) for _ in range(3)),
-        lambda m, *x: m.max(*x)),
-    "max(a, row, col)": (_row_col, lambda m, *x: m.max(*x)),
-    # ResNet's stem pool on its 64 channels of a square image (64 x 64 at 2^18 elements): 32
-    # int8 images fill a 32-byte link word.
-    "MaxPool 3x3 stride 2 pads 1": (
-        lambda rng, n, dt: (_random(rng, (1, 64) + _matrix(max(1, n // 64)), dt),),
-        lambda m, x: m.max_pool(x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
-}
-
-#: The dtypes of the ratio table.
-RATIO_DTYPES = ("float32", "float16", "int8", "float64")
-
-
-@dataclass
-class Ratio:
-    """One operation's device cycles against a ReduceMax of the same input bytes;
-    ``request_bytes``: the bytes the host sent for the operation (frames, parameter blocks and
-    data), which the core took in ``cycles``."""
-
-    where: str
-    operation: str
-    dtype: str
-    elements: int
-    cycles: int
-    reduce_cycles: int
-    request_bytes: int
-
-    @property
-    def ratio(self):
-        return self.cycles / self.reduce_cycles
-
-    def as_dict(self):
-        return {**asdict(self), "ratio": self.ratio}
-
-
-class NoCycleCounter(ValueError):
-    """The device is not a virtual board: it has no clock cycles to count."""
-
-
-def _board(device):
-    """The virtual board behind ``device`` (its transport, unwrapped), which counts cycles."""
-    transport = device.link.transport
-    transport = getattr(transport, "_transport", transport)    # a _TimedTransport's
-    transport = getattr(transport, "board", transport)         # a SimTransport's board
-    if not hasattr(transport, "cycles"):
-        raise NoCycleCounter(f"{device.url!r} does not count cycles: ratios need a virtual "
-                             f"board (sim or verilator)")
-    return transport
-
-
-def measure_ratios(device, elements=1 << 18, *, dtypes=RATIO_DTYPES, operations=None, seed=0,
-                   progress=None):
-    """Device cycles of each of :data:`RATIO_OPERATIONS` (``elements`` per operand) over those
-    of a ``reduce_max`` of as many input elements, per dtype, on a virtual board (cycles are
-    deterministic, unlike wall time). Every result is checked against the golden model.
-
-    Returns
-    -------
-    list of Ratio
-    """
-    from maxaccel.sim import reference
-    board = _board(device)
-    rng = np.random.default_rng(seed)
-
-    def cycles(call):
-        start, sent = board.cycles, device.link.bytes_written
-        result = call()
-        return result, board.cycles - start, device.link.bytes_written - sent
-
-    results = []
-    for dtype in dtypes:
-        for name in operations or RATIO_OPERATIONS:
-            make, call = RATIO_OPERATIONS[name]
-            inputs = make(rng, elements, np.dtype(dtype))
-            result, spent, sent = cycles(lambda: call(device, *inputs))
-            reference.assert_same_bits(result, call(reference, *inputs),
-                                       f"{name} {[x.shape for x in inputs]}")
-            flat = _random(rng, (sum(x.size for x in inputs),), np.dtype(dtype))
-            result, baseline, _ = cycles(lambda: device.reduce_max(flat))
-            reference.assert_same_bits(result, reference.reduce_max(flat), "reduce_max")
-            results.append(Ratio(device.url, name, str(np.dtype(dtype)), elements, spent,
-                                 baseline, sent))
-            if progress is not None:
-                progress(results[-1])
-    return results
-
-
-def ratio_line(r):
-    """One :class:`Ratio` as a progress line."""
-    return (f"{r.dtype:<8} {r.operation:<26} {r.cycles:>9} cycles, ReduceMax "
-            f"{r.reduce_cycles:>9}: {r.ratio:.3f}")
-
-
-def format_ratios(ratios):
-    """The ratios as a markdown table: one row per operation, one column per dtype."""
-    dtypes = list(dict.fromkeys(r.dtype for r in ratios))
-    table = {(r.operation, r.dtype): r.ratio for r in ratios}
-    lines = ["| operation | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
-    for operation in dict.fromkeys(r.operation for r in ratios):
-        cells = [f"{table[operation, d]:.2f}" if (operation, d) in table else "-"
-                 for d in dtypes]
-        lines.append(f"| {operation} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-# ---- MaxPool classes of real networks against the link-bound time, in device cycles.
-
-@dataclass(frozen=True)
-class PoolClass:
-    """One MaxPool configuration of the MaxPool ratio table.
-
-    Attributes
-    ----------
-    label : str
-        The pool's attributes, short (the row's name is this and the shape's ``C x D1..Dn``).
-    shape : tuple of int
-        The input ``N x C x D1..Dn``.
-    attributes : dict
-        ``max_pool`` keyword arguments (``kernel_shape``, ``strides``, ``pads``, ...).
-    return_indices : bool
-        Whether the pool returns its Indices too.
-    where : str
-        The networks that pool this way.
-    """
-
-    label: str
-    shape: tuple
-    attributes: dict
-    return_indices: bool = False
-    where: str = ""
-
-    @property
-    def name(self):
-        """The row's name: ``label, C x D1..Dn``."""
-        return f"{self.label}, {'x'.join(str(n) for n in self.shape[1:])}"
-
-    def with_channels(self, channels):
-        """The same pool on ``channels`` channels (a scaled-down row; None: as it is)."""
-        if channels is None:
-            return self
-        return PoolClass(self.label, self.shape[:1] + (channels,) + self.shape[2:],
-                         self.attributes, self.return_indices, self.where)
-
-    def call(self, m, x):
-        """The pool of ``x`` on ``m`` (a Device or :mod:`maxaccel.sim.reference`)."""
-        return m.max_pool(x, **self.attributes, return_indices=self.return_indices)
-
-    def link_bytes(self, itemsize):
-        """The bytes a pool of this class must move over the link one way or the other: the
-        larger of its input and its output (values, and Indices as ``MAX_POOL`` replies carry
-        them: :data:`~maxaccel.contract.wire.WINDOW_INDEX_BYTES` each). A ReduceMax of that
-        many bytes is the link-bound time the table divides by."""
-        from maxaccel.contract.pooling import resolve_max_pool
-        from maxaccel.contract.wire import WINDOW_INDEX_BYTES
-        outputs = math.prod(resolve_max_pool(self.shape, **self.attributes).output_shape)
-        per_output = itemsize + (WINDOW_INDEX_BYTES if self.return_indices else 0)
-        return max(math.prod(self.shape) * itemsize, outputs * per_output)
-
-
-def _pads(rank, pad):
-    return [pad] * (2 * rank)
-
-
-def _values(rng, shape, dtype):
-    """Random values of ``dtype``: normal for floats, the whole range for integers."""
-    if dtype.kind == "f":
-        return _random(rng, shape, dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-
-
-#: The MaxPool classes of ``maxaccel bench --ratios``, at the networks' own shapes.
-#: The tests (``tests/test_pool_classes.py``: their exact cycles) and docs/benchmarks.md take
-#: the rows from here.
-POOL_CLASSES = (
-    PoolClass("3x3 s2 p1", (1, 64, 147, 147),
-              dict(kernel_shape=[3, 3], strides=[2, 2], pads=_pads(2, 1)),
-              where="Inception v3 stem"),
-    PoolClass("2x2 s2", (1, 64, 224, 224),
-              dict(kernel_shape=[2, 2], strides=[2, 2]), where="VGG"),
-    PoolClass("2x2 s2", (1, 64, 256, 256),
-              dict(kernel_shape=[2, 2], strides=[2, 2]), where="U-Net encoder"),
-    PoolClass("3x3 s1 p1", (1, 80, 128, 128),
-              dict(kernel_shape=[3, 3], pads=_pads(2, 1)), where="CenterNet peak picking"),
-    *(PoolClass(f"{k}x{k} s1 p{k // 2}", (1, c, n, n),
-                dict(kernel_shape=[k, k], pads=_pads(2, k // 2)), where="SPP / SPPF blocks")
-      for c, n in ((256, 13), (128, 20)) for k in (5, 9, 13)),
-    PoolClass("k4 s4", (1, 64, 996), dict(kernel_shape=[4], strides=[4]),
-              where="audio CNN"),
-    PoolClass("k2 s2", (1, 32, 8000), dict(kernel_shape=[2], strides=[2]),
-              where="audio CNN"),
-    PoolClass("3x3x3 s2 p1", (1, 64, 16, 28, 28),
-              dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=_pads(3, 1)),
-              where="3-D CNN"),
-    PoolClass("3x3 s2 p1 + Indices", (1, 64, 112, 112),
-              dict(kernel_shape=[3, 3], strides=[2, 2], pads=_pads(2, 1)),
-              return_indices=True, where="ResNet stem, MaxUnpool"),
-)
-
-#: The dtypes of the MaxPool table.
-POOL_DTYPES = ("float32", "float16", "uint8")
-
-
-@dataclass
-class PoolRatio(Ratio):
-    """One MaxPool class's device cycles against a ReduceMax of its
-    :meth:`PoolClass.link_bytes`; ``route``: the command the pool ran through;
-    ``reduce_route_cycles``: the same pool's cycles through ``REDUCE`` when it ran through
-    ``MAX_POOL`` and that was measured too (else 0)."""
-
-    route: str = ""
-    reduce_route_cycles: int = 0
-
-
-def measure_pool_ratios(device, classes=POOL_CLASSES, *, dtypes=POOL_DTYPES, seed=0,
-                        both_routes=False, channels=None, progress=None):
-    """Device cycles of each MaxPool class over those of a ``reduce_max`` of its link bytes
-    (:meth:`PoolClass.link_bytes`), per dtype, on a virtual board; every result (values and
-    Indices) checked against the golden model. With ``both_routes``, a pool that went through
-    ``MAX_POOL`` is also timed through ``REDUCE`` (the fallback route), to show which is faster.
-    ``channels`` runs every class on that many channels instead of its own (a quicker table).
-
-    Returns
-    -------
-    list of PoolRatio
-        ``elements``: those of the ReduceMax.
-    """
-    from maxaccel.sim import reference
-    board = _board(device)
-    rng = np.random.default_rng(seed)
-    results = []
-    for dtype in dtypes:
-        dtype = np.dtype(dtype)
-        for pool in classes:
-            pool = pool.with_channels(channels)
-            x = _values(rng, pool.shape, dtype)
-            start, sent = board.cycles, device.link.bytes_written
-            result = pool.call(device, x)
-            spent, sent = board.cycles - start, device.link.bytes_written - sent
-            route = device.last_max_pool_route.name
-            want = pool.call(reference, x)
-            results_to_check = [result]
-            reduce_route = 0
-            if both_routes and route == "MAX_POOL":
-                from maxaccel.contract.pooling import check_max_pool
-                from maxaccel.host.pool_reduce import plan_reduce_pool
-                values, fmt, geometry, _ = check_max_pool(x, **pool.attributes)
-                start = board.cycles
-                results_to_check.append(device._max_pool_by_reduce(
-                    values, fmt, plan_reduce_pool(geometry), pool.return_indices))
-                reduce_route = board.cycles - start
-            for each in results_to_check:
-                for got, expected in zip(*((each, want) if pool.return_indices
-                                           else ((each,), (want,)))):
-                    reference.assert_same_bits(got, expected, f"{pool.name} {dtype}")
-            elements = -(-pool.link_bytes(dtype.itemsize) // dtype.itemsize)
-            flat = _values(rng, (elements,), dtype)
-            start = board.cycles
-            reference.assert_same_bits(device.reduce_max(flat), reference.reduce_max(flat),
-                                       "reduce_max")
-            results.append(PoolRatio(device.url, pool.name, str(dtype), elements, spent,
-                                     board.cycles - start, sent, route, reduce_route))
-            if progress is not None:
-                progress(results[-1])
-    return results
-
-
-def pool_ratio_line(r):
-    """One :class:`PoolRatio` as a progress line."""
-    line = (f"{r.dtype:<8} {r.operation:<34} {r.route:<8} {r.cycles:>9} cycles, ReduceMax "
-            f"{r.reduce_cycles:>8}: {r.ratio:.3f}")
-    if r.reduce_route_cycles:
-        line += f" (through REDUCE {r.reduce_route_cycles} cycles)"
-    return line
-
-
-def format_pool_ratios(ratios):
-    """The MaxPool ratios as a markdown table: one row per class, one column per dtype, each
-    cell the ratio and, when the pool did not go through the pooling unit, its route (with
-    both routes timed: the REDUCE route's ratio beside the unit's)."""
-    dtypes = list(dict.fromkeys(r.dtype for r in ratios))
-    table = {(r.operation, r.dtype): r for r in ratios}
-    lines = ["| MaxPool | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
-    for operation in dict.fromkeys(r.operation for r in ratios):
-        cells = []
-        for d in dtypes:
-            r = table.get((operation, d))
-            cell = "-" if r is None else f"{r.ratio:.2f}"
-            if r is not None and r.route != "MAX_POOL":
-                cell += f" ({r.route})"
-            elif r is not None and r.reduce_route_cycles:
-                cell += f" (REDUCE {r.reduce_route_cycles / r.reduce_cycles:.2f})"
-            cells.append(cell)
-        lines.append(f"| {operation} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def measure_core_link(report, elements=1 << 18, *, dtypes=RATIO_DTYPES, progress=None):
-    """Core against link, per operation, for the board of a build ``report``
-    (:func:`maxaccel.boards.targets.load_reports`).
-
-    The board's core (its target's capacities and units, the report's lanes and clock, and its
-    link word: ``core_bytes_per_s`` over the clock, 32 bytes behind the NiteFury's XDMA, one
-    behind a UART) runs :data:`RATIO_OPERATIONS` on the compiled virtual board. For each
-    operation, the rate at which the core takes the operation's request bytes (bytes sent over
-    cycles, at the board's clock) over the link's payload rate (``link_bytes_per_s``): the
-    peak ratio ``core_bytes_per_s / link_bytes_per_s`` times the share of its cycles in which
-    the core took a full link word. Above 1 the link is the limit.
-
-    Returns
-    -------
-    dict
-        operation -> {dtype: core/link}
-    """
-    from maxaccel.boards.build import core_parameters
-    from maxaccel.boards.targets import target
-    from maxaccel.host.device import Device
-    from maxaccel.host.transport import SimTransport
-    board = target(report["board"])
-    clock_hz = report["clock_mhz"] * 1e6
-    link_bytes = round(report["core_bytes_per_s"] / clock_hz)
-    parameters = core_parameters(board, report["lanes"], report["clock_mhz"])
-    del parameters["clock_hz"]  # only what IDENTIFY reports; the virtual boards' keeps one model
-    transport = SimTransport("verilator", link_bytes=link_bytes, **parameters)
-    with Device(transport, url=f"verilator:{board.name}") as device:
-        ratios = measure_ratios(device, elements, dtypes=dtypes, progress=progress)
-    table = {}
-    for r in ratios:
-        rate = clock_hz * r.request_bytes / r.cycles
-        table.setdefault(r.operation, {})[r.dtype] = rate / report["link_bytes_per_s"]
-    return table
-
-
-def format_core_link(core_link):
-    """``{board: measure_core_link(...)}`` as a markdown table: one row per board, one column
-    per operation, each cell the lowest core/link over the dtypes."""
-    operations = list(dict.fromkeys(op for table in core_link.values() for op in table))
-    lines = ["| board | " + " | ".join(operations) + " |", "|---|" + "---|" * len(operations)]
-    for board, table in core_link.items():
-        cells = [f"{min(table[op].values()):.2f}x" if op in table else "-"
-                 for op in operations]
-        lines.append(f"| {board} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-#: The core/link table of the board reports (:func:`measure_core_link` of each), beside them.
-CORE_LINK_FILE = "core_link.json"
-
-
-def load_core_link(directory=None):
-    """The core/link table saved beside the board reports in ``directory`` (default
-    :func:`maxaccel.boards.targets.reports_dir`): ``{board: {operation: {dtype: figure}}}``,
-    or None if there is none."""
-    import json
-    import pathlib
-    from maxaccel.boards.targets import reports_dir
-    path = pathlib.Path(reports_dir() if directory is None else directory) / CORE_LINK_FILE
-    return json.loads(path.read_text())["boards"] if path.exists() else None
-
-
-def _main(argv=None):
-    import argparse
-    import json
-    from maxaccel.host import open_device
-    parser = argparse.ArgumentParser(
-        prog="python -m maxaccel.host.bench",
-        description="Each operation's device cycles over a ReduceMax of the same input bytes; "
-                    "with --boards, core against link per operation for every board report.")
-    parser.add_argument("--device", default="verilator", metavar="URL")
-    parser.add_argument("--elements", type=int, metavar="N",
-                        help="elements per operand (default 262144)")
-    parser.add_argument("--dtype", action="append", help=f"default: {' '.join(RATIO_DTYPES)}")
-    parser.add_argument("--boards", action="store_true",
-                        help="measure core/link per operation of each board report's core on "
-                             "the compiled virtual board (its link word, lanes, capacities)")
-    parser.add_argument("--board", action="append", metavar="NAME",
-                        help="with --boards (implied): only this board's report (repeatable)")
-    parser.add_argument("--json", metavar="FILE", help="with --boards: write the table "
-                        f"(docs/boards/{CORE_LINK_FILE} is this file); with --board, the "
-                        "file's other boards are kept")
-    args = parser.parse_args(argv)
-    if args.board:
-        from maxaccel.boards.targets import target
-        for name in args.board:
-            try:
-                target(name)    # an unknown name is refused before anything runs
-            except ValueError as error:
-                parser.error(str(error))
-        args.boards = True
-    dtypes = args.dtype or RATIO_DTYPES
-    progress = lambda r: print(f"  {ratio_line(r)}", flush=True)     # noqa: E731
-    elements = args.elements or 1 << 18
-    if not args.boards:
-        with open_device(args.device) as device:
-            ratios = measure_ratios(device, elements, dtypes=dtypes, progress=progress)
-        print(format_ratios(ratios))
-        return
-    from maxaccel.boards.targets import TARGETS, load_reports
-    reports = [r for r in load_reports() if not args.board or r["board"] in args.board]
-    missing = set(args.board or ()) - {r["board"] for r in reports}
-    if missing:
-        parser.error(f"no build report for {', '.join(sorted(missing))} (run maxaccel build)")
-    core_link = {}
-    for report in reports:
-        print(f"{report['board']}: {report['lanes']} lane(s), {report['clock_mhz']:g} MHz",
-              flush=True)
-        core_link[report["board"]] = measure_core_link(report, elements, dtypes=dtypes,
-                                                       progress=progress)
-    print(format_core_link(core_link))
-    if args.json:
-        import pathlib
-        path = pathlib.Path(args.json)
-        if args.board and path.exists():
-            previous = json.loads(path.read_text())
-            if previous.get("elements") != elements:
-                parser.error(f"{path} was measured with {previous.get('elements')} elements "
-                             f"per operand, not {elements}: measure every board again")
-            core_link = {name: core_link.get(name, previous["boards"].get(name))
-                         for name in TARGETS
-                         if name in core_link or name in previous["boards"]}
-        with open(path, "w") as file:
-            json.dump({"command": "python -m maxaccel.host.bench --boards", "elements": elements,
-                       "boards": core_link}, file, indent=1)
-            file.write("\n")
-
-
-if __name__ == "__main__":
-    _main()

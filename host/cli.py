@@ -34,9 +34,11 @@ Measure throughput, host overhead and link efficiency per device and tensor size
 onnxruntime on this CPU for comparison; optionally a plot and the figures as JSON, and the table
 of the board build reports shipped with the package. With --ratios, each operation's device
 cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator),
-and the MaxPool table: each MaxPool class of real networks (bench.POOL_CLASSES) over a ReduceMax
-of the larger of its input and output bytes (Indices included), in float32, float16 and uint8;
---pool-routes times the pools that go through the pooling unit through REDUCE too.
+and the MaxPool table: each MaxPool class of real networks (bench_pools.POOL_CLASSES) over a
+ReduceMax of the larger of its input and output bytes (Indices included), in float32, float16
+and uint8; --pool-routes times the pools that go through the pooling unit through REDUCE too.
+With --core-link (or --board NAME), each board build report's core on the compiled virtual
+board: the rate at which it takes each operation's request bytes over its link's rate.
 With --transfers, on an xdma-model:BOARD device, the XDMA link's modelled throughput against
 the host's transfer size (a NiteFury's transfer costs, docs/boards.md)."""
 
@@ -247,14 +249,12 @@ def _run(args, out):
     return 1 if mismatches else 0
 
 
-def _bench(args, out):
-    import json
-
-    from maxaccel.host import bench
+def _check_bench_arguments(args, urls):
+    """Refuse every bad ``bench`` argument before anything is measured; returns the models
+    ``--model`` names, loaded."""
     from maxaccel.contract.dtypes import format_of
-    from maxaccel.host.transport import TransportError
+    from maxaccel.host import bench
 
-    urls = args.device or ["sim"]
     for url in urls:
         _check_url(url)
     if args.ratios is not None and args.ratios < 1:
@@ -266,12 +266,13 @@ def _bench(args, out):
                        f"least 1")
     try:
         format_of(args.dtype)
-        if args.elements or not (args.model or args.ratios):
+        if args.elements or not (args.model or args.ratios or args.core_link):
             bench.check_operations(args.dtype)     # before any operation is measured
     except TypeError as error:
         raise _Failure(f"--dtype {args.dtype}: {error}") from None
     _check_output(args.json, "--json")
     _check_output(args.plot, "--plot")
+    _check_output(args.core_link_json, "--core-link-json")
     if args.plot:
         try:
             import matplotlib  # noqa: F401  (checked before any measurement)
@@ -287,54 +288,134 @@ def _bench(args, out):
         if not_model:
             raise _Failure(f"--transfers needs xdma-model:BOARD devices (the XDMA driver's "
                            f"double keeps the modelled transfer times), not {not_model[0]}")
+    if args.core_link_json and not args.core_link:
+        raise _Failure("--core-link-json goes with --core-link (or --board)")
+    for name in args.board or ():
+        from maxaccel.boards.targets import target
+        try:
+            target(name)    # an unknown name is refused before anything runs
+        except ValueError as error:
+            raise _Failure(f"--board {name}: {error}") from None
     loaded = []
     for model in args.model or []:
         try:
             loaded.append(bench.load_model(model))   # read before any device opens
         except (OSError, ValueError, TypeError) as error:
             raise _Failure(f"--model {model}: {error}") from None
+    return loaded
+
+
+def _bench_core_link(args, out):
+    """``--core-link``: core against link per operation for the build reports' boards (those of
+    ``--board``, or all), each core on the compiled virtual board; ``--core-link-json`` writes
+    the table (``docs/boards/core_link.json`` is this file; with ``--board`` its other boards
+    are kept)."""
+    import json
+
+    from maxaccel.boards.targets import TARGETS, load_reports
+    from maxaccel.host import bench_cycles
+
+    elements = args.ratios or 1 << 18
+    reports = [r for r in load_reports(args.reports)
+               if not args.board or r["board"] in args.board]
+    missing = set(args.board or ()) - {r["board"] for r in reports}
+    if missing:
+        raise _Failure(f"--board: no build report for {', '.join(sorted(missing))} (run "
+                       f"maxaccel build)")
+    previous = None
+    if args.board and args.core_link_json and os.path.exists(args.core_link_json):
+        with open(args.core_link_json) as file:
+            previous = json.load(file)
+        if previous.get("elements") != elements:
+            raise _Failure(f"--core-link-json {args.core_link_json} was measured with "
+                           f"{previous.get('elements')} elements per operand, not {elements}: "
+                           f"measure every board again")
+    core_link = {}
+    for report in reports:
+        print(f"{report['board']}: {report['lanes']} lane(s), {report['clock_mhz']:g} MHz",
+              file=out, flush=True)
+        core_link[report["board"]] = bench_cycles.measure_core_link(
+            report, elements, progress=lambda r: print(f"  {bench_cycles.ratio_line(r)}",
+                                                       file=out, flush=True))
+    print(bench_cycles.format_core_link(core_link), file=out)
+    if args.core_link_json:
+        if previous is not None:
+            core_link = {name: core_link.get(name, previous["boards"].get(name))
+                         for name in TARGETS
+                         if name in core_link or name in previous["boards"]}
+        with open(args.core_link_json, "w") as file:
+            json.dump({"command": bench_cycles.CORE_LINK_COMMAND, "elements": elements,
+                       "boards": core_link}, file, indent=1)
+            file.write("\n")
+        print(f"wrote {args.core_link_json}", file=out)
+
+
+def _measure_on(url, args, loaded, out, found):
+    """Measure what ``bench`` asks on the device at ``url``, adding to the lists of ``found``
+    (``measurements``, ``ratios``, ``pools``, ``models``, ``transfers``)."""
+    from maxaccel.host import bench, bench_cycles, bench_pools
+
+    elements = args.elements or bench.default_elements(url)
+    with _open(url) as device:
+        print(f"{device!r}", file=out, flush=True)
+        only_tables = (args.model or args.ratios or args.transfers is not None
+                       or args.core_link)
+        if args.elements or not only_tables:
+            found["measurements"] += bench.measure_device(
+                device, elements, dtype=args.dtype,
+                progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} "
+                                         f"elements {m.elements_per_s:>12.0f} "
+                                         f"elements/s", file=out, flush=True))
+        if args.ratios:
+            found["ratios"] += bench_cycles.measure_ratios(
+                device, args.ratios,
+                progress=lambda r: print(f"  {bench_cycles.ratio_line(r)}", file=out,
+                                         flush=True))
+            found["pools"] += bench_pools.measure_pool_ratios(
+                device, both_routes=args.pool_routes, channels=args.pool_channels,
+                progress=lambda r: print(f"  {bench_pools.pool_ratio_line(r)}", file=out,
+                                         flush=True))
+        if args.transfers is not None:
+            from maxaccel.host import bench_xdma
+            found["transfers"][url] = bench_xdma.measure_transfers(
+                device, args.transfers or bench_xdma.TRANSFER_SIZES,
+                total_bytes=bench_xdma.default_total_bytes(url),
+                progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
+                                         flush=True))
+        for model in loaded:
+            found["models"].append(bench.measure_model(device, *model))
+            measured = found["models"][-1]
+            print(f"  {measured.model}: {measured.ratio:.2f}x onnxruntime outside "
+                  f"the device calls on one thread, {measured.default_ratio:.2f}x "
+                  f"with default threading", file=out, flush=True)
+
+
+def _bench(args, out):
+    import json
+
+    from maxaccel.host import bench, bench_cycles, bench_pools
+    from maxaccel.host.transport import TransportError
+
+    if args.board:
+        args.core_link = True
+    urls = args.device or ([] if args.core_link else ["sim"])
+    loaded = _check_bench_arguments(args, urls)
 
     print(f"machine: {bench.machine_description()}", file=out)
-    measurements, failures, sizes, models, ratios, pools = [], [], set(), [], [], []
-    transfers = {}
+    found = {"measurements": [], "ratios": [], "pools": [], "models": [], "transfers": {}}
+    failures, sizes = [], set()
     for url in urls:
-        elements = args.elements or bench.default_elements(url)
-        sizes.update(elements)
+        sizes.update(args.elements or bench.default_elements(url))
         try:
-            with _open(url) as device:
-                print(f"{device!r}", file=out, flush=True)
-                only_tables = args.model or args.ratios or args.transfers is not None
-                if args.elements or not only_tables:
-                    measurements += bench.measure_device(
-                        device, elements, dtype=args.dtype,
-                        progress=lambda m: print(f"  {m.operation:<18} {m.elements:>8} "
-                                                 f"elements {m.elements_per_s:>12.0f} "
-                                                 f"elements/s", file=out, flush=True))
-                if args.ratios:
-                    ratios += bench.measure_ratios(
-                        device, args.ratios,
-                        progress=lambda r: print(f"  {bench.ratio_line(r)}", file=out,
-                                                 flush=True))
-                    pools += bench.measure_pool_ratios(
-                        device, both_routes=args.pool_routes, channels=args.pool_channels,
-                        progress=lambda r: print(f"  {bench.pool_ratio_line(r)}", file=out,
-                                                 flush=True))
-                if args.transfers is not None:
-                    from maxaccel.host import bench_xdma
-                    transfers[url] = bench_xdma.measure_transfers(
-                        device, args.transfers or bench_xdma.TRANSFER_SIZES,
-                        total_bytes=bench_xdma.default_total_bytes(url),
-                        progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
-                                                 flush=True))
-                for model in loaded:
-                    models.append(bench.measure_model(device, *model))
-                    print(f"  {models[-1].model}: {models[-1].ratio:.2f}x onnxruntime outside "
-                          f"the device calls on one thread, {models[-1].default_ratio:.2f}x "
-                          f"with default threading", file=out, flush=True)
-        except (TransportError, RuntimeError, bench.NoCycleCounter) as error:
+            _measure_on(url, args, loaded, out, found)
+        except (TransportError, RuntimeError, bench_cycles.NoCycleCounter) as error:
             failures.append(f"{url}: {error}")
             print(f"{url}: not measured: {error}", file=out)
-    if args.cpu:
+    if args.core_link:
+        _bench_core_link(args, out)
+    measurements, ratios, pools = found["measurements"], found["ratios"], found["pools"]
+    models, transfers = found["models"], found["transfers"]
+    if args.cpu and sizes:
         cpu, note = bench.measure_cpu(sorted(sizes), dtype=args.dtype)
         measurements += cpu
         print(f"CPU: numpy {np.__version__}, {note}", file=out)
@@ -343,10 +424,10 @@ def _bench(args, out):
     for url in dict.fromkeys(r.where for r in ratios):
         print(f"{url}: device cycles over a ReduceMax of the same input bytes, "
               f"{args.ratios} elements per operand:", file=out)
-        print(bench.format_ratios([r for r in ratios if r.where == url]), file=out)
+        print(bench_cycles.format_ratios([r for r in ratios if r.where == url]), file=out)
         print(f"{url}: MaxPool device cycles over a ReduceMax of the larger of the pool's "
               f"input and output bytes (Indices included):", file=out)
-        print(bench.format_pool_ratios([r for r in pools if r.where == url]), file=out)
+        print(bench_pools.format_pool_ratios([r for r in pools if r.where == url]), file=out)
     for url, results in transfers.items():
         from maxaccel.boards.targets import TARGETS
         from maxaccel.host import bench_xdma
@@ -364,12 +445,12 @@ def _bench(args, out):
     if reports:
         print(f"boards (build reports in {directory}):", file=out)
         print(report_markdown(reports), file=out)
-        core_link = bench.load_core_link(directory)
+        core_link = bench_cycles.load_core_link(directory)
         if core_link:
             print(f"core against link per operation (each board's core on the compiled "
-                  f"virtual board, {bench.CORE_LINK_FILE}; above 1 the link is the limit):",
-                  file=out)
-            print(bench.format_core_link(core_link), file=out)
+                  f"virtual board, {bench_cycles.CORE_LINK_FILE}; above 1 the link is the "
+                  f"limit):", file=out)
+            print(bench_cycles.format_core_link(core_link), file=out)
     else:
         print(f"boards: no build reports in {directory}", file=out)
     if args.json:
@@ -563,7 +644,8 @@ def _parser(prog="maxaccel"):
                             "ReduceMax of the same input bytes, for float32, float16, int8 "
                             "and float64, N elements per operand (default 262144); virtual "
                             "boards only (with --ratios, operations are timed only if "
-                            "--elements is given); and the MaxPool table (bench.POOL_CLASSES)")
+                            "--elements is given); and the MaxPool table "
+                            "(bench_pools.POOL_CLASSES)")
     bench.add_argument("--pool-routes", action="store_true",
                        help="with --ratios: also time each MaxPool class that goes through "
                             "the pooling unit (MAX_POOL) through REDUCE, its fallback route")
@@ -576,6 +658,17 @@ def _parser(prog="maxaccel"):
                             "65536 1048576 8388608)")
     bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
                        help="also time numpy and onnxruntime on this CPU (default: yes)")
+    bench.add_argument("--core-link", action="store_true",
+                       help="measure core against link per operation for every board build "
+                            "report: the board's core (its capacities, lanes, clock and link "
+                            "word) on the compiled virtual board, for float32, float16, int8 "
+                            "and float64 at the --ratios size (default 262144 elements per "
+                            "operand); no device is timed unless --device is given")
+    bench.add_argument("--board", action="append", metavar="NAME",
+                       help="with --core-link (implied): only this board's report (repeatable)")
+    bench.add_argument("--core-link-json", metavar="FILE",
+                       help="with --core-link: write its table (docs/boards/core_link.json is "
+                            "this file); with --board, the file's other boards are kept")
     bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
     bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     bench.add_argument("--reports", metavar="DIR",

@@ -37,8 +37,8 @@ Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
     :attr:`OffloadSession.fallbacks`.
 
 Model-local functions holding max-family nodes are inlined first, so their nodes run on the
-device like any other. Windowed MaxPool runs in the CPU partitions for now
-(``Device.max_pool`` exists; the session does not place MaxPool on it yet).
+device like any other. Windowed MaxPool (1, 8, 10, 11, 12, 22) runs on the device too,
+through ``Device.max_pool`` (``OFFLOADED`` in :mod:`maxaccel.host.partition`).
 
 Max-1 and Max-6 require same-shape inputs; this session broadcasts them as Max-8 does (a
 superset). Results differ from running the whole model on onnxruntime only in max-family nodes

@@ -1,4 +1,29 @@
-"""Planning element-wise Max with broadcasting for the device's ``BroadcastMax`` unit.
+"""Planning element-wise Max for the device's ``BroadcastMax`` unit: passes and their tiles.
+
+The words, used with these meanings only (in this module, ``host/max_passes.py`` and the wire
+contract's ``MaxParameters``):
+
+operand
+    One input of the Max, in the caller's order (:attr:`OperandPlan.index`).
+pass
+    One ``MAX`` request: the unit walks the output once, row by row.
+streamed operand
+    An operand sent in the ``MAX`` request's own data, one element per output element, so it
+    has the output's shape. A broadcast pass streams at most one
+    (:attr:`BroadcastPlan.streamed`); a *fold* of same-shape operands streams them all,
+    interleaved row by row (the block's ``streamed`` field counts them: :func:`plan_fold`).
+replayed operand
+    An operand written into the replay buffer by ``LOAD`` requests before the pass and read
+    back (replayed) for every output row it broadcasts over (:attr:`BroadcastPlan.replayed`).
+slot
+    A replayed operand's position among the pass's replayed operands: the block's
+    ``slot[k]`` fields, the unit's ``config.operand[k]`` (:attr:`OperandPlan.slot`).
+splat
+    A replayed operand broadcast along the row: one stored beat per row, its element 0
+    replicated by the device.
+tile
+    A piece of the output along one axis that is a pass (or tiles) of its own, when the whole
+    output does not fit one pass (:class:`OutputTiles`).
 
 :func:`plan_broadcast` turns the operand shapes of a Max into what the unit needs (see
 ``docs/architecture.md``, "Element-wise Max with broadcasting"):
@@ -8,16 +33,18 @@
    every operand is either full on both or broadcast on both. The last coalesced dimension is
    the *row* (sent as beat-aligned beats), the others are the *outer* counts.
 3. The streamed operand (the first operand with the full output shape, if any: it never needs
-   on-chip memory) and the replayed ones, with their place in the replay buffer, their strides
-   in beats along each outer dimension (0 where broadcast) and whether they are *splat*
-   (broadcast along the row: one stored beat per row, element 0 replicated on the device).
-4. Whether it fits the unit's capacity; if not, :class:`CapacityError` lists every problem
-   with sizes, so the host driver can tile (or, with ``check=False``, the plan carries
-   ``problems`` for the driver to inspect).
+   on-chip memory) and the replayed ones, with their slots and places in the replay buffer,
+   their strides in beats along each outer dimension (0 where broadcast) and whether they are
+   splat.
+4. Whether it fits the unit's capacity, by the wire contract's own status rules; if not,
+   :class:`CapacityError` lists every problem with sizes (or, with ``check=False``, the plan
+   carries ``problems``).
 
-The unit-level views of a plan that only the gateware tests need (the unit's ``config``, the
-beats it stores and emits, its cycles) are in the tests' ``broadcast_model.py``. This module
-never imports amaranth.
+:func:`plan_max_pass` is what the driver asks: the pass of a Max on a device, or the
+:class:`OutputTiles` to cut its output into when it does not fit (buffer, outer dimensions,
+counts, a frame). The unit-level views of a plan that only the gateware tests need (the unit's
+``config``, the beats it stores and emits, its cycles) are in the tests' ``broadcast_model.py``.
+This module never imports amaranth.
 """
 
 import math
@@ -30,8 +57,9 @@ from maxaccel.contract.dtypes import DType
 from maxaccel.contract import wire
 from maxaccel.contract.wire import LANE_BYTES, MAX_COUNT, Capacities, Command, MaxParameters
 
-__all__ = ["BroadcastError", "CapacityError", "OperandPlan", "BroadcastPlan",
-           "broadcast_shape", "plan_broadcast", "plan_channels_last", "FoldPass", "plan_fold"]
+__all__ = ["BroadcastError", "CapacityError", "OperandPlan", "BroadcastPlan", "OutputTiles",
+           "broadcast_shape", "plan_broadcast", "plan_max_pass", "plan_channels_last",
+           "FoldPass", "plan_fold"]
 
 
 class BroadcastError(ValueError):
@@ -99,9 +127,9 @@ class OperandPlan:
     shape : tuple of int
         The operand's shape.
     streamed : bool
-        Sent on the ``streamed`` input (full output shape) instead of being replayed.
+        The streamed operand (sent with the ``MAX`` request) rather than a replayed one.
     slot : int or None
-        Replayed operands: position k in ``config.operand``.
+        Replayed operands: the slot k (the block's ``slot[k]``).
     groups : tuple of int
         The operand's size along each coalesced dimension (the output's count, or 1 where it
         is broadcast); ``array.reshape(groups)`` is its stored order.
@@ -191,6 +219,13 @@ class BroadcastPlan:
         return not self.problems
 
     @property
+    def limits(self):
+        """The unit's limits the plan was made for, as keyword arguments of
+        :func:`plan_broadcast`."""
+        return dict(lanes=self.lanes, depth=self.depth, max_dims=self.max_dims,
+                    max_operands=self.max_operands, max_count=self.max_count)
+
+    @property
     def beat_bytes(self):
         return LANE_BYTES * self.lanes
 
@@ -210,8 +245,8 @@ class BroadcastPlan:
         return tuple(o for o in self.operands if o.slot is not None)
 
 
-def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands, max_count=65535, *,
-                   check=True):
+def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands,
+                   max_count=MAX_COUNT, *, check=True):
     """Plan the Max of operands of ``shapes`` for a ``BroadcastMax`` unit.
 
     Parameters
@@ -355,14 +390,100 @@ def _request_problems(plan, encodable):
     if encodable:
         block = MaxParameters.from_plan(plan, dtype).encode(plan.max_dims, plan.max_operands)
         fields = wire.parameter_block(Command.MAX, plan.max_dims, plan.max_operands).unpack(block)
-        streamed = math.prod(plan.output_shape) * plan.itemsize if plan.streamed else 0
-        for problem in wire.problems(Command.MAX, fields, capacities, data_length=streamed):
+        streamed_bytes = math.prod(plan.output_shape) * plan.itemsize if plan.streamed else 0
+        for problem in wire.problems(Command.MAX, fields, capacities,
+                                     data_length=streamed_bytes):
             found.append(f"{problem.description}: the MAX pass over "
                          f"{_shape_text(plan.output_shape)} has outer counts "
                          f"{_shape_text(plan.dims[:-1])} and rows of "
                          f"{plan.row_elements} elements in {plan.row_beats} beats; the unit's "
                          f"count limit is {plan.max_count}")
     return found
+
+
+@dataclass(frozen=True)
+class OutputTiles:
+    """A Max whose output does not fit one pass, cut along output axis ``axis`` into tiles of
+    ``size`` (the last one shorter), each planned again (:func:`plan_max_pass`)."""
+
+    axis: int
+    size: int
+
+
+def plan_max_pass(shapes, itemsize, identity, max_frame_bytes):
+    """The pass of a Max of operands of ``shapes`` (aligned to the output's rank) on a device,
+    or the tiles to cut its output into.
+
+    Parameters
+    ----------
+    shapes : sequence of tuple of int
+        One per operand, each of the output's rank.
+    itemsize : int
+    identity : Identity
+        The device's ``IDENTIFY`` (its broadcast unit's limits).
+    max_frame_bytes : int
+        Largest reply payload: the pass's output must fit one.
+
+    Returns
+    -------
+    BroadcastPlan or OutputTiles
+        The plan when it fits the unit and the output a frame.
+    """
+    plan = plan_broadcast(shapes, itemsize, identity.lanes, identity.replay_depth,
+                          identity.max_dims, identity.max_operands, MAX_COUNT, check=False)
+    if plan.fits and math.prod(plan.output_shape) * itemsize <= max_frame_bytes:
+        return plan
+    return OutputTiles(*_tiling(plan, shapes, max_frame_bytes))
+
+
+def _tiling(plan, shapes, max_frame_bytes):
+    """``(axis, size)``: how to tile the output of ``plan`` (operands of ``shapes``), a pass
+    that does not fit."""
+    shape, depth = plan.output_shape, plan.depth
+    if plan.streamed is None and len(plan.replayed) > plan.max_operands:
+        # No operand has the full shape: tile until the largest one has.
+        largest = max(shapes, key=math.prod)
+        for axis, (n, m) in enumerate(zip(shape, largest)):
+            if n > 1 and m == 1:
+                return axis, 1
+    spanned = [a for a, n in enumerate(shape) if n > 1 and any(
+        shapes[o.index][a] > 1 for o in plan.replayed)]
+    if plan.memory_beats > depth and spanned:
+        # The replayed operands overflow the buffer: tile along the innermost axis they
+        # span, so each tile's slice is loaded once and replayed for every outer row.
+        # (Tiling an outer axis first would reload the same slices for every tile.)
+        # As few tiles as fit: the operands broadcast along the axis keep their beats in
+        # every tile (loaded once), the others' shrink with the tile. If those alone fill
+        # the buffer (a column of a beat per row, tiled along the row), the next axis out
+        # they span: a column is then cut into slices and the row loaded once.
+        def fixed_beats(axis):
+            return sum(o.beats for o in plan.replayed if shapes[o.index][axis] == 1)
+        axis = next((a for a in reversed(spanned) if fixed_beats(a) < depth), spanned[-1])
+        fixed = fixed_beats(axis)
+        if fixed >= depth:
+            # They need tiling along another axis too (recursively): the others' slices
+            # take half the buffer, the rest is for the slices of those.
+            pieces = max(2, -(-(plan.memory_beats - fixed) // max(1, depth // 2)))
+            return axis, max(1, shape[axis] // pieces)
+        pieces = max(2, -(-(plan.memory_beats - fixed) // (depth - fixed)))
+        while pieces < shape[axis] and not _tile_fits(plan, shapes, axis,
+                                                      -(-shape[axis] // pieces)):
+            pieces += 1
+        return axis, -(-shape[axis] // pieces)
+    axis = next(a for a, n in enumerate(shape) if n > 1)
+    output_bytes = math.prod(shape) * plan.itemsize
+    pieces = max(2, -(-output_bytes // max_frame_bytes), -(-plan.memory_beats // depth),
+                 -(-max(plan.dims[:-1] + (plan.row_beats,)) // plan.max_count))
+    if len(plan.dims) - 1 > plan.max_dims:
+        pieces = shape[axis]
+    return axis, max(1, shape[axis] // pieces)
+
+
+def _tile_fits(plan, shapes, axis, size):
+    """Whether the replayed operands of a tile of ``size`` along ``axis`` fit the buffer."""
+    tiled = [s[:axis] + (min(size, s[axis]),) + s[axis + 1:] for s in shapes]
+    tile = plan_broadcast(tiled, plan.itemsize, **plan.limits, check=False)
+    return tile.memory_beats <= plan.depth
 
 
 def plan_channels_last(shape, axes):
@@ -405,10 +526,11 @@ class FoldPass:
     rows: int
     row_length: int
 
-    def parameters(self, dtype, streamed, max_dims):
-        """The pass's :class:`~maxaccel.contract.wire.MaxParameters` (S = ``streamed``)."""
+    def parameters(self, dtype, streamed_count, max_dims):
+        """The pass's :class:`~maxaccel.contract.wire.MaxParameters`, streaming
+        ``streamed_count`` operands (the block's ``streamed`` field, S)."""
         counts = (1,) * (max_dims - 1) + (self.rows,)
-        return MaxParameters(int(dtype), self.row_length, counts, streamed)
+        return MaxParameters(int(dtype), self.row_length, counts, streamed_count)
 
     def interleave(self, flats):
         """The request data: the operands' (1-D, C order) rows interleaved, shape
@@ -420,7 +542,7 @@ class FoldPass:
 
 def plan_fold(elements, operands, itemsize, lanes, max_frame_bytes, max_count=MAX_COUNT):
     """The ``MAX`` passes of an element-wise Max of ``operands`` same-shape operands of
-    ``elements`` elements each, folded by the device (``streamed`` = S >= 2).
+    ``elements`` elements each, folded by the device: every pass streams them all (S >= 2).
 
     Rows are one beat (``8 * lanes // itemsize`` elements), so the device takes a beat per
     cycle; a pass carries as many rows as a frame of ``max_frame_bytes`` of data holds (at

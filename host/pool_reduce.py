@@ -25,8 +25,8 @@ host, no extra link traffic.
 Where it is used: ``Device.max_pool`` (host/device.py) takes this route when the pooling unit
 cannot take the pool (``plan_window_pool`` gives no plan: no unit, a kernel above its extent) or
 when this route moves fewer elements (a plan whose groups carry filler images);
-``Device._max_pool_by_reduce`` runs it, and ``maxaccel bench --pool-routes`` times it against
-``MAX_POOL``.
+``Device.max_pool(..., route=Command.REDUCE)`` takes it whatever the planner would choose, and
+``maxaccel bench --pool-routes`` times it that way against ``MAX_POOL``.
 
 Pure numpy; never imports amaranth.
 """
@@ -159,8 +159,8 @@ def max_pool_by_reduce(x, plan, reduce_runs, return_indices=False):
     plan : ReducePoolPlan
     reduce_runs : callable
         ``reduce_runs(rows)`` with ``rows`` of shape ``(runs, R)`` returns the ``(runs,)``
-        maxima: the device's ``REDUCE`` (``Device._reduce_runs``), or in tests the golden
-        ``reduce_max(rows, axes=1, keepdims=False)``.
+        maxima: the device's ``REDUCE`` (:func:`maxaccel.host.reduction.reduce_rows`), or in
+        tests the golden ``reduce_max(rows, axes=1, keepdims=False)``.
     return_indices : bool
         Also return the Indices, located on the host (see the module docstring).
 

@@ -3,9 +3,10 @@
 A core with the windowed pooling unit (``IDENTIFY``'s ``window_lanes`` above 0) pools whole
 images as they stream: each input element crosses the link once and each output once. The
 unit pools ``group`` images side by side, so the host sends the images of a group interleaved
-element by element (a transpose of ``group x image`` blocks, ``docs/protocol.md``) and takes the
-maxima back the same way, with each one's flat index inside its image when Indices are asked
-for; the host adds the image's offset and renumbers them for ``storage_order``.
+element by element and takes the maxima back the same way, with each one's flat index inside
+its image when Indices are asked for (the contract's ``interleave_group_images`` and
+``decode_window_reply``, ``docs/protocol.md``); the host adds the image's offset and renumbers
+them for ``storage_order``.
 
 A pool wider than the unit's buffers (an innermost output row above ``window_columns``, an
 output plane above ``window_plane``) or whose image is larger than a frame goes in *tiles* of
@@ -33,8 +34,9 @@ from itertools import product
 
 import numpy as np
 
-from maxaccel.contract.dtypes import decode_elements as decode, encode_elements as encode
-from maxaccel.contract.pooling import WINDOW_RANK, window_config
+from maxaccel.contract.dtypes import encode_elements
+from maxaccel.contract.pooling import (WINDOW_RANK, decode_window_reply, interleave_group_images,
+                                       window_config)
 from maxaccel.contract.wire import (PARAMETERS, WINDOW_INDEX_BYTES, Capacities, Command,
                                     problems, window_fields)
 
@@ -506,7 +508,6 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
              for _ in geometry.axes] if return_indices else None
     for batch in plan.batches:
         group = batch.group
-        value_bytes = group * fmt.nbytes
         count = len(batch.tiles) * images
         tile_shape = tuple(t.size for t in batch.tiles[0])
         stacked = np.zeros((batch.groups * group, batch.image), values.dtype)
@@ -514,30 +515,24 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
             inputs = (slice(None),) + tuple(slice(t.in_start + f[0], t.in_stop + f[0])
                                             for t, f in zip(tiles, frame))
             stacked[k * images:(k + 1) * images] = spatial[inputs].reshape(images, -1)
-        # groups x image x group: a group's images interleaved element by element.
-        interleaved = stacked.reshape(batch.groups, group, batch.image).transpose(0, 2, 1)
-        maxima = np.empty((batch.groups, batch.image_out, group), values.dtype)
-        found = np.empty((batch.groups, batch.image_out, group), np.int64) \
-            if return_indices else None
+        interleaved = interleave_group_images(stacked, group)
+        maxima = np.empty((batch.groups * group, batch.image_out), values.dtype)
+        found = np.empty(maxima.shape, np.int64) if return_indices else None
         for start in range(0, batch.groups, batch.groups_per_request):
             chunk = interleaved[start:start + batch.groups_per_request]
             block = _BLOCK.pack(**batch.fields, groups=len(chunk), indices=int(return_indices))
-            reply = request(block + encode(chunk, fmt))
-            rows = slice(start, start + len(chunk))
+            reply = request(block + encode_elements(chunk, fmt))
+            chunk_images = slice(start * group, (start + len(chunk)) * group)
+            chunk_maxima, chunk_found = decode_window_reply(reply, fmt, group, batch.image_out,
+                                                            return_indices)
+            maxima.view(bits)[chunk_images] = chunk_maxima.view(bits)
             if return_indices:
-                reply = np.frombuffer(reply, np.uint8).reshape(
-                    len(chunk), batch.image_out, value_bytes + group * WINDOW_INDEX_BYTES)
-                found[rows] = reply[..., value_bytes:].copy().view("<u4").reshape(
-                    len(chunk), batch.image_out, group)
-                reply = reply[..., :value_bytes].tobytes()
-            maxima.view(bits)[rows] = decode(
-                reply, fmt, (len(chunk), batch.image_out, group)).view(bits)
+                found[chunk_images] = chunk_found
         tile_out = tuple(t.out for t in batch.tiles[0])
-        maxima = maxima.transpose(0, 2, 1).reshape((-1,) + tile_out)[:count]
+        maxima = maxima.reshape((-1,) + tile_out)[:count]
         if return_indices:
             # The tile's flat index -> coordinates in the tile (-> in the image, below).
-            coordinates = np.unravel_index(
-                found.transpose(0, 2, 1).reshape((-1,) + tile_out)[:count], tile_shape)
+            coordinates = np.unravel_index(found.reshape((-1,) + tile_out)[:count], tile_shape)
         for k, tiles in enumerate(batch.tiles):
             outputs = (slice(None),) + tuple(slice(t.out_start, t.out_stop) for t in tiles)
             mine = slice(k * images, (k + 1) * images)

@@ -4,10 +4,14 @@
 answers like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons
 a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
 ``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
-engine derives its checks from the same rules), and computes ``REDUCE``, ``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL``
-(values and Indices, the reply row as the pooling unit sends it) with the golden model. ``MAX`` walks the replay buffer exactly as the ``BroadcastMax`` unit does (row
-addresses advanced by the encoded steps, modulo ``2**addr_bits``), so a wrong parameter block
-gives wrong bits. Load padding is filled with garbage, so a host relying on it fails.
+engine derives its checks from the same rules), and computes ``REDUCE``,
+``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL`` with the golden model. ``MAX`` walks
+the replay buffer exactly as the ``BroadcastMax`` unit does (row addresses advanced by the
+encoded steps, modulo ``2**addr_bits``), so a wrong parameter block gives wrong bits; load
+padding is filled with garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's
+images interleaved and replies with values and Indices in the contract's layout
+(``separate_group_images`` and ``encode_window_reply`` of ``contract/pooling.py``, which the
+host's ``decode_window_reply`` reads).
 
 ``silent=True`` makes a board that never answers, ``answers=n`` one that stops answering after
 n replies. :class:`Faulty` wraps any transport (this board, the virtual board) and damages bytes
@@ -22,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from maxaccel.contract.dtypes import FORMATS, format_of
-from maxaccel.contract.pooling import WINDOW_RANK, window_geometry
+from maxaccel.contract.pooling import (WINDOW_RANK, encode_window_reply, separate_group_images,
+                                       window_geometry)
 from maxaccel.contract.wire import (COUNTERS, LANE_BYTES, PARAMETERS, VERSION, Command,
                                     FrameParser, Identity, MaxParameters, Status, encode_frame,
                                     request_verdict, window_fields)
@@ -274,17 +279,14 @@ class FakeBoard:
                   for axis in range(WINDOW_RANK)]
         geometry = window_geometry(config, groups * group)
         data = self._elements(payload[block.size:], fmt, (groups, -1, group))
-        images = data.transpose(0, 2, 1).reshape(geometry.input_shape)
+        images = separate_group_images(data).reshape(geometry.input_shape)
         y, indices = reference.pool_windows(images, fmt, geometry, return_indices=True)
-        y = y.reshape(groups, group, -1).transpose(0, 2, 1)
-        if not fields["indices"]:
-            return self._bytes(y, fmt)
-        offsets = (indices.reshape(groups * group, -1)
-                   - np.arange(groups * group)[:, None] * geometry.channel_stride)
-        offsets = offsets.reshape(groups, group, -1).transpose(0, 2, 1).astype("<u4")
-        value_bytes = np.frombuffer(self._bytes(y, fmt), np.uint8).reshape(
-            groups, y.shape[1], -1)
-        return np.concatenate([value_bytes, offsets.copy().view(np.uint8)], axis=2).tobytes()
+        y = y.reshape(groups * group, -1)
+        positions = None
+        if fields["indices"]:
+            positions = (indices.reshape(groups * group, -1)
+                         - np.arange(groups * group)[:, None] * geometry.channel_stride)
+        return encode_window_reply(y, positions, fmt, group)
 
 
 class Faulty:

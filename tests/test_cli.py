@@ -122,12 +122,17 @@ def test_bench_names_a_device_it_cannot_measure():
     ("nosuch", "unknown board 'nosuch'; known boards: icebreaker"),
 ])
 def test_core_link_of_one_board_names_a_board_it_cannot_measure(capsys, board, message):
-    """``python -m maxaccel.host.bench --board NAME`` (core/link of one board) refuses an
-    unknown board before measuring anything."""
-    from maxaccel.host import bench
-    with pytest.raises(SystemExit) as exit_info:
-        bench._main(["--board", board])
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    """``maxaccel bench --board NAME`` (core/link of one board) refuses an unknown board before
+    measuring anything."""
+    status, text = run("bench", "--board", board)
+    assert status == 2 and message in capsys.readouterr().err
+    assert text == ""
+
+
+def test_core_link_json_goes_with_core_link(capsys, tmp_path):
+    status, _ = run("bench", "--core-link-json", str(tmp_path / "core_link.json"))
+    assert status == 2
+    assert "--core-link-json goes with --core-link (or --board)" in capsys.readouterr().err
 
 
 def test_bench_transfers_on_the_xdma_double(tmp_path, capsys):
@@ -158,7 +163,8 @@ def test_bench_prints_the_ratio_table_of_the_compiled_board(tmp_path):
     """``maxaccel bench --ratios``: every operation of ``RATIO_OPERATIONS`` in every dtype
     against a ReduceMax of its input bytes, each result checked against the golden model (the
     exact cycles at the table's size are asserted in tests/test_verilator_board.py)."""
-    from maxaccel.host.bench import POOL_CLASSES, POOL_DTYPES, RATIO_DTYPES, RATIO_OPERATIONS
+    from maxaccel.host.bench_cycles import RATIO_DTYPES, RATIO_OPERATIONS
+    from maxaccel.host.bench_pools import POOL_CLASSES, POOL_DTYPES
     figures = tmp_path / "bench.json"
     status, text = run("bench", "--device", "verilator", "--ratios", "1024", "--no-cpu",
                        "--pool-channels", "2", "--json", str(figures))
@@ -292,12 +298,12 @@ def test_bench_finds_the_board_reports_outside_the_repository(monkeypatch, tmp_p
 
 
 def test_core_link_of_a_board_report():
-    """``python -m maxaccel.host.bench --boards`` (``docs/boards/core_link.json``), for one
+    """``maxaccel bench --core-link`` (``docs/boards/core_link.json``), for one
     board at a small size: the NiteFury's core takes its requests' bytes at up to 32 a cycle,
     4 GB/s at 125 MHz against the link's 1.6 (at 4096 elements per-request costs weigh: the
     2^18-element figures are in the file)."""
     from maxaccel.boards.targets import load_reports
-    from maxaccel.host.bench import RATIO_OPERATIONS, format_core_link, measure_core_link
+    from maxaccel.host.bench_cycles import RATIO_OPERATIONS, format_core_link, measure_core_link
     (report,) = [r for r in load_reports() if r["board"] == "nitefury"]
     peak = report["core_bytes_per_s"] / report["link_bytes_per_s"]
     assert peak == 32 * 125e6 / 1.6e9

@@ -53,9 +53,11 @@ def test_utilisation_of_a_design_that_does_not_fit():
     assert fmax._utilisation(LOG, "DP16KD") == (0, 0)
 
 
-def test_cli_rejects_unknown_units():
-    with pytest.raises(SystemExit):
+def test_cli_rejects_unknown_units(capsys):
+    with pytest.raises(SystemExit) as exit:
         fmax.main(["units", "--units", "NoSuchUnit"])
+    assert exit.value.code == 2           # argparse's usage error, before any build
+    assert "invalid choice: 'NoSuchUnit'" in capsys.readouterr().err
 
 
 @pytest.mark.synth

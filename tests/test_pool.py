@@ -9,6 +9,7 @@ import zlib
 import ml_dtypes
 import numpy as np
 import pytest
+from cycle_exact import feed_a_beat_a_cycle
 
 from maxaccel.hdl.pool import ChannelsLastPool
 from maxaccel.contract.dtypes import FORMATS, format_of
@@ -353,24 +354,11 @@ def test_clear_abandons_partial_image(stalls):
         assert ctx.get(dut.idle) == 1 and ctx.get(dut.row_error) == 0
         # The second image, one beat a cycle, the output always ready; idle, sampled at each
         # edge, must be low from the edge after the first beat in to the last beat out.
-        ctx.set(dut.o.ready, 1)
-        received, pending, idle, last_out = [], list(beats), [], None
-        for edge in range(1, len(beats) + 10):
-            if pending:
-                ctx.set(dut.i.payload, pending[0])
-            ctx.set(dut.i.valid, bool(pending))
-            _, _, ready, valid, payload, was_idle = await ctx.tick().sample(
-                dut.i.ready, dut.o.valid, dut.o.payload, dut.idle)
-            idle.append(was_idle)
-            if pending and ready:
-                pending.pop(0)
-            if valid:
-                received.append(lanes_to_bytes(payload.data)[:payload.nbytes])
-                last_out = edge
-        assert not pending
+        received, idle, last_out = await feed_a_beat_a_cycle(ctx, dut, beats, len(beats) + 10)
         assert last_out == len(beats) + ChannelsLastPool.LATENCY
         assert idle == [1] + [0] * (last_out - 1) + [1] * (len(idle) - last_out)
-        got = np.frombuffer(b"".join(received), dtype=np.float16).reshape(1, 3, 1, 1)
+        got = np.frombuffer(b"".join(lanes_to_bytes(p.data)[:p.nbytes] for p in received),
+                            dtype=np.float16).reshape(1, 3, 1, 1)
         reference.assert_same_bits(got, golden(x[1:]))
         assert ctx.get(dut.idle) == 1 and ctx.get(dut.row_error) == 0
 

@@ -1,4 +1,4 @@
-"""The MaxPool classes of ``maxaccel bench --ratios`` (``host/bench.py``: ``POOL_CLASSES``) on
+"""The MaxPool classes of ``maxaccel bench --ratios`` (``host/bench_pools.py``: ``POOL_CLASSES``) on
 the default compiled board (the NiteFury's core: 4 lanes, 32-byte link words, kernel extent 13
 on the inner axes and 3 on the outermost, window_columns 64, window_plane 1024): their exact
 device cycles, their route, and the ratio to the link-bound time (a ReduceMax of the larger of
@@ -21,7 +21,7 @@ from maxaccel.contract.rules import _window_extents
 from maxaccel.contract.wire import Command
 from maxaccel.host import open_device
 from maxaccel.host.device import plan_max_pool
-from maxaccel.host.bench import POOL_CLASSES, measure_pool_ratios
+from maxaccel.host.bench_pools import POOL_CLASSES, measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
 from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
 
@@ -93,7 +93,7 @@ COMPILED = dict(lanes=VERILATOR_DEFAULTS["lanes"],
 
 
 def test_the_table_covers_every_class_and_dtype():
-    from maxaccel.host.bench import POOL_DTYPES
+    from maxaccel.host.bench_pools import POOL_DTYPES
     assert set(POOL_CYCLES) == {(name, d) for name in CLASSES for d in POOL_DTYPES}
 
 

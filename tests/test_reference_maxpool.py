@@ -12,6 +12,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import onnxruntime
 import pytest
 from backend_cases import generated_node_cases, pytorch_cases
 from hypothesis import given, settings
@@ -140,6 +141,18 @@ def random_config(rng, rank, max_size=6):
     shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + tuple(
         int(n) for n in rng.integers(1, max_size + 1, rank))
     return shape, attributes
+
+
+#: Largest spatial size of a random configuration, per rank (the corpora's).
+CORPUS_MAX_SIZE = {1: 9, 2: 6, 3: 4}
+
+
+def random_configs(rng, counts, max_size=CORPUS_MAX_SIZE):
+    """``(shape, attributes)`` of ``counts[rank]`` random configurations of each rank 1, 2 and
+    3, in that order, drawn from ``rng`` one at a time (the caller may draw between them)."""
+    for rank in (1, 2, 3):
+        for _ in range(counts[rank]):
+            yield random_config(rng, rank, max_size=max_size[rank])
 
 
 # --- (a) hand-worked vectors --------------------------------------------------------------------
@@ -303,11 +316,9 @@ def test_geometry():
 def test_random_configs_against_scalar_model(dtype):
     rng = np.random.default_rng(17 + np.dtype(dtype).num)
     checked = 0
-    for rank in (1, 2, 3):
-        for _ in range({1: 40, 2: 30, 3: 12}[rank]):
-            shape, attributes = random_config(rng, rank, max_size={1: 9, 2: 6, 3: 4}[rank])
-            x = random_values(rng, dtype, shape, edge_fraction=0.3)
-            checked += check_against_scalar(x, **attributes)
+    for shape, attributes in random_configs(rng, {1: 40, 2: 30, 3: 12}):
+        x = random_values(rng, dtype, shape, edge_fraction=0.3)
+        checked += check_against_scalar(x, **attributes)
     assert checked > 60
 
 
@@ -429,7 +440,6 @@ def onnxruntime_agrees(shape, attributes):
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "uint8"])
 def test_against_onnxruntime(dtype):
-    ort = pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(22)
     checked = 0
     for rank in (1, 2, 3, 1, 2):
@@ -446,8 +456,9 @@ def test_against_onnxruntime(dtype):
                 x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, count, endpoint=True,
                                  dtype=dtype)
             x = x.reshape(shape)
-            session = ort.InferenceSession(maxpool_model(x, **attributes).SerializeToString(),
-                                           providers=["CPUExecutionProvider"])
+            session = onnxruntime.InferenceSession(
+                maxpool_model(x, **attributes).SerializeToString(),
+                providers=["CPUExecutionProvider"])
             got_y, got_i = session.run(None, {"x": x})
             y, i = reference.max_pool(x, **attributes, return_indices=True)
             assert_same_bits(got_y, y, f"onnxruntime {shape} {attributes}")

@@ -37,6 +37,8 @@ def test_command_line_prints_a_table(capsys, monkeypatch):
     assert float(per_byte) == pytest.approx(int(luts) / 4, abs=0.051)
 
 
-def test_command_line_rejects_unknown_reports():
-    with pytest.raises(SystemExit):
+def test_command_line_rejects_unknown_reports(capsys):
+    with pytest.raises(SystemExit) as exit:
         resources.main(["nonsense"])
+    assert exit.value.code == 2           # argparse's usage error, before any synthesis
+    assert "unknown report 'nonsense'; choose from lane, parts" in capsys.readouterr().err

@@ -276,7 +276,7 @@ def test_a_built_compiled_board_opens_in_under_a_second(default_board):
 @pytest.mark.parametrize("dtype, elements", list(ROW_COLUMN_CYCLES))
 def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(default_board,
                                                                                dtype, elements):
-    from maxaccel.host.bench import measure_ratios
+    from maxaccel.host.bench_cycles import measure_ratios
     identity = default_board.identity
     assert (identity.lanes, identity.replay_depth) == (4, 1024)
     (ratio,) = measure_ratios(default_board, elements, dtypes=(dtype,),

@@ -12,7 +12,7 @@ import pytest
 
 from maxaccel.contract.wire import Command
 from maxaccel.host.device import open_device
-from maxaccel.host.bench import _board
+from maxaccel.host.bench_cycles import cycle_counter
 from maxaccel.sim import reference
 from maxaccel.sim.values import random_values
 from maxaccel.contract.dtypes import format_of
@@ -129,7 +129,7 @@ def pool_cycles(device, x, return_indices=False, **attributes):
     """(device cycles of the pool, cycles of its link-bound: a ReduceMax that moves as many
     bytes as the larger of the pool's input and reply, Indices included), the pool checked
     against the golden model and its route the unit's."""
-    board = _board(device)
+    board = cycle_counter(device)
     start = board.cycles
     got = device.max_pool(x, **attributes, return_indices=return_indices)
     cycles = board.cycles - start
@@ -153,7 +153,7 @@ def _spp(kernel):
     return dict(kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4)
 
 
-#: The SPP, SPPF and 1-D k4 classes of the MaxPool table (host/bench.py POOL_CLASSES): name ->
+#: The SPP, SPPF and 1-D k4 classes of the MaxPool table (host/bench_pools.py POOL_CLASSES): name ->
 #: (float32 input shape, attributes).
 SPP_CASES = {
     "SPPF 5x5 s1 p2 on 1x256x13x13": ((1, 256, 13, 13), _spp(5)),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 import pytest
+from cycle_exact import feed_a_beat_a_cycle
 
 from maxaccel.hdl.window import WindowMaxPool
 from maxaccel.contract.dtypes import FORMATS, format_of
@@ -571,21 +572,9 @@ def test_clear_abandons_partial_image(stalls):
         ctx.set(dut.clear, 1)
         await ctx.tick()
         ctx.set(dut.clear, 0)
-        ctx.set(dut.o.ready, 1)
-        received, pending, idle, last_out = [], list(beats), [], None
-        for edge in range(1, len(beats) + WindowMaxPool.SETTLE + dut.latency + 10):
-            if pending:
-                ctx.set(dut.i.payload, pending[0])
-            ctx.set(dut.i.valid, bool(pending))
-            _, _, ready, valid, payload, was_idle = await ctx.tick().sample(
-                dut.i.ready, dut.o.valid, dut.o.payload, dut.idle)
-            idle.append(was_idle)
-            if pending and ready:
-                pending.pop(0)
-            if valid:
-                received.append((int(payload.data), int(payload.index[0])))
-                last_out = edge
-        assert not pending
+        payloads, idle, last_out = await feed_a_beat_a_cycle(
+            ctx, dut, beats, len(beats) + WindowMaxPool.SETTLE + dut.latency + 10)
+        received = [(int(p.data), int(p.index[0])) for p in payloads]
         # Not idle while the configuration settles; idle until the first element is taken
         # (at edge SETTLE + 1), then not until the last output is taken.
         settle = WindowMaxPool.SETTLE
@@ -627,19 +616,9 @@ def test_clear_drops_results_in_flight():
         await ctx.tick()
         ctx.set(dut.clear, 0)
         await ctx.tick().repeat(WindowMaxPool.SETTLE)
-        ctx.set(dut.o.ready, 1)
-        pending = list(beats)
-        for _ in range(len(beats) + dut.latency + 20):
-            if pending:
-                ctx.set(dut.i.payload.data, pending[0])
-            ctx.set(dut.i.valid, bool(pending))
-            _, _, taken, valid, payload = await ctx.tick().sample(
-                dut.i.ready, dut.o.valid, dut.o.payload)
-            if pending and taken:
-                pending.pop(0)
-            if valid:
-                received.append((int(payload.data), int(payload.index[0])))
-        assert not pending
+        payloads, _, _ = await feed_a_beat_a_cycle(
+            ctx, dut, [{"data": beat} for beat in beats], len(beats) + dut.latency + 21)
+        received.extend((int(p.data), int(p.index[0])) for p in payloads)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

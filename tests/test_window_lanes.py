@@ -16,7 +16,8 @@ import pytest
 from amaranth.sim import Simulator
 
 from maxaccel.contract.dtypes import format_of
-from maxaccel.contract.pooling import WINDOW_FIELDS
+from maxaccel.contract.pooling import WINDOW_FIELDS, decode_window_reply
+from maxaccel.contract.wire import WINDOW_INDEX_BYTES
 from maxaccel.hdl.window import WindowMaxPool
 from maxaccel.hdl.window_lanes import WindowLanes
 from maxaccel.sim import reference
@@ -50,7 +51,7 @@ def check_lanes(dut, x, axes, *, group, indices, stalls):
                                    for k in range(LANES)],
                           "nbytes": group * fmt.nbytes, "first": 1, "last": 1})
     values, index = oracle(x, axes)
-    index_beats = -(-4 * group // (8 * LANES)) if indices else 0
+    index_beats = -(-WINDOW_INDEX_BYTES * group // (8 * LANES)) if indices else 0
     outputs = len(values) // group * (1 + index_beats)
 
     def setup(ctx):
@@ -79,18 +80,21 @@ def check_lanes(dut, x, axes, *, group, indices, stalls):
     for n, beat in enumerate(got[::step]):
         g, position = divmod(n, per_image)
         assert beat.nbytes == group * fmt.nbytes and beat.first and beat.last
-        value_bits = np.frombuffer(raw(beat)[:group * fmt.nbytes], fmt.uint_dtype)
-        reference.assert_same_bits(reference.from_bits(value_bits, fmt),
-                                   want_values[g, :, position], what=f"output {n}")
+        reply_row = raw(beat)[:beat.nbytes]
         if indices:
             row = got[step * n + 1:step * (n + 1)]
-            assert [b.nbytes for b in row] == [min(8 * LANES, 4 * group - 8 * LANES * k)
+            index_bytes = WINDOW_INDEX_BYTES * group
+            assert [b.nbytes for b in row] == [min(8 * LANES, index_bytes - 8 * LANES * k)
                                                for k in range(index_beats)]
             assert [(b.first, b.last) for b in row] == [(k == 0, k == index_beats - 1)
                                                         for k in range(index_beats)]
-            found = b"".join(raw(b)[:b.nbytes] for b in row)
-            np.testing.assert_array_equal(np.frombuffer(found, "<u4"),
-                                          want_index[g, :, position])
+            reply_row += b"".join(raw(b)[:b.nbytes] for b in row)
+        # One output row of one group, read as the host reads a MAX_POOL reply.
+        got_values, got_index = decode_window_reply(reply_row, fmt, group, 1, indices)
+        reference.assert_same_bits(got_values[:, 0], want_values[g, :, position],
+                                   what=f"output {n}")
+        if indices:
+            np.testing.assert_array_equal(got_index[:, 0], want_index[g, :, position])
     return run
 
 

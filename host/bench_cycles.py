@@ -1,0 +1,221 @@
+"""Device cycles per operation: ``maxaccel bench --ratios`` and ``maxaccel bench --core-link``.
+
+On a virtual board cycles are deterministic, unlike wall time, so these tables are exact:
+
+* **ratios** (:func:`measure_ratios`): each of :data:`RATIO_OPERATIONS` in device cycles over
+  those of a ``reduce_max`` of as many input elements, per dtype (a ratio of 1 runs at the
+  link's rate);
+* **core against link** (:func:`measure_core_link`): for each board's build report, the rate at
+  which its core takes an operation's request bytes over its link's rate (above 1 the link is
+  the limit); the table is saved beside the reports (:data:`CORE_LINK_FILE`).
+
+The MaxPool table is ``host/bench_pools.py``'s; wall-clock throughput, ``host/bench.py``'s.
+"""
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from maxaccel.host.bench import random_tensor, square_shape
+
+__all__ = ["RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio", "NoCycleCounter", "cycle_counter",
+           "measure_ratios", "ratio_line", "format_ratios", "measure_core_link",
+           "format_core_link", "CORE_LINK_FILE", "CORE_LINK_COMMAND", "load_core_link"]
+
+
+def _row_col(rng, n, dt):
+    rows, columns = square_shape(n)
+    return (random_tensor(rng, (rows, columns), dt), random_tensor(rng, (1, columns), dt),
+            random_tensor(rng, (rows, 1), dt))
+
+
+#: name -> (inputs(rng, elements, dtype), device/reference call); each is compared with a
+#: ``reduce_max`` of one tensor of as many elements as all its inputs together. A row is one
+#: more entry: ``inputs`` makes the operands of about ``elements`` elements each in the dtype
+#: given, ``call(m, *inputs)`` runs it on ``m``, a :class:`~maxaccel.host.device.Device` or
+#: :mod:`maxaccel.sim.reference`.
+RATIO_OPERATIONS = {
+    "ReduceMax / GlobalMaxPool": (
+        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
+        # GlobalMaxPool takes floats only; an integer tensor reduces its spatial axis.
+        lambda m, x: (m.global_max_pool(x) if x.dtype.kind == "f"
+                      else m.reduce_max(x, axes=(2,)))),
+    "max(a, b), same shape": (
+        lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
+        lambda m, *x: m.max(*x)),
+    "max(a, b, c), same shape": (
+        lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(3)),
+        lambda m, *x: m.max(*x)),
+    "max(a, row, col)": (_row_col, lambda m, *x: m.max(*x)),
+    # ResNet's stem pool on its 64 channels of a square image (64 x 64 at 2^18 elements): 32
+    # int8 images fill a 32-byte link word.
+    "MaxPool 3x3 stride 2 pads 1": (
+        lambda rng, n, dt: (random_tensor(rng, (1, 64) + square_shape(max(1, n // 64)), dt),),
+        lambda m, x: m.max_pool(x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+}
+
+#: The dtypes of the ratio table.
+RATIO_DTYPES = ("float32", "float16", "int8", "float64")
+
+
+@dataclass
+class Ratio:
+    """One operation's device cycles against a ReduceMax of the same input bytes;
+    ``request_bytes``: the bytes the host sent for the operation (frames, parameter blocks and
+    data), which the core took in ``cycles``."""
+
+    where: str
+    operation: str
+    dtype: str
+    elements: int
+    cycles: int
+    reduce_cycles: int
+    request_bytes: int
+
+    @property
+    def ratio(self):
+        return self.cycles / self.reduce_cycles
+
+    def as_dict(self):
+        return {**asdict(self), "ratio": self.ratio}
+
+
+class NoCycleCounter(ValueError):
+    """The device is not a virtual board: it has no clock cycles to count."""
+
+
+def cycle_counter(device):
+    """The virtual board behind ``device`` (its transport, unwrapped), which counts cycles.
+
+    Raises
+    ------
+    NoCycleCounter
+        A device that is not a virtual board.
+    """
+    transport = device.link.transport
+    transport = getattr(transport, "inner", transport)         # a TimedTransport's
+    transport = getattr(transport, "board", transport)         # a SimTransport's board
+    if not hasattr(transport, "cycles"):
+        raise NoCycleCounter(f"{device.url!r} does not count cycles: ratios need a virtual "
+                             f"board (sim or verilator)")
+    return transport
+
+
+def measure_ratios(device, elements=1 << 18, *, dtypes=RATIO_DTYPES, operations=None, seed=0,
+                   progress=None):
+    """Device cycles of each of :data:`RATIO_OPERATIONS` (``elements`` per operand) over those
+    of a ``reduce_max`` of as many input elements, per dtype, on a virtual board (cycles are
+    deterministic, unlike wall time). Every result is checked against the golden model.
+
+    Returns
+    -------
+    list of Ratio
+    """
+    from maxaccel.sim import reference
+    board = cycle_counter(device)
+    rng = np.random.default_rng(seed)
+
+    def cycles(call):
+        start, sent = board.cycles, device.link.bytes_written
+        result = call()
+        return result, board.cycles - start, device.link.bytes_written - sent
+
+    results = []
+    for dtype in dtypes:
+        for name in operations or RATIO_OPERATIONS:
+            make, call = RATIO_OPERATIONS[name]
+            inputs = make(rng, elements, np.dtype(dtype))
+            result, spent, sent = cycles(lambda: call(device, *inputs))
+            reference.assert_same_bits(result, call(reference, *inputs),
+                                       f"{name} {[x.shape for x in inputs]}")
+            flat = random_tensor(rng, (sum(x.size for x in inputs),), np.dtype(dtype))
+            result, baseline, _ = cycles(lambda: device.reduce_max(flat))
+            reference.assert_same_bits(result, reference.reduce_max(flat), "reduce_max")
+            results.append(Ratio(device.url, name, str(np.dtype(dtype)), elements, spent,
+                                 baseline, sent))
+            if progress is not None:
+                progress(results[-1])
+    return results
+
+
+def ratio_line(r):
+    """One :class:`Ratio` as a progress line."""
+    return (f"{r.dtype:<8} {r.operation:<26} {r.cycles:>9} cycles, ReduceMax "
+            f"{r.reduce_cycles:>9}: {r.ratio:.3f}")
+
+
+def format_ratios(ratios):
+    """The ratios as a markdown table: one row per operation, one column per dtype."""
+    dtypes = list(dict.fromkeys(r.dtype for r in ratios))
+    table = {(r.operation, r.dtype): r.ratio for r in ratios}
+    lines = ["| operation | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
+    for operation in dict.fromkeys(r.operation for r in ratios):
+        cells = [f"{table[operation, d]:.2f}" if (operation, d) in table else "-"
+                 for d in dtypes]
+        lines.append(f"| {operation} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def measure_core_link(report, elements=1 << 18, *, dtypes=RATIO_DTYPES, progress=None):
+    """Core against link, per operation, for the board of a build ``report``
+    (:func:`maxaccel.boards.targets.load_reports`).
+
+    The board's core (its target's capacities and units, the report's lanes and clock, and its
+    link word: ``core_bytes_per_s`` over the clock, 32 bytes behind the NiteFury's XDMA, one
+    behind a UART) runs :data:`RATIO_OPERATIONS` on the compiled virtual board. For each
+    operation, the rate at which the core takes the operation's request bytes (bytes sent over
+    cycles, at the board's clock) over the link's payload rate (``link_bytes_per_s``): the
+    peak ratio ``core_bytes_per_s / link_bytes_per_s`` times the share of its cycles in which
+    the core took a full link word. Above 1 the link is the limit.
+
+    Returns
+    -------
+    dict
+        operation -> {dtype: core/link}
+    """
+    from maxaccel.boards.build import core_parameters
+    from maxaccel.boards.targets import target
+    from maxaccel.host.device import Device
+    from maxaccel.host.transport import SimTransport
+    board = target(report["board"])
+    clock_hz = report["clock_mhz"] * 1e6
+    link_bytes = round(report["core_bytes_per_s"] / clock_hz)
+    parameters = core_parameters(board, report["lanes"], report["clock_mhz"])
+    del parameters["clock_hz"]  # only what IDENTIFY reports; the virtual boards' keeps one model
+    transport = SimTransport("verilator", link_bytes=link_bytes, **parameters)
+    with Device(transport, url=f"verilator:{board.name}") as device:
+        ratios = measure_ratios(device, elements, dtypes=dtypes, progress=progress)
+    table = {}
+    for r in ratios:
+        rate = clock_hz * r.request_bytes / r.cycles
+        table.setdefault(r.operation, {})[r.dtype] = rate / report["link_bytes_per_s"]
+    return table
+
+
+def format_core_link(core_link):
+    """``{board: measure_core_link(...)}`` as a markdown table: one row per board, one column
+    per operation, each cell the lowest core/link over the dtypes."""
+    operations = list(dict.fromkeys(op for table in core_link.values() for op in table))
+    lines = ["| board | " + " | ".join(operations) + " |", "|---|" + "---|" * len(operations)]
+    for board, table in core_link.items():
+        cells = [f"{min(table[op].values()):.2f}x" if op in table else "-"
+                 for op in operations]
+        lines.append(f"| {board} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: The core/link table of the board reports (:func:`measure_core_link` of each), beside them.
+CORE_LINK_FILE = "core_link.json"
+#: The command that measures it.
+CORE_LINK_COMMAND = "maxaccel bench --core-link"
+
+
+def load_core_link(directory=None):
+    """The core/link table saved beside the board reports in ``directory`` (default
+    :func:`maxaccel.boards.targets.reports_dir`): ``{board: {operation: {dtype: figure}}}``,
+    or None if there is none."""
+    import json
+    import pathlib
+    from maxaccel.boards.targets import reports_dir
+    path = pathlib.Path(reports_dir() if directory is None else directory) / CORE_LINK_FILE
+    return json.loads(path.read_text())["boards"] if path.exists() else None
