@@ -244,8 +244,10 @@ class MaxParameters:
                    plan.streamed is not None,
                    tuple(MaxOperand(o.base, o.splat, tuple(o.steps)) for o in plan.replayed))
 
-    def encode(self, max_dims, max_operands):
-        """The block's bytes for a device with ``max_dims`` and ``max_operands``.
+    def fields(self, max_dims, max_operands):
+        """The block's fields by name for a device with ``max_dims`` and ``max_operands`` (every
+        field of :meth:`layout`; the unused slots' are 0): what :meth:`encode` packs, and what
+        the status rules (``problems``) take.
 
         Raises
         ------
@@ -258,8 +260,9 @@ class MaxParameters:
         if len(self.operands) > max_operands:
             raise ValueError(f"MAX pass with {len(self.operands)} replayed operands for a device "
                              f"with max_operands={max_operands}")
-        fields = {"dtype": self.dtype, "operands": len(self.operands),
-                  "streamed": int(self.streamed), "row_length": self.row_length}
+        fields = dict.fromkeys(self.layout(max_dims, max_operands).names, 0)
+        fields.update({"dtype": self.dtype, "operands": len(self.operands),
+                       "streamed": int(self.streamed), "row_length": self.row_length})
         fields.update((f"counts[{d}]", count) for d, count in enumerate(self.counts))
         for k, operand in enumerate(self.operands):
             if len(operand.steps) != max_dims:
@@ -268,7 +271,12 @@ class MaxParameters:
             fields[f"slot[{k}].base"] = operand.base
             fields[f"slot[{k}].splat"] = int(operand.splat)
             fields.update((f"slot[{k}].steps[{d}]", step) for d, step in enumerate(operand.steps))
-        return self.layout(max_dims, max_operands).pack(**fields)
+        return fields
+
+    def encode(self, max_dims, max_operands):
+        """The block's bytes for a device with ``max_dims`` and ``max_operands`` (the
+        :meth:`fields`, packed; raises as it does)."""
+        return self.layout(max_dims, max_operands).pack(**self.fields(max_dims, max_operands))
 
     @classmethod
     def decode(cls, payload, max_dims, max_operands):

@@ -388,8 +388,7 @@ def _request_problems(plan, encodable):
         if found:
             break
     if encodable:
-        block = MaxParameters.from_plan(plan, dtype).encode(plan.max_dims, plan.max_operands)
-        fields = wire.parameter_block(Command.MAX, plan.max_dims, plan.max_operands).unpack(block)
+        fields = MaxParameters.from_plan(plan, dtype).fields(plan.max_dims, plan.max_operands)
         streamed_bytes = math.prod(plan.output_shape) * plan.itemsize if plan.streamed else 0
         for problem in wire.problems(Command.MAX, fields, capacities,
                                      data_length=streamed_bytes):
