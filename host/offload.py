@@ -1,4 +1,5 @@
-"""Run a whole ONNX model with its Max, ReduceMax and GlobalMaxPool nodes on a maxaccel board.
+"""Run a whole ONNX model with its Max, ReduceMax, GlobalMaxPool and MaxPool nodes on a
+maxaccel board.
 
 :class:`OffloadSession` is a drop-in for onnxruntime's ``InferenceSession``: swap the
 constructor (and give a ``device``), keep the rest of the script::
