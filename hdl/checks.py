@@ -268,12 +268,8 @@ class RequestChecks:
                  reply_bytes=self.reply_bytes, payload_data=self.payload_data)
         return q
 
-    def build(self, m, checks, length, needed):
-        """The checks' logic: registers and the multiplier in ``m``, the verdict in ``checks``.
-
-        ``length`` is the request's payload length and ``needed`` its block's bytes.
-        """
-        self._length, self._needed = length, needed
+    def build(self, m, checks):
+        """The checks' logic: registers and the multiplier in ``m``, the verdict in ``checks``."""
         with m.Switch(self.dtype):
             for fmt in FORMATS.values():
                 with m.Case(fmt.dtype):
@@ -287,16 +283,17 @@ class RequestChecks:
         self.verdict = verdict_logic(checks, self.command, self.supported, self.specs,
                                      self.fields, self._quantities, self.capacities)
 
-    def states(self, m, then):
+    def states(self, m, then, *, length, needed):
         """The checks' states of the engine's FSM, from ``GEOMETRY_DTYPE`` (enter it when the
-        block is in) to ``then`` (when :attr:`verdict` is valid)."""
+        block is in) to ``then`` (when :attr:`verdict` is valid). ``length`` is the request's
+        payload length and ``needed`` its block's bytes."""
         with m.State("GEOMETRY_DTYPE"):
             with m.Switch(self.command):
                 for code, fields in self.fields.items():
                     with m.Case(code):
                         m.d.sync += [self.dtype.eq(fields["dtype"]),
                                      self.row_elements.eq(fields[self.specs[code].row])]
-            m.d.sync += self.payload_data.eq(self._length - self._needed)
+            m.d.sync += self.payload_data.eq(length - needed)
             m.next = "GEOMETRY_SHIFT"
         with m.State("GEOMETRY_SHIFT"):
             m.next = "GEOMETRY_ROW"    # the dtype's decode is registered meanwhile

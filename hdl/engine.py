@@ -242,7 +242,7 @@ class CommandEngine(wiring.Component):
                                 parameters.fields, Capacities.of(self.identity), beat_bytes)
         command = request.command
         length = Signal(32)
-        request.build(m, checks, length, parameters.needed)
+        request.build(m, checks)
         router = UnitRouter(ports, self.units, commands)
         router.build(m, checks, streams, command=command, request=request,
                      fields=parameters.fields, packer=packer, unpacker=unpacker,
@@ -325,7 +325,7 @@ class CommandEngine(wiring.Component):
                         m.next = "GEOMETRY_DTYPE"
                 take_trailer(to_reply)   # only a timeout ends a frame here
 
-            request.states(m, then="VALIDATE")
+            request.states(m, then="VALIDATE", length=length, needed=parameters.needed)
 
             with m.State("VALIDATE"):
                 m.d.sync += [status.eq(request.verdict), reply_length.eq(request.reply_bytes)]

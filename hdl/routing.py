@@ -152,16 +152,19 @@ class UnitRouter:
         return [port.clear.eq(self._is(command, name)) for name, port in self.ports.items()
                 if hasattr(port, "clear")]
 
+    def _commanded_unit(self):
+        """The name of the one unit that takes a command beat (a ``command`` stream)."""
+        unit, = (name for name, port in self.ports.items() if hasattr(port, "command"))
+        return unit
+
     def takes_command(self, command):
         """The request's unit takes a command beat (its ``command`` stream) before the data."""
-        return Cat(*(command == code for code, route in ROUTES.items()
-                     if hasattr(self.ports[route.unit], "command"))).any()
+        return self._is(command, self._commanded_unit())
 
     @property
     def command_stream(self):
         """The ``command`` stream of the unit that has one."""
-        stream, = (port.command for port in self.ports.values() if hasattr(port, "command"))
-        return stream
+        return self.ports[self._commanded_unit()].command
 
     def settled(self):
         """Every present unit is done with the request (its ``settled``; a ``LOAD`` when its
