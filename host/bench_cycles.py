@@ -12,7 +12,7 @@ On a virtual board cycles are deterministic, unlike wall time, so these tables a
 The MaxPool table is ``host/bench_pools.py``'s; wall-clock throughput, ``host/bench.py``'s.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -78,6 +78,13 @@ class Ratio:
 
     def as_dict(self):
         return {**asdict(self), "ratio": self.ratio}
+
+    @classmethod
+    def from_dict(cls, figures):
+        """The inverse of :meth:`as_dict`, its derived ``ratio`` left out: a figure read back
+        from the file ``maxaccel bench --json`` writes."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in figures.items() if k in names})
 
 
 class NoCycleCounter(ValueError):

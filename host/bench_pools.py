@@ -4,7 +4,10 @@ output, Indices included), on a virtual board; ``--pool-routes`` times the pools
 unit takes through ``REDUCE`` too.
 
 :data:`POOL_CLASSES` is the one list of the classes: ``tests/test_pool_classes.py`` (their
-exact cycles) and ``docs/benchmarks.md`` take the rows from here.
+exact cycles) and ``docs/benchmarks.md`` take the rows from here. The figures of both tables
+that page quotes are those of one ``maxaccel bench --ratios --json`` file, :data:`RATIOS_FILE`
+(:func:`load_ratio_tables`); the tests assert the device's cycles against it and the page's
+tables against :func:`format_pool_ratios` and ``bench_cycles.format_ratios`` of it.
 """
 
 import math
@@ -17,7 +20,8 @@ from maxaccel.host.bench import random_tensor
 from maxaccel.host.bench_cycles import Ratio, cycle_counter
 
 __all__ = ["PoolClass", "POOL_CLASSES", "POOL_DTYPES", "PoolRatio", "measure_pool_ratios",
-           "pool_ratio_line", "format_pool_ratios"]
+           "pool_ratio_line", "format_pool_ratios", "RATIOS_FILE", "RATIOS_COMMAND",
+           "load_ratio_tables", "format_link_elements"]
 
 
 
@@ -205,4 +209,77 @@ def format_pool_ratios(ratios):
                 cell += f" (REDUCE {r.reduce_route_cycles / r.reduce_cycles:.2f})"
             cells.append(cell)
         lines.append(f"| {operation} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+#: The ``maxaccel bench --json`` file (in a source tree) holding the figures of the ratio and
+#: MaxPool tables that ``docs/benchmarks.md`` quotes, whose cycles ``tests/test_pool_classes.py``
+#: asserts exactly; :data:`RATIOS_COMMAND` writes it anew.
+RATIOS_FILE = "docs/bench/ratios.json"
+#: The command that measures :data:`RATIOS_FILE` (about 10 min with the compiled model cached).
+RATIOS_COMMAND = ("maxaccel bench --device verilator --ratios --no-cpu --pool-routes "
+                  f"--json {RATIOS_FILE}")
+
+
+def load_ratio_tables(path):
+    """The two cycle tables of a file ``maxaccel bench --ratios --json`` wrote.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file, such as :data:`RATIOS_FILE`.
+
+    Returns
+    -------
+    ratios : list of Ratio
+        The operations' table (``bench_cycles.format_ratios`` prints it).
+    pools : list of PoolRatio
+        The MaxPool table (:func:`format_pool_ratios` prints it).
+    """
+    import json
+    import pathlib
+    figures = json.loads(pathlib.Path(path).read_text())
+    return ([Ratio.from_dict(r) for r in figures["ratios"]],
+            [PoolRatio.from_dict(r) for r in figures["pool_ratios"]])
+
+
+def format_link_elements(identities, classes=POOL_CLASSES, *, dtype="float32",
+                         max_frame_bytes=1 << 20):
+    """Elements on the link per MaxPool class and board, from the host's planners: a markdown
+    table, one row per class: its input plus output elements; per board with a windowed
+    pooling unit, the elements ``MAX_POOL`` moves both ways over those (its tiles' halos,
+    padding and filler images included; ``-`` when the pool is beyond the unit); last, what
+    ``REDUCE`` moves over them, the route of the boards without the unit.
+
+    Parameters
+    ----------
+    identities : dict of str to Identity
+        Board name -> its ``IDENTIFY`` (``maxaccel.boards.build.target_identity``).
+    classes : sequence of PoolClass
+    dtype : str
+    max_frame_bytes : int
+        The frames' largest payload (1 MiB: a serial link's).
+    """
+    from maxaccel.contract.dtypes import format_of
+    from maxaccel.contract.pooling import resolve_max_pool
+    from maxaccel.host.pool_reduce import plan_reduce_pool
+    from maxaccel.host.pool_window import plan_window_pool
+    fmt = format_of(np.dtype(dtype))
+    with_unit = {board: i for board, i in identities.items() if i.window_lanes}
+    without = [board for board, i in identities.items() if not i.window_lanes]
+    lines = ["| pool | input + output elements | "
+             + " | ".join(f"`MAX_POOL`: {board}" for board in with_unit)
+             + f" | `REDUCE`: {', '.join(without)} |",
+             "|---|---|" + "---|" * (len(with_unit) + 1)]
+    for pool in classes:
+        geometry = resolve_max_pool(pool.shape, **pool.attributes)
+        elements = math.prod(geometry.input_shape) + math.prod(geometry.output_shape)
+        cells = []
+        for identity in with_unit.values():
+            plan = plan_window_pool(geometry, fmt, identity, max_frame_bytes,
+                                    indices=pool.return_indices)
+            cells.append("-" if plan is None else f"{plan.wire_elements() / elements:.3f}")
+        reduce = plan_reduce_pool(geometry)
+        cells.append(f"{(reduce.sent_elements + reduce.output_elements) / elements:.2f}")
+        lines.append(f"| {pool.name} | {elements} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

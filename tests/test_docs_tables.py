@@ -1,0 +1,63 @@
+"""The tables of figures the docs quote are generated from the files the builds and the bench
+write, and printed by the functions ``maxaccel bench`` prints them with: a rebuilt report or a
+new bench file changes the page with it, and a page edited by hand fails here.
+
+* ``docs/boards.md``: the per-board table (``docs/boards/*.json``, the build reports:
+  ``report_markdown``), core against link (``docs/boards/core_link.json``:
+  ``format_core_link``) and the elements on the link per pool and board (the host's planners
+  on each target's ``IDENTIFY``: ``format_link_elements``);
+* ``docs/benchmarks.md``: the ratio table and the MaxPool table (``docs/bench/ratios.json``,
+  ``bench_pools.RATIOS_FILE``: ``format_ratios``, ``format_pool_ratios``), whose cycles
+  ``tests/test_pool_classes.py`` asserts against the compiled board.
+"""
+
+import pathlib
+
+from maxaccel.boards.targets import TARGETS, load_reports, report_markdown
+from maxaccel.host.bench_cycles import RATIO_DTYPES, RATIO_OPERATIONS, format_core_link, \
+    format_ratios, load_core_link
+from maxaccel.host.bench_pools import POOL_CLASSES, POOL_DTYPES, RATIOS_FILE, \
+    format_pool_ratios, load_ratio_tables
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def page(name):
+    return (ROOT / "docs" / name).read_text()
+
+
+def test_the_per_board_table_of_the_docs_is_the_reports_table():
+    """Every board of TARGETS in order, as report_markdown prints the reports."""
+    reports = load_reports()
+    assert [r["board"] for r in reports] == list(TARGETS)
+    assert report_markdown(reports) in page("boards.md")
+
+
+def test_the_core_against_link_table_of_the_docs_is_its_file():
+    core_link = load_core_link()
+    assert list(core_link) == [board for board in TARGETS if board in core_link]
+    assert format_core_link(core_link) in page("boards.md")
+
+
+def test_the_ratio_tables_of_the_docs_are_the_bench_file():
+    """Both tables of ``maxaccel bench --ratios`` in docs/benchmarks.md are the bench file's,
+    which holds every operation and every MaxPool class in every dtype of the tables, measured
+    on the default compiled board."""
+    ratios, pools = load_ratio_tables(ROOT / RATIOS_FILE)
+    assert {(r.operation, r.dtype) for r in ratios} == {
+        (o, d) for o in RATIO_OPERATIONS for d in RATIO_DTYPES}
+    assert {(r.operation, r.dtype) for r in pools} == {
+        (p.name, d) for p in POOL_CLASSES for d in POOL_DTYPES}
+    assert {r.where for r in ratios + pools} == {"verilator"}
+    text = page("benchmarks.md")
+    assert format_ratios(ratios) in text
+    assert format_pool_ratios(pools) in text
+
+
+def test_the_link_elements_table_of_the_docs_is_the_planners():
+    """docs/boards.md's elements on the link per pool and board, as the host's planners give
+    them on each target's ``IDENTIFY``."""
+    from maxaccel.boards.build import target_identity
+    from maxaccel.host.bench_pools import format_link_elements
+    identities = {name: target_identity(t) for name, t in TARGETS.items()}
+    assert format_link_elements(identities) in page("boards.md")
