@@ -44,7 +44,7 @@ def conversation(identity, rng):
     corrupted = bytearray(encode_frame(Command.IDENTIFY, 5))
     corrupted[-1] ^= 0x40
     reduce = encode_frame(Command.REDUCE, 9, PARAMETERS[Command.REDUCE].pack(
-        format_of(x.dtype).dtype, 3, 5) + x.tobytes())
+        dtype=format_of(x.dtype).dtype, runs=3, run_length=5) + x.tobytes())
     # A MAX_POOL of 4 float16 images of 4 x 5 side by side (a lane of the one pooling unit),
     # 3 x 3 stride 2 pads 1, indices (two beats of them per output position).
     images = random_values(rng, format_of(np.float16), (1, 4, 4, 5), edge_fraction=0.5)
@@ -61,7 +61,7 @@ def conversation(identity, rng):
         encode_frame(Command.LOAD, 3, PARAMETERS[Command.LOAD].pack(
             format_of(row.dtype).dtype, replayed.base, 1, 3) + row.tobytes()),
         encode_frame(Command.MAX, 4, block + y.tobytes()),
-        encode_frame(Command.REDUCE, 6, PARAMETERS[Command.REDUCE].pack(99, 1, 1) + b"\0"),
+        encode_frame(Command.REDUCE, 6, PARAMETERS[Command.REDUCE].pack(dtype=99, runs=1, run_length=1) + b"\0"),
         bytes(corrupted),
         reduce[:20],
         encode_frame(Command.COUNTERS, 7),
