@@ -116,7 +116,10 @@ WINDOW_IMAGE_MAX = (1 << 8 * WINDOW_INDEX_BYTES) - 1
 #: Parameter blocks of the commands whose block does not depend on the device (the ``MAX``
 #: block does: :func:`parameter_block`).
 PARAMETERS = {
-    Command.REDUCE: ParameterBlock([("dtype", 1), ("runs", 4), ("run_length", 4)]),
+    # REDUCE's ``minimum`` (0: each run's maximum, 1: its minimum) sits in what was the
+    # block's padding, so a maximum's bytes and the block's size are what they were.
+    Command.REDUCE: ParameterBlock([("dtype", 1), ("runs", 4), ("run_length", 4),
+                                    ("minimum", 1)]),
     Command.POOL_CHANNELS_LAST: ParameterBlock(
         [("dtype", 1), ("images", 4), ("pixels", 4), ("channels", 4)]),
     Command.LOAD: ParameterBlock([("dtype", 1), ("base", 4), ("rows", 4), ("row_length", 4)]),

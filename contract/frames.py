@@ -19,8 +19,10 @@ MAGIC = b"MX"
 #: pooling unit's 64-bit lanes (a ``MAX_POOL`` group of up to ``8 * window_lanes / itemsize``
 #: images). 5: ``window_extent`` is the kernel extent of the two inner axes and
 #: ``window_extent_outer`` (a byte appended to ``IDENTIFY``) that of a 3-D pool's outermost
-#: axis, so a board sizes its plane buffers apart from its line buffers.
-VERSION = 5
+#: axis, so a board sizes its plane buffers apart from its line buffers. 6: ``REDUCE``'s
+#: ``minimum`` byte (a run's minimum; before, that byte was padding the device ignored, so a
+#: version-5 core would answer a ReduceMin with the maximum).
+VERSION = 6
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE

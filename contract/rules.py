@@ -201,7 +201,9 @@ RULES = {
     Command.REDUCE: CommandRules(
         row="run_length", products=(("data", ("runs", "run_length")), ("reply", ("runs",))),
         data="data", reply="reply", request_rows="runs",
-        rules=(_reply_rule(), _length_rule("runs x run_length elements"))),
+        rules=(Rule(Status.BAD_PARAMETER, "a minimum flag other than 0 or 1",
+                    lambda f, q, cap, ops: f["minimum"] > 1),
+               _reply_rule(), _length_rule("runs x run_length elements"))),
     Command.POOL_CHANNELS_LAST: CommandRules(
         row="channels",
         products=(("rows", ("images", "pixels")), ("data", ("rows", "channels")),

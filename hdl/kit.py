@@ -126,7 +126,7 @@ def delay(m, name, enable, valid, tag, tag_shape, cycles):
     return valid, tag
 
 
-def to_keys(m, enable, fmt, values, filled=None, latency=2, name="key"):
+def to_keys(m, enable, fmt, values, filled=None, latency=2, name="key", minimum=None):
     """:class:`ToKey` of each lane of ``values`` in ``latency`` register stages.
 
     ``latency=2``: the NaN tests, then the key; ``fmt`` is the registered decode (of
@@ -135,7 +135,8 @@ def to_keys(m, enable, fmt, values, filled=None, latency=2, name="key"):
     cycle. The registers advance with ``enable``; ``filled`` (a byte mask per lane) marks the
     bytes that hold elements, the others get key 0. The submodules and key registers are
     named ``{name}_{lane}``. ``fmt`` may also be a list, a format per lane: copies of the
-    format in distinct registers, to split its fanout over many lanes.
+    format in distinct registers, to split its fanout over many lanes. ``minimum`` (if given)
+    is :class:`ToKey`'s select, read with ``fmt``.
     """
     keys = []
     formats = fmt if isinstance(fmt, list) else [fmt] * len(values)
@@ -143,6 +144,8 @@ def to_keys(m, enable, fmt, values, filled=None, latency=2, name="key"):
         to_key = ToKey(latency=latency - 1)
         m.submodules[f"{name}_{j}"] = EnableInserter(enable)(to_key)
         m.d.comb += [to_key.format.eq(formats[j]), to_key.value.eq(value)]
+        if minimum is not None:
+            m.d.comb += to_key.minimum.eq(minimum)
         if filled is not None:
             m.d.comb += to_key.filled.eq(filled[j])
         keys.append(register(m, enable, to_key.key, f"{name}_{j}"))
@@ -154,15 +157,23 @@ def lane_of(value, j):
     return value[LANE_BITS * j:LANE_BITS * (j + 1)]
 
 
-def from_key(m, name, fmt, key):
+def from_key(m, name, fmt, key, minimum=None):
+    """:class:`FromKey` of ``key`` (with the ``minimum`` select, if given)."""
     from_key = m.submodules[name] = FromKey()
     m.d.comb += [from_key.format.eq(fmt), from_key.key.eq(key)]
+    if minimum is not None:
+        m.d.comb += from_key.minimum.eq(minimum)
     return from_key.value
 
 
-def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True):
+def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimum=None):
     """The loop and close of :class:`RunAccumulator` for each key lane of ``lanes`` (a list);
     returns (list of result keys, result valid).
+
+    The least key (what an empty run gives) is the key of the empty-set value: that of
+    ``-inf``, of the integer minimum or of False, and with ``minimum`` (:class:`ToKey`'s
+    select, if given) that of ``+inf``, of the integer maximum or of True -- the same key but
+    for bool.
 
     The lanes advance together: one set of control registers (the partials' tags, ``step``),
     one loop :class:`KeyMax` and one close :class:`KeyMax` per lane.
@@ -175,6 +186,12 @@ def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True):
     for index, spec in enumerate(FLOAT_FORMATS):
         with m.If(fmt.float_format[index]):
             m.d.comb += least_key.eq(splat_constant(float_key(spec, spec.lowest), spec.bits))
+    if minimum is not None:
+        # A minimum complements keys: the least key is then the complement of the greatest
+        # element's, for floats and integers the same as the maximum's (``~key(+inf) ==
+        # key(-inf)``, ``~key(max) == 0``), for bool ``~key(True)``.
+        with m.If(minimum & fmt.boolean):
+            m.d.comb += least_key.eq(splat_constant(0xFE, 8))
 
     def name(base, j):
         return base if len(lanes) == 1 else f"{base}_{j}"

@@ -1,4 +1,5 @@
-"""64-bit comparator lanes that compute an element-wise maximum for every supported dtype.
+"""64-bit comparator lanes that compute an element-wise maximum, or minimum, for every supported
+dtype.
 
 A lane holds 8 x 8, 4 x 16, 2 x 32 or 1 x 64-bit elements, chosen at run time by an ONNX dtype
 code, so one bitstream serves every dtype at 8 bytes per cycle whatever the dtype.
@@ -20,6 +21,14 @@ The maximum is computed in *key space* (see ``docs/architecture.md``):
 Units that reduce many operands (trees, accumulators) convert once on entry and once on exit and
 run :class:`KeyMax` in between: each comparison is then a compare and a 2:1 select, which keeps
 loops short and Fmax high. :class:`LaneMax` composes the three for a single comparison.
+
+**Minimum.** :class:`ToKey` and :class:`FromKey` take a ``minimum`` select: the key of every
+value that is not a NaN is then complemented (the least value gets the greatest key), while a
+NaN keeps the canonical NaN's key, still above every other key, and padding keeps key 0. The
+same :class:`KeyMax` (trees, folds, accumulators untouched) then takes the IEEE 754-2019
+``minimum``: NaN absorbing, ``-0`` below ``+0``. This is the golden model's rule
+(``maxaccel.sim.reference._extreme_keys``, which gives a NaN the key all ones instead: the two
+keys rank alike against every other key).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
@@ -54,12 +63,16 @@ class LaneFormat(data.Struct):
         The element's top bit is a sign bit (floats and signed integers).
     float_format : 4
         One-hot float format in the order of :data:`FLOAT_FORMATS`; zero for integers.
+    boolean : 1
+        The elements are bool (a byte, False 0 < True 1): a minimum's empty set is True, not
+        the byte's greatest value.
     """
 
     size: 4
     top: LANE_BYTES
     signed: 1
     float_format: len(FLOAT_FORMATS)
+    boolean: 1
 
 
 def splat_constant(value, bits):
@@ -128,6 +141,7 @@ def _lane_format(code):
         "top": sum(1 << i for i in range(LANE_BYTES) if i % nbytes == nbytes - 1),
         "signed": int(bool(spec and spec.is_signed)),
         "float_format": 1 << FLOAT_FORMATS.index(spec) if spec and spec.is_float else 0,
+        "boolean": int(bool(spec and spec.kind == "bool")),
     }
     return Const.cast(data.Layout.cast(LaneFormat).const(fields)).value
 
@@ -153,6 +167,13 @@ class ToKey(wiring.Component):
     be all padding (an empty reduction) takes the max with the least key before
     :class:`FromKey`.
 
+    With ``minimum`` set the key of every value that is not a NaN is complemented, so the
+    maximum of keys is the minimum of values (``-0`` below ``+0``); a NaN keeps the canonical
+    NaN's key, which is above the complemented key of ``-inf`` (the greatest a float value then
+    has), so NaN still absorbs; padding keeps key 0 (the complemented key of the integer
+    maximum, below every float value's). The cost is one more input to each byte's two
+    control LUTs.
+
     Parameters
     ----------
     latency : int
@@ -160,12 +181,15 @@ class ToKey(wiring.Component):
         key is combinational after that register (register it again for a two-stage
         conversion). The NaN tests need no format, so ``format`` is not registered: it is read
         in the second cycle and must not change in between (a format is static during a
-        command; pass the unit's registered decode). Wrap the unit in
+        command; pass the unit's registered decode), and so is ``minimum``. Wrap the unit in
         :class:`amaranth.hdl.EnableInserter` to stall it.
 
     Ports
     -----
     format : In(LaneFormat)
+    minimum : In(1)
+        0 (default): order keys, for a maximum. 1: keys for a minimum (above). Read with
+        ``format``.
     value : In(64)
     filled : In(8, init=0xFF)
         Bit ``i`` set: byte ``i`` holds part of an element. Whole elements only (every byte of
@@ -180,6 +204,7 @@ class ToKey(wiring.Component):
         self.latency = latency
         super().__init__({
             "format": In(LaneFormat),
+            "minimum": In(1),
             "value": In(LANE_BITS),
             "filled": In(LANE_BYTES, init=(1 << LANE_BYTES) - 1),
             "key": Out(LANE_BITS),
@@ -218,10 +243,11 @@ class ToKey(wiring.Component):
         for i in range(LANE_BYTES):
             # Per byte, a mode and a control bit, so that each key bit is one LUT4 of (special,
             # control, value bit, NaN key bit): special ? control & nan_key : value ^ control.
+            # A minimum complements the key of a value (not of a NaN, not of padding).
             special = Signal(name=f"special_{i}")
             m.d.comb += special.eq(nan[i] | ~filled[i])
-            flip_low = is_float & sign[i]
-            flip_top = flip_low | fmt.top[i] & fmt.signed
+            flip_low = (is_float & sign[i]) ^ self.minimum
+            flip_top = ((is_float & sign[i]) | fmt.top[i] & fmt.signed) ^ self.minimum
             for bit in range(8):
                 control = Signal(name=f"control_{i}_{bit}") if bit in (0, 7) else control
                 if bit in (0, 7):
@@ -235,17 +261,26 @@ class ToKey(wiring.Component):
 class FromKey(wiring.Component):
     """Maps a lane of order keys back to values. Combinational.
 
-    The inverse of :class:`ToKey`: ``FromKey(ToKey(x)) == x`` for every element that is not a
-    NaN, and a NaN's key comes back as the canonical quiet NaN.
+    The inverse of :class:`ToKey` (with the same ``minimum``): ``FromKey(ToKey(x)) == x`` for
+    every element that is not a NaN, and a NaN's key comes back as the canonical quiet NaN.
+
+    With ``minimum`` set a key is complemented back before the map, except the canonical NaN's
+    key, which the minimum does not complement. The keys a minimum gives have the top bit, every
+    exponent bit and the quiet bit (the mantissa's top bit) all set only for a NaN (a negative
+    value keeps its bits: with the exponent all ones it is ``-inf``, whose quiet bit is clear),
+    so a test of those bits per element, for the float format in use, finds the NaN.
 
     Ports
     -----
     format : In(LaneFormat)
+    minimum : In(1)
+        0 (default): order keys (a maximum's). 1: a minimum's keys (see :class:`ToKey`).
     key : In(64)
     value : Out(64)
     """
 
     format: In(LaneFormat)
+    minimum: In(1)
     key: In(LANE_BITS)
     value: Out(LANE_BITS)
 
@@ -253,11 +288,23 @@ class FromKey(wiring.Component):
         m = Module()
         fmt, key = self.format, self.key
         is_float = fmt.float_format.any()
-        # A float key with its top bit clear came from a negative value (all bits inverted).
-        negative = spread_from_top(m, Cat(~key[8 * i + 7] for i in range(LANE_BYTES)), fmt.size)
+        # A minimum's NaN key (top, exponent and quiet bits set), per float format and element.
+        nan = Signal(LANE_BYTES)
+        for index, spec in enumerate(FLOAT_FORMATS):
+            for start in range(0, LANE_BITS, spec.bits):
+                element = key[start:start + spec.bits]
+                is_nan = element[spec.mantissa_bits - 1:].all()
+                with m.If(fmt.float_format[index] & is_nan):
+                    m.d.comb += nan[start // 8:(start + spec.bits) // 8].eq(-1)
+        complement = Signal(LANE_BYTES)
+        m.d.comb += complement.eq(Mux(self.minimum, ~nan, 0))
+        # A float key with its top bit clear (after the complement) came from a negative value
+        # (all bits inverted).
+        negative = spread_from_top(
+            m, Cat(~(key[8 * i + 7] ^ complement[i]) for i in range(LANE_BYTES)), fmt.size)
         for i in range(LANE_BYTES):
             flip = Mux(is_float & negative[i], 0xFF, Mux(fmt.top[i] & fmt.signed, 0x80, 0))
-            m.d.comb += byte(self.value, i).eq(byte(key, i) ^ flip)
+            m.d.comb += byte(self.value, i).eq(byte(key, i) ^ flip ^ Mux(complement[i], 0xFF, 0))
         return m
 
 
@@ -365,9 +412,11 @@ def key_compare_level(flags, level, merge):
 
 
 class LaneMax(wiring.Component):
-    """Element-wise maximum of two 64-bit lanes of values under the maxaccel order.
+    """Element-wise maximum (or, with ``minimum``, minimum) of two 64-bit lanes of values under
+    the maxaccel order.
 
-    Decode, :class:`ToKey` on both operands, :class:`KeyMax`, :class:`FromKey`.
+    Decode, :class:`ToKey` on both operands, :class:`KeyMax`, :class:`FromKey`, the last three
+    with the ``minimum`` select.
 
     Parameters
     ----------
@@ -384,9 +433,13 @@ class LaneMax(wiring.Component):
         Operand lanes, elements packed little-endian (element j in bits ``j*w .. j*w+w-1``).
     dtype : In(DType)
         Element type, sampled together with ``a`` and ``b``.
+    minimum : In(1)
+        0 (default): the maximum. 1: the minimum (IEEE 754-2019 ``minimum``: NaN absorbing,
+        ``-0`` below ``+0``). Sampled together with ``a`` and ``b``.
     result : Out(64)
-        ``max(a, b)`` per element, ``latency`` cycles after the operands. NaN results are the
-        canonical quiet NaN; ``+0`` beats ``-0``.
+        ``max(a, b)`` (``min(a, b)``) per element, ``latency`` cycles after the operands. NaN
+        results are the canonical quiet NaN; ``+0`` beats ``-0`` in a maximum, ``-0`` in a
+        minimum.
 
     Throughput is one pair of lanes per cycle (8 bytes of each operand) for every dtype.
     """
@@ -399,6 +452,7 @@ class LaneMax(wiring.Component):
             "a": In(LANE_BITS),
             "b": In(LANE_BITS),
             "dtype": In(DType),
+            "minimum": In(1),
             "result": Out(LANE_BITS),
         })
 
@@ -414,22 +468,24 @@ class LaneMax(wiring.Component):
             decode.dtype.eq(self.dtype),
             key_a.format.eq(decode.format), key_a.value.eq(self.a),
             key_b.format.eq(decode.format), key_b.value.eq(self.b),
+            key_a.minimum.eq(self.minimum), key_b.minimum.eq(self.minimum),
         ]
-        # The format travels alongside the data through every register stage.
-        keyed_format = Signal(LaneFormat)
+        # The format and the select travel alongside the data through every register stage.
+        keyed_format, keyed_minimum = Signal(LaneFormat), Signal()
         keys = m.d.sync if self.latency >= 2 else m.d.comb
         keys += [
-            keyed_format.eq(decode.format),
+            keyed_format.eq(decode.format), keyed_minimum.eq(self.minimum),
             compare.a.eq(key_a.key), compare.b.eq(key_b.key),
         ]
         m.d.comb += compare.size.eq(keyed_format.size)
-        result_format = keyed_format
+        result_format, result_minimum = keyed_format, keyed_minimum
         for stage in range(compare_latency):
             delayed = Signal(LaneFormat, name=f"format_compare_{stage}")
-            m.d.sync += delayed.eq(result_format)
-            result_format = delayed
+            delayed_minimum = Signal(name=f"minimum_compare_{stage}")
+            m.d.sync += [delayed.eq(result_format), delayed_minimum.eq(result_minimum)]
+            result_format, result_minimum = delayed, delayed_minimum
         m.d.comb += [
-            value.format.eq(result_format), value.key.eq(compare.result),
-            self.result.eq(value.value),
+            value.format.eq(result_format), value.minimum.eq(result_minimum),
+            value.key.eq(compare.result), self.result.eq(value.value),
         ]
         return m

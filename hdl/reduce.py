@@ -8,7 +8,8 @@ Stream components, each usable on its own, and the ReduceMax unit built from the
 * :class:`LaneFold` -- max of the elements *inside* one lane (8, 4, 2 or 1 of them, by dtype).
 * :class:`RunAccumulator` -- max over each run of lanes, one lane per cycle, through a two-cycle
   loop that interleaves two partial maxima.
-* :class:`RunReducer` -- ReduceMax over runs (rows) of any length, one result per run:
+* :class:`RunReducer` -- ReduceMax (or, with its ``minimum`` select, ReduceMin) over runs
+  (rows) of any length, one result per run:
   ``BeatKeys -> ReductionTree -> LaneFold -> RunAccumulator -> FromKey``, pipelined for Fmax
   (``pipeline="deep"``) or, for slow clocks on small devices, the same stages with only two
   registers, the keys and one accumulator (``pipeline="shallow"``, latency 2).
@@ -32,6 +33,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
+from maxaccel.contract.wire import Command
 
 from .beat import beat_layout
 from .kit import (accumulate_runs, byte, check_lanes, decode_format, delay, from_key, key_max,
@@ -379,7 +381,8 @@ class RunAccumulator(wiring.Component):
 
 
 class RunReducer(wiring.Component):
-    """ReduceMax over runs of beats: one result per run, whatever the run lengths.
+    """ReduceMax (or ReduceMin) over runs of beats: one result per run, whatever the run
+    lengths.
 
     Each row of the input stream (``first`` .. ``last``, see
     :func:`~maxaccel.hdl.beat.beat_layout`) is one reduction run of R >= 0 elements; the unit
@@ -387,6 +390,13 @@ class RunReducer(wiring.Component):
     ``+0`` over ``-0``, and the empty-set value (``-inf``, the integer minimum, ``False``) for an
     empty run (one beat, ``nbytes == 0``, ``first = last = 1``). Runs may be of any length and
     number; the unit looks at nothing but ``first``, ``last`` and ``nbytes``.
+
+    With ``minimum`` set it emits their min instead (IEEE 754-2019 ``minimum``: NaN absorbing,
+    ``-0`` below ``+0``; an empty run gives ``+inf``, the integer maximum, ``True``): the
+    select acts where values become keys and keys become values (:class:`~maxaccel.hdl.lane.
+    ToKey`, :class:`~maxaccel.hdl.lane.FromKey`, and the accumulator's least key for bool), so
+    the tree, the fold and the accumulator are the same, and so are the latency and the
+    throughput.
 
     Both pipelines are the stages of the components of the same names, built by the same
     functions, in one pipeline with a single enable (``advance = ~o.valid | o.ready``, which is
@@ -433,6 +443,8 @@ class RunReducer(wiring.Component):
     dtype : In(DType)
         Element type; valid with the first beat and constant while runs are in the unit (static
         during a command).
+    minimum : In(1)
+        0: the maximum of each run; 1: the minimum. Valid and constant as ``dtype``.
 
     Latency and throughput
     ----------------------
@@ -462,13 +474,16 @@ class RunReducer(wiring.Component):
             "i": In(stream.Signature(beat_layout(lanes))),
             "o": Out(stream.Signature(LANE_BITS)),
             "dtype": In(DType),
+            "minimum": In(1),
         })
 
     @staticmethod
     def configure(port, fields, request):
-        """The command engine's configuration of the unit for a ``REDUCE``: its ``dtype``
-        (see :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments)."""
-        return [port.dtype.eq(request.dtype)]
+        """The command engine's configuration of the unit for a ``REDUCE``: its ``dtype`` and
+        its ``minimum`` (the block's field; the status rules let only 0 and 1 through), see
+        :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments."""
+        return [port.dtype.eq(request.dtype),
+                port.minimum.eq(fields[Command.REDUCE]["minimum"][0])]
 
     @staticmethod
     def result_beat(port, beat, request):
@@ -491,6 +506,10 @@ class RunReducer(wiring.Component):
         # "shallow" computes keys in the cycle a beat is accepted: the decode is unregistered
         # so that dtype still only has to be valid with the first beat.
         fmt = decode_format(m, self.dtype, registered=deep)
+        # The select goes with the format: registered as its decode is.
+        minimum = Signal()
+        select = m.d.sync if deep else m.d.comb
+        select += minimum.eq(self.minimum)
         # One pipeline, one enable: i.ready depends on o.ready through one gate, not through
         # the handshakes of five chained components.
         advance = Signal()
@@ -501,17 +520,18 @@ class RunReducer(wiring.Component):
         beat = self.i.payload
         filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
                   for j in range(self.lanes)]
-        keys = to_keys(m, advance, fmt, list(beat.data), filled, key_latency)
+        keys = to_keys(m, advance, fmt, list(beat.data), filled, key_latency, minimum=minimum)
         lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys, deep), deep)
         valid, last = delay(m, "beat", advance, self.i.valid, beat.last, 1,
                              key_latency + tree_latency + fold_latency)
-        (result,), result_valid = accumulate_runs(m, advance, fmt, [lane], valid, last, deep)
+        (result,), result_valid = accumulate_runs(m, advance, fmt, [lane], valid, last, deep,
+                                                  minimum)
 
         element0 = Signal(LANE_BITS)
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fmt.size[k]):
                 m.d.comb += element0.eq((1 << (8 * size)) - 1)
-        value = from_key(m, "value", fmt, result)
+        value = from_key(m, "value", fmt, result, minimum)
         output = m.d.sync if output_latency else m.d.comb
         with m.If(advance if output_latency else 1):
             output += [

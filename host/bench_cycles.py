@@ -40,6 +40,10 @@ RATIO_OPERATIONS = {
         # GlobalMaxPool takes floats only; an integer tensor reduces its spatial axis.
         lambda m, x: (m.global_max_pool(x) if x.dtype.kind == "f"
                       else m.reduce_max(x, axes=(2,)))),
+    # The ReduceMax row's tensor and runs, through REDUCE's minimum select.
+    "ReduceMin": (
+        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
+        lambda m, x: m.reduce_min(x, axes=(2,))),
     "max(a, b), same shape": (
         lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
         lambda m, *x: m.max(*x)),

@@ -9,11 +9,12 @@ checks (:mod:`maxaccel.contract.checks`) before anything is sent.
 and progress; each operation is planned and run by its route's module, plan first, then the
 requests:
 
-``reduce_max``, ``global_max_pool``
+``reduce_max``, ``reduce_min``, ``global_max_pool``
     ``host/reduction.py``: contiguous runs through ``REDUCE`` once the reduced axes are
     innermost, or pixels of channels through ``POOL_CHANNELS_LAST`` as the tensor lies in
     memory (``channels_last=True``, or a ReduceMax over the spatial axes of
-    ``N x D1..Dn x C``); rows longer than a frame in pieces reduced again.
+    ``N x D1..Dn x C``); rows longer than a frame in pieces reduced again. A ReduceMin is
+    always runs through ``REDUCE``, its block's ``minimum`` set.
 ``max``
     ``host/max_passes.py`` with the planner of ``host/plan.py``: same-shape operands folded in
     ``MAX`` passes that stream them all; broadcast operands as a pass that streams one and
@@ -231,6 +232,23 @@ class Device:
             axes = tuple(range(values.ndim))
         return self._reduce(values, fmt, axes, keepdims)
 
+    def reduce_min(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):
+        """ONNX ``ReduceMin`` on the device: as :func:`maxaccel.sim.reference.reduce_min`, bit
+        for bit (IEEE 754-2019 ``minimum``: NaN absorbing, ``-0`` below ``+0``; an empty set
+        gives ``+inf``, the integer maximum, ``True``).
+
+        Always contiguous runs through ``REDUCE`` with its ``minimum`` select (the reduced
+        axes moved innermost on the host), chunked and recursed as :meth:`reduce_max`'s
+        runs; takes and refuses what :meth:`reduce_max` does, before anything is sent."""
+        values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
+            data, axes, keepdims, noop_with_empty_axes, name="reduce_min")
+        self._check_supported(fmt, "reduce_min()")
+        if not axes:
+            if noop_with_empty_axes:
+                return values.copy()
+            axes = tuple(range(values.ndim))
+        return self._reduce(values, fmt, axes, keepdims, minimum=True)
+
     def global_max_pool(self, x, channels_last=False):
         """ONNX ``GlobalMaxPool`` on the device: as
         :func:`maxaccel.sim.reference.global_max_pool`.
@@ -306,11 +324,11 @@ class Device:
             raise TypeError(f"{operator_name}: the device at {self.url!r} does not support "
                             f"{fmt.numpy_dtype}; it supports: {names}")
 
-    def _reduce(self, values, fmt, axes, keepdims):
-        """Max of ``values`` over the (non-empty, non-negative) ``axes``
-        (``host/reduction.py``)."""
+    def _reduce(self, values, fmt, axes, keepdims, minimum=False):
+        """Max (with ``minimum``, Min) of ``values`` over the (non-empty, non-negative)
+        ``axes`` (``host/reduction.py``)."""
         plan = plan_reduction(values.shape, axes, keepdims, fmt.nbytes, self.identity,
-                              self.max_frame_bytes)
+                              self.max_frame_bytes, minimum)
         with self._operation(values.nbytes + plan.output_elements * fmt.nbytes):
             return reduce_by_plan(values, fmt, plan, self.max_frame_bytes, self._request)
 

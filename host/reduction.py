@@ -1,4 +1,5 @@
-"""ReduceMax and GlobalMaxPool through ``REDUCE`` and ``POOL_CHANNELS_LAST``: the reduction route.
+"""ReduceMax, ReduceMin and GlobalMaxPool through ``REDUCE`` and ``POOL_CHANNELS_LAST``: the
+reduction route.
 
 Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
 
@@ -12,12 +13,13 @@ Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
     * ``POOL_CHANNELS_LAST``: a reduction over one block of adjacent axes with kept axes after
       it (the spatial axes of ``N x D1..Dn x C``) is ``images x pixels x channels`` in memory
       as it lies (:func:`maxaccel.host.plan.plan_channels_last`), no transpose, when a pixel's
-      channels fit the unit and half a frame (more channels take ``REDUCE``).
+      channels fit the unit and half a frame (more channels take ``REDUCE``). A minimum
+      always takes ``REDUCE``: only its block has the ``minimum`` select.
 
 :func:`reduce_rows`
     The one loop of both commands: as many whole rows a request as a frame of
-    ``max_frame_bytes`` holds; a row longer than a frame goes in pieces whose maxima are
-    reduced again, the same way.
+    ``max_frame_bytes`` holds; a row longer than a frame goes in pieces whose maxima (minima)
+    are reduced again, the same way.
 
 Pure numpy; never imports amaranth.
 """
@@ -56,6 +58,8 @@ class ReductionPlan:
     ----------
     command : Command
         ``REDUCE`` or ``POOL_CHANNELS_LAST``.
+    minimum : bool
+        The rows' minima, not their maxima (``REDUCE`` only).
     order : tuple of int
         The input's axes in the order the rows lay them out (kept axes, then reduced ones,
         for ``REDUCE``; the input's own order for ``POOL_CHANNELS_LAST``).
@@ -69,14 +73,16 @@ class ReductionPlan:
     order: tuple
     rows: tuple
     output_shape: tuple
+    minimum: bool = False
 
     @property
     def output_elements(self):
         return math.prod(self.output_shape)
 
 
-def plan_reduction(shape, axes, keepdims, itemsize, identity, max_frame_bytes):
-    """The rows of a Max over ``axes`` (non-empty, non-negative) of a tensor of ``shape``.
+def plan_reduction(shape, axes, keepdims, itemsize, identity, max_frame_bytes, minimum=False):
+    """The rows of a Max (with ``minimum``, a Min) over ``axes`` (non-empty, non-negative) of a
+    tensor of ``shape``.
 
     Parameters
     ----------
@@ -88,6 +94,8 @@ def plan_reduction(shape, axes, keepdims, itemsize, identity, max_frame_bytes):
     identity : Identity
         The device's ``IDENTIFY`` (its pooling unit's capacity).
     max_frame_bytes : int
+    minimum : bool
+        A minimum: ``REDUCE`` whatever the axes (the pooling unit has no minimum).
 
     Returns
     -------
@@ -100,39 +108,48 @@ def plan_reduction(shape, axes, keepdims, itemsize, identity, max_frame_bytes):
         output_shape = tuple(shape[i] for i in kept)
     pooling = plan_channels_last(shape, axes)
     pool_row_bytes = min(Capacities.of(identity).pool_capacity_bytes, max_frame_bytes // 2)
-    if pooling is not None and pooling[2] * itemsize <= pool_row_bytes:
+    if not minimum and pooling is not None and pooling[2] * itemsize <= pool_row_bytes:
         return ReductionPlan(Command.POOL_CHANNELS_LAST, tuple(range(len(shape))), pooling,
                              output_shape)
     # More channels than the unit holds: splitting them into groups would copy the tensor on
     # the host as a transpose does, in more and smaller frames; so REDUCE.
     rows = (math.prod(shape[i] for i in kept), math.prod(shape[i] for i in axes), 1)
-    return ReductionPlan(Command.REDUCE, tuple(kept) + tuple(axes), rows, output_shape)
+    return ReductionPlan(Command.REDUCE, tuple(kept) + tuple(axes), rows, output_shape, minimum)
 
 
 def reduce_by_plan(values, fmt, plan, max_frame_bytes, request):
-    """Run a :class:`ReductionPlan`: the maxima of ``values``, shaped ``plan.output_shape``.
+    """Run a :class:`ReductionPlan`: the maxima (minima) of ``values``, shaped
+    ``plan.output_shape``.
 
     ``request(command, payload)`` sends one request and returns its reply payload."""
     rows = values.transpose(plan.order).reshape(plan.rows)
-    return reduce_rows(rows, fmt, plan.command, max_frame_bytes, request).reshape(
-        plan.output_shape)
+    return reduce_rows(rows, fmt, plan.command, max_frame_bytes, request,
+                       minimum=plan.minimum).reshape(plan.output_shape)
 
 
-def reduce_rows(rows, fmt, command, max_frame_bytes, request):
-    """Max over axis 1 of ``rows`` (``count x length x width``) through ``command``
-    (``REDUCE`` with ``width`` 1, or ``POOL_CHANNELS_LAST``): requests of as many whole rows
-    as a frame of ``max_frame_bytes`` holds; rows longer than a frame in pieces whose maxima
-    are reduced again. Returns a new ``count x width`` array.
+def reduce_rows(rows, fmt, command, max_frame_bytes, request, minimum=False):
+    """Max (with ``minimum``, Min) over axis 1 of ``rows`` (``count x length x width``) through
+    ``command`` (``REDUCE`` with ``width`` 1, or ``POOL_CHANNELS_LAST``): requests of as many
+    whole rows as a frame of ``max_frame_bytes`` holds; rows longer than a frame in pieces
+    whose maxima (minima) are reduced again. Returns a new ``count x width`` array.
 
-    ``request(command, payload)`` sends one request and returns its reply payload."""
+    ``request(command, payload)`` sends one request and returns its reply payload.
+
+    Raises
+    ------
+    ValueError
+        A ``minimum`` through a command whose block has no ``minimum`` field."""
+    block = PARAMETERS[command]
+    if minimum and "minimum" not in block.names:
+        raise ValueError(f"{command.name} has no minimum select; a minimum takes REDUCE")
     count, length, width = rows.shape
     out = np.empty((count, width), fmt.numpy_dtype)
     if count == 0:
         return out
-    block = PARAMETERS[command]
+    select = {"minimum": 1} if minimum else {}
 
     def reduced(chunk):
-        fields = _ROW_FIELDS[command](*chunk.shape)
+        fields = dict(_ROW_FIELDS[command](*chunk.shape), **select)
         reply = request(command, block.pack(dtype=fmt.dtype, **fields)
                         + encode_elements(chunk, fmt))
         return decode_elements(reply, fmt, (len(chunk), width))
@@ -144,7 +161,7 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request):
             chunk = rows[start:start + step]
             store_bits(out[start:start + len(chunk)], reduced(chunk))
         return out
-    # Rows longer than a frame: reduce pieces of each, then reduce the pieces' maxima.
+    # Rows longer than a frame: reduce pieces of each, then reduce the pieces' maxima (minima).
     piece = max_frame_bytes // (width * fmt.nbytes)
     pieces = -(-length // piece)
     partial = np.empty((count, pieces, width), fmt.numpy_dtype)
@@ -152,4 +169,4 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request):
         for index in range(pieces):
             chunk = rows[row:row + 1, index * piece:(index + 1) * piece]
             store_bits(partial[row, index:index + 1], reduced(chunk))
-    return reduce_rows(partial, fmt, command, max_frame_bytes, request)
+    return reduce_rows(partial, fmt, command, max_frame_bytes, request, minimum)

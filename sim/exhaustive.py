@@ -4,13 +4,15 @@ For float16 and bfloat16, every one of the 2^32 ordered pairs (a, b) of 16-bit p
 through :class:`~maxaccel.hdl.lane.LaneMax`, compiled with Verilator
 (:func:`maxaccel.sim.verilator.compile_model`, harness ``lane_harness.cpp``: four pairs per
 cycle, the pipeline full), and its result is compared bit for bit with the golden model,
-:func:`maxaccel.sim.reference.max`. NaN results must be the canonical NaN and the sign of zero
+:func:`maxaccel.sim.reference.max` (with ``--minimum``, the lane's minimum select against
+:func:`maxaccel.sim.reference.min`). NaN results must be the canonical NaN and the sign of zero
 must match: there is no tolerance anywhere.
 
 Run it (not part of the test suite; its run time is in ``docs/benchmarks.md``)::
 
     python -m maxaccel.sim.exhaustive                      # float16 and bfloat16, latency 2
     python -m maxaccel.sim.exhaustive --dtype bfloat16 --latency 3 --jobs 2
+    python -m maxaccel.sim.exhaustive --minimum            # the minimum select
 
 Exit status 0 when every pair agrees, 1 on any mismatch (the first ones are printed).
 """
@@ -46,23 +48,27 @@ class LaneModel:
                                       name=f"lane{latency}", top="maxaccel_lane",
                                       recipe=f"{LaneMax.__module__}.LaneMax(latency={latency})")
         self._library.maxaccel_lane_pairs.argtypes = [
-            ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p]
+            ctypes.c_uint8, ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32,
+            ctypes.c_void_p]
         self._library.maxaccel_lane_pairs.restype = None
 
-    def pairs(self, fmt, a_first, a_count):
-        """``max(a, b)`` bits for a in ``[a_first, a_first + a_count)`` and every b: an array
-        of shape (a_count, 65536) of uint16 (the call releases the GIL)."""
+    def pairs(self, fmt, a_first, a_count, minimum=False):
+        """``max(a, b)`` bits (``min(a, b)`` with ``minimum``) for a in ``[a_first, a_first +
+        a_count)`` and every b: an array of shape (a_count, 65536) of uint16 (the call
+        releases the GIL)."""
         out = np.empty((a_count, PATTERNS), np.uint16)
-        self._library.maxaccel_lane_pairs(int(fmt.dtype), self.latency, a_first, a_count,
-                                          out.ctypes.data)
+        self._library.maxaccel_lane_pairs(int(fmt.dtype), int(minimum), self.latency, a_first,
+                                          a_count, out.ctypes.data)
         return out
 
 
-def check_rows(fmt, a_first, got, golden=None):
+def check_rows(fmt, a_first, got, golden=None, minimum=False):
     """Mismatches between ``got`` (rows of :meth:`LaneModel.pairs` from ``a_first``) and the
-    golden model: a list of ``(a, b, got, expected)`` bit patterns, at most 10."""
+    golden model (``reference.max``, or ``reference.min`` for a ``minimum``): a list of
+    ``(a, b, got, expected)`` bit patterns, at most 10."""
     from maxaccel.sim import reference
-    golden = reference.max if golden is None else golden
+    if golden is None:
+        golden = reference.min if minimum else reference.max
     a = np.arange(a_first, a_first + len(got), dtype=np.uint16)[:, None].view(fmt.numpy_dtype)
     b = np.arange(PATTERNS, dtype=np.uint16)[None, :].view(fmt.numpy_dtype)
     expected = golden(a, b).view(np.uint16)
@@ -72,14 +78,16 @@ def check_rows(fmt, a_first, got, golden=None):
 
 
 def check_format(fmt, model, *, rows_per_chunk=256, jobs=1, a_range=(0, PATTERNS),
-                 progress=None, golden=None):
-    """Every pair with a in ``a_range`` (default: all 2^32); returns ``(pairs_checked,
-    mismatches)``. ``jobs`` threads run the compiled lane and the golden model side by side."""
+                 progress=None, golden=None, minimum=False):
+    """Every pair with a in ``a_range`` (default: all 2^32), the lane's maximum or, with
+    ``minimum``, its minimum; returns ``(pairs_checked, mismatches)``. ``jobs`` threads run the
+    compiled lane and the golden model side by side."""
     starts = range(a_range[0], a_range[1], rows_per_chunk)
 
     def chunk(start):
         count = min(rows_per_chunk, a_range[1] - start)
-        return count, check_rows(fmt, start, model.pairs(fmt, start, count), golden)
+        return count, check_rows(fmt, start, model.pairs(fmt, start, count, minimum), golden,
+                                 minimum)
 
     checked, mismatches = 0, []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -101,7 +109,10 @@ def main(argv=None):
     parser.add_argument("--latency", type=int, default=2, choices=[1, 2, 3])
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="threads (default: one per core)")
+    parser.add_argument("--minimum", action="store_true",
+                        help="the lane's minimum select, against reference.min")
     args = parser.parse_args(argv)
+    operation = "min" if args.minimum else "max"
     import ml_dtypes  # noqa: F401  (bfloat16 as a numpy dtype)
 
     started = time.monotonic()
@@ -118,13 +129,15 @@ def main(argv=None):
                 print(f"  {name}: {done:>10} of {total} pairs, {bad} mismatches, "
                       f"{time.monotonic() - began:.0f} s", flush=True)
 
-        checked, mismatches = check_format(fmt, model, jobs=args.jobs, progress=progress)
+        checked, mismatches = check_format(fmt, model, jobs=args.jobs, progress=progress,
+                                           minimum=args.minimum)
         elapsed = time.monotonic() - began
-        print(f"{name}: {checked} ordered pairs checked in {elapsed:.0f} s "
+        print(f"{name} {operation}: {checked} ordered pairs checked in {elapsed:.0f} s "
               f"({checked / elapsed / 1e6:.1f} M pairs/s): {len(mismatches)} mismatches",
               flush=True)
         for a, b, got, want in mismatches:
-            print(f"  max(0x{a:04x}, 0x{b:04x}): lane 0x{got:04x}, golden model 0x{want:04x}")
+            print(f"  {operation}(0x{a:04x}, 0x{b:04x}): lane 0x{got:04x}, golden model "
+                  f"0x{want:04x}")
         failed |= bool(mismatches)
     print(f"total {time.monotonic() - started:.0f} s")
     return 1 if failed else 0

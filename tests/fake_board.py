@@ -4,8 +4,8 @@
 answers like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons
 a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
 ``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
-engine derives its checks from the same rules), and computes ``REDUCE``,
-``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL`` with the golden model. ``MAX`` walks
+engine derives its checks from the same rules), and computes ``REDUCE`` (each run's maximum,
+or with the block's ``minimum`` its minimum), ``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL`` with the golden model. ``MAX`` walks
 the replay buffer exactly as the ``BroadcastMax`` unit does (row addresses advanced by the
 encoded steps, modulo ``2**addr_bits``), so a wrong parameter block gives wrong bits; load
 padding is filled with garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's
@@ -110,6 +110,7 @@ class FakeBoard:
         self.bytes_received = 0
         self.bytes_sent = 0
         self.log = []  # (command code, status) of every reply
+        self.requests = []  # (command code, payload) of every intact request frame
         self.timeouts = 0
         self._parser = FrameParser()
         self._out = bytearray()
@@ -178,6 +179,7 @@ class FakeBoard:
         if not frame.intact:
             self._reply(frame.code, frame.seq, b"", Status.CRC_ERROR)
             return
+        self.requests.append((frame.code, bytes(frame.payload)))
         # The status comes from the wire contract's rules, as the engine's does; the handlers
         # only compute the results of accepted requests.
         status = request_verdict(frame.code, frame.payload, self.identity)
@@ -213,9 +215,10 @@ class FakeBoard:
                              self.timeouts)
 
     def _reduce(self, payload):
-        fmt, (runs, length), data = self._parameters(Command.REDUCE, payload)
+        fmt, (runs, length, minimum), data = self._parameters(Command.REDUCE, payload)
         values = self._elements(data, fmt, (runs, length))
-        return self._bytes(reference.reduce_max(values, axes=1, keepdims=False), fmt)
+        reduce = reference.reduce_min if minimum else reference.reduce_max
+        return self._bytes(reduce(values, axes=1, keepdims=False), fmt)
 
     def _pool(self, payload):
         fmt, (images, pixels, channels), data = self._parameters(Command.POOL_CHANNELS_LAST,

@@ -45,7 +45,7 @@ from maxaccel.contract.dtypes import DType
 from maxaccel.contract.wire import PARAMETERS, Command, encode_frame
 port = serial.serial_for_url(sys.argv[1], timeout=0, write_timeout=5)
 runs = 1 << 16
-frame = encode_frame(Command.REDUCE, 0, PARAMETERS[Command.REDUCE].pack(DType.FLOAT, runs, 1)
+frame = encode_frame(Command.REDUCE, 0, PARAMETERS[Command.REDUCE].pack(dtype=DType.FLOAT, runs=runs, run_length=1)
                      + bytes(4 * runs))
 sent = 0
 while True:                         # until killed: a request far longer than the wait

@@ -35,7 +35,7 @@ from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_words,
                                   rows_from_beats, run_streams, words_from_bytes)
-from maxaccel.sim.values import random_values
+from maxaccel.sim.values import edge_bits, random_values
 from maxaccel.sim.virtual_board import CORE_DEFAULTS, VirtualBoard
 
 LANES = 2
@@ -124,10 +124,11 @@ def expect_refusal(board, code, payload, status):
     expect_status(exchange(board, code, payload), status)
 
 
-def reduce_payload(x):
+def reduce_payload(x, minimum=0):
     fmt = format_of(x.dtype)
     runs, run_length = x.shape
-    return PARAMETERS[Command.REDUCE].pack(fmt.dtype, runs, run_length) + x.tobytes()
+    return PARAMETERS[Command.REDUCE].pack(dtype=fmt.dtype, runs=runs, run_length=run_length,
+                                           minimum=minimum) + x.tobytes()
 
 
 def pool_payload(x):
@@ -235,6 +236,59 @@ def test_reduce_edge_shapes(clean_board, shape):
         expect_status(frame, Status.OK, shape[0] * fmt.nbytes)
         assert_same_bits(np.frombuffer(frame.payload, fmt.numpy_dtype),
                          reference.reduce_max(x, axes=[1], keepdims=False))
+
+
+def _minimum_runs(fmt, rng, beat):
+    """Tiny REDUCE runs that decide a minimum at their edges: for floats a NaN (each pattern
+    of the format in turn) first, last and inside, -0 among +0 and +0 among -0 both ways,
+    -inf and +inf, subnormals; for integers and bool the extremes; random values around
+    them. A run longer than a beat, so the accumulator folds beats too."""
+    edges = edge_bits(fmt)
+    nans = reference.bits_of(edges[reference.is_nan(edges)]).astype(fmt.uint_dtype)
+    length = max(3, beat // fmt.nbytes + 1)
+    runs = [random_values(rng, fmt, length) for _ in range(4)]
+    bits = [reference.bits_of(run).astype(fmt.uint_dtype) for run in runs]
+    if fmt.is_float:
+        for k, position in enumerate((0, length - 1, length // 2)):
+            bits[k][position] = nans[k % len(nans)]
+        bits.append(np.full(length, fmt.sign_mask, fmt.uint_dtype))        # -0 ...
+        bits[-1][length // 2] = 0                                          # ... +0 among them
+        bits.append(np.zeros(length, fmt.uint_dtype))                       # +0 ...
+        bits[-1][-1] = fmt.sign_mask                                       # ... -0 last
+        infinity = ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits
+        bits.append(np.array([infinity, 1, fmt.sign_mask | infinity, fmt.sign_mask | 1],
+                             fmt.uint_dtype))                              # ±inf, ±subnormal
+        bits.append(np.array([1, fmt.sign_mask | 1, 2], fmt.uint_dtype))   # subnormals
+    else:
+        bits.append(np.full(length, fmt.greatest, fmt.uint_dtype))
+        bits.append(np.array([fmt.greatest, fmt.lowest, fmt.greatest], fmt.uint_dtype))
+    return [reference.from_bits(b, fmt) for b in bits]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
+                                   np.int8, np.uint16, np.int64, np.uint64, np.bool_],
+                         ids=dtype_name)
+def test_reduce_minimum_matches_the_golden_model(clean_board, dtype):
+    """REDUCE with ``minimum`` 1 is ReduceMin, bit for bit, on edge-valued runs and empty
+    runs; each request takes exactly the cycles of the same request's maximum."""
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(300 + fmt.dtype)
+    beat = 8 * clean_board.identity.lanes
+    requests = [np.stack([run]) for run in _minimum_runs(fmt, rng, beat)]
+    requests.append(random_values(rng, fmt, (3, 0)))              # empty runs
+    for index, x in enumerate(requests):
+        cycles, results = [], []
+        for minimum in (0, 1):
+            start = clean_board.cycles
+            frame = exchange(clean_board, Command.REDUCE, reduce_payload(x, minimum), seq=index)
+            cycles.append(clean_board.cycles - start)
+            expect_status(frame, Status.OK, x.shape[0] * fmt.nbytes)
+            results.append(np.frombuffer(frame.payload, fmt.numpy_dtype))
+        what = f"REDUCE {x.shape} {fmt.numpy_dtype} {reference.bits_of(x).tolist()}"
+        assert_same_bits(results[0], reference.reduce_max(x, axes=[1], keepdims=False), what)
+        assert_same_bits(results[1], reference.reduce_min(x, axes=[1], keepdims=False),
+                         what + " minimum")
+        assert cycles[1] == cycles[0], f"{what}: {cycles[1]} cycles, the maximum {cycles[0]}"
 
 
 @pytest.mark.parametrize("dtype", FLOATS + [np.int8, np.uint16, np.int32, np.uint64, np.bool_],
@@ -432,8 +486,9 @@ def test_load_and_max_match_the_golden_model(clean_board, dtype):
 
 # ---- refused requests: every status ------------------------------------------------------------
 
-def reduce_block(dtype, runs, run_length):
-    return PARAMETERS[Command.REDUCE].pack(dtype, runs, run_length)
+def reduce_block(dtype, runs, run_length, minimum=0):
+    return PARAMETERS[Command.REDUCE].pack(dtype=dtype, runs=runs, run_length=run_length,
+                                           minimum=minimum)
 
 
 def test_bad_command(clean_board):
@@ -494,6 +549,8 @@ def test_bad_parameter(clean_board):
         (Command.MAX, max_block(identity, operands=2, splats={1: 2})),
         (Command.MAX, max_block(identity, operands=identity.max_operands + 1)),
         (Command.MAX, max_block(identity, reserved=1)),
+        (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1, minimum=2) + bytes(4)),
+        (Command.REDUCE, reduce_block(DType.INT8, 2, 1, minimum=0x81) + bytes(2)),
     ]
     for code, payload in requests:
         expect_refusal(clean_board, code, payload, Status.BAD_PARAMETER)

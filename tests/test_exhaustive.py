@@ -2,11 +2,14 @@
 (both zeros, subnormals, infinities, every NaN class): the full 2^32 pairs per format run as a
 documented command (``python -m maxaccel.sim.exhaustive``, see docs/benchmarks.md)."""
 
+import os
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 from maxaccel.contract.dtypes import format_of
+from maxaccel.sim import reference
 from maxaccel.sim.exhaustive import LaneModel, check_format
 
 FORMATS = [format_of(np.dtype(np.float16)), format_of(np.dtype(ml_dtypes.bfloat16))]
@@ -21,12 +24,34 @@ def lane():
     return LaneModel(latency=2)
 
 
+@pytest.mark.parametrize("minimum", [False, True], ids=["max", "min"])
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: str(f.numpy_dtype))
-def test_lane_agrees_with_the_golden_model_on_the_hard_slices(lane, fmt):
+def test_lane_agrees_with_the_golden_model_on_the_hard_slices(lane, fmt, minimum):
     for a_range in SLICES:
-        checked, mismatches = check_format(fmt, lane, rows_per_chunk=8, a_range=a_range)
+        checked, mismatches = check_format(fmt, lane, rows_per_chunk=8, a_range=a_range,
+                                           minimum=minimum)
         assert checked == (a_range[1] - a_range[0]) * 65536
         assert mismatches == [], f"{fmt.numpy_dtype} a in {a_range}"
+
+
+def test_the_minimum_is_not_the_maximum(lane):
+    """The select reaches the compiled lane: its minimum fails the maximum's golden model."""
+    fmt = FORMATS[0]
+    _, mismatches = check_format(fmt, lane, rows_per_chunk=8, a_range=(0x7FF8, 0x8008),
+                                 minimum=True, golden=reference.max)
+    assert mismatches
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
+                    reason="every 2^32 pair of a format, minutes a format: MAXACCEL_SLOW=1 runs it")
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: str(f.numpy_dtype))
+def test_lane_minimum_on_every_pair(lane, fmt):
+    """The minimum select on all 2^32 ordered pairs (the maximum's run is documented in
+    docs/benchmarks.md, ``python -m maxaccel.sim.exhaustive``)."""
+    checked, mismatches = check_format(fmt, lane, jobs=2, minimum=True)
+    assert checked == 1 << 32
+    assert mismatches == [], f"{fmt.numpy_dtype}: {mismatches}"
 
 
 def test_a_wrong_golden_model_is_caught(lane):

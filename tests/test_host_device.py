@@ -5,6 +5,7 @@ with the golden model too, but only after the host's planning, encoding, paramet
 replay-buffer addressing and decoding, so any mistake there shows as wrong bits.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -86,6 +87,42 @@ def test_reduce_max_matches_the_golden_model(device, fmt):
         want = reference.reduce_max(data, axes=axes, keepdims=keepdims,
                                     noop_with_empty_axes=noop)
         assert_same_bits(got, want, f"reduce_max {shape} axes={axes} keepdims={keepdims}")
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=ids(ALL))
+def test_reduce_min_matches_the_golden_model(device, fmt):
+    """ReduceMin through REDUCE's minimum select: the same shapes as ReduceMax's, empty
+    reductions (+inf, the integer maximum, True) and noops included."""
+    rng = np.random.default_rng(50 + int(fmt.dtype))
+    for shape, axes, keepdims, noop in REDUCTIONS:
+        data = random_values(rng, fmt, shape, edge_fraction=0.2)
+        got = device.reduce_min(data, axes=axes, keepdims=keepdims, noop_with_empty_axes=noop)
+        want = reference.reduce_min(data, axes=axes, keepdims=keepdims,
+                                    noop_with_empty_axes=noop)
+        assert_same_bits(got, want, f"reduce_min {shape} axes={axes} keepdims={keepdims}")
+
+
+@pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
+def test_reduce_min_nan_at_every_position_signed_zeros_and_infinities(device, fmt):
+    rng = np.random.default_rng(350 + int(fmt.dtype))
+    edges = edge_bits(fmt)
+    nans = edges[reference.is_nan(edges)]
+    numbers = edges[~reference.is_nan(edges)]
+    n = 11
+    matrix = rng.choice(numbers, size=(n, n))
+    matrix[np.arange(n), np.arange(n)] = nans[np.arange(n) % len(nans)]
+    got = device.reduce_min(matrix, axes=[1], keepdims=False)
+    assert_same_bits(got, reference.reduce_min(matrix, axes=[1], keepdims=False))
+    assert (reference.bits_of(got) == fmt.canonical_nan).all()
+    pos, neg = (np.array([v], fmt.numpy_dtype) for v in (0.0, -0.0))
+    for a, b in [(pos, neg), (neg, pos), (neg, neg)]:
+        assert_same_bits(device.reduce_min(np.concatenate([a, b])), neg)
+    assert_same_bits(device.reduce_min(np.concatenate([pos, pos])), pos)
+    infinity = np.array([np.inf, -np.inf], fmt.numpy_dtype)
+    assert_same_bits(device.reduce_min(infinity), infinity[1:])
+    empty = np.zeros((3, 0), fmt.numpy_dtype)
+    assert_same_bits(device.reduce_min(empty, axes=[1], keepdims=False),
+                     np.repeat(infinity[:1], 3))
 
 
 BROADCASTS = [
@@ -180,6 +217,67 @@ def test_tiny_device_tiles_splits_and_groups(fmt):
         board.log.clear()
         assert_same_bits(dev.reduce_max(data, [1]), reference.reduce_max(data, [1]))
         assert len(board.log) > 3 * math.ceil(100 * fmt.nbytes / 64)
+        # ReduceMin the same way: chunks of whole runs, and pieces whose minima are reduced
+        # again, every request a REDUCE with its minimum select set.
+        for shape, axes, keepdims, noop in REDUCTIONS + [((100, 3), [0], False, False)]:
+            data = random_values(rng, fmt, shape, edge_fraction=0.05)
+            assert_same_bits(dev.reduce_min(data, axes, keepdims, noop),
+                             reference.reduce_min(data, axes, keepdims, noop))
+        data = random_values(rng, fmt, (3, 100), edge_fraction=0.01)
+        board.requests.clear()
+        assert_same_bits(dev.reduce_min(data, [1]), reference.reduce_min(data, [1]))
+        assert len(board.requests) > 3 * math.ceil(100 * fmt.nbytes / 64)
+        block = PARAMETERS[Command.REDUCE]
+        assert {code for code, _ in board.requests} == {Command.REDUCE}
+        assert {block.unpack(payload)["minimum"] for _, payload in board.requests} == {1}
+
+
+def test_reduce_min_never_takes_the_pooling_unit():
+    """A reduction over the spatial axes of N x H x W x C runs on the channels-last pooling
+    unit for a maximum; the unit has no minimum, so ReduceMin takes REDUCE, same bits."""
+    rng = np.random.default_rng(7)
+    x = random_values(rng, FORMATS[DType.FLOAT], (2, 3, 4, 5), edge_fraction=0.2)
+    with make_device() as dev:
+        board = dev.link.transport
+        board.log.clear()
+        dev.reduce_max(x, axes=[1, 2])
+        assert {code for code, _ in board.log} == {Command.POOL_CHANNELS_LAST}
+        board.log.clear()
+        assert_same_bits(dev.reduce_min(x, axes=[1, 2]), reference.reduce_min(x, axes=[1, 2]))
+        assert {code for code, _ in board.log} == {Command.REDUCE}
+
+
+@pytest.mark.parametrize("kind, shape", [("sim", (3, 2, 5)), ("verilator", (64, 3, 700))])
+def test_reduce_min_takes_exactly_the_cycles_of_reduce_max(kind, shape):
+    """The real gateware: the same requests with the minimum select take the same cycles,
+    request for request; a tiny tensor in Amaranth's simulator, a larger one compiled (runs
+    longer than a frame's worth of beats, NaNs, signed zeros and infinities among them)."""
+    rng = np.random.default_rng(11)
+    fmt = FORMATS[DType.FLOAT]
+    x = random_values(rng, fmt, shape, edge_fraction=0.05)
+    with open_virtual_board(kind) as dev:
+        board = dev.link.transport.board
+        cycles = {}
+        for name in ("reduce_max", "reduce_min"):
+            for axes in ([2], [0, 2], None):
+                start = board.cycles
+                got = getattr(dev, name)(x, axes=axes, keepdims=False)
+                cycles[name, str(axes)] = board.cycles - start
+                assert_same_bits(got, getattr(reference, name)(x, axes=axes, keepdims=False),
+                                 f"{kind} {name} {shape} axes={axes}")
+    for axes in ([2], [0, 2], None):
+        assert cycles["reduce_min", str(axes)] == cycles["reduce_max", str(axes)], cycles
+    print(kind, shape, cycles)
+
+
+def test_a_core_without_the_minimum_is_refused_at_open():
+    """A version-5 core takes REDUCE's minimum byte for padding and would answer a ReduceMin
+    with the maximum: the driver refuses to talk to it at all (IDENTIFY only)."""
+    board = FakeBoard()
+    board.identity = dataclasses.replace(board.identity, version=5)
+    with pytest.raises(RuntimeError, match="speaks protocol version 5; this driver speaks 6"):
+        Device(board)
+    assert {code for code, _ in board.requests} == {Command.IDENTIFY}
 
 
 def test_replayed_operand_shared_by_tiles_is_loaded_once():
@@ -319,6 +417,10 @@ BAD_INPUTS = [
     ("reduce_max", (np.zeros((2, 3)),), {"axes": [0.5]}),
     ("reduce_max", (np.zeros((2, 3)),), {"keepdims": 2}),
     ("reduce_max", (np.zeros(3, np.complex128),), {}),
+    ("reduce_min", (np.zeros((2, 3, 4)),), {"axes": 3}),
+    ("reduce_min", (np.zeros((2, 3, 4)),), {"axes": [1, -2]}),
+    ("reduce_min", (np.zeros((2, 3)),), {"keepdims": 2}),
+    ("reduce_min", (np.zeros(3, np.complex128),), {}),
     ("global_max_pool", (np.zeros((2, 3), np.float32),), {}),
     ("global_max_pool", (np.zeros((1, 2, 3), np.int32),), {}),
 ]

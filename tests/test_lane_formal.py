@@ -51,8 +51,16 @@ FORMAT_IDS = [f.dtype.name for f in ALL_FORMATS]
 # --- the specification ----------------------------------------------------------------------
 
 
-def spec_element(m, fmt, a, b):
-    """max(a, b) of one element of ``fmt``, written from the contract."""
+def spec_element(m, fmt, a, b, minimum=False):
+    """max(a, b) of one element of ``fmt`` (with ``minimum``, min(a, b)), written from the
+    contract. ``minimum`` is a Python bool, or a 1-bit value selecting at run time."""
+    if not isinstance(minimum, bool):
+        result = Signal(fmt.bits)
+        m.d.comb += result.eq(Mux(minimum, spec_element(m, fmt, a, b, True),
+                                  spec_element(m, fmt, a, b, False)))
+        return result
+    if minimum:
+        return spec_element_min(m, fmt, a, b)
     result = Signal(fmt.bits)
     if fmt.is_float:
         exponent_ones = (1 << fmt.exponent_bits) - 1
@@ -79,44 +87,78 @@ def spec_element(m, fmt, a, b):
     return result
 
 
-def spec_lane(m, fmt, a, b):
+def spec_element_min(m, fmt, a, b):
+    """min(a, b) of one element of ``fmt``, written from the contract (IEEE 754-2019
+    ``minimum``): NaN first, then for floats sign and magnitude (signs differ: the negative one
+    wins, so -0 beats +0; both non-negative: the smaller magnitude; both negative: the larger
+    magnitude), integers by a signed or unsigned compare."""
+    result = Signal(fmt.bits)
+    if fmt.is_float:
+        exponent_ones = (1 << fmt.exponent_bits) - 1
+
+        def is_nan(x):
+            exponent = x[fmt.mantissa_bits:fmt.bits - 1]
+            mantissa = x[:fmt.mantissa_bits]
+            return (exponent == exponent_ones) & (mantissa != 0)
+
+        negative_a, negative_b = a[fmt.bits - 1], b[fmt.bits - 1]
+        magnitude_a, magnitude_b = a[:fmt.bits - 1], b[:fmt.bits - 1]
+        with m.If(is_nan(a) | is_nan(b)):
+            m.d.comb += result.eq(fmt.canonical_nan)
+        with m.Elif(negative_a != negative_b):
+            m.d.comb += result.eq(Mux(negative_a, a, b))
+        with m.Elif(~negative_a):
+            m.d.comb += result.eq(Mux(magnitude_a <= magnitude_b, a, b))
+        with m.Else():
+            m.d.comb += result.eq(Mux(magnitude_a >= magnitude_b, a, b))
+    elif fmt.kind == "signed":
+        m.d.comb += result.eq(Mux(a.as_signed() <= b.as_signed(), a, b))
+    else:  # unsigned integers, and bool as the byte it travels in (False 0 < True 1)
+        m.d.comb += result.eq(Mux(a <= b, a, b))
+    return result
+
+
+def spec_lane(m, fmt, a, b, minimum=False):
     """The 64-bit lane of elements of ``fmt``, element j in bits ``j*w .. j*w+w-1``."""
     out = Signal(LANE_BITS)
     for start in range(0, LANE_BITS, fmt.bits):
         end = start + fmt.bits
-        m.d.comb += out[start:end].eq(spec_element(m, fmt, a[start:end], b[start:end]))
+        m.d.comb += out[start:end].eq(spec_element(m, fmt, a[start:end], b[start:end],
+                                                   minimum))
     return out
 
 
-def spec_any_dtype(m, a, b, dtype):
+def spec_any_dtype(m, a, b, dtype, minimum=False):
     """The specification with a run-time dtype; codes outside the table behave as uint8."""
     expected = Signal(LANE_BITS)
     with m.Switch(dtype):
         for fmt in ALL_FORMATS:
             with m.Case(fmt.dtype):
-                m.d.comb += expected.eq(spec_lane(m, fmt, a, b))
+                m.d.comb += expected.eq(spec_lane(m, fmt, a, b, minimum))
         with m.Default():
-            m.d.comb += expected.eq(spec_lane(m, FORMATS[DType.UINT8], a, b))
+            m.d.comb += expected.eq(spec_lane(m, FORMATS[DType.UINT8], a, b, minimum))
     return expected
 
 
-def combinational_lane(m, a, b, dtype):
+def combinational_lane(m, a, b, dtype, minimum=False):
     """``LaneMax(latency=0)``, proved against the specification by the proofs above."""
     m.submodules.reference_lane = lane = LaneMax(latency=0)
-    m.d.comb += [lane.a.eq(a), lane.b.eq(b), lane.dtype.eq(dtype)]
+    m.d.comb += [lane.a.eq(a), lane.b.eq(b), lane.dtype.eq(dtype), lane.minimum.eq(minimum)]
     return lane.result
 
 
 class Delayed(Elaboratable):
     """A lane and a reference on the same free inputs; asserts they agree ``latency`` later.
 
-    ``reference(m, a, b, dtype)`` returns the expected lane, combinationally. With ``fmt``
-    given, the dtype is tied to it; otherwise ``dtype`` is a free input that may change every
-    cycle. For a lane with latency L the reference is delayed by L registers and compared from
-    cycle L on; the lane is a pure pipeline, so k-induction of depth L + 1 closes the proof.
+    ``reference(m, a, b, dtype, minimum)`` returns the expected lane, combinationally. With
+    ``fmt`` given, the dtype is tied to it; otherwise ``dtype`` is a free input that may change
+    every cycle. ``minimum``: ``False`` or ``True`` ties the lane's select (the maximum, the
+    minimum); ``None`` makes it a free input that may change every cycle, as the dtype. For a
+    lane with latency L the reference is delayed by L registers and compared from cycle L on;
+    the lane is a pure pipeline, so k-induction of depth L + 1 closes the proof.
     """
 
-    def __init__(self, make_lane, latency, reference, fmt=None):
+    def __init__(self, make_lane, latency, reference, fmt=None, minimum=False):
         self.make_lane = make_lane
         self.latency = latency
         self.reference = reference
@@ -124,17 +166,24 @@ class Delayed(Elaboratable):
         self.a = Signal(LANE_BITS)
         self.b = Signal(LANE_BITS)
         self.dtype = Signal(DType)
+        self.fixed_minimum = minimum
+        self.minimum = Signal()
 
     def ports(self):
-        return [self.a, self.b] + ([] if self.fmt else [self.dtype])
+        return ([self.a, self.b] + ([] if self.fmt else [self.dtype])
+                + ([self.minimum] if self.fixed_minimum is None else []))
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.lane = lane = self.make_lane(self.latency)
         dtype = self.fmt.dtype if self.fmt else self.dtype
+        minimum = self.minimum if self.fixed_minimum is None else self.fixed_minimum
         m.d.comb += [lane.a.eq(self.a), lane.b.eq(self.b), lane.dtype.eq(dtype)]
+        if hasattr(lane, "minimum"):
+            m.d.comb += lane.minimum.eq(minimum)
 
-        assert_delayed(m, self.latency, lane.result, self.reference(m, self.a, self.b, dtype))
+        assert_delayed(m, self.latency, lane.result,
+                       self.reference(m, self.a, self.b, dtype, minimum))
         return m
 
 
@@ -186,11 +235,12 @@ class KeyMaxAgainstSpec(Elaboratable):
         return m
 
 
-def against_spec(latency, fmt=None):
+def against_spec(latency, fmt=None, minimum=False):
     if fmt is None:
-        return Delayed(lambda n: LaneMax(latency=n), latency, spec_any_dtype)
+        return Delayed(lambda n: LaneMax(latency=n), latency, spec_any_dtype, minimum=minimum)
     return Delayed(lambda n: LaneMax(latency=n), latency,
-                   lambda m, a, b, dtype: spec_lane(m, fmt, a, b), fmt)
+                   lambda m, a, b, dtype, select: spec_lane(m, fmt, a, b, select), fmt,
+                   minimum=minimum)
 
 
 class NaiveLane(wiring.Component):
@@ -302,6 +352,34 @@ def test_pipelined_lane_with_dtype_changing_every_cycle(latency, tmp_path):
                   f"LaneMax(latency={latency}) any dtype, every cycle")
 
 
+@pytest.mark.parametrize("fmt", ALL_FORMATS, ids=FORMAT_IDS)
+def test_combinational_lane_minimum_equals_spec_for_each_dtype(fmt, tmp_path):
+    """The minimum select: IEEE 754-2019 ``minimum`` for every dtype, every input pair."""
+    assert_proved(against_spec(0, fmt, minimum=True), tmp_path,
+                  f"LaneMax(latency=0, minimum) {fmt.dtype.name}")
+
+
+@pytest.mark.parametrize("fmt", [f for f in ALL_FORMATS if f.is_float], ids=lambda f: f.dtype.name)
+def test_deepest_lane_minimum_equals_spec_for_each_float_dtype(fmt, tmp_path):
+    latency = max(LATENCIES)
+    assert_proved(against_spec(latency, fmt, minimum=True), tmp_path,
+                  f"LaneMax(latency={latency}, minimum) {fmt.dtype.name}")
+
+
+def test_combinational_lane_with_any_dtype_code_and_either_select(tmp_path):
+    """The select free, with the dtype: each of the two specifications by its select."""
+    assert_proved(against_spec(0, minimum=None), tmp_path,
+                  "LaneMax(latency=0) any dtype code, either select")
+
+
+@pytest.mark.parametrize("latency", [n for n in LATENCIES if n > 0])
+def test_pipelined_lane_with_dtype_and_select_changing_every_cycle(latency, tmp_path):
+    """The select travels through the pipeline with its operands, as the dtype does."""
+    assert_proved(Delayed(lambda n: LaneMax(latency=n), latency, combinational_lane,
+                          minimum=None), tmp_path,
+                  f"LaneMax(latency={latency}) any dtype and select, every cycle")
+
+
 @pytest.mark.parametrize("latency", [0, 1, 2])
 def test_key_max_is_the_unsigned_maximum_per_element(latency, tmp_path):
     """What the reduction units rely on: with LaneMax = FromKey(KeyMax(ToKey a, ToKey b))
@@ -315,8 +393,9 @@ class KeyRoundTrip(Elaboratable):
     filled element comes back as it was, a NaN as the canonical NaN, an unfilled one as what
     key 0 maps to."""
 
-    def __init__(self, latency):
+    def __init__(self, latency, minimum=False):
         self.latency = latency
+        self.minimum = minimum
         self.value = Signal(LANE_BITS)
         self.filled = Signal(LANE_BYTES)
         self.dtype = Signal(DType)
@@ -330,7 +409,8 @@ class KeyRoundTrip(Elaboratable):
         m.submodules.to_key = to_key = ToKey(latency=self.latency)
         m.submodules.from_key = from_key = FromKey()
         m.d.comb += [decode.dtype.eq(self.dtype), to_key.format.eq(decode.format),
-                     to_key.value.eq(self.value), to_key.filled.eq(self.filled)]
+                     to_key.value.eq(self.value), to_key.filled.eq(self.filled),
+                     to_key.minimum.eq(self.minimum), from_key.minimum.eq(self.minimum)]
         m.d.comb += [from_key.format.eq(decode.format), from_key.key.eq(to_key.key)]
         if self.latency:
             # ToKey(latency=1) reads the format in its second cycle: the format is static
@@ -358,17 +438,26 @@ class KeyRoundTrip(Elaboratable):
                         # Padding gets key 0, below every value's key (ToKey's docstring):
                         # the least element for integers and bool; for floats no value's key,
                         # which FromKey maps to all-ones bits (units never convert it back).
+                        # A minimum's key 0 is the complement of the all-ones key: the
+                        # greatest integer (the byte 0xFF for bool), for floats all ones but
+                        # the sign.
                         padding = (1 << fmt.bits) - 1 if fmt.is_float else fmt.lowest
+                        if self.minimum:
+                            padding = ((1 << fmt.bits) - 1) ^ (
+                                fmt.sign_mask if fmt.kind in ("float", "signed") else 0)
                         m.d.comb += expected[start:start + fmt.bits].eq(
                             Mux(filled.all(), x, padding))
         assert_delayed(m, self.latency, from_key.value, expected)
         return m
 
 
+@pytest.mark.parametrize("minimum", [False, True], ids=["maximum", "minimum"])
 @pytest.mark.parametrize("latency", [0, 1])
-def test_key_round_trip_with_padding(latency, tmp_path):
-    """The reduction units' entry and exit: values come back, NaNs canonical, padding key 0."""
-    assert_proved(KeyRoundTrip(latency), tmp_path, f"FromKey(ToKey(latency={latency}))")
+def test_key_round_trip_with_padding(latency, minimum, tmp_path):
+    """The reduction units' entry and exit: values come back, NaNs canonical, padding key 0
+    (with either select: the minimum's NaN key is the one FromKey must not complement)."""
+    assert_proved(KeyRoundTrip(latency, minimum), tmp_path,
+                  f"FromKey(ToKey(latency={latency})) {'minimum' if minimum else 'maximum'}")
 
 
 class PlainAgainstSpec(Elaboratable):
@@ -399,6 +488,17 @@ def test_resource_baseline_plain_float_max_equals_spec(fmt, tmp_path):
 
 def test_proof_finds_a_wrong_lane(tmp_path):
     fmt = FORMATS[DType.FLOAT]
-    harness = Delayed(NaiveLane, 0, lambda m, a, b, dtype: spec_lane(m, fmt, a, b), fmt)
+    harness = Delayed(NaiveLane, 0, lambda m, a, b, dtype, minimum: spec_lane(m, fmt, a, b),
+                      fmt)
     passed, _, _ = prove(harness, tmp_path)
     assert not passed, "the naive lane was 'proved' correct: the harness checks nothing"
+
+
+def test_proof_finds_a_maximum_where_a_minimum_is_due(tmp_path):
+    """The minimum's specification is not the maximum's: the lane in maximum mode fails it."""
+    fmt = FORMATS[DType.FLOAT16]
+    harness = Delayed(lambda n: LaneMax(latency=n), 0,
+                      lambda m, a, b, dtype, minimum: spec_lane(m, fmt, a, b, True), fmt,
+                      minimum=False)
+    passed, _, _ = prove(harness, tmp_path)
+    assert not passed, "a maximum was 'proved' a minimum: the minimum's harness checks nothing"

@@ -73,17 +73,20 @@ def _zero(fmt, negative):
     return _from_bits([fmt.sign_mask if negative else 0], fmt)
 
 
-def _position_sweep(rng, fmt, length):
+def _position_sweep(rng, fmt, length, minimum=False):
     """Runs of ``length`` with a deciding element at every position in turn.
 
     Floats: a NaN (every NaN pattern in turn: quiet, signalling, negative) among ordinary values,
-    some of them +inf; then ``+0`` among ``-0``s and ``-0`` among ``+0``s (the tie in both
-    orders). Integers and bool: one element above the least among least elements.
+    some of them +inf (-inf for a ``minimum``); then ``+0`` among ``-0``s and ``-0`` among
+    ``+0``s (the tie in both orders). Integers and bool: one element above the least among least
+    elements (for a ``minimum``: below the greatest among greatest elements).
     """
     runs = []
     if fmt.is_float:
         nans = _nan_patterns(fmt)
         infinity = ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits
+        if minimum:
+            infinity |= fmt.sign_mask
         for p in range(length):
             bits = _bits(_ordinary(rng, fmt, length), fmt)
             if p % 2:
@@ -96,10 +99,11 @@ def _position_sweep(rng, fmt, length):
                 bits[p] = 0 if negative else fmt.sign_mask
                 runs.append(_from_bits(bits, fmt))
     else:
+        extreme = fmt.greatest if minimum else fmt.lowest
         for p in range(length):
-            bits = np.full(length, fmt.lowest, dtype=fmt.uint_dtype)
-            value = fmt.lowest
-            while value == fmt.lowest:
+            bits = np.full(length, extreme, dtype=fmt.uint_dtype)
+            value = extreme
+            while value == extreme:
                 value = int(_bits(random_values(rng, fmt, 1, edge_fraction=0.5), fmt)[0])
             bits[p] = value
             runs.append(_from_bits(bits, fmt))
@@ -110,12 +114,13 @@ def _elements_per_beat(fmt, lanes):
     return LANE_BYTES * lanes // fmt.nbytes
 
 
-def reduction_runs(fmt, lanes, seed=0):
-    """The runs a RunReducer is checked on for ``fmt`` and ``lanes``."""
+def reduction_runs(fmt, lanes, seed=0, minimum=False):
+    """The runs a RunReducer is checked on for ``fmt`` and ``lanes`` (for its ``minimum``: the
+    sweep decided by the least element, and runs of the greatest element)."""
     rng = _rng("runs", fmt.dtype, lanes, seed)
     per_beat = _elements_per_beat(fmt, lanes)
     sweep = 2 * per_beat + max(1, per_beat // 2)   # first, middle and a partial last beat
-    runs = _position_sweep(rng, fmt, sweep)
+    runs = _position_sweep(rng, fmt, sweep, minimum)
     # Lengths around beat boundaries, R = 0 and R = 1, then random lengths.
     lengths = sorted({0, 1, 2, per_beat - 1, per_beat, per_beat + 1, 2 * per_beat - 1,
                       2 * per_beat + 1, 3 * per_beat + per_beat // 2} - {-1})
@@ -127,6 +132,8 @@ def reduction_runs(fmt, lanes, seed=0):
     runs += [_ordinary(rng, fmt, int(n)) for n in rng.integers(0, 3, size=24)]
     # All least elements (the padding value itself), and the ±0 ties of two elements.
     runs.append(_from_bits(np.full(per_beat + 1, fmt.lowest, dtype=fmt.uint_dtype), fmt))
+    if minimum:
+        runs.append(_from_bits(np.full(per_beat + 1, fmt.greatest, dtype=fmt.uint_dtype), fmt))
     if fmt.is_float:
         for first, second in itertools.product((True, False), repeat=2):
             runs.append(np.concatenate([_zero(fmt, first), _zero(fmt, second)]))
@@ -154,18 +161,28 @@ def _element0(received, fmt, what):
     return bits.view(np.bool_) if fmt.kind == "bool" else bits.view(fmt.numpy_dtype)
 
 
-def reduce_runs(fmt, lanes, runs, stalls, seed=0, pipeline="deep"):
-    """Send ``runs`` through a RunReducer; return (results, StreamRun, beats sent, unit)."""
+def reduce_runs(fmt, lanes, runs, stalls, seed=0, pipeline="deep", minimum=False):
+    """Send ``runs`` through a RunReducer (its ``minimum`` select set as given); return
+    (results, StreamRun, beats sent, unit)."""
     dut = RunReducer(lanes, pipeline)
     beats = beats_from_rows([np.ascontiguousarray(run).tobytes() for run in runs], lanes)
     _garbage_padding(beats, _rng("padding", fmt.dtype, lanes, seed))
+
+    def setup(ctx):
+        ctx.set(dut.dtype, fmt.dtype)
+        ctx.set(dut.minimum, int(minimum))
+
     run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(runs))},
-                      stalls=stalls, setup=lambda ctx: ctx.set(dut.dtype, fmt.dtype))
+                      stalls=stalls, setup=setup)
     return _element0(run.received["o"], fmt, f"{fmt.numpy_dtype} x{lanes}"), run, beats, dut
 
 
 def expected_maxima(runs):
     return np.stack([reference.reduce_max(run, axes=-1, keepdims=False) for run in runs])
+
+
+def expected_minima(runs):
+    return np.stack([reference.reduce_min(run, axes=-1, keepdims=False) for run in runs])
 
 
 # --- RunReducer ---------------------------------------------------------------------------------
@@ -190,6 +207,35 @@ def test_run_reducer_matches_reference(fmt, lanes, stalls, pipeline):
                                f"RunReducer({lanes}, {pipeline}) {fmt.numpy_dtype} {stalls}")
 
 
+def _minimum_cases():
+    """Every dtype once in minimum mode, lanes and stall patterns rotating (a second, wider
+    lane count for the floats)."""
+    cases = []
+    for i, fmt in enumerate(ALL_FORMATS):
+        cases.append((fmt, (1, 2, 4)[i % 3], STALL_PATTERNS[i % len(STALL_PATTERNS)]))
+        if fmt.is_float:
+            cases.append((fmt, 8 if i % 2 else 2, STALL_PATTERNS[(i + 2) % len(STALL_PATTERNS)]))
+    return cases
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+@pytest.mark.parametrize("fmt, lanes, stalls", _minimum_cases(), ids=_id)
+def test_run_reducer_minimum_matches_reference(fmt, lanes, stalls, pipeline):
+    """ReduceMin: NaN payloads at every position, -0 among +0 and +0 among -0, -inf beside
+    ordinary values, integer extremes, runs of the greatest element and empty runs (+inf, the
+    integer maximum, True), under random idle cycles and backpressure."""
+    runs = reduction_runs(fmt, lanes, minimum=True)
+    actual, *_ = reduce_runs(fmt, lanes, runs, stalls, pipeline=pipeline, minimum=True)
+    expected = expected_minima(runs)
+    reference.assert_same_bits(actual, expected,
+                               f"RunReducer({lanes}, {pipeline}) minimum {fmt.numpy_dtype} "
+                               f"{stalls}")
+    assert any(run.size == 0 for run in runs)
+    # Not a maximum in disguise: the sweep's runs are decided differently by the two.
+    assert not np.array_equal(reference.bits_of(expected),
+                              reference.bits_of(expected_maxima(runs)))
+
+
 #: RunReducer's latency by pipeline, from the last beat of a run accepted to its result valid.
 REDUCER_LATENCY = {"deep": lambda lanes: 12 + 2 * (lanes.bit_length() - 1),
                    "shallow": lambda lanes: 2}
@@ -212,6 +258,12 @@ def test_run_reducer_latency_and_throughput(fmt, lanes, pipeline):
     last_beats = [index + 1 for index, beat in enumerate(beats) if beat["last"]]
     assert run.arrivals["o"] == [edge + latency for edge in last_beats]
     assert run.cycles["o"] == len(beats) + latency
+    # The minimum: the same runs, the same arrivals, cycle for cycle.
+    actual, run_min, _, _ = reduce_runs(fmt, lanes, runs, NO_STALLS, pipeline=pipeline,
+                                        minimum=True)
+    reference.assert_same_bits(actual, expected_minima(runs))
+    assert run_min.arrivals["o"] == run.arrivals["o"]
+    assert run_min.cycles["o"] == run.cycles["o"]
 
 
 @pytest.mark.parametrize("pipeline", PIPELINES)

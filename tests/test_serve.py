@@ -144,7 +144,7 @@ def _abort_mid_request(port, seconds=0.5):
     from maxaccel.contract.wire import PARAMETERS, Command, encode_frame
     from maxaccel.contract.dtypes import DType
     runs = 16384      # 64 KiB of float32 in, 64 KiB back: minutes for the simulated board
-    frame = encode_frame(Command.REDUCE, 0, PARAMETERS[Command.REDUCE].pack(DType.FLOAT, runs, 1)
+    frame = encode_frame(Command.REDUCE, 0, PARAMETERS[Command.REDUCE].pack(dtype=DType.FLOAT, runs=runs, run_length=1)
                          + bytes(4 * runs))
     fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
     try:

@@ -44,7 +44,7 @@ def conversation(identity, rng):
     corrupted = bytearray(encode_frame(Command.IDENTIFY, 5))
     corrupted[-1] ^= 0x40
     reduce = encode_frame(Command.REDUCE, 9, PARAMETERS[Command.REDUCE].pack(
-        format_of(x.dtype).dtype, 3, 5) + x.tobytes())
+        dtype=format_of(x.dtype).dtype, runs=3, run_length=5) + x.tobytes())
     # A MAX_POOL of 4 float16 images of 4 x 5 side by side (a lane of the one pooling unit),
     # 3 x 3 stride 2 pads 1, indices (two beats of them per output position).
     images = random_values(rng, format_of(np.float16), (1, 4, 4, 5), edge_fraction=0.5)
@@ -61,7 +61,7 @@ def conversation(identity, rng):
         encode_frame(Command.LOAD, 3, PARAMETERS[Command.LOAD].pack(
             format_of(row.dtype).dtype, replayed.base, 1, 3) + row.tobytes()),
         encode_frame(Command.MAX, 4, block + y.tobytes()),
-        encode_frame(Command.REDUCE, 6, PARAMETERS[Command.REDUCE].pack(99, 1, 1) + b"\0"),
+        encode_frame(Command.REDUCE, 6, PARAMETERS[Command.REDUCE].pack(dtype=99, runs=1, run_length=1) + b"\0"),
         bytes(corrupted),
         reduce[:20],
         encode_frame(Command.COUNTERS, 7),
@@ -285,6 +285,20 @@ def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(def
     # At most 1.1 of the link-bound time. The column's LOAD takes a buffer beat per element
     # (512 cycles) against 8 192 cycles of int8 data at 32 bytes a cycle: 1.098 there.
     assert ratio.ratio <= 1.1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "float64"])
+def test_reduce_min_row_takes_the_cycles_of_the_reduce_max_row(default_board, dtype):
+    """``maxaccel bench --ratios``'s ReduceMin row: the ReduceMax row's tensor through REDUCE's
+    minimum select, cycle for cycle the same requests as its maximum."""
+    from maxaccel.host.bench_cycles import measure_ratios
+    maximum, minimum = measure_ratios(default_board, 1 << 14, dtypes=(dtype,),
+                                      operations=["ReduceMax / GlobalMaxPool", "ReduceMin"])
+    assert minimum.operation == "ReduceMin"
+    assert minimum.cycles == maximum.cycles
+    assert minimum.request_bytes == maximum.request_bytes
+    assert minimum.reduce_cycles == maximum.reduce_cycles
+    assert minimum.ratio <= 1.1
 
 
 def test_verbose_names_the_cached_model(default_board, capsys):

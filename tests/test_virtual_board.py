@@ -17,7 +17,7 @@ from maxaccel.sim.virtual_board import VirtualBoard
 
 def reduce_request(seq, x):
     fmt = format_of(x.dtype)
-    payload = PARAMETERS[Command.REDUCE].pack(fmt.dtype, *x.shape) + x.tobytes()
+    payload = PARAMETERS[Command.REDUCE].pack(fmt.dtype, *x.shape, 0) + x.tobytes()
     return encode_frame(Command.REDUCE, seq, payload)
 
 

@@ -196,7 +196,7 @@ def test_the_core_answers_through_the_xdma_streams(stalls, command, link_bytes):
         x = random_values(np.random.default_rng(1), format_of(np.float32), (2, 5),
                           edge_fraction=0.5)
         request = encode_frame(Command.REDUCE, 2, PARAMETERS[Command.REDUCE].pack(
-            format_of(x.dtype).dtype, 2, 5) + x.tobytes())
+            dtype=format_of(x.dtype).dtype, runs=2, run_length=5) + x.tobytes())
         reply = encode_frame(Command.REDUCE, 2,
                              reference.reduce_max(x, axes=[1], keepdims=False).tobytes())
     run = run_streams(dut, sources={dut.h2c: request_words([request])},

@@ -8,14 +8,15 @@
 
 extern "C" {
 
-// out[(a - a_first) * 65536 + b] = max(a, b) as the lane computes it, for a in
-// [a_first, a_first + a_count) and every b; `latency` is the lane's pipeline depth.
-void maxaccel_lane_pairs(uint8_t dtype, uint32_t latency, uint32_t a_first, uint32_t a_count,
-                         uint16_t *out) {
+// out[(a - a_first) * 65536 + b] = max(a, b) (min(a, b) with `minimum`) as the lane computes
+// it, for a in [a_first, a_first + a_count) and every b; `latency` is the lane's pipeline depth.
+void maxaccel_lane_pairs(uint8_t dtype, uint8_t minimum, uint32_t latency, uint32_t a_first,
+                         uint32_t a_count, uint16_t *out) {
     VerilatedContext context;
     Vmaxaccel_lane *lane = new Vmaxaccel_lane{&context};
     lane->rst = 0;
     lane->dtype = dtype;
+    lane->minimum = minimum;
     const uint64_t vectors = uint64_t(a_count) * 65536 / 4;
     for (uint64_t t = 0; t < vectors + latency; t++) {
         if (t < vectors) {
