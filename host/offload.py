@@ -1,5 +1,5 @@
-"""Run a whole ONNX model with its Max, ReduceMax, GlobalMaxPool and MaxPool nodes on a
-maxaccel board.
+"""Run a whole ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool and ReduceMin nodes
+on a maxaccel board.
 
 :class:`OffloadSession` is a drop-in for onnxruntime's ``InferenceSession``: swap the
 constructor (and give a ``device``), keep the rest of the script::
@@ -21,9 +21,11 @@ arrays onnxruntime and the device return.
 Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
 
 ``"device"``
-    Every opset version of Max (1, 6, 8, 12, 13), ReduceMax (1, 11, 12, 13, 18, 20) and
-    GlobalMaxPool (1, 22) of the default domain, with the contract's bits (``docs/semantics.md``).
-    A Transpose feeding only a GlobalMaxPool or a ReduceMax over known axes runs with it: the
+    Every opset version of Max (1, 6, 8, 12, 13), ReduceMax (1, 11, 12, 13, 18, 20),
+    GlobalMaxPool (1, 22) and ReduceMin (1, 11, 12, 13, 18, 20) of the default domain, with the
+    contract's bits (``docs/semantics.md``; ReduceMin is IEEE 754-2019 ``minimum``, section 7).
+    A Transpose feeding only a GlobalMaxPool or a ReduceMax or ReduceMin over known axes runs
+    with it: the
     reduction is done on the untransposed tensor, so a channels-last (NHWC) tensor reaches the
     device's channels-last pooling unit without a transpose on the host or the link.
 ``"golden"``
@@ -263,9 +265,9 @@ def _max_pool_arguments(attributes):
     return dict(kernel_shape=attributes.get("kernel_shape"), **arguments)
 
 
-def _reduce_max_arguments(attributes, inputs):
-    """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax of any opset version: axes
-    from the attribute (before 18) or the optional second input (18 and later)."""
+def _reduction_arguments(attributes, inputs):
+    """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax or ReduceMin of any opset
+    version: axes from the attribute (before 18) or the optional second input (18 and later)."""
     axes = attributes.get("axes")
     if axes is None and len(inputs) > 1 and inputs[1] is not None:
         axes = inputs[1]
@@ -289,8 +291,9 @@ class OffloadSession:
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
     device : Device or str, optional
-        Where Max, ReduceMax and GlobalMaxPool run: a :class:`~maxaccel.host.device.Device` or
-        anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (the golden model
+        Where the max family and ReduceMin run: a :class:`~maxaccel.host.device.Device` or
+        anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (and ``max_pool``,
+        ``reduce_min`` for models with those nodes; the golden model
         module ``maxaccel.sim.reference`` works too), or a device URL (``"sim"``,
         ``"verilator"``, ``"serial:///dev/ttyUSB0"``...): opened here by
         :func:`~maxaccel.host.device.open_device`, owned by the session and closed by
@@ -567,10 +570,10 @@ class OffloadSession:
             # Transpose + reduction: reduce the untransposed tensor over the mapped axes, then
             # move the (now size-1) axes where the transposed result has them.
             device, where = self._device_for(inputs[0].dtype)
-            reduced = device.reduce_max(inputs[0], axes=[step.perm[a] for a in step.axes],
-                                        keepdims=True)
+            reduce = device.reduce_min if node.op_type == "ReduceMin" else device.reduce_max
+            reduced = reduce(inputs[0], axes=[step.perm[a] for a in step.axes], keepdims=True)
             result = np.ascontiguousarray(reduced.transpose(step.perm))
-            if node.op_type == "ReduceMax" and not step.attributes.get("keepdims", 1):
+            if node.op_type != "GlobalMaxPool" and not step.attributes.get("keepdims", 1):
                 result = result.reshape([n for a, n in enumerate(result.shape)
                                          if a not in step.axes])
         values[step.outputs[0]] = result
@@ -595,9 +598,9 @@ class OffloadSession:
             arguments = self._pool_arguments.get(id(attributes)) \
                 or _max_pool_arguments(attributes)
             return device.max_pool(inputs[0], **arguments, return_indices=outputs > 1), where
-        axes, keepdims, noop = _reduce_max_arguments(attributes, inputs)
-        return device.reduce_max(inputs[0], axes=axes, keepdims=keepdims,
-                                 noop_with_empty_axes=noop), where
+        axes, keepdims, noop = _reduction_arguments(attributes, inputs)
+        reduce = device.reduce_min if op_type == "ReduceMin" else device.reduce_max
+        return reduce(inputs[0], axes=axes, keepdims=keepdims, noop_with_empty_axes=noop), where
 
     def _device_for(self, dtype):
         """``(device, where)`` for a node of element type ``dtype``: the device, or the golden

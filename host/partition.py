@@ -5,11 +5,12 @@
 1. Model-local functions that contain a max-family node (directly, in a subgraph, or through
    another function) are inlined, so their max-family nodes become ordinary graph nodes.
 2. The nodes are sorted topologically (onnxruntime accepts unsorted graphs, so this does too).
-3. Each node gets a kind: ``device`` (Max, ReduceMax, GlobalMaxPool, MaxPool of the default
-   domain),
+3. Each node gets a kind: ``device`` (Max, ReduceMax, GlobalMaxPool, MaxPool and ReduceMin of
+   the default domain),
    ``subgraph`` (a node whose subgraphs contain max-family nodes: it runs on ``onnx.reference``
    with the max family routed to the device, so it keeps the contract) or ``cpu`` (everything
-   else). A Transpose whose only consumer is a GlobalMaxPool, or a ReduceMax over known axes, is
+   else). A Transpose whose only consumer is a GlobalMaxPool, or a ReduceMax or ReduceMin over
+   known axes, is
    *folded* into that device step: the reduction runs on the untransposed tensor (the axes
    mapped through the permutation), so a channels-last tensor reaches the device's channels-last
    pooling unit without being transposed on the host.
@@ -37,7 +38,8 @@ __all__ = ["OFFLOADED", "FAMILY", "MAX_IR_VERSION", "Plan", "DeviceStep", "Subgr
 #: Operator types of the default domain sent to the device, with the opset versions that
 #: define them (every one of them goes to the device).
 OFFLOADED = {"Max": (1, 6, 8, 12, 13), "ReduceMax": (1, 11, 12, 13, 18, 20),
-             "GlobalMaxPool": (1, 22), "MaxPool": (1, 8, 10, 11, 12, 22)}
+             "GlobalMaxPool": (1, 22), "MaxPool": (1, 8, 10, 11, 12, 22),
+             "ReduceMin": (1, 11, 12, 13, 18, 20)}
 FAMILY = tuple(OFFLOADED)
 
 #: Highest IR version given to the models built for onnxruntime (onnx 1.23 writes 14,
@@ -274,7 +276,7 @@ def _fold(node, attributes, producer, consumers, graph_outputs, initializers, ov
     rank = len(perm)
     if node.op_type == "GlobalMaxPool":
         axes = tuple(range(2, rank))
-    elif node.op_type == "ReduceMax":
+    elif node.op_type in ("ReduceMax", "ReduceMin"):
         if "axes" in attributes:
             axes = list(attributes["axes"])
         else:

@@ -28,15 +28,18 @@ from maxaccel.sim.values import random_values
 
 
 def backend_node_cases():
-    """The onnx package's node test cases for the three operators."""
+    """The onnx package's node test cases of Max, ReduceMax, GlobalMaxPool and ReduceMin."""
     import onnx.backend.test.case.node as node_cases
     node_cases._TargetOpType = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the generators divide by zero on purpose
-        for module in ("max", "reducemax", "globalmaxpool"):
+        for module in ("max", "reducemax", "globalmaxpool", "reducemin"):
             importlib.import_module(f"onnx.backend.test.case.node.{module}")
+    # By the node's operator, not the case's name: "test_max" also begins the MaxPool cases,
+    # which are in the list when another test module loaded them first.
     return {c.name: c for c in node_cases._NodeTestCases
-            if c.name.startswith(("test_max", "test_reduce_max", "test_globalmaxpool"))}
+            if c.model.graph.node[0].op_type in ("Max", "ReduceMax", "GlobalMaxPool",
+                                                 "ReduceMin")}
 
 
 CASES = backend_node_cases()
@@ -52,6 +55,8 @@ def test_every_shipped_case_is_found():
     assert len([n for n in CASES if n.startswith("test_max")]) == 14
     assert len([n for n in CASES if n.startswith("test_reduce_max")]) == 11
     assert len([n for n in CASES if n.startswith("test_globalmaxpool")]) == 2
+    assert len([n for n in CASES if n.startswith("test_reduce_min")]) == 10
+    assert {"test_reduce_min_bool_inputs", "test_reduce_min_empty_set"} <= set(CASES)
     assert {"test_reduce_max_bool_inputs", "test_reduce_max_empty_set",
             "test_reduce_max_empty_set_bool"} <= set(CASES)
 
@@ -139,8 +144,12 @@ REDUCE_VERSIONS = [  # opset, element type, shape, axes, keepdims, noop
 ]
 
 
+@pytest.mark.parametrize("op_type", ["ReduceMax", "ReduceMin"])
 @pytest.mark.parametrize("opset, element, shape, axes, keepdims, noop", REDUCE_VERSIONS)
-def test_reduce_max_every_opset_version(device, opset, element, shape, axes, keepdims, noop):
+def test_reductions_every_opset_version(device, op_type, opset, element, shape, axes, keepdims,
+                                        noop):
+    """ReduceMax and ReduceMin (the same attributes and inputs at every version) on edge
+    values, placed on the device, bit for bit against the golden model."""
     dtype = helper.tensor_dtype_to_np_dtype(element)
     attributes = {"keepdims": keepdims}
     initializers = []
@@ -151,8 +160,9 @@ def test_reduce_max_every_opset_version(device, opset, element, shape, axes, kee
     elif axes is not None:
         attributes["axes"] = axes
     data = edge_tensor(dtype, shape, opset)
-    reduced = reference.reduce_max(data, axes, keepdims, noop or False)
-    model = single_node_model("ReduceMax", opset, [("data", element, list(shape))],
+    golden = reference.reduce_min if op_type == "ReduceMin" else reference.reduce_max
+    reduced = golden(data, axes, keepdims, noop or False)
+    model = single_node_model(op_type, opset, [("data", element, list(shape))],
                               [("reduced", element, list(reduced.shape))], initializers,
                               **attributes)
     check_on_device(device, model, {"data": data})

@@ -347,3 +347,44 @@ def test_partition_inputs_shape_inference_cannot_type_are_typed_from_the_first_r
         (y,) = session.run(None, {"a": A, "b": B})
         assert bits(y) == [0x80000000, 0xFFC00000]
         assert session.last_run == [("max", "Max", "device"), ("neg", "Neg", "onnxruntime")]
+
+
+def test_reduce_min_with_a_folded_transpose_and_in_an_if_body(device):
+    """ReduceMin takes the max family's routes: a Transpose feeding it over known axes is folded
+    into its device step (the untransposed tensor reduced over the mapped axes), and one in an
+    If body runs on the device from onnx.reference. -0 below +0 and NaN absorbing, as the
+    golden model gives them."""
+    then_branch = helper.make_graph(
+        [helper.make_node("ReduceMin", ["x", "axes"], ["branch_out"], keepdims=0)], "then", [],
+        [vi("branch_out", [2, 3])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["per_channel"], ["branch_out"])], "else", [],
+        [vi("branch_out", [2, 3])])
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["nchw"], name="to_nchw", perm=[0, 3, 1, 2]),
+        helper.make_node("ReduceMin", ["nchw", "spatial"], ["per_channel"], name="reduce_min",
+                         keepdims=0),
+        helper.make_node("If", ["flip"], ["chosen"], name="if", then_branch=then_branch,
+                         else_branch=else_branch),
+    ]
+    model = make_model(
+        nodes, [vi("x", [2, 4, 5, 3]), vi("flip", [], TensorProto.BOOL)],
+        [vi("per_channel", [2, 3]), vi("chosen", [2, 3])],
+        initializers=[numpy_helper.from_array(np.array([2, 3], np.int64), "spatial"),
+                      numpy_helper.from_array(np.array([1, 2], np.int64), "axes")])
+    session = OffloadSession(model, device=device)
+    assert session.placements == [("to_nchw", "Transpose", "device"),
+                                  ("reduce_min", "ReduceMin", "device"),
+                                  ("if", "If", "onnx.reference")]
+    golden = OffloadSession(model, device=reference)
+    x = np.random.default_rng(3).standard_normal((2, 4, 5, 3)).astype(np.float32)
+    x[0, :, :, 0] = np.abs(x[0, :, :, 0])
+    x[0, 1, 2, 0] = -0.0      # the least of a channel of +0 and positives
+    x[0, 0, 0, 0] = 0.0
+    x[1, 3, 4, 2] = f32([0xFFC00001])[0]   # a NaN with a payload: the canonical NaN out
+    for flip in (True, False):
+        feeds = {"x": x, "flip": np.array(flip)}
+        got = session.run(None, feeds)
+        for value, want in zip(got, golden.run(None, feeds)):
+            assert_same_bits(value, want)
+    assert bits(got[0])[0] == 0x80000000 and bits(got[0])[5] == 0x7FC00000
