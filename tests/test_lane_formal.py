@@ -59,8 +59,10 @@ def spec_element(m, fmt, a, b, minimum=False):
         m.d.comb += result.eq(Mux(minimum, spec_element(m, fmt, a, b, True),
                                   spec_element(m, fmt, a, b, False)))
         return result
-    if minimum:
-        return spec_element_min(m, fmt, a, b)
+    # The side decides which operand a compare keeps: the greater for the maximum, the lesser
+    # for the minimum (IEEE 754-2019 ``minimum``: -0 below +0). Equal magnitudes of one sign
+    # are the same bits, so ties need no rule.
+    keep_a = (lambda x, y: x <= y) if minimum else (lambda x, y: x >= y)
     result = Signal(fmt.bits)
     if fmt.is_float:
         exponent_ones = (1 << fmt.exponent_bits) - 1
@@ -75,46 +77,16 @@ def spec_element(m, fmt, a, b, minimum=False):
         with m.If(is_nan(a) | is_nan(b)):
             m.d.comb += result.eq(fmt.canonical_nan)
         with m.Elif(negative_a != negative_b):
-            m.d.comb += result.eq(Mux(negative_a, b, a))
+            # Signs differ: the maximum keeps the non-negative one, the minimum the negative.
+            m.d.comb += result.eq(Mux(negative_a, a, b) if minimum else Mux(negative_a, b, a))
         with m.Elif(~negative_a):
-            m.d.comb += result.eq(Mux(magnitude_a >= magnitude_b, a, b))
-        with m.Else():
-            m.d.comb += result.eq(Mux(magnitude_a <= magnitude_b, a, b))
+            m.d.comb += result.eq(Mux(keep_a(magnitude_a, magnitude_b), a, b))
+        with m.Else():    # both negative: the larger magnitude is the lesser value
+            m.d.comb += result.eq(Mux(keep_a(magnitude_b, magnitude_a), a, b))
     elif fmt.kind == "signed":
-        m.d.comb += result.eq(Mux(a.as_signed() >= b.as_signed(), a, b))
+        m.d.comb += result.eq(Mux(keep_a(a.as_signed(), b.as_signed()), a, b))
     else:  # unsigned integers, and bool as the byte it travels in (False 0 < True 1)
-        m.d.comb += result.eq(Mux(a >= b, a, b))
-    return result
-
-
-def spec_element_min(m, fmt, a, b):
-    """min(a, b) of one element of ``fmt``, written from the contract (IEEE 754-2019
-    ``minimum``): NaN first, then for floats sign and magnitude (signs differ: the negative one
-    wins, so -0 beats +0; both non-negative: the smaller magnitude; both negative: the larger
-    magnitude), integers by a signed or unsigned compare."""
-    result = Signal(fmt.bits)
-    if fmt.is_float:
-        exponent_ones = (1 << fmt.exponent_bits) - 1
-
-        def is_nan(x):
-            exponent = x[fmt.mantissa_bits:fmt.bits - 1]
-            mantissa = x[:fmt.mantissa_bits]
-            return (exponent == exponent_ones) & (mantissa != 0)
-
-        negative_a, negative_b = a[fmt.bits - 1], b[fmt.bits - 1]
-        magnitude_a, magnitude_b = a[:fmt.bits - 1], b[:fmt.bits - 1]
-        with m.If(is_nan(a) | is_nan(b)):
-            m.d.comb += result.eq(fmt.canonical_nan)
-        with m.Elif(negative_a != negative_b):
-            m.d.comb += result.eq(Mux(negative_a, a, b))
-        with m.Elif(~negative_a):
-            m.d.comb += result.eq(Mux(magnitude_a <= magnitude_b, a, b))
-        with m.Else():
-            m.d.comb += result.eq(Mux(magnitude_a >= magnitude_b, a, b))
-    elif fmt.kind == "signed":
-        m.d.comb += result.eq(Mux(a.as_signed() <= b.as_signed(), a, b))
-    else:  # unsigned integers, and bool as the byte it travels in (False 0 < True 1)
-        m.d.comb += result.eq(Mux(a <= b, a, b))
+        m.d.comb += result.eq(Mux(keep_a(a, b), a, b))
     return result
 
 
