@@ -102,15 +102,19 @@ def test_reduce_min_matches_the_golden_model(device, fmt):
         assert_same_bits(got, want, f"reduce_min {shape} axes={axes} keepdims={keepdims}")
 
 
-@pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
-def test_reduce_min_nan_at_every_position_signed_zeros_and_infinities(device, fmt):
-    rng = np.random.default_rng(350 + int(fmt.dtype))
+def nan_diagonal(rng, fmt, n):
+    """An n x n matrix of ``fmt``'s edge numbers whose row i holds a NaN (of every kind in turn)
+    at position i only."""
     edges = edge_bits(fmt)
     nans = edges[reference.is_nan(edges)]
-    numbers = edges[~reference.is_nan(edges)]
-    n = 11
-    matrix = rng.choice(numbers, size=(n, n))
+    matrix = rng.choice(edges[~reference.is_nan(edges)], size=(n, n))
     matrix[np.arange(n), np.arange(n)] = nans[np.arange(n) % len(nans)]
+    return matrix
+
+
+@pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
+def test_reduce_min_nan_at_every_position_signed_zeros_and_infinities(device, fmt):
+    matrix = nan_diagonal(np.random.default_rng(350 + int(fmt.dtype)), fmt, 11)
     got = device.reduce_min(matrix, axes=[1], keepdims=False)
     assert_same_bits(got, reference.reduce_min(matrix, axes=[1], keepdims=False))
     assert (reference.bits_of(got) == fmt.canonical_nan).all()
@@ -161,13 +165,11 @@ def test_global_max_pool_matches_the_golden_model(device, fmt):
 @pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
 def test_nan_at_every_position_gives_the_canonical_nan(device, fmt):
     rng = np.random.default_rng(300 + int(fmt.dtype))
+    n = 19
+    matrix = nan_diagonal(rng, fmt, n)
     edges = edge_bits(fmt)
     nans = edges[reference.is_nan(edges)]
     numbers = edges[~reference.is_nan(edges)]
-    n = 19
-    # Row i holds a NaN (of every kind in turn) at position i only.
-    matrix = rng.choice(numbers, size=(n, n))
-    matrix[np.arange(n), np.arange(n)] = nans[np.arange(n) % len(nans)]
     got = device.reduce_max(matrix, axes=[1], keepdims=False)
     assert_same_bits(got, reference.reduce_max(matrix, axes=[1], keepdims=False))
     assert (reference.bits_of(got) == fmt.canonical_nan).all()
