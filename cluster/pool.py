@@ -195,7 +195,8 @@ class BoardPool:
     restarts : int
         As the argument (may be changed between calls).
     last_calls : list of (int, int or None)
-        For each call of the latest :meth:`run`, :meth:`reduce_max` or :meth:`max`, in order:
+        For each call of the latest :meth:`run`, :meth:`reduce_max`, :meth:`reduce_min`,
+        :meth:`max` or :meth:`min`, in order:
         the position in :attr:`boards` of the board that completed it and the device cycles it
         took there (None on a real board).
 
@@ -507,21 +508,33 @@ class BoardPool:
         numpy.ndarray
             Bit for bit :func:`maxaccel.sim.reference.reduce_max`'s result.
         """
+        return self._reduce("reduce_max", x, axes, keepdims, noop_with_empty_axes, pieces)
+
+    def reduce_min(self, x, axes=None, keepdims=True, noop_with_empty_axes=False, *,
+                   pieces=None):
+        """ONNX ``ReduceMin`` of ``x`` split across the boards, combined exactly: as
+        :meth:`reduce_max`, the partial minima combined by the golden model's ``reduce_min``
+        (NaN absorbing, ``-0 < +0``; an empty set's ``+inf``, integer maximum or True from one
+        board). Bit for bit :func:`maxaccel.sim.reference.reduce_min`'s result."""
+        return self._reduce("reduce_min", x, axes, keepdims, noop_with_empty_axes, pieces)
+
+    def _reduce(self, operation, x, axes, keepdims, noop_with_empty_axes, pieces):
+        """``reduce_max`` or ``reduce_min`` (``operation``) split across the boards."""
         from maxaccel.contract.checks import check_reduce_max
         from maxaccel.sim import reference
         values, _, axes, keepdims, noop = check_reduce_max(x, axes, keepdims,
-                                                           noop_with_empty_axes)
+                                                           noop_with_empty_axes, name=operation)
         if values.ndim == 0 or values.size == 0 or (not axes and noop):
             # Nothing to spread: one board answers (the empty reduction's value included).
-            return self._map("call", [("reduce_max", (values, axes, keepdims, noop), {})])[0]
+            return self._map("call", [(operation, (values, axes, keepdims, noop), {})])[0]
         reduced = sorted(axes) if axes else list(range(values.ndim))
         axis = int(np.argmax(values.shape))
         count = self._pieces(values.shape[axis], pieces)
         slices = np.array_split(values, count, axis=axis)
-        parts = self._map("call", [("reduce_max", (piece, reduced, True, False), {})
+        parts = self._map("call", [(operation, (piece, reduced, True, False), {})
                                    for piece in slices])
         if axis in reduced:
-            combined = reference.reduce_max(np.stack(parts), axes=[0], keepdims=False)
+            combined = getattr(reference, operation)(np.stack(parts), axes=[0], keepdims=False)
         else:
             combined = np.concatenate(parts, axis=axis)
         if keepdims:
@@ -542,10 +555,20 @@ class BoardPool:
         numpy.ndarray
             Bit for bit :func:`maxaccel.sim.reference.max`'s result.
         """
+        return self._elementwise("max", inputs, pieces)
+
+    def min(self, *inputs, pieces=None):
+        """ONNX ``Min`` of ``inputs`` split across the boards as :meth:`max` splits a Max: bit
+        for bit :func:`maxaccel.sim.reference.min`'s result."""
+        return self._elementwise("min", inputs, pieces)
+
+    def _elementwise(self, operation, inputs, pieces):
+        """``max`` or ``min`` (``operation``) of ``inputs``, its output sliced across the
+        boards."""
         from maxaccel.contract.checks import check_max
-        natives, _, shape = check_max(inputs)
+        natives, _, shape = check_max(inputs, name=operation)
         if len(shape) == 0 or math.prod(shape) == 0:
-            return self._map("call", [("max", tuple(natives), {})])[0]
+            return self._map("call", [(operation, tuple(natives), {})])[0]
         rank = len(shape)
         aligned = [a.reshape((1,) * (rank - a.ndim) + a.shape) for a in natives]
         axis = int(np.argmax(shape))
@@ -554,8 +577,8 @@ class BoardPool:
         calls = []
         for start, stop in zip(bounds[:-1], bounds[1:]):
             index = (slice(None),) * axis + (slice(start, stop),)
-            calls.append(("max", tuple(a if a.shape[axis] == 1 else a[index]
-                                       for a in aligned), {}))
+            calls.append((operation, tuple(a if a.shape[axis] == 1 else a[index]
+                                           for a in aligned), {}))
         return np.concatenate(self._map("call", calls), axis=axis)
 
     def cycles(self):

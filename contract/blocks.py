@@ -91,7 +91,7 @@ class ParameterBlock:
 
 def _max_block(max_dims, max_operands):
     return ParameterBlock(
-        [("dtype", 1), ("operands", 1), ("streamed", 1), ("reserved", 1), ("row_length", 4)]
+        [("dtype", 1), ("operands", 1), ("streamed", 1), ("minimum", 1), ("row_length", 4)]
         + [(f"counts[{d}]", 4) for d in range(max_dims)]
         + [field for k in range(max_operands) for field in (
             [(f"slot[{k}].base", 4), (f"slot[{k}].splat", 4)]
@@ -172,7 +172,8 @@ class MaxParameters:
     """The parameter block of a ``MAX`` request: one ``BroadcastMax`` pass.
 
     The output of the pass is ``prod(counts)`` rows of ``row_length`` elements, enumerated by
-    ``len(counts)`` outer counters (outermost first, C order). Each output element is the max of
+    ``len(counts)`` outer counters (outermost first, C order). Each output element is the max
+    (with ``minimum``, the min: ONNX ``Min``, IEEE 754-2019 ``minimum``) of
     the streamed operands' elements (if ``streamed``) and, for every replayed operand k, the
     element at the operand's current row address (``base`` + the sum of ``steps`` taken so far,
     modulo ``2**addr_bits``) + the element's beat within the row (beat 0 and element 0 for a
@@ -187,7 +188,7 @@ class MaxParameters:
         0             1     dtype: ONNX element type code
         1             1     operands: M, the number of replayed operands (0 .. K)
         2             1     streamed: S, streamed operands (0 .. MAX_STREAMED = 255)
-        3             1     reserved, 0
+        3             1     minimum: 0, each output element the maximum; 1, the minimum
         4             4     row_length: elements per output row (>= 1), u32
         8             4*D   counts[D]: outer counts, outermost first, each >= 1 (1 where unused),
                             u32 each
@@ -207,7 +208,8 @@ class MaxParameters:
     least one operand is required (``M >= 1`` or ``S >= 1``).
 
     The device answers ``BAD_LENGTH`` if the payload is not the block plus the streamed data,
-    ``UNSUPPORTED_DTYPE`` for a dtype it lacks, ``BAD_PARAMETER`` for ``M > K``, no operand,
+    ``UNSUPPORTED_DTYPE`` for a dtype it lacks, ``BAD_PARAMETER`` for ``M > K``, a minimum flag
+    other than 0/1, no operand,
     ``S >= 2`` with ``M >= 1``, a zero count or row length or a splat flag other than 0/1,
     and ``TOO_LARGE`` for a count or a row of more than :data:`MAX_COUNT` (beats) or
     ``S >= 2`` with a row of more than one beat (:data:`RULES`).
@@ -222,6 +224,8 @@ class MaxParameters:
         S, the number of streamed operands (a bool is 0 or 1).
     operands : tuple of MaxOperand
         The replayed operands, in slot order (M of them).
+    minimum : bool
+        The pass computes the element-wise minimum instead of the maximum.
     """
 
     dtype: int
@@ -229,6 +233,7 @@ class MaxParameters:
     counts: tuple
     streamed: int
     operands: tuple = ()
+    minimum: bool = False
 
     @staticmethod
     def layout(max_dims, max_operands):
@@ -241,11 +246,13 @@ class MaxParameters:
         return cls.layout(max_dims, max_operands).size
 
     @classmethod
-    def from_plan(cls, plan, dtype):
-        """The block for a fitting :class:`maxaccel.host.plan.BroadcastPlan`."""
+    def from_plan(cls, plan, dtype, minimum=False):
+        """The block for a fitting :class:`maxaccel.host.plan.BroadcastPlan` (a Min's with
+        ``minimum``)."""
         return cls(int(dtype), plan.row_elements, tuple(plan.counts),
                    plan.streamed is not None,
-                   tuple(MaxOperand(o.base, o.splat, tuple(o.steps)) for o in plan.replayed))
+                   tuple(MaxOperand(o.base, o.splat, tuple(o.steps)) for o in plan.replayed),
+                   bool(minimum))
 
     def fields(self, max_dims, max_operands):
         """The block's fields by name for a device with ``max_dims`` and ``max_operands`` (every
@@ -265,7 +272,8 @@ class MaxParameters:
                              f"with max_operands={max_operands}")
         fields = dict.fromkeys(self.layout(max_dims, max_operands).names, 0)
         fields.update({"dtype": self.dtype, "operands": len(self.operands),
-                       "streamed": int(self.streamed), "row_length": self.row_length})
+                       "streamed": int(self.streamed), "row_length": self.row_length,
+                       "minimum": int(self.minimum)})
         fields.update((f"counts[{d}]", count) for d, count in enumerate(self.counts))
         for k, operand in enumerate(self.operands):
             if len(operand.steps) != max_dims:
@@ -313,5 +321,5 @@ class MaxParameters:
             for k in range(fields["operands"]))
         return (cls(fields["dtype"], fields["row_length"],
                     tuple(fields[f"counts[{d}]"] for d in range(max_dims)),
-                    fields["streamed"], operands),
+                    fields["streamed"], operands, bool(fields["minimum"])),
                 bytes(payload[block.size:]))

@@ -21,8 +21,9 @@ MAGIC = b"MX"
 #: ``window_extent_outer`` (a byte appended to ``IDENTIFY``) that of a 3-D pool's outermost
 #: axis, so a board sizes its plane buffers apart from its line buffers. 6: ``REDUCE``'s
 #: ``minimum`` byte (a run's minimum; before, that byte was padding the device ignored, so a
-#: version-5 core would answer a ReduceMin with the maximum).
-VERSION = 6
+#: version-5 core would answer a ReduceMin with the maximum). 7: ``MAX``'s ``minimum`` byte
+#: (element-wise Min; before, that byte was ``reserved`` and a version-6 core refused a 1).
+VERSION = 7
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE

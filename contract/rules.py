@@ -160,14 +160,18 @@ def _reply_rule():
                 lambda f, q, cap, ops: q["reply_bytes"] > cap.max_payload)
 
 
+def _minimum_rule():
+    return Rule(Status.BAD_PARAMETER, "a minimum flag other than 0 or 1",
+                lambda f, q, cap, ops: f["minimum"] > 1)
+
+
 def _max_rules():
     dims = lambda cap: range(cap.max_dims)          # noqa: E731
     slots = lambda cap: range(cap.max_operands)     # noqa: E731
     return (
         Rule(Status.BAD_PARAMETER, "more replayed operands than max_operands",
              lambda f, q, cap, ops: f["operands"] > cap.max_operands),
-        Rule(Status.BAD_PARAMETER, "a reserved byte is not 0",
-             lambda f, q, cap, ops: f["reserved"] != 0),
+        _minimum_rule(),
         Rule(Status.BAD_PARAMETER, "several streamed operands with a replayed one",
              lambda f, q, cap, ops: (f["streamed"] > 1) & (f["operands"] != 0)),
         Rule(Status.BAD_PARAMETER, "no operand (none replayed and none streamed)",
@@ -201,9 +205,7 @@ RULES = {
     Command.REDUCE: CommandRules(
         row="run_length", products=(("data", ("runs", "run_length")), ("reply", ("runs",))),
         data="data", reply="reply", request_rows="runs",
-        rules=(Rule(Status.BAD_PARAMETER, "a minimum flag other than 0 or 1",
-                    lambda f, q, cap, ops: f["minimum"] > 1),
-               _reply_rule(), _length_rule("runs x run_length elements"))),
+        rules=(_minimum_rule(), _reply_rule(), _length_rule("runs x run_length elements"))),
     Command.POOL_CHANNELS_LAST: CommandRules(
         row="channels",
         products=(("rows", ("images", "pixels")), ("data", ("rows", "channels")),

@@ -89,6 +89,9 @@ class BroadcastMax(wiring.Component):
 
         ``dtype``
             ONNX element type code.
+        ``minimum``
+            0: the element-wise maximum; 1: the minimum (IEEE 754-2019 ``minimum``: NaN
+            absorbing, ``-0`` below ``+0``), the same pipeline on :class:`ToKey`'s minimum keys.
         ``operands``
             Number M of replayed operands (0 .. ``max_operands``).
         ``streamed``
@@ -202,6 +205,7 @@ class BroadcastMax(wiring.Component):
         })
         config_layout = data.StructLayout({
             "dtype": DType,
+            "minimum": 1,
             "operands": range(max_operands + 1),
             "streamed": range(MAX_STREAMED + 1),
             "row_beats": range(max_count + 1),
@@ -243,6 +247,7 @@ class BroadcastMax(wiring.Component):
         max_dims, max_operands = len(config.counts), len(config.operand)
         statements = [
             config.dtype.eq(request.dtype),
+            config.minimum.eq(run["minimum"][0]),
             config.operands.eq(run["operands"]),
             config.streamed.eq(run["streamed"]),
             config.row_beats.eq(request.row_beats),
@@ -358,11 +363,12 @@ class BroadcastMax(wiring.Component):
         last_beat = Signal(reset_less=True)
 
         # Registered when the RUN is accepted: the element format, decoded once per RUN so the
-        # decode is off the datapath, and "no operand is replayed" (the streamed beat is then
-        # the only operand).
+        # decode is off the datapath, the minimum select that goes with it, and "no operand is
+        # replayed" (the streamed beat is then the only operand).
         m.submodules.decode = decode = LaneDecode()
         m.d.comb += decode.dtype.eq(config.dtype)
         lane_format = Signal(LaneFormat, reset_less=True)
+        lane_minimum = Signal(reset_less=True)
         stream_only = Signal(reset_less=True)
 
         # Innermost counter that does not wrap advances; the ones inside it wrap.
@@ -453,7 +459,8 @@ class BroadcastMax(wiring.Component):
             with m.If(finished):
                 m.d.sync += issuing.eq(0)
         return SimpleNamespace(slot_tag=slot_tag, entry=entry, queue=queue,
-                               lane_format=lane_format, stream_only=stream_only, decode=decode,
+                               lane_format=lane_format, lane_minimum=lane_minimum,
+                               stream_only=stream_only, decode=decode,
                                issuing=issuing, slot=slot, beat=beat, left=left, at_end=at_end,
                                port_bits=port_bits, operand_count=operand_count,
                                before_final_slot=before_final_slot, full_pairs=full_pairs,
@@ -466,7 +473,7 @@ class BroadcastMax(wiring.Component):
         """``RUN``'s pipeline behind the queue, to the output."""
         lanes = self.lanes
         slot_tag, entry, queue = run.slot_tag, run.entry, run.queue
-        lane_format, stream_only = run.lane_format, run.stream_only
+        lane_format, lane_minimum, stream_only = run.lane_format, run.lane_minimum, run.stream_only
         # ---- RUN, the pipeline behind the queue. It moves together (one enable, ``advance``):
         # when the output register is free or being taken, and the streamed beat is there if
         # stage 3 holds a slot that needs it. Stage 0 is the queue's head, whose address the
@@ -477,7 +484,7 @@ class BroadcastMax(wiring.Component):
         # every slot behind a valid one entered after the RUN was accepted (the pipeline is
         # empty then), so it carries the same format.
         tag = data.StructLayout({**{name: field.shape for name, field in slot_tag},
-                                 "format": LaneFormat})
+                                 "format": LaneFormat, "minimum": 1})
         advance = Signal()
         head = data.View(entry, queue.r_data)
         head_tag = Signal(tag)
@@ -485,6 +492,7 @@ class BroadcastMax(wiring.Component):
             head_tag.as_value()[:slot_tag.size].eq(head.tag),    # the fields in common
             head_tag.stream.eq(head.tag.stream & queue.r_rdy),
             head_tag.format.eq(lane_format),
+            head_tag.minimum.eq(lane_minimum),
             *[read.addr.eq(head.address[port]) for port, read in enumerate(reads)],
             *[read.en.eq(advance) for read in reads],
             queue.r_en.eq(advance),
@@ -516,10 +524,11 @@ class BroadcastMax(wiring.Component):
                   Mux(s3.second, (1 << LANE_BYTES) - 1, 0)]
         slot_keys = [to_keys(m, advance, keys_tag.format,
                              [lane_of(s3_data[port], j) for j in range(lanes)],
-                             filled=[filled[port]] * lanes, name=f"slot_key_{port}")
+                             filled=[filled[port]] * lanes, name=f"slot_key_{port}",
+                             minimum=keys_tag.minimum)
                      for port in range(self.READ_PORTS)]
         streamed_keys = to_keys(m, advance, s3.format, list(self.streamed.payload.data),
-                                name="streamed_key")
+                                name="streamed_key", minimum=s3.minimum)
         keys_valid, keys_tag = delay(m, "keys_2", advance, keys_valid, keys_tag, tag, 1)
 
         # 6, 7: the max of the slot's two replayed beats; the streamed beat's keys wait.
@@ -541,7 +550,8 @@ class BroadcastMax(wiring.Component):
         # interleaved partial maxima, then their max); its result register is the output
         # register, turned into values by FromKey.
         results, result_valid = accumulate_runs(m, advance, first_tag.format, firsts,
-                                                first_valid, first_tag.last_slot)
+                                                first_valid, first_tag.last_slot,
+                                                minimum=first_tag.minimum)
         _, out = delay(m, "out", advance, first_valid, first_tag, tag,
                        RunAccumulator.LATENCY)
         m.d.comb += [
@@ -555,7 +565,7 @@ class BroadcastMax(wiring.Component):
             m.d.sync += result_valid.eq(0)
         for j, result in enumerate(results):
             m.d.comb += self.output.payload.data[j].eq(
-                from_key(m, f"value_{j}", out.format, result))
+                from_key(m, f"value_{j}", out.format, result, out.minimum))
 
         # The pass ends when its last output beat is taken.
         with m.If(self.output.valid & self.output.ready & out.final):
@@ -566,8 +576,8 @@ class BroadcastMax(wiring.Component):
         config = self.config
         load_address, load_left, fill_size = load.address, load.left, load.fill_size
         decode, issuing, slot, beat = run.decode, run.issuing, run.slot, run.beat
-        lane_format, stream_only, left, at_end = run.lane_format, run.stream_only, run.left, \
-            run.at_end
+        lane_format, lane_minimum, stream_only = run.lane_format, run.lane_minimum, run.stream_only
+        left, at_end = run.left, run.at_end
         port_bits, operand_count = run.port_bits, run.operand_count
         before_final_slot, full_pairs, single_slot, last_slot = \
             run.before_final_slot, run.full_pairs, run.single_slot, run.last_slot
@@ -587,7 +597,7 @@ class BroadcastMax(wiring.Component):
                 ]
             with m.Else():
                 m.d.sync += [busy.eq(1), issuing.eq(1), slot.eq(0), beat.eq(0),
-                             lane_format.eq(decode.format),
+                             lane_format.eq(decode.format), lane_minimum.eq(config.minimum),
                              stream_only.eq(config.operands == 0)]
                 for d in range(self.max_dims):
                     m.d.sync += [left[d].eq(config.counts[d] - 1),

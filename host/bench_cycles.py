@@ -47,6 +47,10 @@ RATIO_OPERATIONS = {
     "max(a, b), same shape": (
         lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
         lambda m, *x: m.max(*x)),
+    # The row above through MAX's minimum select.
+    "min(a, b), same shape": (
+        lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
+        lambda m, *x: m.min(*x)),
     "max(a, b, c), same shape": (
         lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(3)),
         lambda m, *x: m.max(*x)),

@@ -24,10 +24,11 @@ __all__ = ["main"]
 log = _progress.log
 
 RUN_DESCRIPTION = """\
-Run an ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool and ReduceMin nodes on a
-board (the virtual board by default). Prints each output's shape and dtype, where each node ran, and whether the outputs
-are bit for bit those of the golden model. Inputs not given are generated (random values mixed
-with edge cases: NaNs, signed zeros, infinities, extremes) from a printed seed."""
+Run an ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min and ReduceMin nodes on
+a board (the virtual board by default). Prints each output's shape and dtype, where each node
+ran, and whether the outputs are bit for bit those of the golden model. Inputs not given are
+generated (random values mixed with edge cases: NaNs, signed zeros, infinities, extremes) from
+a printed seed."""
 
 BENCH_DESCRIPTION = """\
 Measure throughput, host overhead and link efficiency per device and tensor size, with numpy and
@@ -596,7 +597,7 @@ def _parser(prog="maxaccel"):
               f"~/.cache/maxaccel).")
     parser = argparse.ArgumentParser(
         prog=prog, epilog=epilog,
-        description="Offload ONNX Max, ReduceMax, GlobalMaxPool, MaxPool and ReduceMin to a "
+        description="Offload ONNX Max, ReduceMax, GlobalMaxPool, MaxPool, Min and ReduceMin to a "
                     "maxaccel FPGA board.")
     parser.add_argument("--version", action="version", version=f"maxaccel {_version()}")
     _loudness(parser, default=True)

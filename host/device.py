@@ -15,7 +15,7 @@ requests:
     memory (``channels_last=True``, or a ReduceMax over the spatial axes of
     ``N x D1..Dn x C``); rows longer than a frame in pieces reduced again. A ReduceMin is
     always runs through ``REDUCE``, its block's ``minimum`` set.
-``max``
+``max``, ``min``
     ``host/max_passes.py`` with the planner of ``host/plan.py``: same-shape operands folded in
     ``MAX`` passes that stream them all; broadcast operands as a pass that streams one and
     replays the others from the buffer (``LOAD``), the output tiled when it does not fit the
@@ -206,15 +206,28 @@ class Device:
 
     def max(self, *arrays):
         """ONNX ``Max`` on the device: as :func:`maxaccel.sim.reference.max`, bit for bit."""
-        natives, fmt, shape = check_max(arrays)
-        self._check_supported(fmt, "max()")
+        return self._elementwise(arrays, "max")
+
+    def min(self, *arrays):
+        """ONNX ``Min`` on the device: as :func:`maxaccel.sim.reference.min`, bit for bit
+        (IEEE 754-2019 ``minimum``: NaN absorbing, ``-0`` below ``+0``).
+
+        :meth:`max`'s passes with the ``MAX`` block's ``minimum`` set, so the same cycles and
+        bytes on the link; takes and refuses what :meth:`max` does, before anything is
+        sent."""
+        return self._elementwise(arrays, "min")
+
+    def _elementwise(self, arrays, name):
+        """Max or Min (``name``) of ``arrays`` through :class:`MaxPasses`."""
+        natives, fmt, shape = check_max(arrays, name=name)
+        self._check_supported(fmt, f"{name}()")
         out = np.empty(shape, fmt.numpy_dtype)
         if out.size:
             operands = [Operand.new(values, len(shape)) for values in natives]
             total = sum(values.nbytes for values in natives) + out.nbytes
             with self._operation(total):
-                MaxPasses(self.identity, self.max_frame_bytes, self._request).max_into(
-                    operands, out, fmt)
+                MaxPasses(self.identity, self.max_frame_bytes, self._request,
+                          minimum=name == "min").max_into(operands, out, fmt)
         return out
 
     def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):

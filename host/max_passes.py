@@ -1,4 +1,7 @@
-"""Element-wise Max through ``LOAD`` and ``MAX`` passes: the broadcast route.
+"""Element-wise Max and Min through ``LOAD`` and ``MAX`` passes: the broadcast route.
+
+A Min is a Max with the ``MAX`` block's ``minimum`` set (``REDUCE``'s, on a board without the
+broadcast unit): the passes, their plans and their costs are the same.
 
 The words (operand, pass, streamed and replayed operand, slot, tile) are those of
 ``host/plan.py``'s docstring. Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
@@ -59,7 +62,7 @@ class Operand:
 
 
 class MaxPasses:
-    """The Max of one public call, as requests to a device.
+    """The Max (or Min) of one public call, as requests to a device.
 
     Parameters
     ----------
@@ -68,20 +71,23 @@ class MaxPasses:
     max_frame_bytes : int
     request : callable(command, payload) -> bytes
         Sends one request, returns its reply payload.
+    minimum : bool
+        Every pass computes the element-wise minimum (ONNX ``Min``) instead.
 
     The object remembers what it loaded into the replay buffer (an operand's slice by base
     address), for the tiles of this call only.
     """
 
-    def __init__(self, identity, max_frame_bytes, request):
+    def __init__(self, identity, max_frame_bytes, request, minimum=False):
         self.identity = identity
         self.max_frame_bytes = max_frame_bytes
         self.request = request
+        self.minimum = bool(minimum)
         self._loaded = {}
 
     def max_into(self, operands, out, fmt):
-        """Write the Max of ``operands`` (:class:`Operand` s aligned to ``out``'s rank) into
-        ``out``."""
+        """Write the Max (Min) of ``operands`` (:class:`Operand` s aligned to ``out``'s rank)
+        into ``out``."""
         identity = self.identity
         if identity.replay_depth == 0 and any(o.array.shape != out.shape for o in operands):
             # A board built without the broadcast unit: expand the operands here (more bytes
@@ -98,7 +104,7 @@ class MaxPasses:
             stacked = np.stack([o.array for o in operands], axis=-1)
             rows = stacked.reshape(out.size, len(operands), 1)
             store_bits(out, reduce_rows(rows, fmt, Command.REDUCE, self.max_frame_bytes,
-                                        self.request).reshape(out.shape))
+                                        self.request, self.minimum).reshape(out.shape))
             return
         group = min(identity.max_operands, identity.replay_depth) + 1
         while len(operands) > group:
@@ -130,8 +136,8 @@ class MaxPasses:
         flat_out = out.reshape(-1) if out.flags.c_contiguous else np.empty(out.size, out.dtype)
         for fold in plan_fold(out.size, len(flats), fmt.nbytes, identity.lanes,
                               self.max_frame_bytes):
-            block = fold.parameters(fmt.dtype, len(flats), identity.max_dims).encode(
-                identity.max_dims, identity.max_operands)
+            block = fold.parameters(fmt.dtype, len(flats), identity.max_dims,
+                                    self.minimum).encode(identity.max_dims, identity.max_operands)
             reply = self.request(Command.MAX,
                                  block + encode_elements(fold.interleave(flats), fmt))
             elements = fold.rows * fold.row_length
@@ -147,8 +153,8 @@ class MaxPasses:
         try:
             for replayed in plan.replayed:
                 self._load(replayed, operands[replayed.index], fmt)
-            block = MaxParameters.from_plan(plan, fmt.dtype).encode(identity.max_dims,
-                                                                    identity.max_operands)
+            block = MaxParameters.from_plan(plan, fmt.dtype, self.minimum).encode(
+                identity.max_dims, identity.max_operands)
             streamed = plan.streamed
             data = encode_elements(operands[streamed.index].array, fmt) if streamed else b""
             reply = self.request(Command.MAX, block + data)

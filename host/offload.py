@@ -1,5 +1,5 @@
-"""Run a whole ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool and ReduceMin nodes
-on a maxaccel board.
+"""Run a whole ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min and ReduceMin
+nodes on a maxaccel board.
 
 :class:`OffloadSession` is a drop-in for onnxruntime's ``InferenceSession``: swap the
 constructor (and give a ``device``), keep the rest of the script::
@@ -22,8 +22,9 @@ Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
 
 ``"device"``
     Every opset version of Max (1, 6, 8, 12, 13), ReduceMax (1, 11, 12, 13, 18, 20),
-    GlobalMaxPool (1, 22) and ReduceMin (1, 11, 12, 13, 18, 20) of the default domain, with the
-    contract's bits (``docs/semantics.md``; ReduceMin is IEEE 754-2019 ``minimum``, section 7).
+    GlobalMaxPool (1, 22), Min (1, 6, 8, 12, 13) and ReduceMin (1, 11, 12, 13, 18, 20) of the
+    default domain, with the contract's bits (``docs/semantics.md``; Min and ReduceMin are IEEE
+    754-2019 ``minimum``, section 7).
     A Transpose feeding only a GlobalMaxPool or a ReduceMax or ReduceMin over known axes runs
     with it: the
     reduction is done on the untransposed tensor, so a channels-last (NHWC) tensor reaches the
@@ -43,9 +44,9 @@ Model-local functions holding max-family nodes are inlined first, so their nodes
 device like any other. Windowed MaxPool (1, 8, 10, 11, 12, 22) runs on the device too,
 through ``Device.max_pool`` (``OFFLOADED`` in :mod:`maxaccel.host.partition`).
 
-Max-1 and Max-6 require same-shape inputs; this session broadcasts them as Max-8 does (a
-superset). Results differ from running the whole model on onnxruntime only in max-family nodes
-and only for NaN and signed zeros (``docs/semantics.md``).
+Max-1, Max-6, Min-1 and Min-6 require same-shape inputs; this session broadcasts them as
+Max-8 and Min-8 do (a superset). Results differ from running the whole model on onnxruntime
+only in max-family nodes and only for NaN and signed zeros (``docs/semantics.md``).
 """
 
 import os
@@ -291,9 +292,9 @@ class OffloadSession:
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
     device : Device or str, optional
-        Where the max family and ReduceMin run: a :class:`~maxaccel.host.device.Device` or
-        anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (and ``max_pool``,
-        ``reduce_min`` for models with those nodes; the golden model
+        Where the max family, Min and ReduceMin run: a :class:`~maxaccel.host.device.Device`
+        or anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (and
+        ``max_pool``, ``min``, ``reduce_min`` for models with those nodes; the golden model
         module ``maxaccel.sim.reference`` works too), or a device URL (``"sim"``,
         ``"verilator"``, ``"serial:///dev/ttyUSB0"``...): opened here by
         :func:`~maxaccel.host.device.open_device`, owned by the session and closed by
@@ -590,8 +591,9 @@ class OffloadSession:
         """``(result, where)`` of a max-family node, on the device or (for an element type the
         device lacks) the golden model; a MaxPool with ``outputs`` 2 gives ``(y, indices)``."""
         device, where = self._device_for(inputs[0].dtype)
-        if op_type == "Max":
-            return device.max(*[x for x in inputs if x is not None]), where
+        if op_type in ("Max", "Min"):
+            elementwise = device.min if op_type == "Min" else device.max
+            return elementwise(*[x for x in inputs if x is not None]), where
         if op_type == "GlobalMaxPool":
             return device.global_max_pool(inputs[0]), where
         if op_type == "MaxPool":

@@ -525,11 +525,13 @@ class FoldPass:
     rows: int
     row_length: int
 
-    def parameters(self, dtype, streamed_count, max_dims):
+    def parameters(self, dtype, streamed_count, max_dims, minimum=False):
         """The pass's :class:`~maxaccel.contract.wire.MaxParameters`, streaming
-        ``streamed_count`` operands (the block's ``streamed`` field, S)."""
+        ``streamed_count`` operands (the block's ``streamed`` field, S); a Min's with
+        ``minimum``."""
         counts = (1,) * (max_dims - 1) + (self.rows,)
-        return MaxParameters(int(dtype), self.row_length, counts, streamed_count)
+        return MaxParameters(int(dtype), self.row_length, counts, streamed_count,
+                             minimum=bool(minimum))
 
     def interleave(self, flats):
         """The request data: the operands' (1-D, C order) rows interleaved, shape

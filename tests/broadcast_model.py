@@ -34,7 +34,7 @@ def slots(plan):
     return max(-(-len(plan.replayed) // BroadcastMax.READ_PORTS), 1)
 
 
-def unit_config(plan, dtype):
+def unit_config(plan, dtype, minimum=False):
     """The unit's ``config`` value for this pass, as nested dicts and lists of ints.
 
     Parameters
@@ -42,6 +42,8 @@ def unit_config(plan, dtype):
     plan : BroadcastPlan
     dtype : int
         ONNX element type code.
+    minimum : bool
+        The pass is a Min (the unit's ``minimum`` select).
 
     Raises
     ------
@@ -62,6 +64,7 @@ def unit_config(plan, dtype):
                            "steps": [s % modulus for s in o.steps]}
     return {
         "dtype": int(dtype),
+        "minimum": int(minimum),
         "operands": len(plan.replayed),
         "streamed": int(plan.streamed is not None),
         "row_beats": plan.row_beats,

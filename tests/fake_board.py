@@ -5,8 +5,9 @@ answers like a board: it parses frames with the protocol's own :class:`FramePars
 a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
 ``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
 engine derives its checks from the same rules), and computes ``REDUCE`` (each run's maximum,
-or with the block's ``minimum`` its minimum), ``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` and ``MAX_POOL`` with the golden model. ``MAX`` walks
-the replay buffer exactly as the ``BroadcastMax`` unit does (row addresses advanced by the
+or with the block's ``minimum`` its minimum), ``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` (with
+``minimum``, the element-wise Min) and ``MAX_POOL`` with the golden model. ``MAX`` walks the
+replay buffer exactly as the ``BroadcastMax`` unit does (row addresses advanced by the
 encoded steps, modulo ``2**addr_bits``), so a wrong parameter block gives wrong bits; load
 padding is filled with garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's
 images interleaved and replies with values and Indices in the contract's layout
@@ -271,7 +272,8 @@ class FakeBoard:
             if operand.splat:   # one stored beat replayed for each beat of the row
                 stored = np.tile(stored, row_beats)
             operands.append(stored[:, :row_length * fmt.nbytes].copy().view(fmt.numpy_dtype))
-        return self._bytes(reference.max(*operands), fmt)
+        extreme = reference.min if parameters.minimum else reference.max
+        return self._bytes(extreme(*operands), fmt)
 
     def _max_pool(self, payload):
         block = PARAMETERS[Command.MAX_POOL]

@@ -92,11 +92,12 @@ class Batch:
         self.cases = []
         self.commands, self.loads, self.streamed = [], [], []
 
-    def add(self, arrays, what=""):
+    def add(self, arrays, what="", minimum=False):
+        """A pass of ``arrays`` (the Max, or with ``minimum`` the Min); returns its plan."""
         arrays = [np.asarray(a) for a in arrays]
         fmt = format_of(arrays[0].dtype)
         plan = plan_broadcast([a.shape for a in arrays], fmt.nbytes, **self.unit.limits)
-        config = unit_config(plan, fmt.dtype)
+        config = unit_config(plan, fmt.dtype, minimum)
         for index, base, beats in load_commands(plan):
             operand = plan.operands[index]
             stored = pack_operand(plan, index, arrays[index])
@@ -114,13 +115,15 @@ class Batch:
                 pack_operand(plan, plan.streamed.index, arrays[plan.streamed.index]),
                 plan.row_beats, plan.last_nbytes)
         shapes = ", ".join(str(a.shape) for a in arrays)
-        self.cases.append((arrays, plan, f"{what} {fmt.numpy_dtype} [{shapes}]".strip(),
+        self.cases.append((arrays, plan, minimum,
+                           f"{_name(minimum)} {what} {fmt.numpy_dtype} [{shapes}]",
                            lambda raw: unpack_output(plan, raw, arrays[0].dtype)))
         return plan
 
-    def add_fold(self, arrays, what="fold"):
+    def add_fold(self, arrays, what="fold", minimum=False):
         """A fold: S >= 2 same-shape ``(rows, row_length)`` operands, rows of at most one beat,
-        streamed interleaved row by row (``streamed`` = S, nothing replayed)."""
+        streamed interleaved row by row (``streamed`` = S, nothing replayed); the Max, or with
+        ``minimum`` the Min."""
         arrays = [np.asarray(a) for a in arrays]
         fmt = format_of(arrays[0].dtype)
         rows, row_length = arrays[0].shape
@@ -130,7 +133,8 @@ class Batch:
         assert row_bytes <= beat_bytes
         fold = SimpleNamespace(output_beats=rows, row_beats=1, last_nbytes=row_bytes,
                                beat_bytes=beat_bytes)
-        config = {"dtype": int(fmt.dtype), "operands": 0, "streamed": len(arrays),
+        config = {"dtype": int(fmt.dtype), "minimum": int(minimum), "operands": 0,
+                  "streamed": len(arrays),
                   "row_beats": 1, "last_nbytes": row_bytes,
                   "counts": [1] * (unit.max_dims - 1) + [rows],
                   "operand": [{"base": 0, "splat": 0, "steps": [0] * unit.max_dims}] *
@@ -145,7 +149,8 @@ class Batch:
         def unpack(raw):
             return raw.reshape(rows, beat_bytes)[:, :row_bytes].copy().view(
                 arrays[0].dtype).reshape(rows, row_length)
-        self.cases.append((arrays, fold, f"{what} {fmt.numpy_dtype} S={len(arrays)}", unpack))
+        self.cases.append((arrays, fold, minimum,
+                           f"{_name(minimum)} {what} {fmt.numpy_dtype} S={len(arrays)}", unpack))
         return fold
 
     def run(self, stalls=Stalls()):
@@ -164,7 +169,7 @@ class Batch:
                           stalls=stalls, check=idle_at_end, timeout=5_000)
         received = run.received["output"]
         start = 0
-        for arrays, plan, what, unpack in self.cases:
+        for arrays, plan, minimum, what, unpack in self.cases:
             beats = received[start:start + plan.output_beats]
             start += plan.output_beats
             for position, beat in enumerate(beats):
@@ -176,8 +181,13 @@ class Batch:
                                         f"{got} != {expected}"
             raw = np.frombuffer(b"".join(lanes_to_bytes(b.data) for b in beats), np.uint8)
             actual = unpack(raw)
-            reference.assert_same_bits(actual, reference.max(*arrays), what)
+            extreme = reference.min if minimum else reference.max
+            reference.assert_same_bits(actual, extreme(*arrays), what)
         return run
+
+
+def _name(minimum):
+    return "Min" if minimum else "Max"
 
 
 def random_shapes(rng, max_elements=36):
@@ -224,8 +234,11 @@ def test_random_broadcast(lanes, stalls):
     rng = np.random.default_rng([lanes, stalls.seed])
     batch = Batch(lanes)
     for index in range(40):
+        # Max and Min alternate, so each pass runs behind one of the other mode, and each
+        # dtype comes both ways.
         fmt = MAX_DTYPES[index % len(MAX_DTYPES)]
-        batch.add(random_case(rng, fmt), f"case {index}")
+        minimum = (index + index // len(MAX_DTYPES)) % 2 == 1
+        batch.add(random_case(rng, fmt), f"case {index}", minimum)
     batch.run(stalls)
 
 
@@ -235,7 +248,7 @@ def test_random_broadcast_four_lanes(stalls):
     batch = Batch(4)
     for index in range(12):
         fmt = MAX_DTYPES[(index + 3 * stalls.seed) % len(MAX_DTYPES)]
-        batch.add(random_case(rng, fmt), f"case {index}")
+        batch.add(random_case(rng, fmt), f"case {index}", minimum=index % 2 == 1)
     batch.run(stalls)
 
 
@@ -261,7 +274,8 @@ def test_nan_in_every_position(stalls):
                 where = rng.random(target.shape) < 0.5
                 where.flat[rng.integers(target.size)] = True
                 target[where] = rng.choice(nans, size=int(where.sum()))
-                batch.add(arrays, f"NaN in operand {position}")
+                for minimum in (False, True):
+                    batch.add(arrays, f"NaN in operand {position}", minimum)
     batch.run(stalls)
 
 
@@ -284,16 +298,18 @@ def test_signed_zero_ties(stalls):
                 [alternating, alternating[::-1].copy()],
                 [alternating.reshape(2, 3), np.full((2, 1), second, fmt.numpy_dtype)],
             ]:
-                batch.add(shapes_and_values, f"±0 ({first!r}, {second!r})")
+                for minimum in (False, True):
+                    batch.add(shapes_and_values, f"±0 ({first!r}, {second!r})", minimum)
     batch.run(stalls)
 
 
 def test_single_operand_canonicalises_nan():
-    """Max of one operand (it is full, so it streams) still canonicalises its NaNs."""
+    """Max and Min of one operand (it is full, so it streams) still canonicalise its NaNs."""
     batch = Batch(1)
     for fmt in FLOATS:
-        batch.add([edge_bits(fmt)], "alone")
-        batch.add([edge_bits(fmt)[:1].reshape(())], "scalar alone")
+        for minimum in (False, True):
+            batch.add([edge_bits(fmt)], "alone", minimum)
+            batch.add([edge_bits(fmt)[:1].reshape(())], "scalar alone", minimum)
     batch.run()
 
 
@@ -360,9 +376,10 @@ def test_fold_of_streamed_operands(stalls):
         count = [2, 3, 5][index % 3]
         row_length = per_beat if index % 2 else max(1, per_beat - 1)
         batch.add_fold([random_values(rng, fmt, (3, row_length), edge_fraction=0.3)
-                        for _ in range(count)])
+                        for _ in range(count)], minimum=(index + stalls.seed) % 2 == 0)
         if index % 4 == 0:
-            batch.add([finite(rng, fmt, (2, 5)), finite(rng, fmt, (5,))], "between folds")
+            batch.add([finite(rng, fmt, (2, 5)), finite(rng, fmt, (5,))], "between folds",
+                      minimum=index % 8 == 4)
     batch.run(stalls)
 
 
@@ -390,7 +407,7 @@ def test_at_the_limits(stalls):
     assert (plan.memory_beats, plan.counts, plan.row_beats) == (27, (3, 3), 3)
     assert [o.splat for o in plan.replayed] == [False, True, False]
     batch.add([finite(rng, fmt, (3, 3, 12)), finite(rng, fmt, (3, 1, 12)),
-               finite(rng, fmt, (1, 3, 1))], "streamed")
+               finite(rng, fmt, (1, 3, 1))], "streamed", minimum=True)
     batch.add([finite(rng, fmt, (1, 3, 12)), finite(rng, fmt, (3, 1, 12))], "memory only")
     batch.run(stalls)
 

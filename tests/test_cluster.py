@@ -158,6 +158,10 @@ def _bad_feeds_are_refused_before_anything_is_sent(pool):
         pool.max(np.zeros(3, np.float32), np.zeros(3, np.float16))
     with pytest.raises(ValueError):
         pool.reduce_max(np.zeros((2, 3), np.float32), axes=[2])
+    with pytest.raises(TypeError, match=r"min\(\) inputs must all have the same dtype"):
+        pool.min(np.zeros(3, np.float32), np.zeros(3, np.float16))
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        pool.reduce_min(np.zeros((2, 3), np.float32), axes=[2])
     assert [(b.runs, b.failures) for b in pool.boards] == before
 
 
@@ -184,9 +188,14 @@ def _shards_combine_to_the_golden_models_bits(pool, dtype):
         reference.assert_same_bits(got, reference.reduce_max(x, axes=axes, keepdims=keepdims),
                                    f"reduce_max axes={axes}")
     assert sum(b.runs for b in pool.boards) - before == 9     # three slices each time
-    # Max with broadcasting: the output cut along axis 0, the row operand sent whole.
+    # ReduceMin: the partial minima combined the same way, -0 below +0.
+    got = pool.reduce_min(x, axes=[0], keepdims=False)
+    reference.assert_same_bits(got, reference.reduce_min(x, axes=[0], keepdims=False),
+                               "reduce_min axes=[0]")
+    # Max and Min with broadcasting: the output cut along axis 0, the row operand sent whole.
     y, row = _awkward((9, 4), dtype, rng), _awkward((1, 4), dtype, rng)
     reference.assert_same_bits(pool.max(x, y, row), reference.max(x, y, row), "max")
+    reference.assert_same_bits(pool.min(x, y, row), reference.min(x, y, row), "min")
     column = _awkward((9, 1), dtype, rng)
     reference.assert_same_bits(pool.max(row, column, pieces=2), reference.max(row, column),
                                "max of a row and a column")

@@ -141,14 +141,17 @@ def pool_payload(x):
             + np.ascontiguousarray(channels_last).tobytes())
 
 
-def max_payload(identity, plan, dtype, streamed=None):
-    """The ``MAX`` request of a plan (the host's ``MaxParameters``), with its streamed operand."""
-    block = MaxParameters.from_plan(plan, dtype).encode(identity.max_dims, identity.max_operands)
+def max_payload(identity, plan, dtype, streamed=None, minimum=False):
+    """The ``MAX`` request of a plan (the host's ``MaxParameters``, a Min's with ``minimum``),
+    with its streamed operand."""
+    block = MaxParameters.from_plan(plan, dtype, minimum).encode(identity.max_dims,
+                                                                 identity.max_operands)
     return block + (b"" if streamed is None else np.ascontiguousarray(streamed).tobytes())
 
 
-def device_max(board, *arrays, seq=10):
-    """Max of ``arrays`` on the board: a LOAD per replayed operand, then MAX."""
+def device_max(board, *arrays, seq=10, minimum=False):
+    """Max (with ``minimum``, Min) of ``arrays`` on the board: a LOAD per replayed operand,
+    then MAX."""
     identity = board.identity
     fmt = format_of(arrays[0].dtype)
     plan = plan_broadcast([a.shape for a in arrays], fmt.nbytes, lanes=identity.lanes,
@@ -162,7 +165,8 @@ def device_max(board, *arrays, seq=10):
         expect_status(exchange(board, Command.LOAD, payload, seq), Status.OK)
         seq += 1
     streamed = arrays[plan.streamed.index] if plan.streamed else None
-    frame = exchange(board, Command.MAX, max_payload(identity, plan, fmt.dtype, streamed), seq)
+    frame = exchange(board, Command.MAX,
+                     max_payload(identity, plan, fmt.dtype, streamed, minimum), seq)
     expect_status(frame, Status.OK, int(np.prod(plan.output_shape)) * fmt.nbytes)
     return np.frombuffer(frame.payload, fmt.numpy_dtype).reshape(plan.output_shape)
 
@@ -316,11 +320,12 @@ MAX_CASES = [
 ]
 
 
-def fold_requests(identity, arrays):
-    """The ``MAX`` requests of a fold of same-shape 1-D ``arrays`` (the host's plan_fold)."""
+def fold_requests(identity, arrays, minimum=False):
+    """The ``MAX`` requests of a fold of same-shape 1-D ``arrays`` (the host's plan_fold), a
+    Min's with ``minimum``."""
     fmt = format_of(arrays[0].dtype)
     for fold in plan_fold(arrays[0].size, len(arrays), fmt.nbytes, identity.lanes, 1 << 20):
-        block = fold.parameters(fmt.dtype, len(arrays), identity.max_dims).encode(
+        block = fold.parameters(fmt.dtype, len(arrays), identity.max_dims, minimum).encode(
             identity.max_dims, identity.max_operands)
         yield fold, block + fold.interleave(arrays).tobytes()
 
@@ -484,6 +489,41 @@ def test_load_and_max_match_the_golden_model(clean_board, dtype):
                          f"MAX {shapes} {fmt.numpy_dtype}")
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.int8,
+                                   np.uint64], ids=dtype_name)
+def test_min_matches_the_golden_model_in_the_cycles_of_max(clean_board, dtype):
+    """MAX with ``minimum`` 1 is ONNX Min, bit for bit (NaN absorbing, -0 below +0), for the
+    broadcast passes and the fold; each request takes exactly the cycles of its maximum."""
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(400 + fmt.dtype)
+    per_beat = 8 * clean_board.identity.lanes // fmt.nbytes
+    cases = [("pass", [random_values(rng, fmt, shape, edge_fraction=0.4) for shape in shapes])
+             for shapes in MAX_CASES[:3]]
+    cases.append(("fold", [random_values(rng, fmt, (per_beat + 1,), edge_fraction=0.4)
+                           for _ in range(3)]))
+    if fmt.is_float:
+        zeros = np.array([0.0, -0.0, 0.0, -0.0], fmt.numpy_dtype)
+        cases.append(("pass", [zeros, zeros[::-1].copy()]))
+    for route, arrays in cases:
+        results, cycles = [], []
+        for minimum in (False, True):
+            start = clean_board.cycles
+            if route == "fold":
+                got = []
+                for fold, payload in fold_requests(clean_board.identity, arrays, minimum):
+                    frame = exchange(clean_board, Command.MAX, payload)
+                    expect_status(frame, Status.OK, fold.rows * fold.row_length * fmt.nbytes)
+                    got.append(np.frombuffer(frame.payload, fmt.numpy_dtype))
+                results.append(np.concatenate(got))
+            else:
+                results.append(device_max(clean_board, *arrays, minimum=minimum))
+            cycles.append(clean_board.cycles - start)
+        what = f"{route} of {[a.shape for a in arrays]} {fmt.numpy_dtype}"
+        assert_same_bits(results[0], reference.max(*arrays), "Max " + what)
+        assert_same_bits(results[1], reference.min(*arrays), "Min " + what)
+        assert cycles[1] == cycles[0], f"Min {what}: {cycles[1]} cycles, the Max {cycles[0]}"
+
+
 # ---- refused requests: every status ------------------------------------------------------------
 
 def reduce_block(dtype, runs, run_length, minimum=0):
@@ -521,10 +561,10 @@ def test_unsupported_dtype(clean_board, dtype):
 
 
 def max_block(identity, *, dtype=DType.FLOAT, operands=1, streamed=1, row_length=2,
-              counts=None, bases=None, splats=None, reserved=0):
+              counts=None, bases=None, splats=None, minimum=0):
     """A raw ``MAX`` block, out-of-range values allowed (only the data is left out); counts
     not given are 1."""
-    fields = dict(dtype=dtype, operands=operands, streamed=streamed, reserved=reserved,
+    fields = dict(dtype=dtype, operands=operands, streamed=streamed, minimum=minimum,
                   row_length=row_length)
     counts = list(counts or [])
     fields.update((f"counts[{d}]", count)
@@ -548,7 +588,8 @@ def test_bad_parameter(clean_board):
         (Command.MAX, max_block(identity, counts=[1, 0, 1])),
         (Command.MAX, max_block(identity, operands=2, splats={1: 2})),
         (Command.MAX, max_block(identity, operands=identity.max_operands + 1)),
-        (Command.MAX, max_block(identity, reserved=1)),
+        (Command.MAX, max_block(identity, minimum=2)),
+        (Command.MAX, max_block(identity, minimum=0x81)),
         (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1, minimum=2) + bytes(4)),
         (Command.REDUCE, reduce_block(DType.INT8, 2, 1, minimum=0x81) + bytes(2)),
     ]
@@ -598,8 +639,9 @@ def _random_request(rng, identity):
     fields = {name: int(rng.choice(edges[:4] if rng.random() < 0.7 else edges))
               % (1 << 8 * block[name].size) for name in block.names}
     fields["dtype"] = int(rng.choice([DType.FLOAT, DType.INT8, DType.DOUBLE, DType.BFLOAT16, 0, 8]))
-    if "reserved" in fields and rng.random() < 0.8:
-        fields["reserved"] = 0
+    for flag in ("reserved", "minimum"):
+        if flag in fields and rng.random() < 0.8:
+            fields[flag] = int(rng.random() < 0.5) if flag == "minimum" else 0
     payload = block.pack(**{n: v - (1 << 32) if block[n].signed and v >> 31 else v
                             for n, v in fields.items()})
     # The data the parameters describe (when small), or a few bytes off.

@@ -7,6 +7,7 @@ replay-buffer addressing and decoding, so any mistake there shows as wrong bits.
 
 import dataclasses
 import math
+import os
 
 import numpy as np
 import pytest
@@ -43,11 +44,19 @@ def open_virtual_board(kind="sim"):
     return open_device(kind)
 
 
-@pytest.fixture(scope="module", params=["fake", pytest.param("sim", marks=pytest.mark.slow),
-                                        "verilator"])
+#: The corpus on Amaranth's simulator repeats, at about 1/100 of the speed, what the compiled
+#: board runs of the same gateware; CI runs the digest there (test_edge_corpus_on_the_virtual_
+#: board) and MAXACCEL_SLOW=1 the whole corpus.
+SIMULATED_CORPUS = pytest.param("sim", marks=[pytest.mark.slow, pytest.mark.skipif(
+    not os.environ.get("MAXACCEL_SLOW"),
+    reason="the whole corpus in Amaranth's simulator, about 5 min of CPU (the compiled board "
+           "runs it in CI): MAXACCEL_SLOW=1 runs it")])
+
+
+@pytest.fixture(scope="module", params=["fake", SIMULATED_CORPUS, "verilator"])
 def device(request):
-    """The fake board, the virtual board (the real gateware in Amaranth's simulator; slow:
-    about 150 s for the whole corpus) and the same gateware compiled with Verilator."""
+    """The fake board, the virtual board (the real gateware in Amaranth's simulator; slow,
+    behind ``MAXACCEL_SLOW=1``) and the same gateware compiled with Verilator."""
     with (make_device() if request.param == "fake" else open_virtual_board(request.param)) \
             as dev:
         yield dev
@@ -145,12 +154,14 @@ BROADCASTS = [
 ]
 
 
+@pytest.mark.parametrize("name", ["max", "min"])
 @pytest.mark.parametrize("fmt", NUMERIC, ids=ids(NUMERIC))
-def test_max_with_broadcasting_matches_the_golden_model(device, fmt):
+def test_max_and_min_with_broadcasting_match_the_golden_model(device, fmt, name):
     rng = np.random.default_rng(100 + int(fmt.dtype))
     for shapes in BROADCASTS:
         arrays = [random_values(rng, fmt, s, edge_fraction=0.3) for s in shapes]
-        assert_same_bits(device.max(*arrays), reference.max(*arrays), f"max {shapes}")
+        assert_same_bits(getattr(device, name)(*arrays), getattr(reference, name)(*arrays),
+                         f"{name} {shapes}")
 
 
 @pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
@@ -173,14 +184,15 @@ def test_nan_at_every_position_gives_the_canonical_nan(device, fmt):
     got = device.reduce_max(matrix, axes=[1], keepdims=False)
     assert_same_bits(got, reference.reduce_max(matrix, axes=[1], keepdims=False))
     assert (reference.bits_of(got) == fmt.canonical_nan).all()
-    # Max of k operands: operand j holds the NaN at positions p with p % k == j.
+    # Max and Min of k operands: operand j holds the NaN at positions p with p % k == j.
     for k in range(1, 6):
         operands = [rng.choice(numbers, size=n) for _ in range(k)]
         for j, operand in enumerate(operands):
             operand[np.arange(n) % k == j] = nans[j % len(nans)]
-        got = device.max(*operands)
-        assert_same_bits(got, reference.max(*operands), f"max of {k}")
-        assert (reference.bits_of(got) == fmt.canonical_nan).all()
+        for name in ("max", "min"):
+            got = getattr(device, name)(*operands)
+            assert_same_bits(got, getattr(reference, name)(*operands), f"{name} of {k}")
+            assert (reference.bits_of(got) == fmt.canonical_nan).all()
 
 
 @pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
@@ -189,6 +201,12 @@ def test_signed_zeros_and_extremes(device, fmt):
     for a, b, want in [(pos, neg, pos), (neg, pos, pos), (neg, neg, neg)]:
         assert_same_bits(device.max(a, b), want)
         assert_same_bits(device.reduce_max(np.concatenate([a, b])), want)
+    for a, b, want in [(pos, neg, neg), (neg, pos, neg), (pos, pos, pos)]:
+        assert_same_bits(device.min(a, b), want)
+        assert_same_bits(device.min(a, b, a), want)
+    infinity = np.array([np.inf, -np.inf], fmt.numpy_dtype)
+    assert_same_bits(device.min(infinity, infinity[::-1].copy()), infinity[[1, 1]])
+    assert_same_bits(device.max(infinity, infinity[::-1].copy()), infinity[[0, 0]])
     lowest = np.array([fmt.lowest], fmt.uint_dtype).view(fmt.numpy_dtype)
     empty = np.zeros((3, 0), fmt.numpy_dtype)
     assert_same_bits(device.reduce_max(empty, axes=[1], keepdims=False),
@@ -209,6 +227,7 @@ def test_tiny_device_tiles_splits_and_groups(fmt):
                                         [(40, 3), (1, 3)], [(3, 40), (3, 1)]]:
                 arrays = [random_values(rng, fmt, s, edge_fraction=0.2) for s in shapes]
                 assert_same_bits(dev.max(*arrays), reference.max(*arrays), f"max {shapes}")
+                assert_same_bits(dev.min(*arrays), reference.min(*arrays), f"min {shapes}")
         for shape, axes, keepdims, noop in REDUCTIONS + [((100, 3), [0], False, False)]:
             data = random_values(rng, fmt, shape, edge_fraction=0.05)
             assert_same_bits(dev.reduce_max(data, axes, keepdims, noop),
@@ -272,12 +291,54 @@ def test_reduce_min_takes_exactly_the_cycles_of_reduce_max(kind, shape):
     print(kind, shape, cycles)
 
 
-def test_a_core_without_the_minimum_is_refused_at_open():
+@pytest.mark.parametrize("kind, shapes", [
+    ("sim", [(2, 5), (5,)]),
+    ("verilator", [(64, 3, 700), (3, 1), (64, 3, 700)]),
+    ("verilator", [(40, 333), (40, 333), (40, 333)]),
+], ids=["sim broadcast", "verilator broadcast", "verilator fold"])
+def test_min_takes_exactly_the_cycles_of_max(kind, shapes):
+    """The real gateware: a Min's requests (broadcast passes with LOADs; a fold of same-shape
+    operands) take the cycles of the same Max's, request for request, with NaNs, signed zeros
+    and infinities among the values."""
+    rng = np.random.default_rng(12)
+    fmt = FORMATS[DType.FLOAT]
+    arrays = [random_values(rng, fmt, shape, edge_fraction=0.05) for shape in shapes]
+    with open_virtual_board(kind) as dev:
+        board = dev.link.transport.board
+        cycles = {}
+        for name in ("max", "min"):
+            start = board.cycles
+            got = getattr(dev, name)(*arrays)
+            cycles[name] = board.cycles - start
+            assert_same_bits(got, getattr(reference, name)(*arrays), f"{kind} {name} {shapes}")
+    assert cycles["min"] == cycles["max"], cycles
+    print(kind, shapes, cycles)
+
+
+def test_min_on_a_board_without_the_broadcast_unit_takes_reduce_with_its_minimum():
+    """A core without the broadcast unit (the iCE40's) runs Min as Max: operands expanded on
+    the host, a REDUCE of interleaved k-element runs, its minimum select set."""
+    rng = np.random.default_rng(13)
+    fmt = FORMATS[DType.FLOAT16]
+    arrays = [random_values(rng, fmt, s, edge_fraction=0.3) for s in [(4, 6), (6,), (4, 1)]]
+    with make_device(replay_depth=0, max_dims=0, max_operands=0) as dev:
+        board = dev.link.transport
+        board.requests.clear()
+        assert_same_bits(dev.min(*arrays), reference.min(*arrays))
+        block = PARAMETERS[Command.REDUCE]
+        assert {code for code, _ in board.requests} == {Command.REDUCE}
+        assert {block.unpack(payload)["minimum"] for _, payload in board.requests} == {1}
+
+
+@pytest.mark.parametrize("version", [5, 6])
+def test_a_core_without_the_minimum_is_refused_at_open(version):
     """A version-5 core takes REDUCE's minimum byte for padding and would answer a ReduceMin
-    with the maximum: the driver refuses to talk to it at all (IDENTIFY only)."""
+    with the maximum; a version-6 core refuses MAX's minimum byte: the driver refuses to talk
+    to either at all (IDENTIFY only)."""
     board = FakeBoard()
-    board.identity = dataclasses.replace(board.identity, version=5)
-    with pytest.raises(RuntimeError, match="speaks protocol version 5; this driver speaks 6"):
+    board.identity = dataclasses.replace(board.identity, version=version)
+    with pytest.raises(RuntimeError,
+                       match=f"speaks protocol version {version}; this driver speaks 7"):
         Device(board)
     assert {code for code, _ in board.requests} == {Command.IDENTIFY}
 

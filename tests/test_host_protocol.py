@@ -55,8 +55,8 @@ def test_max_block_decode_rejects_bad_blocks():
     assert good[24:] == bytes(28)
     with pytest.raises(ValueError, match="shorter than its 52-byte parameter block"):
         MaxParameters.decode(good[:-1], 1, 1)
-    # M > K, S >= 2 with a replayed operand, reserved, splat
-    for offset, value in [(1, 2), (2, 2), (3, 1), (16, 2)]:
+    # M > K, S >= 2 with a replayed operand, a minimum flag of 2, splat
+    for offset, value in [(1, 2), (2, 2), (3, 2), (16, 2)]:
         bad = bytearray(good)
         bad[offset] = value
         if offset in (2, 16):

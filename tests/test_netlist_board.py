@@ -43,8 +43,8 @@ def ice40():
 
 
 def check_node_cases(device):
-    """Every ONNX backend node case of Max, ReduceMax and GlobalMaxPool, bit for bit against
-    its shipped output and the golden model."""
+    """Every ONNX backend node case of Max, ReduceMax, GlobalMaxPool, Min and ReduceMin, bit
+    for bit against its shipped output and the golden model."""
     for name in sorted(CASES):
         check_node_case(device, name)
 

@@ -28,17 +28,18 @@ from maxaccel.sim.values import random_values
 
 
 def backend_node_cases():
-    """The onnx package's node test cases of Max, ReduceMax, GlobalMaxPool and ReduceMin."""
+    """The onnx package's node test cases of Max, ReduceMax, GlobalMaxPool, Min and
+    ReduceMin."""
     import onnx.backend.test.case.node as node_cases
     node_cases._TargetOpType = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the generators divide by zero on purpose
-        for module in ("max", "reducemax", "globalmaxpool", "reducemin"):
+        for module in ("max", "reducemax", "globalmaxpool", "min", "reducemin"):
             importlib.import_module(f"onnx.backend.test.case.node.{module}")
     # By the node's operator, not the case's name: "test_max" also begins the MaxPool cases,
     # which are in the list when another test module loaded them first.
     return {c.name: c for c in node_cases._NodeTestCases
-            if c.model.graph.node[0].op_type in ("Max", "ReduceMax", "GlobalMaxPool",
+            if c.model.graph.node[0].op_type in ("Max", "ReduceMax", "GlobalMaxPool", "Min",
                                                  "ReduceMin")}
 
 
@@ -56,6 +57,7 @@ def test_every_shipped_case_is_found():
     assert len([n for n in CASES if n.startswith("test_reduce_max")]) == 11
     assert len([n for n in CASES if n.startswith("test_globalmaxpool")]) == 2
     assert len([n for n in CASES if n.startswith("test_reduce_min")]) == 10
+    assert len([n for n in CASES if n.startswith("test_min")]) == 14
     assert {"test_reduce_min_bool_inputs", "test_reduce_min_empty_set"} <= set(CASES)
     assert {"test_reduce_max_bool_inputs", "test_reduce_max_empty_set",
             "test_reduce_max_empty_set_bool"} <= set(CASES)
@@ -117,12 +119,15 @@ MAX_VERSIONS = [  # opset, element type, shapes (1 and 6: same shape only)
 ]
 
 
+@pytest.mark.parametrize("op_type", ["Max", "Min"])
 @pytest.mark.parametrize("opset, element, shapes", MAX_VERSIONS)
-def test_max_every_opset_version(device, opset, element, shapes):
+def test_max_and_min_every_opset_version(device, op_type, opset, element, shapes):
+    """Max and Min (the same inputs at every version) on edge values, placed on the device,
+    bit for bit against the golden model."""
     names = [f"x{i}" for i in range(len(shapes))]
     dtype = helper.tensor_dtype_to_np_dtype(element)
     out_shape = list(np.broadcast_shapes(*shapes))
-    model = single_node_model("Max", opset, [(n, element, list(s)) for n, s in
+    model = single_node_model(op_type, opset, [(n, element, list(s)) for n, s in
                                              zip(names, shapes)], [("y", element, out_shape)])
     check_on_device(device, model, {n: edge_tensor(dtype, s, i)
                                     for i, (n, s) in enumerate(zip(names, shapes))})
