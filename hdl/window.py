@@ -729,8 +729,12 @@ class WindowMaxPool(wiring.Component):
         # The base's change when axis a advances and the axes inside it start over.
         delta = [register(m, 1, (step[a] - sum(back[a + 1:], Const(0, bits)))[:bits],
                           f"delta_{a}") for a in range(rank)]
-        span = [product(f"span_{a}", cfg[a].kernel * cfg[a].dilation - cfg[a].dilation,
-                        inner[a]) for a in range(rank)]
+        # A window's reach back along an axis, registered on its own: a product of a product
+        # in one cycle was the ULX3S 85F's critical path (two MULT18X18D and an adder chain).
+        # It is as deep as ``inner``'s first product, so ``span`` and ``start`` come no later.
+        reach = [register(m, 1, cfg[a].kernel * cfg[a].dilation - cfg[a].dilation, f"reach_{a}")
+                 for a in range(rank)]
+        span = [product(f"span_{a}", reach[a], inner[a]) for a in range(rank)]
         padding = [product(f"padding_{a}", cfg[a].pad, inner[a]) for a in range(rank)]
         start = register(m, 1, (sum(span, Const(0, bits)) - sum(padding, Const(0, bits)))[:bits],
                          "start")
