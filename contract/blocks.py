@@ -76,13 +76,17 @@ class ParameterBlock:
         return self._by_name[name]
 
     def pack(self, *values, **named):
-        """The block's bytes from values in field order, or by name (missing names are 0)."""
+        """The block's bytes from values in field order, or by name; missing fields (names not
+        given, or trailing fields after the values given: a flag added to a block, such as a
+        ``minimum``) are 0."""
         if named:
             unknown = set(named) - set(self.names)
             if values or unknown:
                 raise TypeError(f"pack() takes values in order or by name; unknown: {unknown}")
             values = [named.get(name, 0) for name in self.names]
-        return self.struct.pack(*values)
+        if len(values) > len(self.names):
+            raise TypeError(f"pack() takes at most {len(self.names)} values, got {len(values)}")
+        return self.struct.pack(*values, *[0] * (len(self.names) - len(values)))
 
     def unpack(self, payload):
         """``{name: value}`` of the block at the start of ``payload`` (which may be longer)."""
@@ -120,8 +124,9 @@ PARAMETERS = {
     # block's padding, so a maximum's bytes and the block's size are what they were.
     Command.REDUCE: ParameterBlock([("dtype", 1), ("runs", 4), ("run_length", 4),
                                     ("minimum", 1)]),
+    # POOL_CHANNELS_LAST's ``minimum`` (the per-channel minima) likewise, protocol 7.
     Command.POOL_CHANNELS_LAST: ParameterBlock(
-        [("dtype", 1), ("images", 4), ("pixels", 4), ("channels", 4)]),
+        [("dtype", 1), ("images", 4), ("pixels", 4), ("channels", 4), ("minimum", 1)]),
     Command.LOAD: ParameterBlock([("dtype", 1), ("base", 4), ("rows", 4), ("row_length", 4)]),
     Command.MAX_POOL: ParameterBlock(
         [("dtype", 1), ("group", 1), ("indices", 1), ("reserved", 1), ("groups", 4)]

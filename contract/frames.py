@@ -22,7 +22,9 @@ MAGIC = b"MX"
 #: axis, so a board sizes its plane buffers apart from its line buffers. 6: ``REDUCE``'s
 #: ``minimum`` byte (a run's minimum; before, that byte was padding the device ignored, so a
 #: version-5 core would answer a ReduceMin with the maximum). 7: ``MAX``'s ``minimum`` byte
-#: (element-wise Min; before, that byte was ``reserved`` and a version-6 core refused a 1).
+#: (element-wise Min; before, that byte was ``reserved`` and a version-6 core refused a 1) and
+#: ``POOL_CHANNELS_LAST``'s (a ReduceMin over the spatial axes of ``N x D1..Dn x C``; before,
+#: padding).
 VERSION = 7
 HEADER_SIZE = 12
 TRAILER_SIZE = 5

@@ -214,6 +214,7 @@ RULES = {
         rules=(
             Rule(Status.BAD_PARAMETER, "pixels or channels of 0",
                  lambda f, q, cap, ops: (f["pixels"] == 0) | (f["channels"] == 0)),
+            _minimum_rule(),
             Rule(Status.TOO_LARGE, "a pixel (channels x itemsize bytes) beyond the pooling "
                  "capacity", lambda f, q, cap, ops: q["row_bytes"] > cap.pool_capacity_bytes),
             _reply_rule(),

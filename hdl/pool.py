@@ -60,9 +60,11 @@ class ChannelsLastPool(wiring.Component):
         One row per image: the per-channel maxima, framed exactly as the image's last pixel
         row (same number of beats, same ``nbytes`` per beat, ``first``/``last`` set).
     dtype : In(DType)
-        Element type. Every dtype works (the unit only takes maxima): the float types ONNX
-        GlobalMaxPool allows, the integers and bool, which give what ``reduce_max`` over the
-        spatial axes gives.
+        Element type. Every dtype works: the float types ONNX GlobalMaxPool allows, the
+        integers and bool, which give what ``reduce_max`` over the spatial axes gives.
+    minimum : In(1)
+        0: the per-channel maxima; 1: the minima (``reduce_min`` over the spatial axes:
+        :class:`~maxaccel.hdl.lane.ToKey`'s minimum keys, the same pipeline and cycles).
     pixels : In(pixel_bits)
         Pixels per image, ``P = prod(D1 .. Dn) >= 1``. ``P = 0`` (an empty spatial extent) is the
         host's job: every channel is then the empty-set value (``-inf``, the integer minimum or
@@ -75,8 +77,8 @@ class ChannelsLastPool(wiring.Component):
         is the first of an image), drops an output beat not yet taken, clears ``row_error``.
         ``i.ready`` is low while it is high.
 
-    dtype, pixels and channels are static while an image is in flight; change them only while
-    ``idle`` is high.
+    dtype, minimum, pixels and channels are static while an image is in flight; change them only
+    while ``idle`` is high.
 
     Status
     ------
@@ -154,6 +156,7 @@ class ChannelsLastPool(wiring.Component):
             "i": In(stream.Signature(layout)),
             "o": Out(stream.Signature(layout)),
             "dtype": In(DType),
+            "minimum": In(1),
             "pixels": In(pixel_bits),
             "channels": In(range(capacity_bytes + 1)),
             "clear": In(1),
@@ -185,8 +188,8 @@ class ChannelsLastPool(wiring.Component):
             Combinational, static while the command runs.
         """
         pool = fields[Command.POOL_CHANNELS_LAST]
-        return [port.dtype.eq(request.dtype), port.pixels.eq(pool["pixels"]),
-                port.channels.eq(pool["channels"])]
+        return [port.dtype.eq(request.dtype), port.minimum.eq(pool["minimum"][0]),
+                port.pixels.eq(pool["pixels"]), port.channels.eq(pool["channels"])]
 
     def elaborate(self, platform):
         m = Module()
@@ -240,8 +243,10 @@ class ChannelsLastPool(wiring.Component):
             "entry": range(depth + 1),       # depth: beyond the memory, not stored
             "first_pixel": 1, "second_pixel": 1, "last_pixel": 1,
             "nbytes": range(beat_bytes + 1), "first": 1, "last": 1,
-            # The beat's format: each stage reads its own copy, not all of them ``fmt``.
+            # The beat's format and minimum select: each stage reads its own copy, not all of
+            # them ``fmt``.
             "format": LaneFormat,
+            "minimum": 1,
         })
         entering = Signal(tag_layout)
         m.d.comb += [
@@ -254,6 +259,7 @@ class ChannelsLastPool(wiring.Component):
             entering.first.eq(beat.first),
             entering.last.eq(beat.last),
             entering.format.eq(decoded),
+            entering.minimum.eq(self.minimum),
         ]
         tags = [entering]
         for stage in range(1, 7):
@@ -284,7 +290,8 @@ class ChannelsLastPool(wiring.Component):
         # The key stage reads the format in stage 1: half the lanes read the registered decode,
         # half stage 1's copy (two registers, each with half the fanout).
         key_formats = [fmt if j < lanes // 2 else tags[1].format for j in range(lanes)]
-        m.d.comb += keys.eq(Cat(to_keys(m, advance, key_formats, list(beat.data))))
+        m.d.comb += keys.eq(Cat(to_keys(m, advance, key_formats, list(beat.data),
+                                        minimum=tags[1].minimum)))
         keys_3 = register(m, advance, keys, "keys_3")  # the key of the beat in stage 3
 
         # --- Stages 2-4: each beat's key merged with the previous beat's if both update the
@@ -327,8 +334,8 @@ class ChannelsLastPool(wiring.Component):
         ]
 
         # --- Stage 7: a last pixel's result keys, mapped back to values, are the output. -----
-        output = Cat(from_key(m, f"from_key{j}", tags[6].format, lane_of(result, j))
-                     for j in range(lanes))
+        output = Cat(from_key(m, f"from_key{j}", tags[6].format, lane_of(result, j),
+                              tags[6].minimum) for j in range(lanes))
         # The beat goes into the output register if that is free or being taken, else into
         # the skid register (empty whenever the pipeline advances), which refills the output
         # register when it is taken.

@@ -12,9 +12,9 @@ requests:
 ``reduce_max``, ``reduce_min``, ``global_max_pool``
     ``host/reduction.py``: contiguous runs through ``REDUCE`` once the reduced axes are
     innermost, or pixels of channels through ``POOL_CHANNELS_LAST`` as the tensor lies in
-    memory (``channels_last=True``, or a ReduceMax over the spatial axes of
-    ``N x D1..Dn x C``); rows longer than a frame in pieces reduced again. A ReduceMin is
-    always runs through ``REDUCE``, its block's ``minimum`` set.
+    memory (``channels_last=True``, or a ReduceMax or ReduceMin over the spatial axes of
+    ``N x D1..Dn x C``); rows longer than a frame in pieces reduced again. A ReduceMin takes
+    ReduceMax's route, its block's ``minimum`` set.
 ``max``, ``min``
     ``host/max_passes.py`` with the planner of ``host/plan.py``: same-shape operands folded in
     ``MAX`` passes that stream them all; broadcast operands as a pass that streams one and
@@ -250,9 +250,10 @@ class Device:
         for bit (IEEE 754-2019 ``minimum``: NaN absorbing, ``-0`` below ``+0``; an empty set
         gives ``+inf``, the integer maximum, ``True``).
 
-        Always contiguous runs through ``REDUCE`` with its ``minimum`` select (the reduced
-        axes moved innermost on the host), chunked and recursed as :meth:`reduce_max`'s
-        runs; takes and refuses what :meth:`reduce_max` does, before anything is sent."""
+        :meth:`reduce_max`'s route (the channels-last pooling unit for the spatial axes of
+        ``N x D1..Dn x C``, else contiguous runs through ``REDUCE``) with the command's
+        ``minimum`` select, in the same cycles; takes and refuses what :meth:`reduce_max`
+        does, before anything is sent."""
         values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
             data, axes, keepdims, noop_with_empty_axes, name="reduce_min")
         self._check_supported(fmt, "reduce_min()")

@@ -13,8 +13,8 @@ Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
     * ``POOL_CHANNELS_LAST``: a reduction over one block of adjacent axes with kept axes after
       it (the spatial axes of ``N x D1..Dn x C``) is ``images x pixels x channels`` in memory
       as it lies (:func:`maxaccel.host.plan.plan_channels_last`), no transpose, when a pixel's
-      channels fit the unit and half a frame (more channels take ``REDUCE``). A minimum
-      always takes ``REDUCE``: only its block has the ``minimum`` select.
+      channels fit the unit and half a frame (more channels take ``REDUCE``). A minimum takes
+      the same route: both blocks have the ``minimum`` select.
 
 :func:`reduce_rows`
     The one loop of both commands: as many whole rows a request as a frame of
@@ -59,7 +59,7 @@ class ReductionPlan:
     command : Command
         ``REDUCE`` or ``POOL_CHANNELS_LAST``.
     minimum : bool
-        The rows' minima, not their maxima (``REDUCE`` only).
+        The rows' minima, not their maxima.
     order : tuple of int
         The input's axes in the order the rows lay them out (kept axes, then reduced ones,
         for ``REDUCE``; the input's own order for ``POOL_CHANNELS_LAST``).
@@ -95,7 +95,7 @@ def plan_reduction(shape, axes, keepdims, itemsize, identity, max_frame_bytes, m
         The device's ``IDENTIFY`` (its pooling unit's capacity).
     max_frame_bytes : int
     minimum : bool
-        A minimum: ``REDUCE`` whatever the axes (the pooling unit has no minimum).
+        A minimum (either command's ``minimum`` select; the same route as the maximum's).
 
     Returns
     -------
@@ -108,9 +108,9 @@ def plan_reduction(shape, axes, keepdims, itemsize, identity, max_frame_bytes, m
         output_shape = tuple(shape[i] for i in kept)
     pooling = plan_channels_last(shape, axes)
     pool_row_bytes = min(Capacities.of(identity).pool_capacity_bytes, max_frame_bytes // 2)
-    if not minimum and pooling is not None and pooling[2] * itemsize <= pool_row_bytes:
+    if pooling is not None and pooling[2] * itemsize <= pool_row_bytes:
         return ReductionPlan(Command.POOL_CHANNELS_LAST, tuple(range(len(shape))), pooling,
-                             output_shape)
+                             output_shape, minimum)
     # More channels than the unit holds: splitting them into groups would copy the tensor on
     # the host as a transpose does, in more and smaller frames; so REDUCE.
     rows = (math.prod(shape[i] for i in kept), math.prod(shape[i] for i in axes), 1)
@@ -133,15 +133,9 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request, minimum=False):
     whole rows as a frame of ``max_frame_bytes`` holds; rows longer than a frame in pieces
     whose maxima (minima) are reduced again. Returns a new ``count x width`` array.
 
-    ``request(command, payload)`` sends one request and returns its reply payload.
-
-    Raises
-    ------
-    ValueError
-        A ``minimum`` through a command whose block has no ``minimum`` field."""
+    ``request(command, payload)`` sends one request and returns its reply payload; both
+    commands' blocks have the ``minimum`` select."""
     block = PARAMETERS[command]
-    if minimum and "minimum" not in block.names:
-        raise ValueError(f"{command.name} has no minimum select; a minimum takes REDUCE")
     count, length, width = rows.shape
     out = np.empty((count, width), fmt.numpy_dtype)
     if count == 0:

@@ -5,8 +5,8 @@ answers like a board: it parses frames with the protocol's own :class:`FramePars
 a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
 ``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
 engine derives its checks from the same rules), and computes ``REDUCE`` (each run's maximum,
-or with the block's ``minimum`` its minimum), ``POOL_CHANNELS_LAST``, ``LOAD``, ``MAX`` (with
-``minimum``, the element-wise Min) and ``MAX_POOL`` with the golden model. ``MAX`` walks the
+or with the block's ``minimum`` its minimum), ``POOL_CHANNELS_LAST`` (likewise), ``LOAD``,
+``MAX`` (with ``minimum``, the element-wise Min) and ``MAX_POOL`` with the golden model. ``MAX`` walks the
 replay buffer exactly as the ``BroadcastMax`` unit does (row addresses advanced by the
 encoded steps, modulo ``2**addr_bits``), so a wrong parameter block gives wrong bits; load
 padding is filled with garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's
@@ -222,10 +222,11 @@ class FakeBoard:
         return self._bytes(reduce(values, axes=1, keepdims=False), fmt)
 
     def _pool(self, payload):
-        fmt, (images, pixels, channels), data = self._parameters(Command.POOL_CHANNELS_LAST,
-                                                                 payload)
+        fmt, (images, pixels, channels, minimum), data = self._parameters(
+            Command.POOL_CHANNELS_LAST, payload)
         values = self._elements(data, fmt, (images, pixels, channels))
-        return self._bytes(reference.reduce_max(values, axes=1, keepdims=False), fmt)
+        reduce = reference.reduce_min if minimum else reference.reduce_max
+        return self._bytes(reduce(values, axes=1, keepdims=False), fmt)
 
     def _row_beats(self, row_length, fmt):
         return -(-row_length * fmt.nbytes // self.beat_bytes)

@@ -131,13 +131,15 @@ def reduce_payload(x, minimum=0):
                                            minimum=minimum) + x.tobytes()
 
 
-def pool_payload(x):
-    """``x`` is ``N x C x D...``; the request carries it channels-last."""
+def pool_payload(x, minimum=0):
+    """``x`` is ``N x C x D...``; the request carries it channels-last (its minima with
+    ``minimum``)."""
     fmt = format_of(x.dtype)
     images, channels = x.shape[:2]
     pixels = int(np.prod(x.shape[2:]))
     channels_last = np.moveaxis(x.reshape(images, channels, pixels), 1, 2)
-    return (PARAMETERS[Command.POOL_CHANNELS_LAST].pack(fmt.dtype, images, pixels, channels)
+    return (PARAMETERS[Command.POOL_CHANNELS_LAST].pack(fmt.dtype, images, pixels, channels,
+                                                        minimum)
             + np.ascontiguousarray(channels_last).tobytes())
 
 
@@ -303,12 +305,19 @@ def test_pool_channels_last_matches_the_golden_model(clean_board, dtype):
     capacity = clean_board.identity.pool_channels * 8 // fmt.nbytes
     for shape in [(2, 3, 2, 2), (1, capacity, 3), (2, 1, 1, 1, 2)]:
         x = random_values(rng, fmt, shape)
-        frame = exchange(clean_board, Command.POOL_CHANNELS_LAST, pool_payload(x))
-        expect_status(frame, Status.OK, shape[0] * shape[1] * fmt.nbytes)
-        expected = (reference.global_max_pool(x) if fmt.is_float
-                    else reference.reduce_max(x, axes=tuple(range(2, x.ndim))))
-        assert_same_bits(np.frombuffer(frame.payload, fmt.numpy_dtype).reshape(expected.shape),
-                         expected, f"POOL {shape} {fmt.numpy_dtype}")
+        cycles = []
+        for minimum in (0, 1):
+            start = clean_board.cycles
+            frame = exchange(clean_board, Command.POOL_CHANNELS_LAST, pool_payload(x, minimum))
+            cycles.append(clean_board.cycles - start)
+            expect_status(frame, Status.OK, shape[0] * shape[1] * fmt.nbytes)
+            spatial = tuple(range(2, x.ndim))
+            expected = (reference.reduce_min(x, axes=spatial) if minimum
+                        else reference.global_max_pool(x) if fmt.is_float
+                        else reference.reduce_max(x, axes=spatial))
+            assert_same_bits(np.frombuffer(frame.payload, fmt.numpy_dtype).reshape(
+                expected.shape), expected, f"POOL {shape} {fmt.numpy_dtype} minimum={minimum}")
+        assert cycles[1] == cycles[0], f"POOL {shape}: minimum {cycles[1]}, maximum {cycles[0]}"
 
 
 MAX_CASES = [
@@ -581,6 +590,7 @@ def test_bad_parameter(clean_board):
     requests = [
         (Command.POOL_CHANNELS_LAST, pool.pack(DType.FLOAT, 1, 0, 3)),
         (Command.POOL_CHANNELS_LAST, pool.pack(DType.FLOAT, 2, 3, 0)),
+        (Command.POOL_CHANNELS_LAST, pool.pack(DType.FLOAT, 1, 1, 1, 2) + bytes(4)),
         (Command.LOAD, load.pack(DType.FLOAT, 0, 4, 0)),
         (Command.MAX, max_block(identity, row_length=0)),
         (Command.MAX, max_block(identity, operands=0, streamed=0)),

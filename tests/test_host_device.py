@@ -253,26 +253,34 @@ def test_tiny_device_tiles_splits_and_groups(fmt):
         assert {block.unpack(payload)["minimum"] for _, payload in board.requests} == {1}
 
 
-def test_reduce_min_never_takes_the_pooling_unit():
+def test_reduce_min_takes_the_pooling_unit_as_reduce_max_does():
     """A reduction over the spatial axes of N x H x W x C runs on the channels-last pooling
-    unit for a maximum; the unit has no minimum, so ReduceMin takes REDUCE, same bits."""
+    unit, its minimum select set for a ReduceMin: no transpose, the same requests."""
     rng = np.random.default_rng(7)
     x = random_values(rng, FORMATS[DType.FLOAT], (2, 3, 4, 5), edge_fraction=0.2)
+    block = PARAMETERS[Command.POOL_CHANNELS_LAST]
     with make_device() as dev:
         board = dev.link.transport
-        board.log.clear()
-        dev.reduce_max(x, axes=[1, 2])
-        assert {code for code, _ in board.log} == {Command.POOL_CHANNELS_LAST}
-        board.log.clear()
-        assert_same_bits(dev.reduce_min(x, axes=[1, 2]), reference.reduce_min(x, axes=[1, 2]))
-        assert {code for code, _ in board.log} == {Command.REDUCE}
+        requests = {}
+        for name in ("reduce_max", "reduce_min"):
+            board.requests.clear()
+            assert_same_bits(getattr(dev, name)(x, axes=[1, 2]),
+                             getattr(reference, name)(x, axes=[1, 2]), name)
+            requests[name] = list(board.requests)
+    for name, minimum in [("reduce_max", 0), ("reduce_min", 1)]:
+        assert {code for code, _ in requests[name]} == {Command.POOL_CHANNELS_LAST}
+        assert {block.unpack(payload)["minimum"] for _, payload in requests[name]} == {minimum}
+    assert len(requests["reduce_min"]) == len(requests["reduce_max"])
 
 
-@pytest.mark.parametrize("kind, shape", [("sim", (3, 2, 5)), ("verilator", (64, 3, 700))])
+@pytest.mark.parametrize("kind, shape", [("sim", (3, 2, 5)), ("verilator", (64, 3, 700)),
+                                         ("verilator", (8, 60, 200))])
 def test_reduce_min_takes_exactly_the_cycles_of_reduce_max(kind, shape):
     """The real gateware: the same requests with the minimum select take the same cycles,
-    request for request; a tiny tensor in Amaranth's simulator, a larger one compiled (runs
-    longer than a frame's worth of beats, NaNs, signed zeros and infinities among them)."""
+    request for request; a tiny tensor in Amaranth's simulator, larger ones compiled (runs
+    longer than a frame's worth of beats, NaNs, signed zeros and infinities among them). Axis
+    1 is the spatial axis of an N x W x C tensor: the channels-last pooling unit where its
+    channels fit (5 and 200 channels; 700 float32 do not, so REDUCE)."""
     rng = np.random.default_rng(11)
     fmt = FORMATS[DType.FLOAT]
     x = random_values(rng, fmt, shape, edge_fraction=0.05)
@@ -280,13 +288,13 @@ def test_reduce_min_takes_exactly_the_cycles_of_reduce_max(kind, shape):
         board = dev.link.transport.board
         cycles = {}
         for name in ("reduce_max", "reduce_min"):
-            for axes in ([2], [0, 2], None):
+            for axes in ([2], [0, 2], None, [1]):
                 start = board.cycles
                 got = getattr(dev, name)(x, axes=axes, keepdims=False)
                 cycles[name, str(axes)] = board.cycles - start
                 assert_same_bits(got, getattr(reference, name)(x, axes=axes, keepdims=False),
                                  f"{kind} {name} {shape} axes={axes}")
-    for axes in ([2], [0, 2], None):
+    for axes in ([2], [0, 2], None, [1]):
         assert cycles["reduce_min", str(axes)] == cycles["reduce_max", str(axes)], cycles
     print(kind, shape, cycles)
 

@@ -1,8 +1,9 @@
 # amaranth: UnusedElaboratable=no
 # (test_parameters builds pools only to inspect them or to see the constructor refuse.)
 
-"""ChannelsLastPool: GlobalMaxPool of channels-last pixel rows, checked bit-exactly against the
-golden model, with every stall pattern, exact cycle counts and the status outputs."""
+"""ChannelsLastPool: GlobalMaxPool (and, with its minimum select, ReduceMin over the spatial axes)
+of channels-last pixel rows, checked bit-exactly against the golden model, with every stall
+pattern, exact cycle counts and the status outputs."""
 
 import zlib
 
@@ -32,25 +33,32 @@ def pixel_rows(x):
             for i in range(n) for p in range(pixels.shape[1])]
 
 
-def golden(x):
-    """GlobalMaxPool for the float dtypes ONNX allows; reduce_max over the spatial axes else."""
+def golden(x, minimum=False):
+    """GlobalMaxPool for the float dtypes ONNX allows; reduce_max over the spatial axes else;
+    with ``minimum``, reduce_min over the spatial axes."""
+    spatial = tuple(range(2, x.ndim))
+    if minimum:
+        return reference.reduce_min(x, axes=spatial, keepdims=True)
     if format_of(x.dtype).is_float:
         return reference.global_max_pool(x)
-    return reference.reduce_max(x, axes=tuple(range(2, x.ndim)), keepdims=True)
+    return reference.reduce_max(x, axes=spatial, keepdims=True)
 
 
-def configure(dut, dtype, pixels, channels):
-    """The ``setup`` for :func:`run_streams`: the unit's dtype, pixels and channels."""
+def configure(dut, dtype, pixels, channels, minimum=False):
+    """The ``setup`` for :func:`run_streams`: the unit's dtype, pixels, channels and minimum
+    select."""
     def setup(ctx):
         ctx.set(dut.dtype, format_of(dtype).dtype)
+        ctx.set(dut.minimum, int(minimum))
         ctx.set(dut.pixels, pixels)
         ctx.set(dut.channels, channels)
     return setup
 
 
 def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixels=None,
-               expect_row_error=False):
-    """Stream ``x`` channels-last through a ChannelsLastPool; compare with the golden model.
+               expect_row_error=False, minimum=False):
+    """Stream ``x`` channels-last through a ChannelsLastPool; compare with the golden model
+    (the maxima, or with ``minimum`` the minima, in the same cycles).
 
     ``rows``, ``channels`` and ``pixels`` override what is derived from ``x`` (malformed input);
     then only the framing and the status are checked, not the values.
@@ -69,7 +77,7 @@ def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixe
                         for index in range(row_starts[(image + 1) * pixels - 1],
                                            row_starts[(image + 1) * pixels])]
 
-    setup = configure(dut, x.dtype, pixels, c if channels is None else channels)
+    setup = configure(dut, x.dtype, pixels, c if channels is None else channels, minimum)
 
     def status(ctx):
         assert ctx.get(dut.row_error) == expect_row_error, "row_error"
@@ -90,8 +98,9 @@ def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixe
         assert run.cycles["o"] == len(beats) + ChannelsLastPool.LATENCY
     if not expect_row_error:
         got = np.frombuffer(b"".join(rows_from_beats(received)), dtype=x.dtype)
-        reference.assert_same_bits(got.reshape((n, c) + (1,) * (x.ndim - 2)), golden(x),
-                                   what=f"{x.dtype} {x.shape} lanes={lanes}")
+        reference.assert_same_bits(got.reshape((n, c) + (1,) * (x.ndim - 2)),
+                                   golden(x, minimum), what=f"{x.dtype} {x.shape} lanes={lanes}"
+                                   + (" minimum" if minimum else ""))
     return run
 
 
@@ -112,7 +121,8 @@ def test_every_dtype(dtype, stalls):
     # C = 5 of 8-byte elements is max_channels; for the others not a multiple of a beat.
     rng = np.random.default_rng(zlib.crc32(str(dtype).encode()))
     x = random_values(rng, dtype, (2, 5, 2, 3), edge_fraction=0.1)
-    check_pool(x, lanes=2, max_channels=5, stalls=stalls)
+    # Maxima and minima alternate over the stall patterns: both for every dtype.
+    check_pool(x, lanes=2, max_channels=5, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 @stall_params
@@ -131,7 +141,7 @@ def test_nan_at_every_pixel_and_channel(dtype, stalls):
     for image in range(c * p):
         bits[image, image % c, image // c] = nans[image % len(nans)]
     x = bits.view(dtype)
-    check_pool(x, lanes=1, max_channels=c, stalls=stalls)
+    check_pool(x, lanes=1, max_channels=c, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 @stall_params
@@ -142,7 +152,8 @@ def test_signed_zero_ties(dtype, stalls):
     negative = np.array([[(ch >> p) & 1 for p in range(3)] for ch in range(8)], dtype=bool)
     bits = np.where(negative, fmt.sign_mask, 0).astype(fmt.uint_dtype)
     x = np.stack([bits, bits[::-1]]).reshape(2, 8, 1, 3).view(dtype)
-    check_pool(x, lanes=2, max_channels=8, stalls=stalls)
+    for minimum in (False, True):
+        check_pool(x, lanes=2, max_channels=8, stalls=stalls, minimum=minimum)
 
 
 @stall_params
@@ -152,7 +163,7 @@ def test_infinities(dtype, stalls):
     x = np.full((2, 3, 2, 2), -np.inf, dtype=dtype)
     x[1, 0, 1, 1] = ml_dtypes.finfo(dtype).min
     x[1, 2, 0, 1] = np.inf
-    check_pool(x, lanes=1, max_channels=3, stalls=stalls)
+    check_pool(x, lanes=1, max_channels=3, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 @stall_params
@@ -168,7 +179,7 @@ def test_subnormals(dtype, stalls):
     bits[1, 1] |= fmt.sign_mask               # a channel where -0 beats negative subnormals
     bits[1, 1, 0] = fmt.sign_mask
     x = bits.astype(fmt.uint_dtype).view(dtype)
-    check_pool(x, lanes=2, max_channels=4, stalls=stalls)
+    check_pool(x, lanes=2, max_channels=4, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 # --- shapes and the accumulator hazard --------------------------------------------------------
@@ -215,7 +226,8 @@ def test_one_beat_pixels_running_max(order, stalls):
     x = np.stack([values + 100 * ch for ch in range(2)])[None].repeat(3, axis=0)
     x[1] = -x[1]
     x[2, :, pixels // 2:] += 1000
-    check_pool(x.astype(np.int32), lanes=1, max_channels=2, stalls=stalls)
+    for minimum in (False, True):
+        check_pool(x.astype(np.int32), lanes=1, max_channels=2, stalls=stalls, minimum=minimum)
 
 
 @pytest.mark.parametrize("beats_per_pixel", [1, 2, 3, 4, 5, 6])
@@ -233,7 +245,8 @@ def test_every_update_distance(beats_per_pixel, stalls):
     x = np.stack([rng.permutation(ramp) * rng.choice([-1, 1])
                   for _ in range(images * channels)]).reshape(images, channels, pixels)
     x = (x + rng.integers(-500, 500, size=x.shape)).astype(np.int32)
-    check_pool(x, lanes=1, max_channels=beats_per_pixel, stalls=stalls)
+    check_pool(x, lanes=1, max_channels=beats_per_pixel, stalls=stalls,
+               minimum=(beats_per_pixel + stalls.seed) % 2 == 1)
 
 
 # --- status ----------------------------------------------------------------------------------
