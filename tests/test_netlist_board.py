@@ -22,7 +22,8 @@ import pytest
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
 from test_host_device import ALL, REDUCTIONS, check_edge_digest
-from test_offload import CASES, MAXPOOL_CASES, check_maxpool_case, check_node_case
+from test_offload import (CASES, MAXPOOL_CASES, PYTORCH_CASES, check_maxpool_case,
+                          check_node_case, check_pytorch_case)
 
 from maxaccel.boards.targets import target
 from maxaccel.contract.wire import Command
@@ -43,10 +44,13 @@ def ice40():
 
 
 def check_node_cases(device):
-    """Every ONNX backend node case of Max, ReduceMax, GlobalMaxPool, Min and ReduceMin, bit
-    for bit against its shipped output and the golden model."""
+    """Every ONNX backend node case of Max, ReduceMax, GlobalMaxPool, Min and ReduceMin (and
+    the PyTorch-converted ones of Max and Min), bit for bit against its shipped output and the
+    golden model."""
     for name in sorted(CASES):
         check_node_case(device, name)
+    for name in sorted(PYTORCH_CASES):
+        check_pytorch_case(device, name)
 
 
 def check_reductions(device):

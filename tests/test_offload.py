@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
+from backend_cases import pytorch_cases
 from fake_board import FakeBoard
 from onnx import TensorProto, helper, numpy_helper
 
@@ -82,6 +83,32 @@ def check_node_case(device, name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_backend_node_case(device, name):
     check_node_case(device, name)
+
+
+#: The older releases' PyTorch-converted cases onnx still ships, of the operators above (their
+#: MaxPool ones are in MAXPOOL_CASES below).
+PYTORCH_CASES = pytorch_cases(["Max", "ReduceMax", "GlobalMaxPool", "Min", "ReduceMin"])
+
+
+def check_pytorch_case(device, name):
+    """One shipped PyTorch case, the node placed on ``device``, equal to its shipped output."""
+    model, data_sets = PYTORCH_CASES[name]
+    session = OffloadSession(model, device=device)
+    input_names = [i.name for i in model.graph.input]
+    for inputs, expected in data_sets:
+        got = session.run(None, dict(zip(input_names, inputs)))
+        assert [where for _, _, where in session.last_run] == ["device"], name
+        for value, shipped in zip(got, expected):
+            assert_same_bits(value, shipped, name)
+
+
+def test_every_pytorch_case_is_found():
+    assert sorted(PYTORCH_CASES) == ["test_operator_max", "test_operator_min"]
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH_CASES))
+def test_pytorch_converted_case(device, name):
+    check_pytorch_case(device, name)
 
 
 def single_node_model(op_type, opset, inputs, outputs, initializers=(), **attributes):
@@ -358,6 +385,8 @@ def test_onnx_backend_node_cases_on_the_virtual_board(virtual_board):
             assert session.last_run[0][2] == "device"
             for value, shipped in zip(got, expected):
                 assert_same_bits(value, shipped, name)
+    for name in sorted(PYTORCH_CASES):
+        check_pytorch_case(virtual_board, name)
 
 
 # ---- windowed MaxPool: the 28 backend cases (19 generated, 9 PyTorch-converted) ---------------
