@@ -266,6 +266,12 @@ def _max_pool_arguments(attributes):
     return dict(kernel_shape=attributes.get("kernel_shape"), **arguments)
 
 
+#: The device call of each max-family node that is not a MaxPool; a GlobalMaxPool's when a
+#: Transpose is folded into it (a reduction over the mapped spatial axes).
+_DEVICE_CALLS = {"Max": "max", "Min": "min", "ReduceMax": "reduce_max",
+                 "ReduceMin": "reduce_min", "GlobalMaxPool": "reduce_max"}
+
+
 def _reduction_arguments(attributes, inputs):
     """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax or ReduceMin of any opset
     version: axes from the attribute (before 18) or the optional second input (18 and later)."""
@@ -571,7 +577,7 @@ class OffloadSession:
             # Transpose + reduction: reduce the untransposed tensor over the mapped axes, then
             # move the (now size-1) axes where the transposed result has them.
             device, where = self._device_for(inputs[0].dtype)
-            reduce = device.reduce_min if node.op_type == "ReduceMin" else device.reduce_max
+            reduce = getattr(device, _DEVICE_CALLS[node.op_type])
             reduced = reduce(inputs[0], axes=[step.perm[a] for a in step.axes], keepdims=True)
             result = np.ascontiguousarray(reduced.transpose(step.perm))
             if node.op_type != "GlobalMaxPool" and not step.attributes.get("keepdims", 1):
@@ -592,7 +598,7 @@ class OffloadSession:
         device lacks) the golden model; a MaxPool with ``outputs`` 2 gives ``(y, indices)``."""
         device, where = self._device_for(inputs[0].dtype)
         if op_type in ("Max", "Min"):
-            elementwise = device.min if op_type == "Min" else device.max
+            elementwise = getattr(device, _DEVICE_CALLS[op_type])
             return elementwise(*[x for x in inputs if x is not None]), where
         if op_type == "GlobalMaxPool":
             return device.global_max_pool(inputs[0]), where
@@ -601,7 +607,7 @@ class OffloadSession:
                 or _max_pool_arguments(attributes)
             return device.max_pool(inputs[0], **arguments, return_indices=outputs > 1), where
         axes, keepdims, noop = _reduction_arguments(attributes, inputs)
-        reduce = device.reduce_min if op_type == "ReduceMin" else device.reduce_max
+        reduce = getattr(device, _DEVICE_CALLS[op_type])
         return reduce(inputs[0], axes=axes, keepdims=keepdims, noop_with_empty_axes=noop), where
 
     def _device_for(self, dtype):

@@ -1,18 +1,18 @@
 """A Python model of the device side of the maxaccel protocol, for fast host tests.
 
-:class:`FakeBoard` is a transport (``write``, ``read``, ``reset_input``, ``close``) that
-answers like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons
-a partial frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with
-``CRC_ERROR``, answers every other status by the wire contract's ``request_verdict`` (as the
-engine derives its checks from the same rules), and computes ``REDUCE`` (each run's maximum,
-or with the block's ``minimum`` its minimum), ``POOL_CHANNELS_LAST`` (likewise), ``LOAD``,
-``MAX`` (with ``minimum``, the element-wise Min) and ``MAX_POOL`` with the golden model. ``MAX`` walks the
-replay buffer exactly as the ``BroadcastMax`` unit does (row addresses advanced by the
-encoded steps, modulo ``2**addr_bits``), so a wrong parameter block gives wrong bits; load
-padding is filled with garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's
-images interleaved and replies with values and Indices in the contract's layout
-(``separate_group_images`` and ``encode_window_reply`` of ``contract/pooling.py``, which the
-host's ``decode_window_reply`` reads).
+:class:`FakeBoard` is a transport (``write``, ``read``, ``reset_input``, ``close``) that answers
+like a board: it parses frames with the protocol's own :class:`FrameParser`, abandons a partial
+frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with ``CRC_ERROR``,
+answers every other status by the wire contract's ``request_verdict`` (as the engine derives its
+checks from the same rules), and computes ``REDUCE`` (each run's maximum, or with the block's
+``minimum`` its minimum), ``POOL_CHANNELS_LAST`` (likewise), ``LOAD``, ``MAX`` (with ``minimum``,
+the element-wise Min) and ``MAX_POOL`` with the golden model. ``MAX`` walks the replay buffer
+exactly as the ``BroadcastMax`` unit does (row addresses advanced by the encoded steps, modulo
+``2**addr_bits``), so a wrong parameter block gives wrong bits; load padding is filled with
+garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's images interleaved and
+replies with values and Indices in the contract's layout (``separate_group_images`` and
+``encode_window_reply`` of ``contract/pooling.py``, which the host's ``decode_window_reply``
+reads).
 
 ``silent=True`` makes a board that never answers, ``answers=n`` one that stops answering after
 n replies. :class:`Faulty` wraps any transport (this board, the virtual board) and damages bytes

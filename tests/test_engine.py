@@ -329,6 +329,18 @@ MAX_CASES = [
 ]
 
 
+def device_fold(board, *arrays, seq=10, minimum=False):
+    """Max (with ``minimum``, Min) of same-shape 1-D ``arrays`` on the board: the ``MAX``
+    requests of their fold, each checked OK, the replies joined."""
+    fmt = format_of(arrays[0].dtype)
+    got = []
+    for fold, payload in fold_requests(board.identity, arrays, minimum):
+        frame = exchange(board, Command.MAX, payload, seq=seq)
+        expect_status(frame, Status.OK, fold.rows * fold.row_length * fmt.nbytes)
+        got.append(np.frombuffer(frame.payload, fmt.numpy_dtype))
+    return np.concatenate(got)
+
+
 def fold_requests(identity, arrays, minimum=False):
     """The ``MAX`` requests of a fold of same-shape 1-D ``arrays`` (the host's plan_fold), a
     Min's with ``minimum``."""
@@ -349,12 +361,7 @@ def test_fold_matches_the_golden_model(clean_board, dtype):
     per_beat = 8 * clean_board.identity.lanes // fmt.nbytes
     for count, elements in [(2, 2 * per_beat + 1), (3, per_beat), (5, 3)]:
         arrays = [random_values(rng, fmt, (elements,), edge_fraction=0.3) for _ in range(count)]
-        got = []
-        for fold, payload in fold_requests(clean_board.identity, arrays):
-            frame = exchange(clean_board, Command.MAX, payload, seq=count)
-            expect_status(frame, Status.OK, fold.rows * fold.row_length * fmt.nbytes)
-            got.append(np.frombuffer(frame.payload, fmt.numpy_dtype))
-        assert_same_bits(np.concatenate(got), reference.max(*arrays),
+        assert_same_bits(device_fold(clean_board, *arrays, seq=count), reference.max(*arrays),
                          f"fold of {count} x {elements} {fmt.numpy_dtype}")
 
 
@@ -517,15 +524,8 @@ def test_min_matches_the_golden_model_in_the_cycles_of_max(clean_board, dtype):
         results, cycles = [], []
         for minimum in (False, True):
             start = clean_board.cycles
-            if route == "fold":
-                got = []
-                for fold, payload in fold_requests(clean_board.identity, arrays, minimum):
-                    frame = exchange(clean_board, Command.MAX, payload)
-                    expect_status(frame, Status.OK, fold.rows * fold.row_length * fmt.nbytes)
-                    got.append(np.frombuffer(frame.payload, fmt.numpy_dtype))
-                results.append(np.concatenate(got))
-            else:
-                results.append(device_max(clean_board, *arrays, minimum=minimum))
+            device_call = device_fold if route == "fold" else device_max
+            results.append(device_call(clean_board, *arrays, minimum=minimum))
             cycles.append(clean_board.cycles - start)
         what = f"{route} of {[a.shape for a in arrays]} {fmt.numpy_dtype}"
         assert_same_bits(results[0], reference.max(*arrays), "Max " + what)

@@ -248,9 +248,14 @@ def test_tiny_device_tiles_splits_and_groups(fmt):
         board.requests.clear()
         assert_same_bits(dev.reduce_min(data, [1]), reference.reduce_min(data, [1]))
         assert len(board.requests) > 3 * math.ceil(100 * fmt.nbytes / 64)
-        block = PARAMETERS[Command.REDUCE]
-        assert {code for code, _ in board.requests} == {Command.REDUCE}
-        assert {block.unpack(payload)["minimum"] for _, payload in board.requests} == {1}
+        assert minimum_flags(board.requests, Command.REDUCE) == {1}
+
+
+def minimum_flags(requests, command):
+    """The ``minimum`` flags of ``requests`` (a board's ``(code, payload)`` log), every one of
+    them checked to be a ``command``."""
+    assert {code for code, _ in requests} == {command}
+    return {PARAMETERS[command].unpack(payload)["minimum"] for _, payload in requests}
 
 
 def test_reduce_min_takes_the_pooling_unit_as_reduce_max_does():
@@ -258,7 +263,6 @@ def test_reduce_min_takes_the_pooling_unit_as_reduce_max_does():
     unit, its minimum select set for a ReduceMin: no transpose, the same requests."""
     rng = np.random.default_rng(7)
     x = random_values(rng, FORMATS[DType.FLOAT], (2, 3, 4, 5), edge_fraction=0.2)
-    block = PARAMETERS[Command.POOL_CHANNELS_LAST]
     with make_device() as dev:
         board = dev.link.transport
         requests = {}
@@ -268,9 +272,20 @@ def test_reduce_min_takes_the_pooling_unit_as_reduce_max_does():
                              getattr(reference, name)(x, axes=[1, 2]), name)
             requests[name] = list(board.requests)
     for name, minimum in [("reduce_max", 0), ("reduce_min", 1)]:
-        assert {code for code, _ in requests[name]} == {Command.POOL_CHANNELS_LAST}
-        assert {block.unpack(payload)["minimum"] for _, payload in requests[name]} == {minimum}
+        assert minimum_flags(requests[name], Command.POOL_CHANNELS_LAST) == {minimum}
     assert len(requests["reduce_min"]) == len(requests["reduce_max"])
+
+
+def cycles_of(dev, name, *args, **kwargs):
+    """The device cycles of ``dev.<name>(*args, **kwargs)`` on a virtual board, its result
+    checked bit for bit against the golden model's ``name``."""
+    board = dev.link.transport.board
+    start = board.cycles
+    got = getattr(dev, name)(*args, **kwargs)
+    cycles = board.cycles - start
+    assert_same_bits(got, getattr(reference, name)(*args, **kwargs),
+                     f"{dev.url} {name} {[np.shape(a) for a in args]} {kwargs}")
+    return cycles
 
 
 @pytest.mark.parametrize("kind, shape", [("sim", (3, 2, 5)), ("verilator", (64, 3, 700)),
@@ -285,15 +300,8 @@ def test_reduce_min_takes_exactly_the_cycles_of_reduce_max(kind, shape):
     fmt = FORMATS[DType.FLOAT]
     x = random_values(rng, fmt, shape, edge_fraction=0.05)
     with open_virtual_board(kind) as dev:
-        board = dev.link.transport.board
-        cycles = {}
-        for name in ("reduce_max", "reduce_min"):
-            for axes in ([2], [0, 2], None, [1]):
-                start = board.cycles
-                got = getattr(dev, name)(x, axes=axes, keepdims=False)
-                cycles[name, str(axes)] = board.cycles - start
-                assert_same_bits(got, getattr(reference, name)(x, axes=axes, keepdims=False),
-                                 f"{kind} {name} {shape} axes={axes}")
+        cycles = {(name, str(axes)): cycles_of(dev, name, x, axes=axes, keepdims=False)
+                  for name in ("reduce_max", "reduce_min") for axes in ([2], [0, 2], None, [1])}
     for axes in ([2], [0, 2], None, [1]):
         assert cycles["reduce_min", str(axes)] == cycles["reduce_max", str(axes)], cycles
     print(kind, shape, cycles)
@@ -312,13 +320,7 @@ def test_min_takes_exactly_the_cycles_of_max(kind, shapes):
     fmt = FORMATS[DType.FLOAT]
     arrays = [random_values(rng, fmt, shape, edge_fraction=0.05) for shape in shapes]
     with open_virtual_board(kind) as dev:
-        board = dev.link.transport.board
-        cycles = {}
-        for name in ("max", "min"):
-            start = board.cycles
-            got = getattr(dev, name)(*arrays)
-            cycles[name] = board.cycles - start
-            assert_same_bits(got, getattr(reference, name)(*arrays), f"{kind} {name} {shapes}")
+        cycles = {name: cycles_of(dev, name, *arrays) for name in ("max", "min")}
     assert cycles["min"] == cycles["max"], cycles
     print(kind, shapes, cycles)
 
@@ -333,9 +335,7 @@ def test_min_on_a_board_without_the_broadcast_unit_takes_reduce_with_its_minimum
         board = dev.link.transport
         board.requests.clear()
         assert_same_bits(dev.min(*arrays), reference.min(*arrays))
-        block = PARAMETERS[Command.REDUCE]
-        assert {code for code, _ in board.requests} == {Command.REDUCE}
-        assert {block.unpack(payload)["minimum"] for _, payload in board.requests} == {1}
+        assert minimum_flags(board.requests, Command.REDUCE) == {1}
 
 
 @pytest.mark.parametrize("version", [5, 6])

@@ -90,16 +90,22 @@ def test_onnx_backend_node_case(device, name):
 PYTORCH_CASES = pytorch_cases(["Max", "ReduceMax", "GlobalMaxPool", "Min", "ReduceMin"])
 
 
-def check_pytorch_case(device, name):
-    """One shipped PyTorch case, the node placed on ``device``, equal to its shipped output."""
-    model, data_sets = PYTORCH_CASES[name]
+def check_shipped_case(device, model, data_sets, name):
+    """A shipped case (a one-node model and its data sets), the node placed on ``device``,
+    every output equal to the shipped one."""
     session = OffloadSession(model, device=device)
     input_names = [i.name for i in model.graph.input]
     for inputs, expected in data_sets:
         got = session.run(None, dict(zip(input_names, inputs)))
         assert [where for _, _, where in session.last_run] == ["device"], name
+        assert len(got) == len(expected)
         for value, shipped in zip(got, expected):
             assert_same_bits(value, shipped, name)
+
+
+def check_pytorch_case(device, name):
+    """One shipped PyTorch case (:func:`check_shipped_case`)."""
+    check_shipped_case(device, *PYTORCH_CASES[name], name)
 
 
 def test_every_pytorch_case_is_found():
@@ -403,15 +409,9 @@ SMALL_MAXPOOL_CASES = sorted(name for name, (_, data_sets) in MAXPOOL_CASES.item
 
 
 def check_maxpool_case(device, name):
-    """The MaxPool node placed on the device, Y and Indices equal to the shipped output."""
-    model, data_sets = MAXPOOL_CASES[name]
-    session = OffloadSession(model, device=device)
-    for inputs, expected in data_sets:
-        got = session.run(None, {model.graph.input[0].name: inputs[0]})
-        assert [where for _, _, where in session.last_run] == ["device"], name
-        assert len(got) == len(expected)
-        for value, shipped in zip(got, expected):
-            assert_same_bits(value, shipped, name)
+    """The MaxPool node placed on the device, Y and Indices equal to the shipped output
+    (:func:`check_shipped_case`)."""
+    check_shipped_case(device, *MAXPOOL_CASES[name], name)
 
 
 @pytest.mark.parametrize("name", sorted(MAXPOOL_CASES))
