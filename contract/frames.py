@@ -24,8 +24,8 @@ MAGIC = b"MX"
 #: version-5 core would answer a ReduceMin with the maximum). 7: ``MAX``'s ``minimum`` byte
 #: (element-wise Min; before, that byte was ``reserved`` and a version-6 core refused a 1) and
 #: ``POOL_CHANNELS_LAST``'s (a ReduceMin over the spatial axes of ``N x D1..Dn x C``; before,
-#: padding).
-VERSION = 7
+#: padding). 8: ``ARG`` (ArgMax and ArgMin; before, an unknown command).
+VERSION = 8
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
@@ -54,6 +54,7 @@ class Command(enum.IntEnum):
     MAX = 0x05
     COUNTERS = 0x06
     MAX_POOL = 0x07
+    ARG = 0x08
 
 
 class Status(enum.IntEnum):

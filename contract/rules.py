@@ -206,6 +206,16 @@ RULES = {
         row="run_length", products=(("data", ("runs", "run_length")), ("reply", ("runs",))),
         data="data", reply="reply", request_rows="runs",
         rules=(_minimum_rule(), _reply_rule(), _length_rule("runs x run_length elements"))),
+    # ARG's reply is an offset per run: its own product, as MAX_POOL's Indices are.
+    Command.ARG: CommandRules(
+        row="run_length", products=(("data", ("runs", "run_length")), ("offsets", ("runs",))),
+        data="data", reply=None, indices="offsets", request_rows="runs",
+        rules=(Rule(Status.BAD_PARAMETER, "a run length of 0",
+                    lambda f, q, cap, ops: f["run_length"] == 0),
+               _minimum_rule(),
+               Rule(Status.TOO_LARGE, "a run of 2**32 bytes or more (its offsets are u32)",
+                    lambda f, q, cap, ops: q["row_bytes"] > WINDOW_IMAGE_MAX),
+               _reply_rule(), _length_rule("runs x run_length elements"))),
     Command.POOL_CHANNELS_LAST: CommandRules(
         row="channels",
         products=(("rows", ("images", "pixels")), ("data", ("rows", "channels")),
@@ -329,7 +339,7 @@ def command_rules(command, max_dims=0):
 
 #: The data commands, in code order.
 DATA_COMMANDS = (Command.REDUCE, Command.POOL_CHANNELS_LAST, Command.LOAD, Command.MAX,
-                 Command.MAX_POOL)
+                 Command.MAX_POOL, Command.ARG)
 
 for _command in DATA_COMMANDS:
     _check_rules(_command, command_rules(_command, 2), parameter_block(_command, 2, 2))

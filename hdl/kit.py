@@ -103,16 +103,28 @@ def register(m, enable, value, name):
     return held
 
 
-def key_max(m, name, enable, size, a, b, registered=True, take_b=None):
+def key_max(m, name, enable, size, a, b, registered=True, take_b=None, tags=None, tie_b=None):
     """A two-stage :class:`KeyMax` of ``a`` and ``b`` that advances only with ``enable``
     (combinational, ``latency=0``, if not ``registered``); the result is ``b`` where
-    ``take_b`` (if given) is set with the operands."""
-    key_max = KeyMax(latency=2 if registered else 0)
+    ``take_b`` (if given) is set with the operands, and on equal keys where ``tie_b`` is.
+
+    With ``tags``, a pair ``(a_tags, b_tags)`` of lists of 8 equally wide values (a tag per
+    byte), returns ``(result, result_tags)``: each byte's tag from the operand that won its
+    element. Otherwise returns the result.
+    """
+    width = len(Value.cast(tags[0][0])) if tags is not None else 0
+    key_max = KeyMax(latency=2 if registered else 0, tag_width=width)
     m.submodules[name] = EnableInserter(enable)(key_max) if registered else key_max
     m.d.comb += [key_max.size.eq(size), key_max.a.eq(a), key_max.b.eq(b)]
     if take_b is not None:
         m.d.comb += key_max.take_b.eq(take_b)
-    return key_max.result
+    if tie_b is not None:
+        m.d.comb += key_max.tie_b.eq(tie_b)
+    if tags is None:
+        return key_max.result
+    for i in range(len(tags[0])):
+        m.d.comb += [key_max.a_tags[i].eq(tags[0][i]), key_max.b_tags[i].eq(tags[1][i])]
+    return key_max.result, [key_max.result_tags[i] for i in range(len(tags[0]))]
 
 
 def delay(m, name, enable, valid, tag, tag_shape, cycles):
@@ -166,9 +178,17 @@ def from_key(m, name, fmt, key, minimum=None):
     return from_key.value
 
 
-def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimum=None):
+def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimum=None,
+                    position=None):
     """The loop and close of :class:`RunAccumulator` for each key lane of ``lanes`` (a list);
     returns (list of result keys, result valid).
+
+    With ``position`` (a value that comes with each lane: where its element 0 lies in the
+    run, increasing along the run), also returns the position of the first element 0 of the
+    run's first lane with the greatest key: (list of result keys, result valid, position).
+    A tie goes to the lower position: to the partial already there (it came earlier) and, at
+    the close, to the lower of the two partials' positions; the least key of a partial that
+    holds nothing never wins one.
 
     The least key (what an empty run gives) is the key of the empty-set value: that of
     ``-inf``, of the integer minimum or of False, and with ``minimum`` (:class:`ToKey`'s
@@ -196,23 +216,29 @@ def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimu
     def name(base, j):
         return base if len(lanes) == 1 else f"{base}_{j}"
 
+    width = 0 if position is None else len(Value.cast(position))
     if not registered:
         live = Signal()                          # the accumulator holds a partial of this run
         step = Signal()
         m.d.comb += step.eq(advance & valid)
         results = []
         for j, lane in enumerate(lanes):
-            loop = KeyMax(latency=1)
+            loop = KeyMax(latency=1, tag_width=width if j == 0 else 0)
             m.submodules[name("loop", j)] = EnableInserter(step)(loop)
             m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(Mux(live, loop.result, least_key)),
                          loop.b.eq(lane)]
             results.append(loop.result)
+            if j == 0 and width:
+                # A run's first lane wins a tie with the least key.
+                m.d.comb += [loop.a_tags[0].eq(loop.result_tags[0]),
+                             loop.b_tags[0].eq(position), loop.tie_b.eq(~live)]
+                found = loop.result_tags[0]
         result_valid = Signal()
         with m.If(step):
             m.d.sync += live.eq(~last)
         with m.If(advance):
             m.d.sync += result_valid.eq(valid & last)
-        return results, result_valid
+        return (results, result_valid) + ((found,) if width else ())
 
     ends = valid & last
     fed_live, fed_final = Signal(), Signal()     # tags of the partial in the first stage
@@ -233,7 +259,7 @@ def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimu
     for j, lane in enumerate(lanes):
         # The other partial, or the least key.
         saved = Signal(LANE_BITS, name=name("saved", j), reset_less=True)
-        loop = KeyMax(latency=2)
+        loop = KeyMax(latency=2, tag_width=width if j == 0 else 0)
         m.submodules[name("loop", j)] = EnableInserter(step)(loop)
         head = loop.result
         m.d.comb += [loop.size.eq(fmt.size), loop.a.eq(head), loop.b.eq(lane),
@@ -242,8 +268,24 @@ def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimu
         # a step whenever it advances).
         with m.If(advance & fed_final):
             m.d.sync += saved.eq(Mux(head_live, head, least_key))
-        results.append(key_max(m, name("close", j), advance, fmt.size, head, saved))
+        if j or not width:
+            results.append(key_max(m, name("close", j), advance, fmt.size, head, saved))
+            continue
+        m.d.comb += [loop.a_tags[0].eq(loop.result_tags[0]), loop.b_tags[0].eq(position)]
+        head_position = loop.result_tags[0]
+        saved_position = Signal(width, name="saved_position", reset_less=True)
+        saved_live = Signal(name="saved_live", reset_less=True)
+        with m.If(advance & fed_final):
+            m.d.sync += [saved_position.eq(head_position), saved_live.eq(head_live)]
+        # The two partials hold alternate lanes of the run, so either may hold the earlier
+        # of two equal keys.
+        earlier = saved_live & (saved_position < head_position)
+        unused = [0] * (LANE_BITS // 8 - 1)
+        result, (found, *_) = key_max(m, "close", advance, fmt.size, head, saved,
+                                      tags=([head_position, *unused], [saved_position, *unused]),
+                                      tie_b=earlier)
+        results.append(result)
     closing, result_valid = Signal(), Signal()
     with m.If(advance):
         m.d.sync += [closing.eq(head_final), result_valid.eq(closing)]
-    return results, result_valid
+    return (results, result_valid) + ((found,) if width else ())

@@ -336,22 +336,35 @@ class KeyMax(wiring.Component):
         Set with the operands: the result is ``b``, whatever the compare (an accumulator's
         first operand). With ``latency=2`` it resets the registered verdicts, so it costs no
         logic level. 0 unless driven.
+    tie_b : In(1)
+        Set with the operands: where an element's keys are equal, the result (and the tag) is
+        ``b``'s; otherwise ``a``'s. Equal keys are equal values, so only the tags tell the two
+        apart. 0 unless driven (then it costs nothing).
     result : Out(64)
-        The larger key of each element, ``latency`` cycles later. Equal keys are equal values,
-        so ties need no rule.
+        The larger key of each element, ``latency`` cycles later.
+    a_tags, b_tags : In(ArrayLayout(tag_width, 8)), only with ``tag_width``
+        A tag per byte of each operand (an argument reduction's positions).
+    result_tags : Out(ArrayLayout(tag_width, 8)), only with ``tag_width``
+        Each byte's tag from the operand its element's result came from, with ``result``.
     """
 
-    def __init__(self, *, latency=0):
+    def __init__(self, *, latency=0, tag_width=0):
         if latency not in (0, 1, 2):
             raise ValueError(f"KeyMax latency must be 0, 1 or 2, not {latency!r}")
         self.latency = latency
-        super().__init__({
+        self.tag_width = tag_width
+        members = {
             "size": In(len(ELEMENT_SIZES)),
             "a": In(LANE_BITS),
             "b": In(LANE_BITS),
             "take_b": In(1),
+            "tie_b": In(1),
             "result": Out(LANE_BITS),
-        })
+        }
+        if tag_width:
+            tags = data.ArrayLayout(tag_width, LANE_BYTES)
+            members.update(a_tags=In(tags), b_tags=In(tags), result_tags=Out(tags))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -360,7 +373,8 @@ class KeyMax(wiring.Component):
         a = Signal(LANE_BITS, name="a_s1", reset_less=True)
         b = Signal(LANE_BITS, name="b_s1", reset_less=True)
         size = Signal(len(ELEMENT_SIZES), name="size_s1", reset_less=True)
-        first += [a.eq(self.a), b.eq(self.b), size.eq(self.size)]
+        tie_b = Signal(name="tie_b_s1", reset_less=True)
+        first += [a.eq(self.a), b.eq(self.b), size.eq(self.size), tie_b.eq(self.tie_b)]
         at_least = spans_at_least(self.size)
         flags = ([byte(self.a, i) >= byte(self.b, i) for i in range(LANE_BYTES)],
                  [byte(self.a, i) == byte(self.b, i) for i in range(LANE_BYTES)])
@@ -373,13 +387,22 @@ class KeyMax(wiring.Component):
         flags = (list(greater_equal), list(equal))
         for level in (2, 3):
             flags = key_compare_level(flags, level, at_least[level])
-        a_wins = flags[0]
+        a_wins = [greater & ~(same & tie_b) for greater, same in zip(*flags)]
 
         result = Signal(LANE_BITS, reset_less=True)
         m.d.comb += self.result.eq(result)
         stage = m.d.comb if self.latency == 0 else m.d.sync
         for i in range(LANE_BYTES):
             stage += byte(result, i).eq(Mux(a_wins[i], byte(a, i), byte(b, i)))
+        if self.tag_width:
+            tags = data.ArrayLayout(self.tag_width, LANE_BYTES)
+            a_tags = Signal(tags, name="a_tags_s1", reset_less=True)
+            b_tags = Signal(tags, name="b_tags_s1", reset_less=True)
+            result_tags = Signal(tags, reset_less=True)
+            first += [a_tags.eq(self.a_tags), b_tags.eq(self.b_tags)]
+            m.d.comb += self.result_tags.eq(result_tags)
+            for i in range(LANE_BYTES):
+                stage += result_tags[i].eq(Mux(a_wins[i], a_tags[i], b_tags[i]))
         return m
 
 

@@ -28,12 +28,12 @@ cycle. :class:`RunReducer` builds the stages of the others into one pipeline wit
 ``advance``. See ``docs/architecture.md``, "Reduction tree and run reducer".
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.contract.wire import Command
+from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command
 
 from .beat import beat_layout
 from .kit import (accumulate_runs, byte, check_lanes, decode_format, delay, from_key, key_max,
@@ -60,29 +60,53 @@ def lane_layout(tag_shape=0):
     return data.StructLayout({"data": LANE_BITS, "tag": tag_shape})
 
 
-def _tree_stages(m, advance, fmt, level, registered=True):
+def _tree_stages(m, advance, fmt, level, registered=True, tags=None):
     """The levels of :class:`ReductionTree`: ``lanes`` key lanes to one, 2 cycles a level
-    (combinational if not ``registered``)."""
+    (combinational if not ``registered``).
+
+    With ``tags`` (a list of 8 byte tags per lane), returns ``(lane, tags)``: each byte's tag
+    followed by the bits of the lane its element came from, level 0's lowest. On equal keys
+    the lower lane wins (:class:`~maxaccel.hdl.lane.KeyMax` keeps ``a``)."""
     for depth in range((len(level) - 1).bit_length()):
-        level = [key_max(m, f"max_{depth}_{pair}", advance, fmt.size,
-                          level[2 * pair], level[2 * pair + 1], registered)
-                 for pair in range(len(level) // 2)]
-    return level[0]
+        pairs = []
+        for pair in range(len(level) // 2):
+            a, b = 2 * pair, 2 * pair + 1
+            if tags is None:
+                pairs.append((key_max(m, f"max_{depth}_{pair}", advance, fmt.size,
+                                      level[a], level[b], registered), None))
+                continue
+            pairs.append(key_max(m, f"max_{depth}_{pair}", advance, fmt.size, level[a],
+                                 level[b], registered,
+                                 tags=([Cat(t, Const(0, 1)) for t in tags[a]],
+                                       [Cat(t, Const(1, 1)) for t in tags[b]])))
+        level, tags = [lane for lane, _ in pairs], \
+            (None if tags is None else [lane_tags for _, lane_tags in pairs])
+    return level[0] if tags is None else (level[0], tags[0])
 
 
-def _fold_stages(m, advance, fmt, lane, registered=True):
+def _fold_stages(m, advance, fmt, lane, registered=True, tags=None):
     """The stages of :class:`LaneFold` (:attr:`LaneFold.FOLD_LATENCY` cycles; combinational
-    if not ``registered``)."""
+    if not ``registered``).
+
+    With ``tags`` (a list of 8 byte tags, positions), returns ``(lane, tag)``: the tag of the
+    byte element 0 came from. On equal keys the lower tag wins: the halves a stage compares
+    are not in position order once a tree has picked each element slot from any lane."""
     at_least = spans_at_least(fmt.size)
     for index, (width, cycles) in enumerate(LaneFold.STAGES):
         flags = ([byte(lane, i) >= byte(lane, i + width) for i in range(width)],
                  [byte(lane, i) == byte(lane, i + width) for i in range(width)])
         levels = list(range(1, width.bit_length()))
+        if tags is not None:
+            upper_earlier = Cat(tags[i + width] < tags[i] for i in range(width))
         if cycles == 2 and registered:
             flags = key_compare_level(flags, levels.pop(0), at_least[1])
             lane = register(m, advance, lane, f"fold_{index}_lane")
             flags = (list(register(m, advance, Cat(flags[0]), f"fold_{index}_ge")),
                      list(register(m, advance, Cat(flags[1]), f"fold_{index}_eq")))
+            if tags is not None:
+                tags = [register(m, advance, tag, f"fold_{index}_held_tag_{i}")
+                        for i, tag in enumerate(tags[:2 * width])]
+                upper_earlier = register(m, advance, upper_earlier, f"fold_{index}_earlier")
         for level in levels:
             flags = key_compare_level(flags, level, at_least[level])
         folds = ~at_least[width.bit_length()]   # elements of at most `width` bytes
@@ -91,13 +115,22 @@ def _fold_stages(m, advance, fmt, lane, registered=True):
         # pipeline six times slower).
         folded = Signal(LANE_BITS, name=f"fold_{index}_result", reset_less=True)
         stage = m.d.sync if registered else m.d.comb
+        if tags is not None:
+            folded_tags = [Signal(len(Value.cast(tags[i])), name=f"fold_{index}_tag_{i}",
+                                  reset_less=True) for i in range(width)]
         with m.If(advance if registered else 1):
             stage += folded.eq(lane)
             for i in range(width):
                 with m.If(folds & ~flags[0][i]):
                     stage += byte(folded, i).eq(byte(lane, i + width))
+            if tags is not None:
+                for i in range(width):
+                    upper = ~flags[0][i] | (flags[1][i] & upper_earlier[i])
+                    stage += folded_tags[i].eq(Mux(folds & upper, tags[i + width], tags[i]))
         lane = folded
-    return lane
+        if tags is not None:
+            tags = folded_tags
+    return lane if tags is None else (lane, tags[0])
 
 
 class BeatKeys(wiring.Component):
@@ -445,6 +478,12 @@ class RunReducer(wiring.Component):
         during a command).
     minimum : In(1)
         0: the maximum of each run; 1: the minimum. Valid and constant as ``dtype``.
+    arg : In(1)
+        0: each run's extreme value; 1: where it is (ArgMax, with ``minimum`` ArgMin), as
+        the byte offset in its run of its first element whose key is the run's extreme (a
+        NaN's key is the greatest either way, so the first NaN if there is one), in the low
+        32 bits of ``o`` (runs of fewer than ``2**32`` bytes and at least one element). Valid
+        and constant as ``dtype``.
 
     Latency and throughput
     ----------------------
@@ -453,8 +492,19 @@ class RunReducer(wiring.Component):
     ``"shallow"`` whatever the lanes. Either way one beat per cycle in steady state while
     ``o.ready`` is high, for any mix of run lengths; a run costs
     ``max(1, ceil(R * itemsize / (8 * lanes)))`` beats. While a result waits
-    (``o.valid & ~o.ready``) the pipeline behind it stalls.
+    (``o.valid & ~o.ready``) the pipeline behind it stalls. ``arg`` changes neither.
+
+    With ``arg`` each element's byte offset travels with its key (a per-byte tag through the
+    tree and the fold: the byte's offset in its lane and the lane's number; then the beat's
+    number in its run, counted where beats enter the accumulator), and every compare that
+    picks a key picks its tag. Equal keys go to the lower offset: in the tree and the fold
+    the lower lane and bytes win a tie, in the accumulator the partial already there, and at
+    the close the partial of the lower offset (the two hold alternate beats). Padding, key 0,
+    comes after every element of its beat, so it never wins a tie with one.
     """
+
+    #: Bits of a position (a byte offset in a run) and so of an ``arg`` result.
+    POSITION_BITS = 32
 
     def __init__(self, lanes, pipeline="deep"):
         check_lanes(self, lanes)
@@ -475,15 +525,19 @@ class RunReducer(wiring.Component):
             "o": Out(stream.Signature(LANE_BITS)),
             "dtype": In(DType),
             "minimum": In(1),
+            "arg": In(1),
         })
 
     @staticmethod
     def configure(port, fields, request):
-        """The command engine's configuration of the unit for a ``REDUCE``: its ``dtype`` and
-        its ``minimum`` (the block's field; the status rules let only 0 and 1 through), see
-        :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments."""
+        """The command engine's configuration of the unit for a ``REDUCE`` or an ``ARG``: its
+        ``dtype``, its ``minimum`` (the block's field; the status rules let only 0 and 1
+        through; the two commands' blocks are one, so their fields are the same bits) and
+        ``arg`` for an ``ARG``; see :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for
+        the arguments."""
         return [port.dtype.eq(request.dtype),
-                port.minimum.eq(fields[Command.REDUCE]["minimum"][0])]
+                port.minimum.eq(fields[Command.REDUCE]["minimum"][0]),
+                port.arg.eq(request.command == Command.ARG)]
 
     @staticmethod
     def result_beat(port, beat, request):
@@ -496,7 +550,8 @@ class RunReducer(wiring.Component):
         request : RequestChecks
             The request's registered geometry (``shift``, log2 of the itemsize).
         """
-        return [beat.data[0].eq(port.o.payload), beat.nbytes.eq(Const(1, 4) << request.shift),
+        return [beat.data[0].eq(port.o.payload),
+                beat.nbytes.eq(Mux(port.arg, WINDOW_INDEX_BYTES, Const(1, 4) << request.shift)),
                 beat.first.eq(1), beat.last.eq(1)]
 
     def elaborate(self, platform):
@@ -507,9 +562,9 @@ class RunReducer(wiring.Component):
         # so that dtype still only has to be valid with the first beat.
         fmt = decode_format(m, self.dtype, registered=deep)
         # The select goes with the format: registered as its decode is.
-        minimum = Signal()
+        minimum, arg = Signal(), Signal()
         select = m.d.sync if deep else m.d.comb
-        select += minimum.eq(self.minimum)
+        select += [minimum.eq(self.minimum), arg.eq(self.arg)]
         # One pipeline, one enable: i.ready depends on o.ready through one gate, not through
         # the handshakes of five chained components.
         advance = Signal()
@@ -521,11 +576,18 @@ class RunReducer(wiring.Component):
         filled = [Cat(beat.nbytes > LANE_BYTES * j + b for b in range(LANE_BYTES))
                   for j in range(self.lanes)]
         keys = to_keys(m, advance, fmt, list(beat.data), filled, key_latency, minimum=minimum)
-        lane = _fold_stages(m, advance, fmt, _tree_stages(m, advance, fmt, keys, deep), deep)
+        lane, tags = _tree_stages(m, advance, fmt, keys, deep,
+                                  tags=[[Cat()] * LANE_BYTES for _ in keys])
+        # A byte's offset in its beat: its offset in the lane, then the lane's number.
+        lane, offset = _fold_stages(m, advance, fmt, lane, deep,
+                                    tags=[Cat(Const(i, 3), tag) for i, tag in enumerate(tags)])
         valid, last = delay(m, "beat", advance, self.i.valid, beat.last, 1,
                              key_latency + tree_latency + fold_latency)
-        (result,), result_valid = accumulate_runs(m, advance, fmt, [lane], valid, last, deep,
-                                                  minimum)
+        beat_number = Signal(self.POSITION_BITS - len(offset))   # the beat's in its run
+        with m.If(advance & valid):
+            m.d.sync += beat_number.eq(Mux(last, 0, beat_number + 1))
+        (result,), result_valid, position = accumulate_runs(
+            m, advance, fmt, [lane], valid, last, deep, minimum, Cat(offset, beat_number))
 
         element0 = Signal(LANE_BITS)
         for k, size in enumerate(ELEMENT_SIZES):
@@ -536,6 +598,6 @@ class RunReducer(wiring.Component):
         with m.If(advance if output_latency else 1):
             output += [
                 self.o.valid.eq(result_valid),
-                self.o.payload.eq(value & element0),
+                self.o.payload.eq(Mux(arg, position, value & element0)),
             ]
         return m

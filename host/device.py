@@ -20,6 +20,10 @@ requests:
     ``MAX`` passes that stream them all; broadcast operands as a pass that streams one and
     replays the others from the buffer (``LOAD``), the output tiled when it does not fit the
     device; on a board without the broadcast unit, a ``REDUCE`` of interleaved elements.
+``arg_max``, ``arg_min``
+    ``host/reduction.py``: each line along the axis one ``ARG`` run (the axis made innermost
+    on the host), the device's offsets back as positions; ``select_last_index`` by reversing
+    the runs; lines longer than a frame in pieces whose extremes are sent again.
 ``max_pool``
     ``host/pool_window.py`` (``MAX_POOL``, tiles with their halo) or ``host/pool_reduce.py``
     (each window a ``REDUCE`` run), as :func:`plan_max_pool` chooses.
@@ -32,16 +36,17 @@ import contextlib
 
 import numpy as np
 
-from maxaccel.contract.checks import check_global_max_pool, check_max, check_reduce_max
+from maxaccel.contract.checks import check_arg, check_global_max_pool, check_max, check_reduce_max
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.pooling import check_max_pool
 from maxaccel.contract.progress import TransferProgress, log
-from maxaccel.contract.wire import COUNTER_NAMES, COUNTERS, VERSION, Command, Identity
+from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, VERSION, WINDOW_INDEX_BYTES, Command,
+                                   Identity)
 from maxaccel.host.link import Link, LinkError
 from maxaccel.host.max_passes import MaxPasses, Operand
 from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
 from maxaccel.host.pool_window import max_pool_by_window, plan_window_pool
-from maxaccel.host.reduction import plan_reduction, reduce_by_plan, reduce_rows
+from maxaccel.host.reduction import arg_rows, plan_reduction, reduce_by_plan, reduce_rows
 from maxaccel.host.transport import open_transport
 
 __all__ = ["Device", "open_device", "plan_max_pool"]
@@ -262,6 +267,36 @@ class Device:
                 return values.copy()
             axes = tuple(range(values.ndim))
         return self._reduce(values, fmt, axes, keepdims, minimum=True)
+
+    def arg_max(self, data, axis=0, keepdims=True, select_last_index=False):
+        """ONNX ``ArgMax`` on the device: as :func:`maxaccel.sim.reference.arg_max`, bit for
+        bit (int64; the first NaN if there is one, else the first maximum, ``+0`` above
+        ``-0``; the last with ``select_last_index``).
+
+        The axis is made innermost (a numpy transpose on the host: memory, not link) and each
+        line along it is one ``ARG`` run: each element crosses the link once, and each run's
+        position comes back as a u32 (``host/reduction.py``)."""
+        return self._arg(data, axis, keepdims, select_last_index, "arg_max")
+
+    def arg_min(self, data, axis=0, keepdims=True, select_last_index=False):
+        """ONNX ``ArgMin`` on the device: as :func:`maxaccel.sim.reference.arg_min`, bit for
+        bit (a NaN is still the extreme, so the first NaN if there is one, else the first
+        minimum, ``-0`` below ``+0``); :meth:`arg_max`'s route with ``ARG``'s ``minimum``
+        select, in the same cycles."""
+        return self._arg(data, axis, keepdims, select_last_index, "arg_min")
+
+    def _arg(self, data, axis, keepdims, select_last_index, name):
+        values, fmt, axis, keepdims, select_last_index, shape = check_arg(
+            data, axis, keepdims, select_last_index, name)
+        self._check_supported(fmt, f"{name}()")
+        out = np.empty(shape, np.int64)
+        if out.size:
+            rows = np.moveaxis(values, axis, -1).reshape(-1, values.shape[axis])
+            with self._operation(values.nbytes + len(rows) * WINDOW_INDEX_BYTES):
+                out.reshape(-1)[...] = arg_rows(rows, fmt, self.max_frame_bytes, self._request,
+                                                minimum=name == "arg_min",
+                                                last=select_last_index)
+        return out
 
     def global_max_pool(self, x, channels_last=False):
         """ONNX ``GlobalMaxPool`` on the device: as

@@ -1,5 +1,5 @@
-"""Run a whole ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min and ReduceMin
-nodes on a maxaccel board.
+"""Run a whole ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin,
+ArgMax and ArgMin nodes on a maxaccel board.
 
 :class:`OffloadSession` is a drop-in for onnxruntime's ``InferenceSession``: swap the
 constructor (and give a ``device``), keep the rest of the script::
@@ -22,9 +22,10 @@ Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
 
 ``"device"``
     Every opset version of Max (1, 6, 8, 12, 13), ReduceMax (1, 11, 12, 13, 18, 20),
-    GlobalMaxPool (1, 22), Min (1, 6, 8, 12, 13) and ReduceMin (1, 11, 12, 13, 18, 20) of the
-    default domain, with the contract's bits (``docs/semantics.md``; Min and ReduceMin are IEEE
-    754-2019 ``minimum``, section 7).
+    GlobalMaxPool (1, 22), Min (1, 6, 8, 12, 13), ReduceMin (1, 11, 12, 13, 18, 20), ArgMax
+    and ArgMin (1, 11, 12, 13) of the default domain, with the contract's bits
+    (``docs/semantics.md``; Min and ReduceMin are IEEE 754-2019 ``minimum``, section 7;
+    ArgMax and ArgMin take a NaN as the extreme).
     A Transpose feeding only a GlobalMaxPool or a ReduceMax or ReduceMin over known axes runs
     with it: the
     reduction is done on the untransposed tensor, so a channels-last (NHWC) tensor reaches the
@@ -269,7 +270,8 @@ def _max_pool_arguments(attributes):
 #: The device call of each max-family node that is not a MaxPool; a GlobalMaxPool's when a
 #: Transpose is folded into it (a reduction over the mapped spatial axes).
 _DEVICE_CALLS = {"Max": "max", "Min": "min", "ReduceMax": "reduce_max",
-                 "ReduceMin": "reduce_min", "GlobalMaxPool": "reduce_max"}
+                 "ReduceMin": "reduce_min", "GlobalMaxPool": "reduce_max",
+                 "ArgMax": "arg_max", "ArgMin": "arg_min"}
 
 
 def _reduction_arguments(attributes, inputs):
@@ -606,6 +608,11 @@ class OffloadSession:
             arguments = self._pool_arguments.get(id(attributes)) \
                 or _max_pool_arguments(attributes)
             return device.max_pool(inputs[0], **arguments, return_indices=outputs > 1), where
+        if op_type in ("ArgMax", "ArgMin"):
+            arg = getattr(device, _DEVICE_CALLS[op_type])
+            return arg(inputs[0], axis=attributes.get("axis", 0),
+                       keepdims=attributes.get("keepdims", 1),
+                       select_last_index=attributes.get("select_last_index", 0)), where
         axes, keepdims, noop = _reduction_arguments(attributes, inputs)
         reduce = getattr(device, _DEVICE_CALLS[op_type])
         return reduce(inputs[0], axes=axes, keepdims=keepdims, noop_with_empty_axes=noop), where

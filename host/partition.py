@@ -5,9 +5,8 @@
 1. Model-local functions that contain a max-family node (directly, in a subgraph, or through
    another function) are inlined, so their max-family nodes become ordinary graph nodes.
 2. The nodes are sorted topologically (onnxruntime accepts unsorted graphs, so this does too).
-3. Each node gets a kind: ``device`` (Max, ReduceMax, GlobalMaxPool, MaxPool, Min and ReduceMin
-   of the default domain),
-   ``subgraph`` (a node whose subgraphs contain max-family nodes: it runs on ``onnx.reference``
+3. Each node gets a kind: ``device`` (Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin,
+   ArgMax and ArgMin of the default domain), ``subgraph`` (a node whose subgraphs contain max-family nodes: it runs on ``onnx.reference``
    with the max family routed to the device, so it keeps the contract) or ``cpu`` (everything
    else). A Transpose whose only consumer is a GlobalMaxPool, or a ReduceMax or ReduceMin over
    known axes, is
@@ -39,7 +38,8 @@ __all__ = ["OFFLOADED", "FAMILY", "MAX_IR_VERSION", "Plan", "DeviceStep", "Subgr
 #: define them (every one of them goes to the device).
 OFFLOADED = {"Max": (1, 6, 8, 12, 13), "ReduceMax": (1, 11, 12, 13, 18, 20),
              "GlobalMaxPool": (1, 22), "MaxPool": (1, 8, 10, 11, 12, 22),
-             "Min": (1, 6, 8, 12, 13), "ReduceMin": (1, 11, 12, 13, 18, 20)}
+             "Min": (1, 6, 8, 12, 13), "ReduceMin": (1, 11, 12, 13, 18, 20),
+             "ArgMax": (1, 11, 12, 13), "ArgMin": (1, 11, 12, 13)}
 FAMILY = tuple(OFFLOADED)
 
 #: Highest IR version given to the models built for onnxruntime (onnx 1.23 writes 14,

@@ -21,6 +21,13 @@ Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
     ``max_frame_bytes`` holds; a row longer than a frame goes in pieces whose maxima (minima)
     are reduced again, the same way.
 
+:func:`arg_rows`
+    ArgMax and ArgMin through ``ARG``: each row one run, the device's byte offset of each
+    run's first extreme back as a position; ``select_last_index`` is the first extreme of the
+    run reversed (a view here, one copy on the way to the link). A row longer than a frame
+    goes in pieces whose extremes are sent again as runs of their own: the first extreme of
+    those is in the first piece that holds one, so the tie rule carries over.
+
 Pure numpy; never imports amaranth.
 """
 
@@ -30,10 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from maxaccel.contract.dtypes import decode_elements, encode_elements
-from maxaccel.contract.wire import PARAMETERS, Capacities, Command
+from maxaccel.contract.wire import PARAMETERS, WINDOW_INDEX_BYTES, Capacities, Command
 from maxaccel.host.plan import plan_channels_last
 
-__all__ = ["ReductionPlan", "plan_reduction", "reduce_by_plan", "reduce_rows", "store_bits"]
+__all__ = ["ReductionPlan", "plan_reduction", "reduce_by_plan", "reduce_rows", "arg_rows",
+           "store_bits"]
 
 #: The parameter block's fields of a request of ``count`` rows of ``length`` elements of
 #: ``width`` (the reduced axis is ``length``), per command.
@@ -164,3 +172,46 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request, minimum=False):
             chunk = rows[row:row + 1, index * piece:(index + 1) * piece]
             store_bits(partial[row, index:index + 1], reduced(chunk))
     return reduce_rows(partial, fmt, command, max_frame_bytes, request, minimum)
+
+
+def arg_rows(rows, fmt, max_frame_bytes, request, minimum=False, last=False):
+    """ArgMax (with ``minimum``, ArgMin) along axis 1 of ``rows`` (``count x length``, length
+    at least 1) through ``ARG``: the position of each row's first extreme (the last with
+    ``last``; a NaN is the extreme either way), as a new int64 array of ``count``.
+
+    Requests of as many whole rows as a frame of ``max_frame_bytes`` holds; a row longer than
+    a frame goes in pieces, whose extremes (picked on the host by the device's offsets) are
+    one run of a second ``ARG``. ``request(command, payload)`` sends one request and returns
+    its reply payload."""
+    block = PARAMETERS[Command.ARG]
+    count, length = rows.shape
+    if last:
+        rows = rows[:, ::-1]
+    out = np.empty(count, np.int64)
+    select = {"minimum": 1} if minimum else {}
+
+    def positions(chunk):
+        reply = request(Command.ARG, block.pack(dtype=fmt.dtype, runs=len(chunk),
+                                                run_length=chunk.shape[1], **select)
+                        + encode_elements(chunk, fmt))
+        offsets = np.frombuffer(reply, f"<u{WINDOW_INDEX_BYTES}")
+        return offsets.astype(np.int64) // fmt.nbytes
+
+    row_bytes = length * fmt.nbytes
+    if count == 0:
+        pass
+    elif row_bytes <= max_frame_bytes:
+        step = max(1, max_frame_bytes // row_bytes)
+        for start in range(0, count, step):
+            chunk = rows[start:start + step]
+            out[start:start + len(chunk)] = positions(chunk)
+    else:
+        piece = max_frame_bytes // fmt.nbytes
+        starts = np.arange(0, length, piece)
+        for row in range(count):
+            found = np.concatenate([positions(rows[row:row + 1, start:start + piece])
+                                    for start in starts]) + starts
+            best = arg_rows(rows[row:row + 1][:, found], fmt, max_frame_bytes, request,
+                            minimum)
+            out[row] = found[best[0]]
+    return length - 1 - out if last else out

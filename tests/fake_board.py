@@ -6,7 +6,8 @@ frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame w
 answers every other status by the wire contract's ``request_verdict`` (as the engine derives its
 checks from the same rules), and computes ``REDUCE`` (each run's maximum, or with the block's
 ``minimum`` its minimum), ``POOL_CHANNELS_LAST`` (likewise), ``LOAD``, ``MAX`` (with ``minimum``,
-the element-wise Min) and ``MAX_POOL`` with the golden model. ``MAX`` walks the replay buffer
+the element-wise Min), ``ARG`` (each run's byte offset of its first maximum, or minimum) and
+``MAX_POOL`` with the golden model. ``MAX`` walks the replay buffer
 exactly as the ``BroadcastMax`` unit does (row addresses advanced by the encoded steps, modulo
 ``2**addr_bits``), so a wrong parameter block gives wrong bits; load padding is filled with
 garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's images interleaved and
@@ -31,7 +32,7 @@ from maxaccel.contract.pooling import (WINDOW_RANK, encode_window_reply, separat
                                        window_geometry)
 from maxaccel.contract.wire import (COUNTERS, LANE_BYTES, PARAMETERS, VERSION, Command,
                                     FrameParser, Identity, MaxParameters, Status, encode_frame,
-                                    request_verdict, window_fields)
+                                    WINDOW_INDEX_BYTES, request_verdict, window_fields)
 from maxaccel.sim import reference
 
 TO_DEVICE = "to_device"
@@ -190,7 +191,7 @@ class FakeBoard:
                 Command.IDENTIFY: self._identify, Command.COUNTERS: self._counters,
                 Command.REDUCE: self._reduce, Command.POOL_CHANNELS_LAST: self._pool,
                 Command.LOAD: self._load, Command.MAX: self._max,
-                Command.MAX_POOL: self._max_pool,
+                Command.MAX_POOL: self._max_pool, Command.ARG: self._arg,
             }[frame.code]
             payload = handler(frame.payload)
         self._reply(frame.code, frame.seq, payload, status)
@@ -220,6 +221,13 @@ class FakeBoard:
         values = self._elements(data, fmt, (runs, length))
         reduce = reference.reduce_min if minimum else reference.reduce_max
         return self._bytes(reduce(values, axes=1, keepdims=False), fmt)
+
+    def _arg(self, payload):
+        fmt, (runs, length, minimum), data = self._parameters(Command.ARG, payload)
+        values = self._elements(data, fmt, (runs, length))
+        find = reference.arg_min if minimum else reference.arg_max
+        offsets = find(values, axis=1, keepdims=False) * fmt.nbytes
+        return offsets.astype(f"<u{WINDOW_INDEX_BYTES}").tobytes()
 
     def _pool(self, payload):
         fmt, (images, pixels, channels, minimum), data = self._parameters(

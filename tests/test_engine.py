@@ -297,6 +297,49 @@ def test_reduce_minimum_matches_the_golden_model(clean_board, dtype):
         assert cycles[1] == cycles[0], f"{what}: {cycles[1]} cycles, the maximum {cycles[0]}"
 
 
+def arg_payload(x, minimum=0):
+    fmt = format_of(x.dtype)
+    runs, run_length = x.shape
+    return PARAMETERS[Command.ARG].pack(dtype=fmt.dtype, runs=runs, run_length=run_length,
+                                        minimum=minimum) + x.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
+                                   np.int8, np.uint16, np.int64, np.uint64, np.bool_],
+                         ids=dtype_name)
+def test_arg_matches_the_golden_model_in_the_cycles_of_reduce(clean_board, dtype):
+    """ARG is ArgMax, with ``minimum`` 1 ArgMin: each run's byte offset of the golden model's
+    first position (a NaN first, last or inside; -0 and +0 distinct; ties at both ends of a
+    beat), for runs of one element up to more than a beat, several runs a request; each
+    request takes the cycles of the REDUCE of the same runs when their replies are as long."""
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(500 + fmt.dtype)
+    beat = 8 * clean_board.identity.lanes
+    runs = _minimum_runs(fmt, rng, beat)
+    length = len(runs[0])
+    ties = reference.bits_of(random_values(rng, fmt, length)).astype(fmt.uint_dtype)
+    ties[[1, length - 1]] = fmt.greatest
+    runs.append(reference.from_bits(ties, fmt))
+    requests = [np.stack([run]) for run in runs]
+    requests += [np.stack(runs[:4]), random_values(rng, fmt, (5, 1)),
+                 random_values(rng, fmt, (2, 2 * beat // fmt.nbytes + 3), edge_fraction=0.3)]
+    for index, x in enumerate(requests):
+        what = f"ARG {x.shape} {fmt.numpy_dtype} {reference.bits_of(x).tolist()}"
+        for minimum in (0, 1):
+            start = clean_board.cycles
+            frame = exchange(clean_board, Command.ARG, arg_payload(x, minimum), seq=index)
+            cycles = clean_board.cycles - start
+            expect_status(frame, Status.OK, 4 * x.shape[0])
+            find = reference.arg_min if minimum else reference.arg_max
+            np.testing.assert_array_equal(np.frombuffer(frame.payload, "<u4"),
+                                          find(x, axis=1, keepdims=False) * fmt.nbytes,
+                                          what + f" minimum {minimum}")
+            if fmt.nbytes == 4:
+                start = clean_board.cycles
+                exchange(clean_board, Command.REDUCE, reduce_payload(x, minimum), seq=index)
+                assert cycles == clean_board.cycles - start, what
+
+
 @pytest.mark.parametrize("dtype", FLOATS + [np.int8, np.uint16, np.int32, np.uint64, np.bool_],
                          ids=dtype_name)
 def test_pool_channels_last_matches_the_golden_model(clean_board, dtype):
@@ -540,6 +583,11 @@ def reduce_block(dtype, runs, run_length, minimum=0):
                                            minimum=minimum)
 
 
+def arg_block(dtype, runs, run_length, minimum=0):
+    return PARAMETERS[Command.ARG].pack(dtype=dtype, runs=runs, run_length=run_length,
+                                        minimum=minimum)
+
+
 def test_bad_command(clean_board):
     for code in (0x00, max(Command) + 1, 0xFF):
         expect_status(exchange(clean_board, code, b"anything at all"), Status.BAD_COMMAND)
@@ -602,6 +650,9 @@ def test_bad_parameter(clean_board):
         (Command.MAX, max_block(identity, minimum=0x81)),
         (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1, minimum=2) + bytes(4)),
         (Command.REDUCE, reduce_block(DType.INT8, 2, 1, minimum=0x81) + bytes(2)),
+        (Command.ARG, arg_block(DType.FLOAT, 1, 1, minimum=2) + bytes(4)),
+        (Command.ARG, arg_block(DType.FLOAT, 3, 0)),                  # no position to give
+        (Command.ARG, arg_block(DType.INT8, 0, 0)),
     ]
     for code, payload in requests:
         expect_refusal(clean_board, code, payload, Status.BAD_PARAMETER)
@@ -618,6 +669,8 @@ def test_too_large(clean_board):
         (Command.LOAD, load.pack(DType.UINT8, depth - 1, 2, 1) + bytes(2)),
         (Command.LOAD, load.pack(DType.UINT8, 0, 1, beat * depth + 1) + bytes(beat * depth + 1)),
         (Command.REDUCE, reduce_block(DType.INT16, MAX_PAYLOAD // 2 + 1, 0)),  # reply too long
+        (Command.ARG, arg_block(DType.FLOAT, 1, 1 << 30)),       # a run of 2**32 bytes
+        (Command.ARG, arg_block(DType.INT8, MAX_PAYLOAD // 4 + 1, 1)),        # reply too long
         (Command.MAX, max_block(identity, bases={0: depth})),
         (Command.MAX, max_block(identity, counts=[1, MAX_COUNT + 1, 1])),
         (Command.MAX, max_block(identity, row_length=MAX_COUNT * beat + 1)),   # row in beats

@@ -29,19 +29,23 @@ from maxaccel.sim.values import random_values
 
 
 def backend_node_cases():
-    """The onnx package's node test cases of Max, ReduceMax, GlobalMaxPool, Min and
-    ReduceMin."""
+    """The onnx package's node test cases of Max, ReduceMax, GlobalMaxPool, Min, ReduceMin,
+    ArgMax and ArgMin."""
     import onnx.backend.test.case.node as node_cases
     node_cases._TargetOpType = None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the generators divide by zero on purpose
-        for module in ("max", "reducemax", "globalmaxpool", "min", "reducemin"):
+        for module in ("max", "reducemax", "globalmaxpool", "min", "reducemin", "argmax",
+                       "argmin"):
             importlib.import_module(f"onnx.backend.test.case.node.{module}")
     # By the node's operator, not the case's name: "test_max" also begins the MaxPool cases,
     # which are in the list when another test module loaded them first.
     return {c.name: c for c in node_cases._NodeTestCases
-            if c.model.graph.node[0].op_type in ("Max", "ReduceMax", "GlobalMaxPool", "Min",
-                                                 "ReduceMin")}
+            if c.model.graph.node[0].op_type in FAMILY_CASES}
+
+
+#: The operators whose shipped cases run here (MaxPool's are in MAXPOOL_CASES below).
+FAMILY_CASES = ("Max", "ReduceMax", "GlobalMaxPool", "Min", "ReduceMin", "ArgMax", "ArgMin")
 
 
 CASES = backend_node_cases()
@@ -59,6 +63,8 @@ def test_every_shipped_case_is_found():
     assert len([n for n in CASES if n.startswith("test_globalmaxpool")]) == 2
     assert len([n for n in CASES if n.startswith("test_reduce_min")]) == 10
     assert len([n for n in CASES if n.startswith("test_min")]) == 14
+    assert len([n for n in CASES if n.startswith("test_argmax")]) == 16
+    assert len([n for n in CASES if n.startswith("test_argmin")]) == 16
     assert {"test_reduce_min_bool_inputs", "test_reduce_min_empty_set"} <= set(CASES)
     assert {"test_reduce_max_bool_inputs", "test_reduce_max_empty_set",
             "test_reduce_max_empty_set_bool"} <= set(CASES)
@@ -87,7 +93,7 @@ def test_onnx_backend_node_case(device, name):
 
 #: The older releases' PyTorch-converted cases onnx still ships, of the operators above (their
 #: MaxPool ones are in MAXPOOL_CASES below).
-PYTORCH_CASES = pytorch_cases(["Max", "ReduceMax", "GlobalMaxPool", "Min", "ReduceMin"])
+PYTORCH_CASES = pytorch_cases(FAMILY_CASES)
 
 
 def check_shipped_case(device, model, data_sets, name):

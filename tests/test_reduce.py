@@ -161,9 +161,10 @@ def _element0(received, fmt, what):
     return bits.view(np.bool_) if fmt.kind == "bool" else bits.view(fmt.numpy_dtype)
 
 
-def reduce_runs(fmt, lanes, runs, stalls, seed=0, pipeline="deep", minimum=False):
-    """Send ``runs`` through a RunReducer (its ``minimum`` select set as given); return
-    (results, StreamRun, beats sent, unit)."""
+def reduce_runs(fmt, lanes, runs, stalls, seed=0, pipeline="deep", minimum=False, arg=False):
+    """Send ``runs`` through a RunReducer (its ``minimum`` and ``arg`` selects set as given);
+    return (results, StreamRun, beats sent, unit). With ``arg`` the results are the byte
+    offsets the unit gives, as integers."""
     dut = RunReducer(lanes, pipeline)
     beats = beats_from_rows([np.ascontiguousarray(run).tobytes() for run in runs], lanes)
     _garbage_padding(beats, _rng("padding", fmt.dtype, lanes, seed))
@@ -171,9 +172,12 @@ def reduce_runs(fmt, lanes, runs, stalls, seed=0, pipeline="deep", minimum=False
     def setup(ctx):
         ctx.set(dut.dtype, fmt.dtype)
         ctx.set(dut.minimum, int(minimum))
+        ctx.set(dut.arg, int(arg))
 
     run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, len(runs))},
                       stalls=stalls, setup=setup)
+    if arg:
+        return [int(v) for v in run.received["o"]], run, beats, dut
     return _element0(run.received["o"], fmt, f"{fmt.numpy_dtype} x{lanes}"), run, beats, dut
 
 
@@ -234,6 +238,56 @@ def test_run_reducer_minimum_matches_reference(fmt, lanes, stalls, pipeline):
     # Not a maximum in disguise: the sweep's runs are decided differently by the two.
     assert not np.array_equal(reference.bits_of(expected),
                               reference.bits_of(expected_maxima(runs)))
+
+
+def _arg_cases():
+    """Every dtype in both arg modes, lanes and stall patterns rotating (8 lanes for some)."""
+    cases = []
+    for i, fmt in enumerate(ALL_FORMATS):
+        for minimum in (False, True):
+            cases.append((fmt, (1, 2, 4, 8)[(i + 3 * minimum) % 4],
+                          STALL_PATTERNS[(i + minimum) % len(STALL_PATTERNS)], minimum))
+    return cases
+
+
+def argument_runs(fmt, lanes, minimum):
+    """The runs an arg reduction is checked on: every run of :func:`reduction_runs` but the
+    empty ones, ties of the extreme at two positions (and NaNs at two), and runs of one
+    repeated value (the first position wins)."""
+    rng = _rng("arg runs", fmt.dtype, lanes, minimum)
+    runs = [run for run in reduction_runs(fmt, lanes, minimum=minimum) if run.size]
+    per_beat = _elements_per_beat(fmt, lanes)
+    extreme = fmt.greatest if not minimum else fmt.lowest
+    for length in (2, per_beat + 1, 3 * per_beat + 2):
+        for first, second in ((0, length - 1), (1, length // 2), (length - 2, length - 1)):
+            bits = _bits(_ordinary(rng, fmt, length), fmt)
+            bits[[first, second]] = extreme
+            runs.append(_from_bits(bits, fmt))
+            if fmt.is_float:
+                nans = _nan_patterns(fmt)
+                bits[[first, second]] = rng.choice(nans, size=2)
+                runs.append(_from_bits(bits, fmt))
+        runs.append(_from_bits(np.full(length, rng.integers(0, 1 << min(fmt.bits, 62)),
+                                       dtype=fmt.uint_dtype), fmt))
+    return runs
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+@pytest.mark.parametrize("fmt, lanes, stalls, minimum", _arg_cases(), ids=_id)
+def test_run_reducer_arg_matches_reference(fmt, lanes, stalls, minimum, pipeline):
+    """ArgMax and ArgMin: each run's byte offset of the golden model's position (the first
+    NaN, else the first extreme key; -0 and +0 distinct), NaN payloads and ties at every
+    position, under random idle cycles and backpressure."""
+    runs = argument_runs(fmt, lanes, minimum)
+    actual, *_ = reduce_runs(fmt, lanes, runs, stalls, pipeline=pipeline, minimum=minimum,
+                             arg=True)
+    find = reference.arg_min if minimum else reference.arg_max
+    expected = [int(find(run, axis=0, keepdims=False)) * fmt.nbytes for run in runs]
+    mismatches = [(index, a, e) for index, (a, e) in enumerate(zip(actual, expected)) if a != e]
+    assert not mismatches, (f"RunReducer({lanes}, {pipeline}) arg minimum={minimum} "
+                            f"{fmt.numpy_dtype} {stalls}: (run, offset, expected) "
+                            f"{mismatches[:5]}")
+    assert len(set(expected)) > 3    # not every run decided in one place
 
 
 #: RunReducer's latency by pipeline, from the last beat of a run accepted to its result valid.
