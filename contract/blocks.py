@@ -113,21 +113,19 @@ def window_fields(axis):
 
 #: Largest value of a ``MAX_POOL`` axis field (the pooling unit's 16-bit configuration).
 WINDOW_FIELD_MAX = (1 << 16) - 1
-#: Bytes of one index in a ``MAX_POOL`` reply and of one offset in an ``ARG`` reply (u32), and
-#: the largest image an index can number.
+#: Bytes of one index in a ``MAX_POOL`` reply and of one offset in a ``REDUCE`` reply with
+#: ``arg`` (u32), and the largest image an index can number.
 WINDOW_INDEX_BYTES = 4
 WINDOW_IMAGE_MAX = (1 << 8 * WINDOW_INDEX_BYTES) - 1
-
-_REDUCE_BLOCK = ParameterBlock([("dtype", 1), ("runs", 4), ("run_length", 4), ("minimum", 1)])
 
 #: Parameter blocks of the commands whose block does not depend on the device (the ``MAX``
 #: block does: :func:`parameter_block`).
 PARAMETERS = {
     # REDUCE's ``minimum`` (0: each run's maximum, 1: its minimum) sits in what was the
     # block's padding, so a maximum's bytes and the block's size are what they were.
-    Command.REDUCE: _REDUCE_BLOCK,
-    # ARG's is REDUCE's: the run reducer reads the same fields for both.
-    Command.ARG: _REDUCE_BLOCK,
+    # ``arg`` (protocol 8: each run's position, not its extreme) likewise.
+    Command.REDUCE: ParameterBlock([("dtype", 1), ("runs", 4), ("run_length", 4),
+                                    ("minimum", 1), ("arg", 1)]),
     # POOL_CHANNELS_LAST's ``minimum`` (the per-channel minima) likewise, protocol 7.
     Command.POOL_CHANNELS_LAST: ParameterBlock(
         [("dtype", 1), ("images", 4), ("pixels", 4), ("channels", 4), ("minimum", 1)]),

@@ -24,7 +24,8 @@ MAGIC = b"MX"
 #: version-5 core would answer a ReduceMin with the maximum). 7: ``MAX``'s ``minimum`` byte
 #: (element-wise Min; before, that byte was ``reserved`` and a version-6 core refused a 1) and
 #: ``POOL_CHANNELS_LAST``'s (a ReduceMin over the spatial axes of ``N x D1..Dn x C``; before,
-#: padding). 8: ``ARG`` (ArgMax and ArgMin; before, an unknown command).
+#: padding). 8: ``REDUCE``'s ``arg`` byte (ArgMax and ArgMin: each run's position; before,
+#: padding, so a version-7 core would answer with the runs' extremes).
 VERSION = 8
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
@@ -54,7 +55,6 @@ class Command(enum.IntEnum):
     MAX = 0x05
     COUNTERS = 0x06
     MAX_POOL = 0x07
-    ARG = 0x08
 
 
 class Status(enum.IntEnum):

@@ -123,6 +123,9 @@ class CommandRules:
         The product or field that counts the rows of the request data.
     rules : tuple of Rule
         In the order of their statuses' priority (:data:`STATUS_ORDER`).
+    offsets : str or None
+        A flag field: when it is not 0 the reply's elements are u32 byte offsets
+        (:data:`WINDOW_INDEX_BYTES` each) instead of values (``REDUCE``'s ``arg``).
     indices : str or None
         The product that counts the Indices in the reply (:data:`WINDOW_INDEX_BYTES` each,
         added to ``reply_bytes``).
@@ -139,6 +142,7 @@ class CommandRules:
     request_rows: str
     rules: tuple
     indices: object = None
+    offsets: object = None
     late: tuple = ()
 
 
@@ -205,16 +209,12 @@ RULES = {
     Command.REDUCE: CommandRules(
         row="run_length", products=(("data", ("runs", "run_length")), ("reply", ("runs",))),
         data="data", reply="reply", request_rows="runs",
-        rules=(_minimum_rule(), _reply_rule(), _length_rule("runs x run_length elements"))),
-    # ARG's reply is an offset per run: its own product, as MAX_POOL's Indices are.
-    Command.ARG: CommandRules(
-        row="run_length", products=(("data", ("runs", "run_length")), ("offsets", ("runs",))),
-        data="data", reply=None, indices="offsets", request_rows="runs",
-        rules=(Rule(Status.BAD_PARAMETER, "a run length of 0",
-                    lambda f, q, cap, ops: f["run_length"] == 0),
-               _minimum_rule(),
-               Rule(Status.TOO_LARGE, "a run of 2**32 bytes or more (its offsets are u32)",
-                    lambda f, q, cap, ops: q["row_bytes"] > WINDOW_IMAGE_MAX),
+        offsets="arg",
+        rules=(_minimum_rule(),
+               Rule(Status.BAD_PARAMETER, "an arg flag other than 0 or 1",
+                    lambda f, q, cap, ops: f["arg"] > 1),
+               Rule(Status.BAD_PARAMETER, "an arg flag with a run length of 0 (no position)",
+                    lambda f, q, cap, ops: (f["arg"] != 0) & (f["run_length"] == 0)),
                _reply_rule(), _length_rule("runs x run_length elements"))),
     Command.POOL_CHANNELS_LAST: CommandRules(
         row="channels",
@@ -339,7 +339,7 @@ def command_rules(command, max_dims=0):
 
 #: The data commands, in code order.
 DATA_COMMANDS = (Command.REDUCE, Command.POOL_CHANNELS_LAST, Command.LOAD, Command.MAX,
-                 Command.MAX_POOL, Command.ARG)
+                 Command.MAX_POOL)
 
 for _command in DATA_COMMANDS:
     _check_rules(_command, command_rules(_command, 2), parameter_block(_command, 2, 2))
@@ -374,7 +374,8 @@ def quantities(command, fields, capacities, itemsize, data_length=0):
             value *= q[factor] if factor in q else fields[factor]
         q[name] = value
     q["data_bytes"] = q[spec.data] * itemsize if spec.data else 0
-    q["reply_bytes"] = q[spec.reply] * itemsize if spec.reply else 0
+    reply_size = WINDOW_INDEX_BYTES if spec.offsets and fields[spec.offsets] else itemsize
+    q["reply_bytes"] = q[spec.reply] * reply_size if spec.reply else 0
     if spec.indices:
         q["reply_bytes"] += q[spec.indices] * WINDOW_INDEX_BYTES
     return q
@@ -382,9 +383,15 @@ def quantities(command, fields, capacities, itemsize, data_length=0):
 
 def takes(command, capacities):
     """Whether a device takes ``command`` at all: ``MAX_POOL`` only with the windowed pooling
-    unit (``window_lanes`` above 0); without it the code is unknown (``BAD_COMMAND``), so a
-    small core spends nothing on the command's block."""
-    return command != Command.MAX_POOL or capacities.window_lanes > 0
+    unit (``window_lanes`` above 0), ``POOL_CHANNELS_LAST`` only with the channels-last one
+    (``pool_channels`` above 0), ``LOAD`` and ``MAX`` only with the broadcast unit
+    (``replay_depth`` above 0). Without its unit a command's code is unknown
+    (``BAD_COMMAND``, protocol 8; before, a reduce-only core checked such a request in full
+    and refused it ``TOO_LARGE``), so a small core spends nothing on its block and rules.
+    ``capacities`` is a :class:`Capacities` or an :class:`Identity`."""
+    unit = {Command.MAX_POOL: "window_lanes", Command.POOL_CHANNELS_LAST: "pool_channels",
+            Command.LOAD: "replay_depth", Command.MAX: "replay_depth"}.get(command)
+    return unit is None or getattr(capacities, unit) > 0
 
 
 def problems(command, fields, capacities, *, data_length=0, dtypes=None):

@@ -328,7 +328,10 @@ class RequestChecks:
             with m.Switch(self.command):
                 for code, spec in self.specs.items():
                     with m.Case(code):
-                        total = self._bytes(spec.reply, lambda n: n << self.shift) \
+                        shift = self.shift if spec.offsets is None else Mux(
+                            self.fields[code][spec.offsets] != 0,
+                            WINDOW_INDEX_BYTES.bit_length() - 1, self.shift)
+                        total = self._bytes(spec.reply, lambda n: n << shift) \
                             + self._bytes(spec.indices, lambda n: n * WINDOW_INDEX_BYTES)
                         m.d.sync += [self.data_bytes.eq(self._bytes(spec.data,
                                                                     lambda n: n << self.shift)),

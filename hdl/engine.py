@@ -24,7 +24,7 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.wire import (COUNTERS, DATA_COMMANDS, VERSION, Capacities, Command,
-                                    Identity, Status, command_rules, parameter_block)
+                                    Identity, Status, command_rules, parameter_block, takes)
 
 from .broadcast import BroadcastMax
 from .checks import RequestChecks
@@ -177,14 +177,13 @@ class CommandEngine(wiring.Component):
         self.clock_hz = clock_hz
         self.frame_timeout_cycles = frame_timeout_cycles
         self.max_parameters = parameter_block(Command.MAX, self.max_dims, self.max_operands)
-        #: The data commands this engine takes (``MAX_POOL`` only with a window unit).
-        self.commands = tuple(code for code in DATA_COMMANDS
-                              if code != Command.MAX_POOL or window is not None)
         self.identity = Identity(
             version=VERSION, lanes=lanes, dtypes=frozenset(int(code) for code in FORMATS),
             replay_depth=self.depth, max_dims=self.max_dims, max_operands=self.max_operands,
             pool_channels=self.pool_capacity_bytes // LANE_BYTES, clock_hz=clock_hz,
             frame_timeout_cycles=frame_timeout_cycles, **(window.limits if window else {}))
+        #: The data commands this engine takes: those of its units (``takes``).
+        self.commands = tuple(code for code in DATA_COMMANDS if takes(code, self.identity))
         # The signatures of the units' ports; an absent unit's stands in inside the engine.
         self._unit_signatures = {
             "reducer": reducer.signature,

@@ -33,7 +33,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command
+from maxaccel.contract.wire import MAX_PAYLOAD, WINDOW_INDEX_BYTES, Command
 
 from .beat import beat_layout
 from .kit import (accumulate_runs, byte, check_lanes, decode_format, delay, from_key, key_max,
@@ -482,8 +482,8 @@ class RunReducer(wiring.Component):
         0: each run's extreme value; 1: where it is (ArgMax, with ``minimum`` ArgMin), as
         the byte offset in its run of its first element whose key is the run's extreme (a
         NaN's key is the greatest either way, so the first NaN if there is one), in the low
-        32 bits of ``o`` (runs of fewer than ``2**32`` bytes and at least one element). Valid
-        and constant as ``dtype``.
+        :attr:`POSITION_BITS` of ``o`` (runs of at least one element and fewer than
+        ``2**POSITION_BITS`` bytes). Valid and constant as ``dtype``.
 
     Latency and throughput
     ----------------------
@@ -503,8 +503,9 @@ class RunReducer(wiring.Component):
     comes after every element of its beat, so it never wins a tie with one.
     """
 
-    #: Bits of a position (a byte offset in a run) and so of an ``arg`` result.
-    POSITION_BITS = 32
+    #: Bits of a position (a byte offset in a run) and so of an ``arg`` result: a run is part
+    #: of one request's payload, so its offsets are below ``MAX_PAYLOAD``.
+    POSITION_BITS = (MAX_PAYLOAD - 1).bit_length()
 
     def __init__(self, lanes, pipeline="deep"):
         check_lanes(self, lanes)
@@ -530,14 +531,13 @@ class RunReducer(wiring.Component):
 
     @staticmethod
     def configure(port, fields, request):
-        """The command engine's configuration of the unit for a ``REDUCE`` or an ``ARG``: its
-        ``dtype``, its ``minimum`` (the block's field; the status rules let only 0 and 1
-        through; the two commands' blocks are one, so their fields are the same bits) and
-        ``arg`` for an ``ARG``; see :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for
-        the arguments."""
-        return [port.dtype.eq(request.dtype),
-                port.minimum.eq(fields[Command.REDUCE]["minimum"][0]),
-                port.arg.eq(request.command == Command.ARG)]
+        """The command engine's configuration of the unit for a ``REDUCE``: its ``dtype``, its
+        ``minimum`` and its ``arg`` (the block's fields; the status rules let only 0 and 1
+        through); see :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the
+        arguments."""
+        reduce = fields[Command.REDUCE]
+        return [port.dtype.eq(request.dtype), port.minimum.eq(reduce["minimum"][0]),
+                port.arg.eq(reduce["arg"][0])]
 
     @staticmethod
     def result_beat(port, beat, request):

@@ -42,7 +42,6 @@ class Route:
 #: The unit and streams of each data command.
 ROUTES = {
     Command.REDUCE: Route("reducer", "i", "o"),
-    Command.ARG: Route("reducer", "i", "o"),
     Command.POOL_CHANNELS_LAST: Route("pool", "i", "o"),
     Command.LOAD: Route("broadcast", "load", None),
     Command.MAX: Route("broadcast", "streamed", "output"),

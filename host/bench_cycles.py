@@ -44,6 +44,13 @@ RATIO_OPERATIONS = {
     "ReduceMin": (
         lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
         lambda m, x: m.reduce_min(x, axes=(2,))),
+    # The same tensor's positions along the same runs, through REDUCE's arg select (and its minimum select).
+    "ArgMax": (
+        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
+        lambda m, x: m.arg_max(x, axis=2)),
+    "ArgMin": (
+        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
+        lambda m, x: m.arg_min(x, axis=2)),
     "max(a, b), same shape": (
         lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
         lambda m, *x: m.max(*x)),

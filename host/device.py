@@ -21,7 +21,7 @@ requests:
     replays the others from the buffer (``LOAD``), the output tiled when it does not fit the
     device; on a board without the broadcast unit, a ``REDUCE`` of interleaved elements.
 ``arg_max``, ``arg_min``
-    ``host/reduction.py``: each line along the axis one ``ARG`` run (the axis made innermost
+    ``host/reduction.py``: each line along the axis one ``REDUCE`` run with ``arg`` set (the axis made innermost
     on the host), the device's offsets back as positions; ``select_last_index`` by reversing
     the runs; lines longer than a frame in pieces whose extremes are sent again.
 ``max_pool``
@@ -274,15 +274,15 @@ class Device:
         ``-0``; the last with ``select_last_index``).
 
         The axis is made innermost (a numpy transpose on the host: memory, not link) and each
-        line along it is one ``ARG`` run: each element crosses the link once, and each run's
+        line along it is one ``REDUCE`` run with the block's ``arg`` set: each element crosses the link once, and each run's
         position comes back as a u32 (``host/reduction.py``)."""
         return self._arg(data, axis, keepdims, select_last_index, "arg_max")
 
     def arg_min(self, data, axis=0, keepdims=True, select_last_index=False):
         """ONNX ``ArgMin`` on the device: as :func:`maxaccel.sim.reference.arg_min`, bit for
         bit (a NaN is still the extreme, so the first NaN if there is one, else the first
-        minimum, ``-0`` below ``+0``); :meth:`arg_max`'s route with ``ARG``'s ``minimum``
-        select, in the same cycles."""
+        minimum, ``-0`` below ``+0``); :meth:`arg_max`'s route with the block's ``minimum``
+        select too, in the same cycles."""
         return self._arg(data, axis, keepdims, select_last_index, "arg_min")
 
     def _arg(self, data, axis, keepdims, select_last_index, name):

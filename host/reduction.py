@@ -22,7 +22,7 @@ Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
     are reduced again, the same way.
 
 :func:`arg_rows`
-    ArgMax and ArgMin through ``ARG``: each row one run, the device's byte offset of each
+    ArgMax and ArgMin through ``REDUCE`` with its ``arg`` select: each row one run, the device's byte offset of each
     run's first extreme back as a position; ``select_last_index`` is the first extreme of the
     run reversed (a view here, one copy on the way to the link). A row longer than a frame
     goes in pieces whose extremes are sent again as runs of their own: the first extreme of
@@ -176,14 +176,14 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request, minimum=False):
 
 def arg_rows(rows, fmt, max_frame_bytes, request, minimum=False, last=False):
     """ArgMax (with ``minimum``, ArgMin) along axis 1 of ``rows`` (``count x length``, length
-    at least 1) through ``ARG``: the position of each row's first extreme (the last with
+    at least 1) through ``REDUCE`` with ``arg`` 1: the position of each row's first extreme (the last with
     ``last``; a NaN is the extreme either way), as a new int64 array of ``count``.
 
     Requests of as many whole rows as a frame of ``max_frame_bytes`` holds; a row longer than
     a frame goes in pieces, whose extremes (picked on the host by the device's offsets) are
-    one run of a second ``ARG``. ``request(command, payload)`` sends one request and returns
+    one run of a second request. ``request(command, payload)`` sends one request and returns
     its reply payload."""
-    block = PARAMETERS[Command.ARG]
+    block = PARAMETERS[Command.REDUCE]
     count, length = rows.shape
     if last:
         rows = rows[:, ::-1]
@@ -191,8 +191,8 @@ def arg_rows(rows, fmt, max_frame_bytes, request, minimum=False, last=False):
     select = {"minimum": 1} if minimum else {}
 
     def positions(chunk):
-        reply = request(Command.ARG, block.pack(dtype=fmt.dtype, runs=len(chunk),
-                                                run_length=chunk.shape[1], **select)
+        reply = request(Command.REDUCE, block.pack(dtype=fmt.dtype, runs=len(chunk),
+                                                   run_length=chunk.shape[1], arg=1, **select)
                         + encode_elements(chunk, fmt))
         offsets = np.frombuffer(reply, f"<u{WINDOW_INDEX_BYTES}")
         return offsets.astype(np.int64) // fmt.nbytes

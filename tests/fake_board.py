@@ -5,9 +5,9 @@ like a board: it parses frames with the protocol's own :class:`FrameParser`, aba
 frame after the frame timeout (answering ``TIMEOUT``), answers a damaged frame with ``CRC_ERROR``,
 answers every other status by the wire contract's ``request_verdict`` (as the engine derives its
 checks from the same rules), and computes ``REDUCE`` (each run's maximum, or with the block's
-``minimum`` its minimum), ``POOL_CHANNELS_LAST`` (likewise), ``LOAD``, ``MAX`` (with ``minimum``,
-the element-wise Min), ``ARG`` (each run's byte offset of its first maximum, or minimum) and
-``MAX_POOL`` with the golden model. ``MAX`` walks the replay buffer
+``minimum`` its minimum; with ``arg`` the byte offset of its first maximum or minimum),
+``POOL_CHANNELS_LAST`` (likewise), ``LOAD``, ``MAX`` (with ``minimum``, the element-wise Min)
+and ``MAX_POOL`` with the golden model. ``MAX`` walks the replay buffer
 exactly as the ``BroadcastMax`` unit does (row addresses advanced by the encoded steps, modulo
 ``2**addr_bits``), so a wrong parameter block gives wrong bits; load padding is filled with
 garbage, so a host relying on it fails. ``MAX_POOL`` takes the group's images interleaved and
@@ -191,7 +191,7 @@ class FakeBoard:
                 Command.IDENTIFY: self._identify, Command.COUNTERS: self._counters,
                 Command.REDUCE: self._reduce, Command.POOL_CHANNELS_LAST: self._pool,
                 Command.LOAD: self._load, Command.MAX: self._max,
-                Command.MAX_POOL: self._max_pool, Command.ARG: self._arg,
+                Command.MAX_POOL: self._max_pool,
             }[frame.code]
             payload = handler(frame.payload)
         self._reply(frame.code, frame.seq, payload, status)
@@ -217,17 +217,14 @@ class FakeBoard:
                              self.timeouts)
 
     def _reduce(self, payload):
-        fmt, (runs, length, minimum), data = self._parameters(Command.REDUCE, payload)
+        fmt, (runs, length, minimum, arg), data = self._parameters(Command.REDUCE, payload)
         values = self._elements(data, fmt, (runs, length))
+        if arg:
+            find = reference.arg_min if minimum else reference.arg_max
+            offsets = find(values, axis=1, keepdims=False) * fmt.nbytes
+            return offsets.astype(f"<u{WINDOW_INDEX_BYTES}").tobytes()
         reduce = reference.reduce_min if minimum else reference.reduce_max
         return self._bytes(reduce(values, axes=1, keepdims=False), fmt)
-
-    def _arg(self, payload):
-        fmt, (runs, length, minimum), data = self._parameters(Command.ARG, payload)
-        values = self._elements(data, fmt, (runs, length))
-        find = reference.arg_min if minimum else reference.arg_max
-        offsets = find(values, axis=1, keepdims=False) * fmt.nbytes
-        return offsets.astype(f"<u{WINDOW_INDEX_BYTES}").tobytes()
 
     def _pool(self, payload):
         fmt, (images, pixels, channels, minimum), data = self._parameters(

@@ -300,18 +300,18 @@ def test_reduce_minimum_matches_the_golden_model(clean_board, dtype):
 def arg_payload(x, minimum=0):
     fmt = format_of(x.dtype)
     runs, run_length = x.shape
-    return PARAMETERS[Command.ARG].pack(dtype=fmt.dtype, runs=runs, run_length=run_length,
-                                        minimum=minimum) + x.tobytes()
+    return PARAMETERS[Command.REDUCE].pack(dtype=fmt.dtype, runs=runs, run_length=run_length,
+                                           minimum=minimum, arg=1) + x.tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
                                    np.int8, np.uint16, np.int64, np.uint64, np.bool_],
                          ids=dtype_name)
 def test_arg_matches_the_golden_model_in_the_cycles_of_reduce(clean_board, dtype):
-    """ARG is ArgMax, with ``minimum`` 1 ArgMin: each run's byte offset of the golden model's
+    """REDUCE with ``arg`` 1 is ArgMax, with ``minimum`` 1 ArgMin: each run's byte offset of the golden model's
     first position (a NaN first, last or inside; -0 and +0 distinct; ties at both ends of a
     beat), for runs of one element up to more than a beat, several runs a request; each
-    request takes the cycles of the REDUCE of the same runs when their replies are as long."""
+    request takes the cycles of the maximum of the same runs when their replies are as long."""
     fmt = format_of(dtype)
     rng = np.random.default_rng(500 + fmt.dtype)
     beat = 8 * clean_board.identity.lanes
@@ -324,10 +324,10 @@ def test_arg_matches_the_golden_model_in_the_cycles_of_reduce(clean_board, dtype
     requests += [np.stack(runs[:4]), random_values(rng, fmt, (5, 1)),
                  random_values(rng, fmt, (2, 2 * beat // fmt.nbytes + 3), edge_fraction=0.3)]
     for index, x in enumerate(requests):
-        what = f"ARG {x.shape} {fmt.numpy_dtype} {reference.bits_of(x).tolist()}"
+        what = f"REDUCE arg {x.shape} {fmt.numpy_dtype} {reference.bits_of(x).tolist()}"
         for minimum in (0, 1):
             start = clean_board.cycles
-            frame = exchange(clean_board, Command.ARG, arg_payload(x, minimum), seq=index)
+            frame = exchange(clean_board, Command.REDUCE, arg_payload(x, minimum), seq=index)
             cycles = clean_board.cycles - start
             expect_status(frame, Status.OK, 4 * x.shape[0])
             find = reference.arg_min if minimum else reference.arg_max
@@ -578,14 +578,9 @@ def test_min_matches_the_golden_model_in_the_cycles_of_max(clean_board, dtype):
 
 # ---- refused requests: every status ------------------------------------------------------------
 
-def reduce_block(dtype, runs, run_length, minimum=0):
+def reduce_block(dtype, runs, run_length, minimum=0, arg=0):
     return PARAMETERS[Command.REDUCE].pack(dtype=dtype, runs=runs, run_length=run_length,
-                                           minimum=minimum)
-
-
-def arg_block(dtype, runs, run_length, minimum=0):
-    return PARAMETERS[Command.ARG].pack(dtype=dtype, runs=runs, run_length=run_length,
-                                        minimum=minimum)
+                                           minimum=minimum, arg=arg)
 
 
 def test_bad_command(clean_board):
@@ -650,9 +645,11 @@ def test_bad_parameter(clean_board):
         (Command.MAX, max_block(identity, minimum=0x81)),
         (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1, minimum=2) + bytes(4)),
         (Command.REDUCE, reduce_block(DType.INT8, 2, 1, minimum=0x81) + bytes(2)),
-        (Command.ARG, arg_block(DType.FLOAT, 1, 1, minimum=2) + bytes(4)),
-        (Command.ARG, arg_block(DType.FLOAT, 3, 0)),                  # no position to give
-        (Command.ARG, arg_block(DType.INT8, 0, 0)),
+        (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1, minimum=2, arg=1) + bytes(4)),
+        (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1, arg=2) + bytes(4)),
+        (Command.REDUCE, reduce_block(DType.FLOAT, 1, 1, arg=0x80) + bytes(4)),
+        (Command.REDUCE, reduce_block(DType.FLOAT, 3, 0, arg=1)),     # no position to give
+        (Command.REDUCE, reduce_block(DType.INT8, 0, 0, arg=1)),
     ]
     for code, payload in requests:
         expect_refusal(clean_board, code, payload, Status.BAD_PARAMETER)
@@ -669,8 +666,7 @@ def test_too_large(clean_board):
         (Command.LOAD, load.pack(DType.UINT8, depth - 1, 2, 1) + bytes(2)),
         (Command.LOAD, load.pack(DType.UINT8, 0, 1, beat * depth + 1) + bytes(beat * depth + 1)),
         (Command.REDUCE, reduce_block(DType.INT16, MAX_PAYLOAD // 2 + 1, 0)),  # reply too long
-        (Command.ARG, arg_block(DType.FLOAT, 1, 1 << 30)),       # a run of 2**32 bytes
-        (Command.ARG, arg_block(DType.INT8, MAX_PAYLOAD // 4 + 1, 1)),        # reply too long
+        (Command.REDUCE, reduce_block(DType.INT8, MAX_PAYLOAD // 4 + 1, 1, arg=1)),  # reply
         (Command.MAX, max_block(identity, bases={0: depth})),
         (Command.MAX, max_block(identity, counts=[1, MAX_COUNT + 1, 1])),
         (Command.MAX, max_block(identity, row_length=MAX_COUNT * beat + 1)),   # row in beats
@@ -702,9 +698,9 @@ def _random_request(rng, identity):
     fields = {name: int(rng.choice(edges[:4] if rng.random() < 0.7 else edges))
               % (1 << 8 * block[name].size) for name in block.names}
     fields["dtype"] = int(rng.choice([DType.FLOAT, DType.INT8, DType.DOUBLE, DType.BFLOAT16, 0, 8]))
-    for flag in ("reserved", "minimum"):
+    for flag in ("reserved", "minimum", "arg"):
         if flag in fields and rng.random() < 0.8:
-            fields[flag] = int(rng.random() < 0.5) if flag == "minimum" else 0
+            fields[flag] = int(rng.random() < 0.5) if flag != "reserved" else 0
     payload = block.pack(**{n: v - (1 << 32) if block[n].signed and v >> 31 else v
                             for n, v in fields.items()})
     # The data the parameters describe (when small), or a few bytes off.
