@@ -196,7 +196,7 @@ class BoardPool:
         As the argument (may be changed between calls).
     last_calls : list of (int, int or None)
         For each call of the latest :meth:`run`, :meth:`reduce_max`, :meth:`reduce_min`,
-        :meth:`max` or :meth:`min`, in order:
+        :meth:`arg_max`, :meth:`arg_min`, :meth:`max` or :meth:`min`, in order:
         the position in :attr:`boards` of the board that completed it and the device cycles it
         took there (None on a real board).
 
@@ -540,6 +540,61 @@ class BoardPool:
         if keepdims:
             return combined
         return combined.reshape([n for a, n in enumerate(combined.shape) if a not in reduced])
+
+    def arg_max(self, x, axis=0, keepdims=True, select_last_index=False, *, pieces=None):
+        """ONNX ``ArgMax`` of ``x`` split across the boards, combined exactly.
+
+        ``x`` is cut along its longest axis into ``pieces`` slices (default: one per board in
+        use), each searched on a board with the dimensions kept. Slices of another axis than
+        ``axis`` are joined; slices of ``axis`` give a position each, and the host picks among
+        them by the values there (taken from ``x``: no second trip over a link) with the
+        golden model's ``arg_max``, the first slice winning a tie (the last with
+        ``select_last_index``), so the result is one board's: the first NaN, else the first
+        maximum, ``+0`` above ``-0``.
+
+        Parameters
+        ----------
+        x, axis, keepdims, select_last_index
+            As :meth:`maxaccel.host.device.Device.arg_max` (checked before anything is sent).
+        pieces : int, optional
+            How many slices (at most the longest axis' length).
+
+        Returns
+        -------
+        numpy.ndarray
+            Bit for bit :func:`maxaccel.sim.reference.arg_max`'s result (int64).
+        """
+        return self._arg("arg_max", x, axis, keepdims, select_last_index, pieces)
+
+    def arg_min(self, x, axis=0, keepdims=True, select_last_index=False, *, pieces=None):
+        """ONNX ``ArgMin`` of ``x`` split across the boards: as :meth:`arg_max`, the slices'
+        positions picked among by the golden model's ``arg_min``. Bit for bit
+        :func:`maxaccel.sim.reference.arg_min`'s result."""
+        return self._arg("arg_min", x, axis, keepdims, select_last_index, pieces)
+
+    def _arg(self, operation, x, axis, keepdims, select_last_index, pieces):
+        """``arg_max`` or ``arg_min`` (``operation``) split across the boards."""
+        from maxaccel.contract.checks import check_arg
+        from maxaccel.sim import reference
+        values, _, axis, keepdims, last, _ = check_arg(x, axis, keepdims, select_last_index,
+                                                       operation)
+        if values.size == 0:
+            return self._map("call", [(operation, (values, axis, keepdims, last), {})])[0]
+        cut = int(np.argmax(values.shape))
+        slices = np.array_split(values, self._pieces(values.shape[cut], pieces), axis=cut)
+        parts = self._map("call", [(operation, (piece, axis, True, last), {})
+                                   for piece in slices])
+        if cut != axis:
+            combined = np.concatenate(parts, axis=cut)
+        else:
+            found = np.stack([np.take_along_axis(piece, part, axis=axis)
+                              for piece, part in zip(slices, parts)])
+            best = getattr(reference, operation)(found, axis=0, keepdims=True,
+                                                 select_last_index=last)
+            starts = np.cumsum([0] + [piece.shape[axis] for piece in slices[:-1]])
+            positions = np.stack(parts) + starts.reshape((-1,) + (1,) * values.ndim)
+            combined = np.take_along_axis(positions, best, axis=0)[0]
+        return combined if keepdims else np.squeeze(combined, axis=axis)
 
     def max(self, *inputs, pieces=None):
         """ONNX ``Max`` of ``inputs`` (numpy broadcasting) split across the boards.

@@ -316,7 +316,9 @@ class MaxParameters:
             raise ValueError(f"MAX payload of {len(payload)} bytes is shorter than its "
                              f"{block.size}-byte parameter block")
         fields = block.unpack(payload)
-        capacities = Capacities.limits(lanes=1, max_dims=max_dims, max_operands=max_operands)
+        # A device that takes MAX at all: one with a replay buffer (``takes``).
+        capacities = Capacities.limits(lanes=1, replay_depth=1, max_dims=max_dims,
+                                       max_operands=max_operands)
         refused = [problem for problem in problems(Command.MAX, fields, capacities)
                    if problem.status == Status.BAD_PARAMETER]
         if refused:

@@ -24,8 +24,8 @@ __all__ = ["main"]
 log = _progress.log
 
 RUN_DESCRIPTION = """\
-Run an ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min and ReduceMin nodes on
-a board (the virtual board by default). Prints each output's shape and dtype, where each node
+Run an ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin, ArgMax and
+ArgMin nodes on a board (the virtual board by default). Prints each output's shape and dtype, where each node
 ran, and whether the outputs are bit for bit those of the golden model. Inputs not given are
 generated (random values mixed with edge cases: NaNs, signed zeros, infinities, extremes) from
 a printed seed."""
@@ -597,8 +597,8 @@ def _parser(prog="maxaccel"):
               f"~/.cache/maxaccel).")
     parser = argparse.ArgumentParser(
         prog=prog, epilog=epilog,
-        description="Offload ONNX Max, ReduceMax, GlobalMaxPool, MaxPool, Min and ReduceMin to a "
-                    "maxaccel FPGA board.")
+        description="Offload ONNX Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin, ArgMax "
+                    "and ArgMin to a maxaccel FPGA board.")
     parser.add_argument("--version", action="version", version=f"maxaccel {_version()}")
     _loudness(parser, default=True)
     # -v / -q also after the command (maxaccel run -q ...).

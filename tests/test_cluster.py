@@ -162,6 +162,10 @@ def _bad_feeds_are_refused_before_anything_is_sent(pool):
         pool.min(np.zeros(3, np.float32), np.zeros(3, np.float16))
     with pytest.raises(ValueError, match="axis 2 is out of range"):
         pool.reduce_min(np.zeros((2, 3), np.float32), axes=[2])
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        pool.arg_max(np.zeros((2, 3), np.float32), axis=2)
+    with pytest.raises(ValueError, match="no position to return"):
+        pool.arg_min(np.zeros((2, 0), np.float32), axis=1)
     assert [(b.runs, b.failures) for b in pool.boards] == before
 
 
@@ -192,6 +196,18 @@ def _shards_combine_to_the_golden_models_bits(pool, dtype):
     got = pool.reduce_min(x, axes=[0], keepdims=False)
     reference.assert_same_bits(got, reference.reduce_min(x, axes=[0], keepdims=False),
                                "reduce_min axes=[0]")
+    # ArgMax and ArgMin: positions of the slices picked among on the host (axis 0, with ties
+    # in two slices, first and last), or slices joined (axis 1).
+    ties = np.zeros((9, 4), dtype)
+    ties[[2, 7]] = 1
+    for data in (x, ties):
+        for axis, last in [(0, False), (0, True), (1, False)]:
+            for name in ("arg_max", "arg_min"):
+                got = getattr(pool, name)(data, axis=axis, keepdims=axis == 1,
+                                          select_last_index=last)
+                want = getattr(reference, name)(data, axis=axis, keepdims=axis == 1,
+                                                select_last_index=last)
+                assert got.dtype == np.int64 and np.array_equal(got, want), (name, axis, last)
     # Max and Min with broadcasting: the output cut along axis 0, the row operand sent whole.
     y, row = _awkward((9, 4), dtype, rng), _awkward((1, 4), dtype, rng)
     reference.assert_same_bits(pool.max(x, y, row), reference.max(x, y, row), "max")

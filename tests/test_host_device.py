@@ -111,6 +111,31 @@ def test_reduce_min_matches_the_golden_model(device, fmt):
         assert_same_bits(got, want, f"reduce_min {shape} axes={axes} keepdims={keepdims}")
 
 
+#: (shape, axis, keepdims) of the ArgMax/ArgMin corpus, each with and without
+#: select_last_index; an empty axis whose result is empty too.
+ARGS = [((3, 4, 5), 0, True), ((3, 4, 5), 1, False), ((3, 4, 5), 2, True),
+        ((3, 4, 5), -1, False), ((7,), 0, False), ((1, 9), 1, True), ((40, 3), 0, False),
+        ((2, 0, 3), 0, True)]
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=ids(ALL))
+def test_arg_max_and_arg_min_match_the_golden_model(device, fmt):
+    """ArgMax and ArgMin through REDUCE's arg select: every axis, keepdims, first and last,
+    edge values (NaNs, signed zeros, infinities, extremes) and ties (a few distinct values)."""
+    rng = np.random.default_rng(70 + int(fmt.dtype))
+    for shape, axis, keepdims in ARGS:
+        for data in (random_values(rng, fmt, shape, edge_fraction=0.3),
+                     rng.choice(random_values(rng, fmt, 3, edge_fraction=0.5), size=shape)):
+            for name in ("arg_max", "arg_min"):
+                for last in (False, True):
+                    got = getattr(device, name)(data, axis=axis, keepdims=keepdims,
+                                                select_last_index=last)
+                    want = getattr(reference, name)(data, axis=axis, keepdims=keepdims,
+                                                    select_last_index=last)
+                    assert got.dtype == np.int64 and got.shape == want.shape
+                    assert np.array_equal(got, want), (name, shape, axis, last, data)
+
+
 def nan_diagonal(rng, fmt, n):
     """An n x n matrix of ``fmt``'s edge numbers whose row i holds a NaN (of every kind in turn)
     at position i only."""
@@ -119,6 +144,47 @@ def nan_diagonal(rng, fmt, n):
     matrix = rng.choice(edges[~reference.is_nan(edges)], size=(n, n))
     matrix[np.arange(n), np.arange(n)] = nans[np.arange(n) % len(nans)]
     return matrix
+
+
+@pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
+def test_arg_nan_at_every_position_and_signed_zeros(device, fmt):
+    """A NaN is the extreme of ArgMax and ArgMin at any position (every kind in turn), before
+    or after infinities; -0 and +0 are distinct, first and last."""
+    matrix = nan_diagonal(np.random.default_rng(360 + int(fmt.dtype)), fmt, 11)
+    twice = np.concatenate([matrix, matrix], axis=1)
+    for name in ("arg_max", "arg_min"):
+        assert np.array_equal(getattr(device, name)(matrix, axis=1, keepdims=False),
+                              np.arange(11))
+        assert np.array_equal(getattr(device, name)(twice, axis=1, keepdims=False,
+                                                    select_last_index=True), np.arange(11) + 11)
+    zeros = reference.from_bits(np.array([fmt.sign_mask, 0, fmt.sign_mask, 0],
+                                         fmt.uint_dtype), fmt)
+    assert device.arg_max(zeros).tolist() == [1]
+    assert device.arg_max(zeros, select_last_index=True).tolist() == [3]
+    assert device.arg_min(zeros).tolist() == [0]
+    assert device.arg_min(zeros, select_last_index=True).tolist() == [2]
+
+
+def test_arg_rows_longer_than_a_frame_go_in_pieces():
+    """Rows of more bytes than a frame: each piece's position, then the pieces' extremes sent
+    as a run of their own (and so on), with ties across pieces going to the first piece (the
+    last with select_last_index), and NaNs in late pieces."""
+    rng = np.random.default_rng(14)
+    fmt = FORMATS[DType.FLOAT]
+    data = rng.choice(np.array([1.0, 2.0, -0.0, 0.0], np.float32), size=(3, 200))
+    data[1, [37, 150]] = np.nan
+    data[2] = 0.0
+    with tiny_device() as dev:
+        board = dev.link.transport
+        for name in ("arg_max", "arg_min"):
+            for last in (False, True):
+                board.requests.clear()
+                got = getattr(dev, name)(data, axis=1, select_last_index=last)
+                assert np.array_equal(got, getattr(reference, name)(data, axis=1,
+                                                                    select_last_index=last))
+                assert len(board.requests) > 3 * 200 * fmt.nbytes // 64
+                assert {PARAMETERS[code].unpack(payload)["arg"]
+                        for code, payload in board.requests} == {1}
 
 
 @pytest.mark.parametrize("fmt", FLOATS, ids=ids(FLOATS))
@@ -307,6 +373,22 @@ def test_reduce_min_takes_exactly_the_cycles_of_reduce_max(kind, shape):
     print(kind, shape, cycles)
 
 
+@pytest.mark.parametrize("kind, shape", [("sim", (3, 2, 5)), ("verilator", (64, 3, 700)),
+                                         ("verilator", (2, 3, 33333))])
+def test_arg_takes_exactly_the_cycles_of_reduce_max(kind, shape):
+    """The real gateware: ArgMax and ArgMin, first and last, take the cycles of the ReduceMax
+    over the same innermost axis (float32: a reply of 4 bytes a run either way), runs longer
+    than a frame's worth of beats among them."""
+    rng = np.random.default_rng(15)
+    x = random_values(rng, FORMATS[DType.FLOAT], shape, edge_fraction=0.05)
+    with open_virtual_board(kind) as dev:
+        maximum = cycles_of(dev, "reduce_max", x, axes=[2], keepdims=False)
+        cycles = {(name, last): cycles_of(dev, name, x, axis=2, keepdims=False,
+                                          select_last_index=last)
+                  for name in ("arg_max", "arg_min") for last in (False, True)}
+    assert set(cycles.values()) == {maximum}, (maximum, cycles)
+
+
 @pytest.mark.parametrize("kind, shapes", [
     ("sim", [(2, 5), (5,)]),
     ("verilator", [(64, 3, 700), (3, 1), (64, 3, 700)]),
@@ -338,15 +420,16 @@ def test_min_on_a_board_without_the_broadcast_unit_takes_reduce_with_its_minimum
         assert minimum_flags(board.requests, Command.REDUCE) == {1}
 
 
-@pytest.mark.parametrize("version", [5, 6])
+@pytest.mark.parametrize("version", [5, 6, 7])
 def test_a_core_without_the_minimum_is_refused_at_open(version):
     """A version-5 core takes REDUCE's minimum byte for padding and would answer a ReduceMin
-    with the maximum; a version-6 core refuses MAX's minimum byte: the driver refuses to talk
-    to either at all (IDENTIFY only)."""
+    with the maximum; a version-6 core refuses MAX's minimum byte; a version-7 core takes
+    REDUCE's arg byte for padding and would answer an ArgMax with the maximum: the driver
+    refuses to talk to any of them at all (IDENTIFY only)."""
     board = FakeBoard()
     board.identity = dataclasses.replace(board.identity, version=version)
     with pytest.raises(RuntimeError,
-                       match=f"speaks protocol version {version}; this driver speaks 7"):
+                       match=f"speaks protocol version {version}; this driver speaks 8"):
         Device(board)
     assert {code for code, _ in board.requests} == {Command.IDENTIFY}
 
@@ -562,13 +645,21 @@ def test_edge_corpus_on_the_virtual_board(kind):
 
 
 def check_edge_digest(dev):
-    """The digest: every dtype reduced, broadcast (but bool) and, for floats, a NaN in every
-    row and a global pool; also run on the netlist boards (tests/test_netlist_board.py)."""
+    """The digest: every dtype reduced (maximum, minimum, the positions of both, first and
+    last), broadcast (but bool) and, for floats, a NaN in every row (its value and its
+    position) and a global pool; also run on the netlist boards
+    (tests/test_netlist_board.py)."""
     rng = np.random.default_rng(500)
     for fmt in ALL:
         data = random_values(rng, fmt, (3, 5), edge_fraction=0.5)
-        assert_same_bits(dev.reduce_max(data, axes=[1], keepdims=False),
-                         reference.reduce_max(data, axes=[1], keepdims=False), str(fmt))
+        for name in ("reduce_max", "reduce_min"):
+            assert_same_bits(getattr(dev, name)(data, axes=[1], keepdims=False),
+                             getattr(reference, name)(data, axes=[1], keepdims=False),
+                             f"{name} {fmt}")
+        for name, last in [("arg_max", False), ("arg_min", True)]:
+            assert_same_bits(getattr(dev, name)(data, axis=1, select_last_index=last),
+                             getattr(reference, name)(data, axis=1, select_last_index=last),
+                             f"{name} {fmt}")
         if fmt.kind != "bool":
             arrays = [random_values(rng, fmt, s, edge_fraction=0.5)
                       for s in [(2, 1, 4), (3, 1), (1,)]]
@@ -580,6 +671,7 @@ def check_edge_digest(dev):
             matrix[np.arange(7), np.arange(7)] = nans[:7]
             got = dev.reduce_max(matrix, axes=[1])
             assert (reference.bits_of(got) == fmt.canonical_nan).all()
+            assert dev.arg_min(matrix, axis=1, keepdims=False).tolist() == list(range(7))
             x = random_values(rng, fmt, (1, 2, 3, 2))
             assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))
 

@@ -44,9 +44,9 @@ def ice40():
 
 
 def check_node_cases(device):
-    """Every ONNX backend node case of Max, ReduceMax, GlobalMaxPool, Min and ReduceMin (and
-    the PyTorch-converted ones of Max and Min), bit for bit against its shipped output and the
-    golden model."""
+    """Every ONNX backend node case of Max, ReduceMax, GlobalMaxPool, Min, ReduceMin, ArgMax
+    and ArgMin (and the PyTorch-converted ones of Max and Min), bit for bit against its
+    shipped output and the golden model."""
     for name in sorted(CASES):
         check_node_case(device, name)
     for name in sorted(PYTORCH_CASES):

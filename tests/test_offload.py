@@ -212,6 +212,35 @@ def test_reductions_every_opset_version(device, op_type, opset, element, shape, 
     check_on_device(device, model, {"data": data})
 
 
+ARG_VERSIONS = [  # opset, element type, shape, attributes (1: axis >= 0; 12: select_last)
+    (1, TensorProto.FLOAT, (3, 4), {}),
+    (1, TensorProto.DOUBLE, (2, 3, 5), {"axis": 2, "keepdims": 0}),
+    (11, TensorProto.FLOAT16, (4, 6), {"axis": -1}),
+    (11, TensorProto.INT32, (5, 3), {"axis": -2, "keepdims": 0}),
+    (12, TensorProto.UINT8, (3, 7), {"axis": 1, "select_last_index": 1}),
+    (12, TensorProto.INT64, (6, 2), {"select_last_index": 1, "keepdims": 0}),
+    (13, TensorProto.BFLOAT16, (2, 5, 3), {"axis": 1, "select_last_index": 1}),
+    (13, TensorProto.UINT64, (9,), {"keepdims": 0}),
+    (13, TensorProto.FLOAT, (0, 3), {"axis": 1}),                  # empty, with an empty result
+]
+
+
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("opset, element, shape, attributes", ARG_VERSIONS)
+def test_positions_every_opset_version(device, op_type, opset, element, shape, attributes):
+    """ArgMax and ArgMin (axis, keepdims, select_last_index from 12) on edge values with ties
+    (a few distinct values), placed on the device, bit for bit against the golden model."""
+    dtype = helper.tensor_dtype_to_np_dtype(element)
+    rng = np.random.default_rng(opset)
+    data = rng.choice(edge_tensor(dtype, (4,), opset), size=shape)
+    golden = reference.arg_min if op_type == "ArgMin" else reference.arg_max
+    found = golden(data, attributes.get("axis", 0), attributes.get("keepdims", 1),
+                   attributes.get("select_last_index", 0))
+    model = single_node_model(op_type, opset, [("data", element, list(shape))],
+                              [("found", TensorProto.INT64, list(found.shape))], **attributes)
+    check_on_device(device, model, {"data": data})
+
+
 @pytest.mark.parametrize("opset, element, shape", [
     (1, TensorProto.FLOAT, (2, 3, 4, 4)),
     (1, TensorProto.DOUBLE, (1, 2, 5)),

@@ -268,10 +268,11 @@ class PlainKeyMax(wiring.Component):
     proofs run with it in place of KeyMax, so the solver compares the same maximum on both
     sides and spends itself on what the accumulator adds: which partial a lane joins, what is
     saved and closed, and the stalls. :func:`test_plain_key_max_is_key_max` proves the two
-    equal, every input sequence."""
+    equal, every input sequence. Without tags: the proofs are of the values; the positions an
+    ``arg`` reduction carries as tags are checked in simulation (``tests/test_reduce.py``)."""
 
-    def __init__(self, *, latency=0):
-        assert latency in (0, 1, 2)
+    def __init__(self, *, latency=0, tag_width=0):
+        assert latency in (0, 1, 2) and tag_width == 0
         self.latency = latency
         super().__init__({"size": In(len(ELEMENT_SIZES)), "a": In(LANE_BITS),
                           "b": In(LANE_BITS), "take_b": In(1), "result": Out(LANE_BITS)})

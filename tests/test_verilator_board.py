@@ -16,7 +16,7 @@ from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.plan import plan_broadcast
 from maxaccel.host.pool_window import plan_window_pool
 from maxaccel.contract.wire import (MAX_COUNT, PARAMETERS, Command, FrameParser,
-                                    MaxParameters, Status, encode_frame)
+                                    MaxParameters, Status, encode_frame, parameter_block)
 from maxaccel.sim import verilator
 from maxaccel.sim.values import random_values
 from maxaccel.sim.verilator_board import VerilatorBoard
@@ -208,9 +208,10 @@ def test_unknown_parameters_are_named():
 
 def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_everything():
     """Small devices build only the run reducer (Core(units=("reduce",))): IDENTIFY says so,
-    LOAD / MAX / POOL_CHANNELS_LAST are refused as TOO_LARGE, MAX_POOL is BAD_COMMAND, and
-    the host does broadcasting Max by expanding operands and pooling through REDUCE (windowed
-    MaxPool too), bit for bit."""
+    LOAD, MAX, POOL_CHANNELS_LAST and MAX_POOL are not commands there (BAD_COMMAND, protocol
+    8: no block or rules stored for them), and the host does broadcasting Max by expanding
+    operands and pooling through REDUCE (windowed MaxPool too), ArgMax through REDUCE's arg,
+    bit for bit."""
     from maxaccel.host.device import Device
     from maxaccel.host.link import DeviceError
     from maxaccel.host.transport import SimTransport
@@ -219,16 +220,15 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
     with Device(SimTransport("verilator", lanes=1, units=("reduce",))) as device:
         identity = device.identity
         assert (identity.replay_depth, identity.pool_channels) == (0, 0)
+        assert identity.window_lanes == 0
         for command, payload in [
                 (Command.LOAD, PARAMETERS[Command.LOAD].pack(1, 0, 1, 2) + bytes(8)),
+                (Command.MAX, parameter_block(Command.MAX, 1, 1).pack(dtype=1)),
                 (Command.POOL_CHANNELS_LAST,
-                 PARAMETERS[Command.POOL_CHANNELS_LAST].pack(1, 1, 1, 1) + bytes(4))]:
-            with pytest.raises(DeviceError, match="TOO_LARGE"):
+                 PARAMETERS[Command.POOL_CHANNELS_LAST].pack(1, 1, 1, 1) + bytes(4)),
+                (Command.MAX_POOL, PARAMETERS[Command.MAX_POOL].pack(group=1))]:
+            with pytest.raises(DeviceError, match="BAD_COMMAND"):
                 device.link.request(command, payload)
-        # Without the window unit MAX_POOL is not a command at all (no block stored for it).
-        assert identity.window_lanes == 0
-        with pytest.raises(DeviceError, match="BAD_COMMAND"):
-            device.link.request(Command.MAX_POOL, PARAMETERS[Command.MAX_POOL].pack(group=1))
         rng = np.random.default_rng(8)
         arrays = [random_values(rng, format_of(np.float32), s, edge_fraction=0.3)
                   for s in [(3, 4, 5), (4, 1), (5,)]]
@@ -243,6 +243,9 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
         want = reference.max_pool(x, **attributes, return_indices=True)
         reference.assert_same_bits(y, want[0])
         np.testing.assert_array_equal(indices, want[1])
+        for name in ("arg_max", "arg_min"):
+            np.testing.assert_array_equal(getattr(device, name)(x, axis=3),
+                                          getattr(reference, name)(x, axis=3))
 
 
 # Device cycles of max(a, row, col), (512, 512) with (1, 512) and (512, 1), and of a ReduceMax of
@@ -288,13 +291,15 @@ def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(def
 
 
 @pytest.mark.parametrize("rows", [("ReduceMax / GlobalMaxPool", "ReduceMin"),
-                                  ("max(a, b), same shape", "min(a, b), same shape")],
-                         ids=["ReduceMin", "Min"])
+                                  ("max(a, b), same shape", "min(a, b), same shape"),
+                                  ("ReduceMax / GlobalMaxPool", "ArgMax"),
+                                  ("ReduceMax / GlobalMaxPool", "ArgMin")],
+                         ids=["ReduceMin", "Min", "ArgMax", "ArgMin"])
 @pytest.mark.parametrize("dtype", ["float32", "int8", "float64"])
 def test_min_rows_take_the_cycles_of_their_max_rows(default_board, dtype, rows):
-    """``maxaccel bench --ratios``'s ReduceMin and Min rows: the ReduceMax and Max rows'
-    tensors through REDUCE's and MAX's minimum select, cycle for cycle the same requests as
-    their maxima."""
+    """``maxaccel bench --ratios``'s ReduceMin, Min, ArgMax and ArgMin rows: the ReduceMax and
+    Max rows' tensors through REDUCE's and MAX's minimum select (and REDUCE's arg select),
+    cycle for cycle the same requests as their maxima."""
     from maxaccel.host.bench_cycles import measure_ratios
     maximum, minimum = measure_ratios(default_board, 1 << 14, dtypes=(dtype,),
                                       operations=list(rows))
