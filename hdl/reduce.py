@@ -67,21 +67,21 @@ def _tree_stages(m, advance, fmt, level, registered=True, tags=None):
     With ``tags`` (a list of 8 byte tags per lane), returns ``(lane, tags)``: each byte's tag
     followed by the bits of the lane its element came from, level 0's lowest. On equal keys
     the lower lane wins (:class:`~maxaccel.hdl.lane.KeyMax` keeps ``a``)."""
+    tagged = tags is not None
+    if not tagged:
+        tags = [None] * len(level)
     for depth in range((len(level) - 1).bit_length()):
-        pairs = []
+        merged = []
         for pair in range(len(level) // 2):
             a, b = 2 * pair, 2 * pair + 1
-            if tags is None:
-                pairs.append((key_max(m, f"max_{depth}_{pair}", advance, fmt.size,
-                                      level[a], level[b], registered), None))
-                continue
-            pairs.append(key_max(m, f"max_{depth}_{pair}", advance, fmt.size, level[a],
-                                 level[b], registered,
-                                 tags=([Cat(t, Const(0, 1)) for t in tags[a]],
-                                       [Cat(t, Const(1, 1)) for t in tags[b]])))
-        level, tags = [lane for lane, _ in pairs], \
-            (None if tags is None else [lane_tags for _, lane_tags in pairs])
-    return level[0] if tags is None else (level[0], tags[0])
+            # The lower lane is a, so its new tag bit is 0.
+            pair_tags = ([Cat(t, Const(0, 1)) for t in tags[a]],
+                         [Cat(t, Const(1, 1)) for t in tags[b]]) if tagged else None
+            result = key_max(m, f"max_{depth}_{pair}", advance, fmt.size, level[a], level[b],
+                             registered, tags=pair_tags)
+            merged.append(result if tagged else (result, None))
+        level, tags = [lane for lane, _ in merged], [lane_tags for _, lane_tags in merged]
+    return (level[0], tags[0]) if tagged else level[0]
 
 
 def _fold_stages(m, advance, fmt, lane, registered=True, tags=None):
@@ -580,10 +580,11 @@ class RunReducer(wiring.Component):
                                   tags=[[Cat()] * LANE_BYTES for _ in keys])
         # A byte's offset in its beat: its offset in the lane, then the lane's number.
         lane, offset = _fold_stages(m, advance, fmt, lane, deep,
-                                    tags=[Cat(Const(i, 3), tag) for i, tag in enumerate(tags)])
+                                    tags=[Cat(Const(i, (LANE_BYTES - 1).bit_length()), tag)
+                                          for i, tag in enumerate(tags)])
         valid, last = delay(m, "beat", advance, self.i.valid, beat.last, 1,
                              key_latency + tree_latency + fold_latency)
-        beat_number = Signal(self.POSITION_BITS - len(offset))   # the beat's in its run
+        beat_number = Signal(self.POSITION_BITS - len(offset))   # this beat's in its run
         with m.If(advance & valid):
             m.d.sync += beat_number.eq(Mux(last, 0, beat_number + 1))
         (result,), result_valid, position = accumulate_runs(
