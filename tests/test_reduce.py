@@ -241,12 +241,14 @@ def test_run_reducer_minimum_matches_reference(fmt, lanes, stalls, pipeline):
 
 
 def _arg_cases():
-    """Every dtype in both arg modes, lanes and stall patterns rotating (8 lanes for some)."""
+    """Every dtype in both arg modes, each mode in the other pipeline for the next dtype, so
+    both pipelines meet both modes and every dtype; lanes and stall patterns rotating."""
     cases = []
     for i, fmt in enumerate(ALL_FORMATS):
         for minimum in (False, True):
             cases.append((fmt, (1, 2, 4, 8)[(i + 3 * minimum) % 4],
-                          STALL_PATTERNS[(i + minimum) % len(STALL_PATTERNS)], minimum))
+                          STALL_PATTERNS[(i + minimum) % len(STALL_PATTERNS)], minimum,
+                          PIPELINES[(i + minimum) % 2]))
     return cases
 
 
@@ -272,8 +274,7 @@ def argument_runs(fmt, lanes, minimum):
     return runs
 
 
-@pytest.mark.parametrize("pipeline", PIPELINES)
-@pytest.mark.parametrize("fmt, lanes, stalls, minimum", _arg_cases(), ids=_id)
+@pytest.mark.parametrize("fmt, lanes, stalls, minimum, pipeline", _arg_cases(), ids=_id)
 def test_run_reducer_arg_matches_reference(fmt, lanes, stalls, minimum, pipeline):
     """ArgMax and ArgMin: each run's byte offset of the golden model's position (the first
     NaN, else the first extreme key; -0 and +0 distinct), NaN payloads and ties at every
