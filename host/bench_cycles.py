@@ -34,23 +34,23 @@ def _row_col(rng, n, dt):
 #: more entry: ``inputs`` makes the operands of about ``elements`` elements each in the dtype
 #: given, ``call(m, *inputs)`` runs it on ``m``, a :class:`~maxaccel.host.device.Device` or
 #: :mod:`maxaccel.sim.reference`.
+def _sixteen_runs(rng, n, dt):
+    """One ``(1, 16, n / 16)`` tensor: 16 runs along its last axis."""
+    return (random_tensor(rng, (1, 16, max(1, n // 16)), dt),)
+
+
 RATIO_OPERATIONS = {
     "ReduceMax / GlobalMaxPool": (
-        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
+        _sixteen_runs,
         # GlobalMaxPool takes floats only; an integer tensor reduces its spatial axis.
         lambda m, x: (m.global_max_pool(x) if x.dtype.kind == "f"
                       else m.reduce_max(x, axes=(2,)))),
     # The ReduceMax row's tensor and runs, through REDUCE's minimum select.
-    "ReduceMin": (
-        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
-        lambda m, x: m.reduce_min(x, axes=(2,))),
-    # The same tensor's positions along the same runs, through REDUCE's arg select (and its minimum select).
-    "ArgMax": (
-        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
-        lambda m, x: m.arg_max(x, axis=2)),
-    "ArgMin": (
-        lambda rng, n, dt: (random_tensor(rng, (1, 16, max(1, n // 16)), dt),),
-        lambda m, x: m.arg_min(x, axis=2)),
+    "ReduceMin": (_sixteen_runs, lambda m, x: m.reduce_min(x, axes=(2,))),
+    # The same tensor's positions along the same runs, through REDUCE's arg select (and, for
+    # ArgMin, its minimum select).
+    "ArgMax": (_sixteen_runs, lambda m, x: m.arg_max(x, axis=2)),
+    "ArgMin": (_sixteen_runs, lambda m, x: m.arg_min(x, axis=2)),
     "max(a, b), same shape": (
         lambda rng, n, dt: tuple(random_tensor(rng, (n,), dt) for _ in range(2)),
         lambda m, *x: m.max(*x)),

@@ -25,8 +25,8 @@ log = _progress.log
 
 RUN_DESCRIPTION = """\
 Run an ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin, ArgMax and
-ArgMin nodes on a board (the virtual board by default). Prints each output's shape and dtype, where each node
-ran, and whether the outputs are bit for bit those of the golden model. Inputs not given are
+ArgMin nodes on a board (the virtual board by default). Prints each output's shape and dtype,
+where each node ran, and whether the outputs are bit for bit those of the golden model. Inputs not given are
 generated (random values mixed with edge cases: NaNs, signed zeros, infinities, extremes) from
 a printed seed."""
 

@@ -21,8 +21,8 @@ requests:
     replays the others from the buffer (``LOAD``), the output tiled when it does not fit the
     device; on a board without the broadcast unit, a ``REDUCE`` of interleaved elements.
 ``arg_max``, ``arg_min``
-    ``host/reduction.py``: each line along the axis one ``REDUCE`` run with ``arg`` set (the axis made innermost
-    on the host), the device's offsets back as positions; ``select_last_index`` by reversing
+    ``host/reduction.py``: each line along the axis one ``REDUCE`` run with ``arg`` set (the
+    axis made innermost on the host), the device's offsets back as positions; ``select_last_index`` by reversing
     the runs; lines longer than a frame in pieces whose extremes are sent again.
 ``max_pool``
     ``host/pool_window.py`` (``MAX_POOL``, tiles with their halo) or ``host/pool_reduce.py``
@@ -274,8 +274,8 @@ class Device:
         ``-0``; the last with ``select_last_index``).
 
         The axis is made innermost (a numpy transpose on the host: memory, not link) and each
-        line along it is one ``REDUCE`` run with the block's ``arg`` set: each element crosses the link once, and each run's
-        position comes back as a u32 (``host/reduction.py``)."""
+        line along it is one ``REDUCE`` run with the block's ``arg`` set: each element crosses
+        the link once, and each run's position comes back as a u32 (``host/reduction.py``)."""
         return self._arg(data, axis, keepdims, select_last_index, "arg_max")
 
     def arg_min(self, data, axis=0, keepdims=True, select_last_index=False):

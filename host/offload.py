@@ -300,8 +300,8 @@ class OffloadSession:
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
     device : Device or str, optional
-        Where the max family, Min, ReduceMin, ArgMax and ArgMin run: a :class:`~maxaccel.host.device.Device`
-        or anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (and
+        Where the max family, Min, ReduceMin, ArgMax and ArgMin run: a
+        :class:`~maxaccel.host.device.Device` or anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (and
         ``max_pool``, ``min``, ``reduce_min`` for models with those nodes; the golden model
         module ``maxaccel.sim.reference`` works too), or a device URL (``"sim"``,
         ``"verilator"``, ``"serial:///dev/ttyUSB0"``...): opened here by

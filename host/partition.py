@@ -6,8 +6,8 @@
    another function) are inlined, so their max-family nodes become ordinary graph nodes.
 2. The nodes are sorted topologically (onnxruntime accepts unsorted graphs, so this does too).
 3. Each node gets a kind: ``device`` (Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin,
-   ArgMax and ArgMin of the default domain), ``subgraph`` (a node whose subgraphs contain max-family nodes: it runs on ``onnx.reference``
-   with the max family routed to the device, so it keeps the contract) or ``cpu`` (everything
+   ArgMax and ArgMin of the default domain), ``subgraph`` (a node whose subgraphs contain
+   max-family nodes: it runs on ``onnx.reference`` with the max family routed to the device, so it keeps the contract) or ``cpu`` (everything
    else). A Transpose whose only consumer is a GlobalMaxPool, or a ReduceMax or ReduceMin over
    known axes, is
    *folded* into that device step: the reduction runs on the untransposed tensor (the axes

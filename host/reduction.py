@@ -22,8 +22,8 @@ Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
     are reduced again, the same way.
 
 :func:`arg_rows`
-    ArgMax and ArgMin through ``REDUCE`` with its ``arg`` select: each row one run, the device's byte offset of each
-    run's first extreme back as a position; ``select_last_index`` is the first extreme of the
+    ArgMax and ArgMin through ``REDUCE`` with its ``arg`` select: each row one run, the
+    device's byte offset of each run's first extreme back as a position; ``select_last_index`` is the first extreme of the
     run reversed (a view here, one copy on the way to the link). A row longer than a frame
     goes in pieces whose extremes are sent again as runs of their own: the first extreme of
     those is in the first piece that holds one, so the tie rule carries over.
@@ -158,10 +158,8 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request, minimum=False):
 
     row_bytes = length * width * fmt.nbytes
     if row_bytes <= max_frame_bytes:
-        step = max(1, max_frame_bytes // max(row_bytes, fmt.nbytes))
-        for start in range(0, count, step):
-            chunk = rows[start:start + step]
-            store_bits(out[start:start + len(chunk)], reduced(chunk))
+        for rows_in_frame in _whole_rows(count, max(row_bytes, fmt.nbytes), max_frame_bytes):
+            store_bits(out[rows_in_frame], reduced(rows[rows_in_frame]))
         return out
     # Rows longer than a frame: reduce pieces of each, then reduce the pieces' maxima (minima).
     piece = max_frame_bytes // (width * fmt.nbytes)
@@ -174,10 +172,18 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request, minimum=False):
     return reduce_rows(partial, fmt, command, max_frame_bytes, request, minimum)
 
 
+def _whole_rows(count, row_bytes, max_frame_bytes):
+    """Slices of ``count`` rows of ``row_bytes`` (at most ``max_frame_bytes``): as many whole
+    rows as a frame holds, in order."""
+    step = max(1, max_frame_bytes // row_bytes)
+    return [slice(start, start + step) for start in range(0, count, step)]
+
+
 def arg_rows(rows, fmt, max_frame_bytes, request, minimum=False, last=False):
     """ArgMax (with ``minimum``, ArgMin) along axis 1 of ``rows`` (``count x length``, length
-    at least 1) through ``REDUCE`` with ``arg`` 1: the position of each row's first extreme (the last with
-    ``last``; a NaN is the extreme either way), as a new int64 array of ``count``.
+    at least 1) through ``REDUCE`` with ``arg`` 1: the position of each row's first extreme
+    (the last with ``last``; a NaN is the extreme either way), as a new int64 array of
+    ``count``.
 
     Requests of as many whole rows as a frame of ``max_frame_bytes`` holds; a row longer than
     a frame goes in pieces, whose extremes (picked on the host by the device's offsets) are
@@ -198,13 +204,9 @@ def arg_rows(rows, fmt, max_frame_bytes, request, minimum=False, last=False):
         return offsets.astype(np.int64) // fmt.nbytes
 
     row_bytes = length * fmt.nbytes
-    if count == 0:
-        pass
-    elif row_bytes <= max_frame_bytes:
-        step = max(1, max_frame_bytes // row_bytes)
-        for start in range(0, count, step):
-            chunk = rows[start:start + step]
-            out[start:start + len(chunk)] = positions(chunk)
+    if row_bytes <= max_frame_bytes:
+        for rows_in_frame in _whole_rows(count, row_bytes, max_frame_bytes):
+            out[rows_in_frame] = positions(rows[rows_in_frame])
     else:
         piece = max_frame_bytes // fmt.nbytes
         starts = np.arange(0, length, piece)
