@@ -14,6 +14,8 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py cold audio segnet kws
     python examples/offload_options.py wrapper audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
+    python examples/offload_options.py single audio segnet kws
+    python examples/offload_options.py --device verilator single audio segnet kws
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
 the session did before), spinning only while a partition runs (``session.force_spinning_stop``:
@@ -43,7 +45,11 @@ and the partition timed together.
 ``InferenceSession.run`` (the Python wrapper), the other through the session binding's ``run``
 (what the session does on the CPU provider), the device busy 0, 2 and 5 ms a call.
 ``pyop``: onnxruntime-extensions' Python operator against onnxruntime's Identity on 1k, 100k
-and 1M float32 elements (the single-session design: every device step such an operator).
+and 1M float32 elements (a first single-session design: every device step such an operator).
+``single``: the session as partitions (``one_session=False``, what every other option here
+measures) against one onnxruntime session whose device steps are the native operators of
+``maxaccel.host.device_ops`` (the session's default since), with the golden model as a device
+busy ``--busy`` ms a call, or the device ``--device`` names.
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
 """
 
@@ -111,7 +117,7 @@ def spinning(args, device):
         for threads in ("default threads", "1 thread"):
             runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options(threads))
             sessions = {option: OffloadSession(model, _options(threads, configure),
-                                               device=timed)
+                                               device=timed, one_session=False)
                         for option, configure in (
                             ("pools spinning (before)", spin),
                             ("pools spinning in a run, stopped at its end", spin_in_runs),
@@ -140,7 +146,8 @@ def global_pool(args, device):
         label, model, feeds = bench.load_model(name)
         runtime = onnxruntime.InferenceSession(model.SerializeToString(),
                                                _options("default threads", shared))
-        session = OffloadSession(model, _options("default threads", shared), device=timed)
+        session = OffloadSession(model, _options("default threads", shared), device=timed,
+                                 one_session=False)
         outside, alone = _pair(session, timed, runtime, feeds, args.repeats * args.rounds)
         _row("one global thread pool", name, "default threads", outside, alone)
 
@@ -173,7 +180,7 @@ def pause(args, device):
             for option, seconds in (("device returns at once", 0.0),
                                     ("device returns after 50 ms", 0.05)):
                 timed = bench._TimedDevice(Pausing(seconds))
-                session = OffloadSession(model, _options(threads), device=timed)
+                session = OffloadSession(model, _options(threads), device=timed, one_session=False)
                 outside, alone = _pair(session, timed, runtime, feeds,
                                        args.repeats * args.rounds)
                 _row(option, name, threads, outside, alone)
@@ -206,7 +213,7 @@ def instant(args, device):
         label, model, feeds = bench.load_model(name)
         runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
         timed = bench._TimedDevice(Instant())
-        session = OffloadSession(model, _options("1 thread"), device=timed)
+        session = OffloadSession(model, _options("1 thread"), device=timed, one_session=False)
         for _ in range(3):
             session.run(None, feeds)
         outside, partitions, alone = [], [], []
@@ -263,7 +270,7 @@ def gap(args, device):
         runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
         for milliseconds in (0, 0.05, 0.5, 2, 5, 20):
             timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
-            session = OffloadSession(model, _options("1 thread"), device=timed)
+            session = OffloadSession(model, _options("1 thread"), device=timed, one_session=False)
             outside, alone = _pair(session, timed, runtime, feeds, args.repeats * args.rounds * 2)
             _row(f"device busy {milliseconds} ms, touching no memory", name, "1 thread",
                  outside, alone)
@@ -273,7 +280,7 @@ def _partition_feeds(model, feeds):
     """``(session, {partition index: the arrays it reads})`` from one run on the golden model."""
     from maxaccel.host.offload import OffloadSession
     from maxaccel.sim import reference
-    probe = OffloadSession(model, _options("1 thread"), device=reference)
+    probe = OffloadSession(model, _options("1 thread"), device=reference, one_session=False)
     captured = {}
     original = probe._run_partition
 
@@ -435,7 +442,8 @@ def wrapper(args, device):
         runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
         for milliseconds in (0, 2, 5):
             timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
-            sessions = {option: OffloadSession(model, _options("1 thread"), device=timed)
+            sessions = {option: OffloadSession(model, _options("1 thread"), device=timed,
+                                               one_session=False)
                         for option in ("InferenceSession.run", "the binding's run (now)")}
             wrapped = sessions["InferenceSession.run"]
             wrapped._runs = {index: engine.run for index, engine in wrapped._engines.items()}
@@ -460,7 +468,7 @@ def iobinding(args, device):
     for name in args.models:
         label, model, feeds = bench.load_model(name)
         # The arrays each partition reads, captured from one run.
-        probe = OffloadSession(model, _options("1 thread"), device=reference)
+        probe = OffloadSession(model, _options("1 thread"), device=reference, one_session=False)
         captured = {}
         original = probe._run_partition
 
@@ -535,10 +543,50 @@ def pyop(args, device):
                   f"float32 | {_median_ms(runs):.3f} ms |", flush=True)
 
 
+def single(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    for threading in ("1 thread", "default threads"):
+        for name in args.models:
+            label, model, feeds = bench.load_model(name)
+            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
+                                                   _options(threading))
+            for milliseconds in args.busy:
+                if device is None:
+                    timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
+                    what = f"device busy {milliseconds} ms"
+                else:
+                    timed, what = bench._TimedDevice(device), args.device
+                sessions = {
+                    "partitions": OffloadSession(model, _options(threading), device=timed,
+                                                 one_session=False),
+                    "one session, device operators": OffloadSession(
+                        model, _options(threading), device=timed)}
+                expected = [a.tobytes() for a in sessions["partitions"].run(None, feeds)]
+                for option, session in sessions.items():
+                    got = [a.tobytes() for a in session.run(None, feeds)]
+                    assert got == expected or name == "resnet18", f"{name}: {option} differs"
+                rows = {option: [] for option in sessions}
+                alone = []
+                for _ in range(args.rounds):
+                    for option, session in sessions.items():
+                        outside, runtime_ms = _pair(session, timed, runtime, feeds,
+                                                    args.repeats)
+                        rows[option].append(outside)
+                        alone.append(runtime_ms)
+                for option, outside in rows.items():
+                    _row(f"{option}, {what}", name, threading, statistics.median(outside),
+                         statistics.median(alone))
+                if device is not None:
+                    break
+
+
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
            "handover": handover, "layout": layout, "cold": cold,
-           "wrapper": wrapper}
+           "wrapper": wrapper, "single": single}
 
 
 def main(argv=None):
@@ -549,6 +597,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="runs per round (default 5)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the options taken "
                         "in turn (default 3)")
+    parser.add_argument("--busy", type=float, nargs="+", default=[0, 2, 5],
+                        help="single: the golden model's device busy this many ms a call "
+                        "(default 0 2 5), unless --device is given")
     args = parser.parse_args(argv)
     if args.option == "global-pool":
         from onnxruntime.capi import _pybind_state
@@ -558,7 +609,8 @@ def main(argv=None):
     else:
         print("| option | model | threading | host-side time per run | onnxruntime, whole "
               "model | ratio |\n|---|---|---|---|---|---|")
-    if args.option in ("spinning", "global-pool"):
+    if args.option in ("spinning", "global-pool") or (args.option == "single"
+                                                       and "--device" in (argv or sys.argv)):
         from maxaccel.host import open_device
         with open_device(args.device) as device:
             OPTIONS[args.option](args, device)

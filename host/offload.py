@@ -12,11 +12,15 @@ constructor (and give a ``device``), keep the rest of the script::
         session.last_steps  # [StepTiming(name, where, nodes, seconds), ...]
 
 At creation the graph is split once (:mod:`maxaccel.host.partition`) into device steps and the
-fewest CPU partitions the data dependencies allow; each partition is one onnxruntime
-``InferenceSession`` (the user's ``SessionOptions`` and providers; their thread pools sleep
-between hand-overs rather than spin), created once and reused. At
-:meth:`OffloadSession.run` the steps run in order and values pass between them as the numpy
-arrays onnxruntime and the device return.
+fewest CPU partitions the data dependencies allow. Where it can (the CPU provider, no subgraph
+step, every device step's types known, and a C compiler to build the operators once), the
+model then runs as *one* onnxruntime ``InferenceSession`` whose device steps are custom
+operators calling the device (:mod:`maxaccel.host.device_ops`): one entry into onnxruntime a
+run, the device steps' inputs read in place. Otherwise each partition is one onnxruntime
+``InferenceSession``, created once and reused, and :meth:`OffloadSession.run` runs the steps in
+order, values passing between them as the numpy arrays onnxruntime and the device return. Either
+way the sessions get the user's ``SessionOptions`` and providers, their thread pools sleeping
+while the device works rather than spinning.
 
 Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
 
@@ -199,6 +203,13 @@ def _onnxruntime_refusal(model):
 
 _PARTITION, _DEVICE_STEP, _SUBGRAPH = "partition", "device step", "subgraph step"
 
+#: Element types whose numpy arrays onnxruntime's Python API takes and returns (not bfloat16,
+#: the float8 and 4-bit types: those arrays reach only the device, between partitions).
+_NUMPY_NATIVE = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL,
+                 TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+                 TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
+                 TensorProto.STRING}
+
 #: The session configuration entries that let a thread pool's idle threads spin, and the
 #: value that stops them (onnxruntime's default, "1", lets them spin).
 SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
@@ -309,8 +320,12 @@ class OffloadSession:
         :meth:`close` (or the ``with`` block). Default: the virtual board,
         ``open_device("sim")``, opened at the first :meth:`run` that needs it, owned and closed
         by the session.
+    one_session : bool, optional
+        Run the model as one onnxruntime session with device operators where it can (the
+        default); False: always as partitions (:attr:`one_session_refusal` says why a model
+        that could not was not).
     **kwargs
-        Passed to each partition's ``onnxruntime.InferenceSession``.
+        Passed to each ``onnxruntime.InferenceSession``.
 
     Attributes
     ----------
@@ -325,6 +340,9 @@ class OffloadSession:
         Each step of the latest :meth:`run` with its wall time.
     fallbacks : dict
         Partition name -> why onnxruntime could not run it (it ran on ``onnx.reference``).
+    one_session_refusal : str or None
+        Why the model runs as partitions rather than as one session (None when it runs as
+        one).
 
     Raises
     ------
@@ -338,7 +356,7 @@ class OffloadSession:
     """
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
-                 *, device=None, **kwargs):
+                 *, device=None, one_session=True, **kwargs):
         model = read_model(path_or_bytes)
         try:
             onnx.checker.check_model(model)
@@ -377,9 +395,13 @@ class OffloadSession:
             self._partition_options = without_spinning(sess_options)
         # onnxruntime warns about the providers (one it does not have, say) for every
         # partition's session: said once for the model, as its own InferenceSession would.
+        self._one = None
+        self.one_session_refusal = "one_session=False" if not one_session else None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            for step in self._steps:
+            if one_session:
+                self.one_session_refusal = self._make_one_session(plan)
+            for step in self._steps if self._one is None else ():
                 if isinstance(step, CpuPartition) and not step.untyped:
                     self._engines[step.index] = self._engine(step, step.model)
                 elif isinstance(step, SubgraphStep):
@@ -444,7 +466,7 @@ class OffloadSession:
 
     def get_providers(self):
         """The onnxruntime providers of the CPU partitions (the device is :attr:`device`)."""
-        for engine in self._engines.values():
+        for engine in ([self._one] if self._one is not None else []) + list(self._engines.values()):
             if hasattr(engine, "get_providers"):
                 return engine.get_providers()
         return [p if isinstance(p, str) else p[0]
@@ -494,6 +516,8 @@ class OffloadSession:
             from maxaccel.host.device import open_device
             self.device = open_device("sim")
             self._owns_device = True
+        if self._one is not None:
+            return self._run_one(output_names, feeds, run_options)
         values = dict(self._initializers)
         values.update(feeds)
         record, timings = [], []
@@ -510,6 +534,118 @@ class OffloadSession:
             record += [(name, op_type, where) for name, op_type in operators]
         self.last_run, self.last_steps = record, timings
         return [values[name] for name in output_names]
+
+    # --- one onnxruntime session, device steps as its operators -------------------------------
+
+    def _make_one_session(self, plan):
+        """Make :attr:`_one`, the model as one onnxruntime session; returns None, or why the
+        model runs as partitions instead."""
+        import onnxruntime
+
+        from maxaccel.host import device_ops
+        from maxaccel.host.partition import _inferred_types
+        steps = self._steps
+        if not any(isinstance(s, DeviceStep) for s in steps):
+            return "no device step: the model is one partition"
+        if any(isinstance(s, SubgraphStep) for s in steps):
+            return "a subgraph step (If, Loop or Scan holding max-family nodes) runs on " \
+                   "onnx.reference"
+        if any(s.untyped for s in steps if isinstance(s, CpuPartition)):
+            return "shape inference could not type every partition's inputs"
+        providers = [p if isinstance(p, str) else p[0]
+                     for p in (self._providers or ["CPUExecutionProvider"])]
+        if providers != ["CPUExecutionProvider"]:
+            return f"providers {providers}: the device operators are the CPU provider's"
+        graph = plan.model.graph
+        foreign = sorted({TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower()
+                          for v in list(graph.input) + list(graph.output)
+                          if v.type.tensor_type.elem_type not in _NUMPY_NATIVE})
+        if foreign:
+            return f"onnxruntime's Python API takes and gives no {', '.join(foreign)} arrays"
+        inferred = _inferred_types(plan.model)
+        types = {name: t.tensor_type.elem_type for name, t in inferred.items()
+                 if t.HasField("tensor_type")}
+        types.update({t.name: t.data_type for t in plan.model.graph.initializer})
+        names = {n for s in steps if isinstance(s, DeviceStep) for n in s.inputs + s.outputs
+                 if n}
+        unknown = sorted(n for n in names if not types.get(n))
+        if unknown:
+            return f"no element type for {', '.join(unknown[:3])}"
+        model, self._one_steps, signatures = device_ops.one_model(
+            plan.model, steps, types, lambda index: device_ops.step_key(self, index))
+        try:
+            domain = device_ops.register(self._partition_options, signatures)
+        except device_ops.OperatorsUnavailable as error:
+            return f"the device operators are unavailable: {error}"
+        device_ops.with_domain(model, domain, signatures)
+        # Nodes in the plan's order where the data allow (Kahn's order, lowest node first),
+        # so each partition runs between the device steps around it (``last_steps``).
+        options = self._partition_options
+        if options.execution_order == onnxruntime.ExecutionOrder.DEFAULT:
+            options.execution_order = onnxruntime.ExecutionOrder.PRIORITY_BASED
+        try:
+            self._one = onnxruntime.InferenceSession(
+                _for_onnxruntime(model), self._partition_options,
+                providers=self._providers or ["CPUExecutionProvider"],
+                provider_options=self._provider_options, **self._ort_kwargs)
+        except Exception as error:  # onnxruntime's exception types: the partitions then
+            return f"onnxruntime does not load the model as one session: {error}"
+        self._one_run = _direct_run(self._one)
+        self._one_index = {id(step): index for index, (step, _, _) in
+                           enumerate(self._one_steps)}
+        self._calls, self._failure = {}, None
+        return None
+
+    def _device_operator(self, index, arrays):
+        """A device operator's kernel (:mod:`maxaccel.host.device_ops`): step ``index`` on
+        ``arrays`` (onnxruntime's buffers, read only). Returns its results."""
+        step, inputs, outputs = self._one_steps[index]
+        values = dict(zip(inputs, arrays))
+        started = time.perf_counter()
+        try:
+            where = self._run_device(step, values)
+        except BaseException as error:
+            self._failure = error   # raised by run() in place of onnxruntime's error
+            raise
+        self._calls[index] = (started, time.perf_counter() - started, where)
+        # Not np.ascontiguousarray: it makes a 0-d result 1-d.
+        return [np.asarray(values[name], order="C") for name in outputs]
+
+    def _run_one(self, output_names, feeds, run_options):
+        """:meth:`run` as one onnxruntime session. :attr:`last_steps` gives each device step
+        its call's time and each partition the time between the device calls around it
+        (its nodes run there); a device step onnxruntime did not need for the outputs asked
+        for is not in :attr:`last_run` or :attr:`last_steps`."""
+        self._calls, self._failure = {}, None
+        clock = time.perf_counter
+        started = clock()
+        try:
+            results = self._one_run(output_names, feeds, run_options)
+        except Exception:
+            failure, self._failure = self._failure, None
+            if failure is not None:
+                raise failure from None
+            raise
+        ended = clock()
+        calls = self._calls
+        record, timings = [], []
+        since = started
+        for position, (step, kind, names, operators) in enumerate(self._schedule):
+            if kind is _DEVICE_STEP:
+                call = calls.get(self._one_index[id(step)])
+                if call is None:
+                    continue
+                begun, seconds, where = call
+                since = begun + seconds
+            else:
+                later = [calls[self._one_index[id(s)]][0] for s, k, _, _ in
+                         self._schedule[position + 1:]
+                         if k is _DEVICE_STEP and self._one_index[id(s)] in calls]
+                seconds, where = max((later[0] if later else ended) - since, 0.0), ONNXRUNTIME
+            timings.append(StepTiming(step.name, where, names, seconds))
+            record += [(name, op_type, where) for name, op_type in operators]
+        self.last_run, self.last_steps = record, timings
+        return list(results)
 
     def _where(self, step):
         if isinstance(step, CpuPartition):

@@ -1,6 +1,7 @@
-"""OffloadSession runs its CPU-provider partitions through onnxruntime's session binding
-without ``InferenceSession.run``'s Python wrapper: the same results, onnxruntime's fallback
-after an execution-provider failure kept, and the wrapper used wherever it does more."""
+"""OffloadSession runs its CPU-provider partitions (and its one session: ``one_session``)
+through onnxruntime's session binding without ``InferenceSession.run``'s Python wrapper: the
+same results, onnxruntime's fallback after an execution-provider failure kept, and the wrapper
+used wherever it does more."""
 
 import numpy as np
 import onnxruntime
@@ -22,8 +23,8 @@ def engines(session):
 
 
 def test_the_direct_run_gives_the_wrappers_results():
-    direct = OffloadSession(mixed_model(), device=reference)
-    wrapped = OffloadSession(mixed_model(), device=reference)
+    direct = OffloadSession(mixed_model(), device=reference, one_session=False)
+    wrapped = OffloadSession(mixed_model(), device=reference, one_session=False)
     wrapped._runs = {index: engine.run for index, engine in wrapped._engines.items()}
     for got, want in zip(direct.run(None, FEEDS), wrapped.run(None, FEEDS)):
         assert_same_bits(got, want)
@@ -32,8 +33,16 @@ def test_the_direct_run_gives_the_wrappers_results():
         assert run != direct._engines[index].run     # the binding's run, not the wrapper
 
 
+def test_the_one_session_runs_through_the_binding_too():
+    one = OffloadSession(mixed_model(), device=reference)
+    assert one.one_session_refusal is None and one._one_run != one._one.run
+    partitions = OffloadSession(mixed_model(), device=reference, one_session=False)
+    for got, want in zip(one.run(None, FEEDS), partitions.run(None, FEEDS)):
+        assert_same_bits(got, want)
+
+
 def test_the_direct_run_skips_the_wrapper_on_the_cpu_provider_only():
-    session = OffloadSession(mixed_model(), device=reference)
+    session = OffloadSession(mixed_model(), device=reference, one_session=False)
     engine = engines(session)[0]
     assert _direct_run(engine) != engine.run   # a bound method compares equal to itself
 
@@ -85,8 +94,9 @@ def test_an_engine_without_the_binding_keeps_its_run(missing):
     assert _direct_run(engine) == engine.run
 
 
-def test_run_options_reach_the_direct_run():
-    session = OffloadSession(mixed_model(), device=reference)
+@pytest.mark.parametrize("one_session", [True, False])
+def test_run_options_reach_the_direct_run(one_session):
+    session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
     options = onnxruntime.RunOptions()
     options.terminate = True
     with pytest.raises(Exception, match="[Tt]erminat"):

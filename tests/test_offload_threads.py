@@ -1,7 +1,7 @@
-"""OffloadSession's CPU partitions and onnxruntime's thread pools: the caller's SessionOptions
-reach every partition, the pools sleep between hand-overs unless the caller says otherwise, and
-the results keep their bits either way; the built-in benchmark models run as onnxruntime runs
-them."""
+"""OffloadSession's onnxruntime sessions (its CPU partitions, or its one session with device
+operators) and onnxruntime's thread pools: the caller's SessionOptions reach every session, the
+pools sleep while the device works unless the caller says otherwise, and the results keep their
+bits either way; the built-in benchmark models run as onnxruntime runs them."""
 
 import numpy as np
 import onnxruntime
@@ -26,17 +26,23 @@ def entry(options, key):
 
 
 def partition_options(session):
+    """The options of the session's onnxruntime sessions: the mixed model's two partitions,
+    or its one session."""
+    if session._one is not None:
+        return [session._one.get_session_options()]
     engines = [e for e in session._engines.values() if hasattr(e, "get_session_options")]
     assert len(engines) == 2    # the mixed model's two partitions
     return [e.get_session_options() for e in engines]
 
 
-def test_the_callers_options_reach_every_partition_with_pools_that_sleep():
+@pytest.mark.parametrize("one_session", [True, False])
+def test_the_callers_options_reach_every_partition_with_pools_that_sleep(one_session):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 2
     options.enable_mem_pattern = False
     options.add_session_config_entry("session.disable_prepacking", "1")
-    session = OffloadSession(mixed_model(), options, device=reference)
+    session = OffloadSession(mixed_model(), options, device=reference, one_session=one_session)
+    assert (session._one is not None) == one_session
     for given in partition_options(session):
         assert given.intra_op_num_threads == 2 and not given.enable_mem_pattern
         assert entry(given, "session.disable_prepacking") == "1"
@@ -44,16 +50,18 @@ def test_the_callers_options_reach_every_partition_with_pools_that_sleep():
     assert session.get_session_options() is options
 
 
-def test_a_spinning_setting_the_caller_made_is_kept():
+@pytest.mark.parametrize("one_session", [True, False])
+def test_a_spinning_setting_the_caller_made_is_kept(one_session):
     options = onnxruntime.SessionOptions()
     options.add_session_config_entry(INTRA, "1")
-    session = OffloadSession(mixed_model(), options, device=reference)
+    session = OffloadSession(mixed_model(), options, device=reference, one_session=one_session)
     for given in partition_options(session):
         assert entry(given, INTRA) == "1" and entry(given, INTER) == NO_SPINNING
 
 
-def test_without_options_the_pools_sleep_too():
-    session = OffloadSession(mixed_model(), device=reference)
+@pytest.mark.parametrize("one_session", [True, False])
+def test_without_options_the_pools_sleep_too(one_session):
+    session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
     for given in partition_options(session):
         assert entry(given, INTRA) == entry(given, INTER) == NO_SPINNING
 

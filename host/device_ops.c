@@ -1,0 +1,212 @@
+/* The kernels of the onnxruntime custom operators that run an OffloadSession's device steps
+ * inside one onnxruntime session (host/device_ops.py builds this file and registers the
+ * operators; docs/offload.md, "One session").
+ *
+ * onnxruntime's Python module carries its own copy of onnxruntime, so everything goes through
+ * the OrtApi table it hands to RegisterCustomOps. Its slots are onnxruntime's C ABI, which only
+ * ever grows (the numbers below hold from API 1 on; version 16 is asked for, onnxruntime 1.16).
+ *
+ * A kernel's inputs go to one Python call as memoryviews over onnxruntime's buffers (no copy);
+ * the call returns the step's results as arrays, each copied once into the output onnxruntime
+ * allocates. A Python exception becomes an onnxruntime error status with its text (the session
+ * raises the exception itself). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef void *Status;
+
+enum {
+    CREATE_STATUS = 0, MUTABLE_DATA = 51, ELEMENT_TYPE = 60, DIMS_COUNT = 61, DIMS = 62,
+    TYPE_AND_SHAPE = 65, ATTRIBUTE_INT64 = 86, INPUT_COUNT = 88, GET_INPUT = 90,
+    GET_OUTPUT = 91, RELEASE_TYPE_AND_SHAPE = 99,
+};
+#define API_VERSION 16
+#define MAX_RANK 64
+
+/* Bytes per element of ONNXTensorElementDataType 0-16 (0: not a fixed-size number). */
+static const int element_bytes[17] = {0, 4, 1, 1, 2, 2, 4, 8, 0, 1, 2, 8, 4, 8, 8, 16, 2};
+
+static void **api;
+static PyObject *registrar;     /* registrar(options, api) -> None or the refusal's text */
+static PyObject *dispatcher;    /* dispatcher(key, [(memoryview, element, shape)]) -> [array] */
+
+#define CALL(slot, type, ...) (((type)api[slot])(__VA_ARGS__))
+#define CHECK(expression) do { Status status_ = (expression); if (status_) return status_; } \
+    while (0)
+
+void maxaccel_set_python(PyObject *register_function, PyObject *dispatch_function)
+{
+    Py_XINCREF(register_function);
+    Py_XINCREF(dispatch_function);
+    registrar = register_function;
+    dispatcher = dispatch_function;
+}
+
+static Status failure(const char *text)
+{
+    return CALL(CREATE_STATUS, Status (*)(int, const char *), 1 /* ORT_FAIL */, text);
+}
+
+/* The pending Python exception as a status (the GIL held). */
+static Status python_failure(void)
+{
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    PyObject *text = value ? PyObject_Str(value) : NULL;
+    const char *message = text ? PyUnicode_AsUTF8(text) : NULL;
+    Status status = failure(message ? message : "maxaccel: a device step failed");
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(trace);
+    PyErr_Clear();
+    return status;
+}
+
+Status RegisterCustomOps(void *options, const void *api_base)
+{
+    typedef void **(*GetApi)(uint32_t);
+    api = (*(GetApi const *)api_base)(API_VERSION);
+    if (!api)   /* an onnxruntime older than 1.16: the session creation says what is missing */
+        return 0;
+    if (!registrar)
+        return failure("maxaccel: the operators were not prepared");
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Status status = 0;
+    PyObject *answer = PyObject_CallFunction(registrar, "KK",
+                                             (unsigned long long)(uintptr_t)options,
+                                             (unsigned long long)(uintptr_t)api);
+    if (!answer)
+        status = python_failure();
+    else {
+        if (answer != Py_None) {
+            const char *text = PyUnicode_AsUTF8(answer);
+            status = failure(text ? text : "maxaccel: the operators were refused");
+        }
+        Py_DECREF(answer);
+    }
+    PyGILState_Release(gil);
+    return status;
+}
+
+Status maxaccel_create_kernel(void *op, void *ort_api, void *info, void **kernel)
+{
+    int64_t key = 0;
+    (void)op;
+    (void)ort_api;
+    CHECK(CALL(ATTRIBUTE_INT64, Status (*)(void *, const char *, int64_t *), info, "key", &key));
+    *kernel = (void *)(intptr_t)key;
+    return 0;
+}
+
+void maxaccel_destroy_kernel(void *kernel)
+{
+    (void)kernel;
+}
+
+/* One input as (memoryview, element type, shape), or NULL with a status in *status. */
+static PyObject *input_of(void *context, size_t index, Status *status)
+{
+    void *value = NULL, *info = NULL, *data = NULL;
+    int element = 0;
+    size_t rank = 0;
+    int64_t dims[MAX_RANK];
+    if ((*status = CALL(GET_INPUT, Status (*)(void *, size_t, void **), context, index, &value)))
+        return NULL;
+    if ((*status = CALL(TYPE_AND_SHAPE, Status (*)(void *, void **), value, &info)))
+        return NULL;
+    *status = CALL(ELEMENT_TYPE, Status (*)(void *, int *), info, &element);
+    if (!*status)
+        *status = CALL(DIMS_COUNT, Status (*)(void *, size_t *), info, &rank);
+    if (!*status && (rank > MAX_RANK || element < 0 || element > 16 || !element_bytes[element]))
+        *status = failure("maxaccel: a device step's input is not a tensor of numbers of rank "
+                          "at most 64");
+    if (!*status)
+        *status = CALL(DIMS, Status (*)(void *, int64_t *, size_t), info, dims, rank);
+    CALL(RELEASE_TYPE_AND_SHAPE, void (*)(void *), info);
+    if (*status)
+        return NULL;
+    Py_ssize_t bytes = element_bytes[element];
+    for (size_t d = 0; d < rank; d++)
+        bytes *= (Py_ssize_t)dims[d];
+    if (bytes && (*status = CALL(MUTABLE_DATA, Status (*)(void *, void **), value, &data)))
+        return NULL;
+    static char nothing;
+    PyObject *shape = PyTuple_New((Py_ssize_t)rank);
+    for (size_t d = 0; shape && d < rank; d++)
+        PyTuple_SET_ITEM(shape, (Py_ssize_t)d, PyLong_FromLongLong(dims[d]));
+    PyObject *view = PyMemoryView_FromMemory(bytes ? (char *)data : &nothing, bytes, PyBUF_READ);
+    if (!shape || !view) {
+        Py_XDECREF(shape);
+        Py_XDECREF(view);
+        *status = python_failure();
+        return NULL;
+    }
+    return Py_BuildValue("(NiN)", view, element, shape);
+}
+
+/* Copies one result (anything with a C-contiguous buffer) into output `index`. */
+static Status output_of(void *context, size_t index, PyObject *result)
+{
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(result, &buffer, PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
+        return python_failure();
+    int64_t dims[MAX_RANK];
+    Status status = 0;
+    if (buffer.ndim > MAX_RANK)
+        status = failure("maxaccel: a device step's result has a rank above 64");
+    for (int d = 0; !status && d < buffer.ndim; d++)
+        dims[d] = buffer.shape[d];
+    void *value = NULL, *data = NULL;
+    if (!status)
+        status = CALL(GET_OUTPUT, Status (*)(void *, size_t, const int64_t *, size_t, void **),
+                      context, index, dims, (size_t)buffer.ndim, &value);
+    if (!status && buffer.len) {
+        status = CALL(MUTABLE_DATA, Status (*)(void *, void **), value, &data);
+        if (!status)
+            memcpy(data, buffer.buf, (size_t)buffer.len);
+    }
+    PyBuffer_Release(&buffer);
+    return status;
+}
+
+static Status run(int64_t key, void *context)
+{
+    size_t count = 0;
+    CHECK(CALL(INPUT_COUNT, Status (*)(void *, size_t *), context, &count));
+    PyObject *inputs = PyList_New((Py_ssize_t)count);
+    if (!inputs)
+        return python_failure();
+    for (size_t i = 0; i < count; i++) {
+        Status status = 0;
+        PyObject *input = input_of(context, i, &status);
+        if (!input) {
+            Py_DECREF(inputs);
+            return status;
+        }
+        PyList_SET_ITEM(inputs, (Py_ssize_t)i, input);
+    }
+    PyObject *results = PyObject_CallFunction(dispatcher, "LN", (long long)key, inputs);
+    if (!results)
+        return python_failure();
+    PyObject *sequence = PySequence_Fast(results, "maxaccel: a step's results are a sequence");
+    Py_DECREF(results);
+    if (!sequence)
+        return python_failure();
+    Status status = 0;
+    for (Py_ssize_t j = 0; !status && j < PySequence_Fast_GET_SIZE(sequence); j++)
+        status = output_of(context, (size_t)j, PySequence_Fast_GET_ITEM(sequence, j));
+    Py_DECREF(sequence);
+    return status;
+}
+
+Status maxaccel_compute(void *kernel, void *context)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Status status = run((int64_t)(intptr_t)kernel, context);
+    PyGILState_Release(gil);
+    return status;
+}

@@ -1,0 +1,322 @@
+"""onnxruntime custom operators for an :class:`~maxaccel.host.offload.OffloadSession`'s device
+steps, so that a model runs as *one* onnxruntime session (``docs/offload.md``, "One session").
+
+Each device step becomes one node of a domain of its own (``ai.maxaccel.device.N``), with the
+step's inputs and outputs and an attribute ``key``. Its kernel is C (``device_ops.c``, built
+here once with the system C compiler and the interpreter's headers, cached beside the compiled
+boards): it hands the inputs to one Python call as memoryviews over onnxruntime's buffers, no
+copy, and copies each result into the output onnxruntime allocates. The call runs the step as
+the partitioned session does (``OffloadSession._run_device``). Between two device steps the
+model's other nodes run inside the same ``Run``, so the session enters onnxruntime once a run,
+not once per partition.
+
+onnxruntime's Python module carries its own copy of onnxruntime; the operators are made with the
+``OrtApi`` it hands to the library's ``RegisterCustomOps`` when
+``SessionOptions.register_custom_ops_library`` loads it. The ``OrtApi`` slot numbers and the
+``OrtCustomOp`` layout are onnxruntime's C ABI (append-only; checked against 1.32.0).
+"""
+
+import ctypes
+import hashlib
+import itertools
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import weakref
+
+import numpy as np
+from onnx import helper
+
+__all__ = ["DOMAIN", "OperatorsUnavailable", "library", "register", "step_key", "one_model",
+           "with_domain"]
+
+#: The operators' domain; each registration gets ``DOMAIN.N`` (a ``SessionOptions`` may carry
+#: several, one per session made from it).
+DOMAIN = "ai.maxaccel.device"
+#: The kernels' source, shipped with the package.
+SOURCE = pathlib.Path(__file__).with_name("device_ops.c")
+
+
+class OperatorsUnavailable(RuntimeError):
+    """The operators' library cannot be built or loaded here."""
+
+
+_P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
+_PP = ctypes.POINTER(ctypes.c_void_p)
+
+#: The ``OrtApi`` slots used from Python (when the operators are registered): slot, result
+#: type, argument types.
+_SLOTS = {
+    "CreateCustomOpDomain": (26, _P, (ctypes.c_char_p, _PP)),
+    "CustomOpDomain_Add": (27, _P, (_P, _P)),
+    "AddCustomOpDomain": (28, _P, (_P, _P)),
+    "GetErrorMessage": (2, ctypes.c_char_p, (_P,)),
+    "ReleaseStatus": (93, None, (_P,)),
+}
+
+#: ``OrtCustomOp``'s function pointers, in order after its ``uint32_t version``.
+_OP_FIELDS = ("CreateKernel", "GetName", "GetExecutionProviderType", "GetInputType",
+              "GetInputTypeCount", "GetOutputType", "GetOutputTypeCount", "KernelCompute",
+              "KernelDestroy", "GetInputCharacteristic", "GetOutputCharacteristic",
+              "GetInputMemoryType", "GetVariadicInputMinArity", "GetVariadicInputHomogeneity",
+              "GetVariadicOutputMinArity", "GetVariadicOutputHomogeneity", "CreateKernelV2",
+              "KernelComputeV2", "InferOutputShapeFn", "GetStartVersion", "GetEndVersion",
+              "GetMayInplace", "ReleaseMayInplace", "GetAliasMap", "ReleaseAliasMap")
+#: The version the operators declare: ``CreateKernelV2`` and ``KernelComputeV2`` (errors as
+#: statuses) are read from 16 on, the shape-inference and opset-range functions from 17.
+_OP_VERSION = 16
+
+
+class _OrtCustomOp(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32)] + [(name, _P) for name in _OP_FIELDS]
+
+
+_lock = threading.RLock()
+_loaded = _loaded_path = None  # the library's ctypes handle and file, once loaded
+_domains = itertools.count(1)
+_keys = itertools.count(1)
+_steps = {}               # key -> (weak reference to the session, its step index)
+_pending = None           # (domain, {op_type: (input types, output types)}) being registered
+_kept = []                # operators and callbacks onnxruntime points to: kept for the process
+_dtypes = {}
+
+
+def _compiler():
+    for name in ([os.environ["CC"]] if os.environ.get("CC") else []) + ["cc", "gcc", "clang"]:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def library():
+    """The path of the operators' shared library, built on first use (and cached per source,
+    interpreter and machine in ``$MAXACCEL_CACHE_DIR/operators``).
+
+    Raises
+    ------
+    OperatorsUnavailable
+        No C compiler, no ``Python.h``, or the build failed (the reason says which).
+    """
+    from maxaccel.sim.verilator import cache_dir
+    source = SOURCE.read_bytes()
+    include = sysconfig.get_paths()["include"]
+    key = hashlib.sha256(b"\0".join([source, sys.version.encode(), include.encode(),
+                                     platform.machine().encode()])).hexdigest()[:16]
+    path = cache_dir().parent / "operators" / f"device_ops_{key}.so"
+    with _lock:
+        if path.exists():
+            return str(path)
+        compiler = _compiler()
+        if compiler is None:
+            raise OperatorsUnavailable("no C compiler (cc, gcc or clang) on PATH")
+        if not os.path.isfile(os.path.join(include, "Python.h")):
+            raise OperatorsUnavailable(f"no Python.h in {include} (Debian: apt install "
+                                       f"python3-dev)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+            built = pathlib.Path(scratch) / path.name
+            done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-I", include,
+                                   str(SOURCE), "-o", str(built)],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                raise OperatorsUnavailable(f"{compiler} could not build {SOURCE.name}: "
+                                           f"{done.stderr.strip()[-2000:]}")
+            os.replace(built, path)
+    return str(path)
+
+
+def _load():
+    """The library's path, loaded once a process (its kernels call back into this module):
+    later sessions register the same file, whatever the cache directory says then."""
+    global _loaded, _loaded_path
+    with _lock:
+        if _loaded is None:
+            path = library()
+            try:
+                handle = ctypes.CDLL(path)
+            except OSError as error:
+                raise OperatorsUnavailable(f"cannot load {path}: {error}") from None
+            handle.maxaccel_set_python.argtypes = [ctypes.py_object, ctypes.py_object]
+            handle.maxaccel_set_python(_register, _dispatch)
+            _loaded, _loaded_path = handle, path
+        return _loaded_path
+
+
+def step_key(session, index):
+    """A new key for ``session``'s device step ``index`` (the nodes' ``key`` attribute); the
+    step is found through a weak reference, so the key does not keep the session alive."""
+    with _lock:
+        key = next(_keys)
+        _steps[key] = (weakref.ref(session), index)
+        weakref.finalize(session, _steps.pop, key, None)
+    return key
+
+
+def register(options, signatures):
+    """Register operators on ``options`` (an ``onnxruntime.SessionOptions``, which is changed)
+    for ``signatures``, ``{op_type: (input element types, output element types)}`` (ONNX
+    ``TensorProto`` codes). Returns their domain.
+
+    Raises
+    ------
+    OperatorsUnavailable
+        The library cannot be built or loaded.
+    """
+    path = _load()
+    with _lock:
+        global _pending
+        domain = f"{DOMAIN}.{next(_domains)}"
+        _pending = (domain, signatures)
+        try:
+            options.register_custom_ops_library(path)
+        finally:
+            _pending = None
+    return domain
+
+
+def one_model(model, steps, types, key_of):
+    """``model``'s graph with each device step one node of the operators' domain.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The planned model (functions inlined).
+    steps : list
+        The plan's steps in run order, only ``CpuPartition`` and ``DeviceStep``.
+    types : dict of str to int
+        Element type of every value a device step reads or writes.
+    key_of : callable(step index) -> int
+        The ``key`` of each device step (:func:`step_key`).
+
+    Returns
+    -------
+    (onnx.ModelProto, list, dict)
+        The model (its device nodes in no domain yet: :func:`with_domain`), each device
+        step's ``(step, input names, output names)`` by index, and the signatures.
+    """
+    from maxaccel.host.partition import CpuPartition
+    nodes, device_steps, signatures = [], [], {}
+    for step in steps:
+        if isinstance(step, CpuPartition):
+            nodes += [node for _, node in step.named_nodes]
+            continue
+        inputs = [name for name in step.inputs if name]
+        outputs = [name for name in step.outputs if name]
+        signature = (tuple(types[n] for n in inputs), tuple(types[n] for n in outputs))
+        op_type = next((name for name, known in signatures.items() if known == signature),
+                       f"Step{len(signatures)}")
+        signatures[op_type] = signature
+        nodes.append(helper.make_node(op_type, inputs, outputs, name=step.name,
+                                      key=key_of(len(device_steps))))
+        device_steps.append((step, inputs, outputs))
+    graph = model.graph
+    one = helper.make_model(
+        helper.make_graph(nodes, graph.name, list(graph.input), list(graph.output),
+                          list(graph.initializer), doc_string=graph.doc_string,
+                          sparse_initializer=list(graph.sparse_initializer)),
+        opset_imports=list(model.opset_import), functions=list(model.functions))
+    one.ir_version = model.ir_version
+    return one, device_steps, signatures
+
+
+def with_domain(model, domain, signatures):
+    """``model`` (from :func:`one_model`) with its device nodes (``signatures``' op types, of
+    the default domain there) in ``domain``, as registered (:func:`register`)."""
+    for node in model.graph.node:
+        if not node.domain and node.op_type in signatures:
+            node.domain = domain
+    model.opset_import.append(helper.make_opsetid(domain, 1))
+    return model
+
+
+# --- called back from C ---------------------------------------------------------------------
+
+class _Api:
+    def __init__(self, address):
+        slots = ctypes.cast(address, ctypes.POINTER(_P))
+        for name, (slot, restype, argtypes) in _SLOTS.items():
+            setattr(self, name, ctypes.CFUNCTYPE(restype, *argtypes)(slots[slot]))
+
+    def check(self, status):
+        if status:
+            text = self.GetErrorMessage(status).decode()
+            self.ReleaseStatus(status)
+            raise RuntimeError(text)
+
+
+def _callback(restype, *argtypes):
+    def wrap(function):
+        made = ctypes.CFUNCTYPE(restype, *argtypes)(function)
+        _kept.append(made)
+        return ctypes.cast(made, _P).value
+    return wrap
+
+
+def _operator(name, inputs, outputs):
+    op = _OrtCustomOp()
+    op.version = _OP_VERSION
+    label = ctypes.create_string_buffer(name.encode())
+    _kept.extend([op, label])
+    op.GetName = _callback(_P, _P)(lambda _: ctypes.addressof(label))
+    op.GetExecutionProviderType = _callback(_P, _P)(lambda _: None)     # None: the CPU's
+    op.GetInputType = _callback(ctypes.c_int, _P, _SIZE)(lambda _, i: inputs[i])
+    op.GetInputTypeCount = _callback(_SIZE, _P)(lambda _: len(inputs))
+    op.GetOutputType = _callback(ctypes.c_int, _P, _SIZE)(lambda _, i: outputs[i])
+    op.GetOutputTypeCount = _callback(_SIZE, _P)(lambda _: len(outputs))
+    required = _callback(ctypes.c_int, _P, _SIZE)(lambda _, i: 0)
+    op.GetInputCharacteristic = op.GetOutputCharacteristic = required
+    op.GetInputMemoryType = _callback(ctypes.c_int, _P, _SIZE)(lambda _, i: 0)  # the CPU's
+    one = _callback(ctypes.c_int, _P)(lambda _: 1)
+    op.GetVariadicInputMinArity = op.GetVariadicInputHomogeneity = one
+    op.GetVariadicOutputMinArity = op.GetVariadicOutputHomogeneity = one
+    op.CreateKernelV2 = ctypes.cast(_loaded.maxaccel_create_kernel, _P).value
+    op.KernelComputeV2 = ctypes.cast(_loaded.maxaccel_compute, _P).value
+    op.KernelDestroy = ctypes.cast(_loaded.maxaccel_destroy_kernel, _P).value
+    return op
+
+
+def _register(options, api):
+    """``RegisterCustomOps``: the pending domain and its operators onto ``options``."""
+    try:
+        if _pending is None:
+            return "maxaccel: no operators to register (use maxaccel.host.device_ops.register)"
+        domain_name, signatures = _pending
+        table = _Api(api)
+        domain = _P()
+        table.check(table.CreateCustomOpDomain(domain_name.encode(), ctypes.byref(domain)))
+        for name, (inputs, outputs) in signatures.items():
+            op = _operator(name, inputs, outputs)
+            table.check(table.CustomOpDomain_Add(domain, ctypes.byref(op)))
+        table.check(table.AddCustomOpDomain(options, domain))
+        return None
+    except Exception as error:
+        return f"maxaccel: cannot register the device operators: {error}"
+
+
+def _dtype(element):
+    dtype = _dtypes.get(element)
+    if dtype is None:
+        dtype = _dtypes[element] = np.dtype(helper.tensor_dtype_to_np_dtype(element))
+    return dtype
+
+
+def _dispatch(key, inputs):
+    """A kernel's call: ``inputs`` as ``(memoryview, element type, shape)``; returns the
+    results as arrays (viewed as unsigned integers of their size, which every element type's
+    buffer export allows)."""
+    entry = _steps.get(key)
+    session = entry[0]() if entry else None
+    if session is None:
+        raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
+    arrays = [np.frombuffer(view, _dtype(element)).reshape(shape)
+              for view, element, shape in inputs]
+    results = session._device_operator(entry[1], arrays)
+    return [r.view(f"u{r.itemsize}") if r.dtype.kind not in "u" and r.itemsize in (1, 2, 4, 8)
+            else r for r in results]

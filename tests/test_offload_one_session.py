@@ -1,0 +1,137 @@
+"""OffloadSession as one onnxruntime session whose device steps are custom operators
+(``maxaccel.host.device_ops``): the partitioned session's bits, the device's own errors, the
+steps in the plan's order, and the models it leaves to the partitions, saying why."""
+
+import gc
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from maxaccel.host import bench, device_ops, models
+from maxaccel.host.offload import OffloadSession
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from test_offload import mixed_model, random_values
+
+FEEDS = {"a": np.array([[[np.nan, -0.0, 1, 2]] * 3] * 2, np.float32),
+         "b": np.array([0.0, -0.0, np.nan], np.float32).reshape(1, 3, 1),
+         "flip": np.array(True)}
+
+
+def test_the_mixed_model_runs_as_one_session_with_the_partitions_bits():
+    one = OffloadSession(mixed_model(), device=reference)
+    partitions = OffloadSession(mixed_model(), device=reference, one_session=False)
+    assert one.one_session_refusal is None and one._engines == {}
+    assert partitions.one_session_refusal == "one_session=False"
+    rng = np.random.default_rng(7)
+    for flip in (False, True):
+        feeds = dict(FEEDS, a=random_values(rng, np.float32, (2, 3, 4)), flip=np.array(flip))
+        feeds["a"][0, 0, :2] = np.array([0xFFC00001, 0x80000000], np.uint32).view(np.float32)
+        for got, want in zip(one.run(None, feeds), partitions.run(None, feeds)):
+            assert_same_bits(got, want)
+        assert one.last_run == partitions.last_run == one.placements
+        assert [(s.name, s.where, s.nodes) for s in one.last_steps] == \
+            [(s.name, s.where, s.nodes) for s in partitions.last_steps]
+        assert all(s.seconds > 0 for s in one.last_steps)
+
+
+@pytest.mark.parametrize("name", sorted(models.BUILT_IN))
+def test_the_built_in_models_give_the_partitions_bits(name):
+    _, model, feeds = bench.load_model(name)
+    one = OffloadSession(model, device=reference)
+    assert one.one_session_refusal is None
+    partitions = OffloadSession(model, device=reference, one_session=False)
+    if name == "resnet18":   # onnxruntime fuses and lays out a 49-node graph otherwise
+        for got, want in zip(one.run(None, feeds), partitions.run(None, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    else:
+        for got, want in zip(one.run(None, feeds), partitions.run(None, feeds)):
+            assert_same_bits(got, want)
+    assert one.last_run == partitions.last_run
+
+
+def test_a_device_error_is_raised_as_itself_and_the_session_runs_on():
+    class Failing:
+        """The golden model, but its second max fails as a device would."""
+
+        def __init__(self):
+            self.calls = 0
+
+        def __getattr__(self, name):
+            return getattr(reference, name)
+
+        def max(self, *arrays):
+            self.calls += 1
+            if self.calls == 2:
+                raise ConnectionError("the board stopped answering")
+            return reference.max(*arrays)
+    session = OffloadSession(mixed_model(), device=Failing())
+    session.run(None, FEEDS)
+    with pytest.raises(ConnectionError, match="stopped answering"):
+        session.run(None, FEEDS)
+    for got, want in zip(session.run(None, FEEDS),
+                         OffloadSession(mixed_model(), device=reference).run(None, FEEDS)):
+        assert_same_bits(got, want)
+
+
+def test_one_output_asked_for():
+    session = OffloadSession(mixed_model(), device=reference)
+    (m,) = session.run(["m"], FEEDS)
+    assert_same_bits(m, reference.max(FEEDS["a"], FEEDS["b"]))
+    # onnxruntime runs the whole graph, as the partitions do.
+    assert session.last_run == session.placements
+
+
+def test_two_sessions_on_one_options_object_each_get_their_operators():
+    options = onnxruntime.SessionOptions()
+    first = OffloadSession(mixed_model(), options, device=reference)
+    _, model, feeds = bench.load_model("kws")
+    second = OffloadSession(model, options, device=reference)
+    assert first.one_session_refusal is second.one_session_refusal is None
+    want = OffloadSession(mixed_model(), device=reference, one_session=False).run(None, FEEDS)
+    for got, expected in zip(first.run(None, FEEDS), want):
+        assert_same_bits(got, expected)
+    second.run(None, feeds)
+
+
+def test_a_dropped_session_leaves_no_step_behind():
+    before = len(device_ops._steps)
+    session = OffloadSession(mixed_model(), device=reference)
+    assert len(device_ops._steps) == before + 3
+    del session
+    gc.collect()
+    assert len(device_ops._steps) == before
+
+
+def bfloat16_model():
+    graph = helper.make_graph(
+        [helper.make_node("Max", ["x", "y"], ["m"]), helper.make_node("Cast", ["m"], ["z"],
+                                                                       to=TensorProto.FLOAT)],
+        "bf16", [helper.make_tensor_value_info(n, TensorProto.BFLOAT16, [3]) for n in "xy"],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def test_models_it_leaves_to_the_partitions_say_why(monkeypatch, tmp_path):
+    session = OffloadSession(bfloat16_model(), device=reference)
+    assert "no bfloat16 arrays" in session.one_session_refusal and session._one is None
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "cpu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    cpu_only = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                                 ir_version=10)
+    assert OffloadSession(cpu_only, device=reference).one_session_refusal.startswith(
+        "no device step")
+    # A new process with no compiler and nothing cached: the partitions, with the reason.
+    monkeypatch.setattr(device_ops, "_loaded", None)
+    monkeypatch.setenv("MAXACCEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CC", raising=False)
+    session = OffloadSession(mixed_model(), device=reference)
+    assert session.one_session_refusal == \
+        "the device operators are unavailable: no C compiler (cc, gcc or clang) on PATH"
+    for got, want in zip(session.run(None, FEEDS),
+                         OffloadSession(mixed_model(), device=reference).run(None, FEEDS)):
+        assert_same_bits(got, want)
