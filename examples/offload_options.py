@@ -564,10 +564,12 @@ def single(args, device):
                                                  one_session=False),
                     "one session, device operators": OffloadSession(
                         model, _options(threading), device=timed)}
-                expected = [a.tobytes() for a in sessions["partitions"].run(None, feeds)]
+                # The same bits for the small models; onnxruntime fuses and lays out a large
+                # graph in one session otherwise than in partitions (float rounding).
+                expected = sessions["partitions"].run(None, feeds)
                 for option, session in sessions.items():
-                    got = [a.tobytes() for a in session.run(None, feeds)]
-                    assert got == expected or name == "resnet18", f"{name}: {option} differs"
+                    for got, want in zip(session.run(None, feeds), expected):
+                        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
                 rows = {option: [] for option in sessions}
                 alone = []
                 for _ in range(args.rounds):

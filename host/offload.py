@@ -55,6 +55,7 @@ only in max-family nodes and only for NaN and signed zeros (``docs/semantics.md`
 """
 
 import os
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -423,6 +424,18 @@ class OffloadSession:
                            tuple(name for name, _ in step.nodes),
                            [(name, node.op_type) for name, node in step.nodes])
                           for step in self._steps]
+        if self._one is not None:
+            # Each schedule entry with its device operator's index, or for a partition the
+            # indices of the device operators after it in the plan (``_run_one``).
+            index = {id(step): i for i, (step, _, _) in enumerate(self._one_steps)}
+            later = [index[id(entry[0])] for entry in self._schedule if entry[1] is _DEVICE_STEP]
+            self._one_schedule = []
+            for entry in self._schedule:
+                if entry[1] is _DEVICE_STEP:
+                    later.pop(0)
+                    self._one_schedule.append((*entry, index[id(entry[0])]))
+                else:
+                    self._one_schedule.append((*entry, tuple(later)))
         self._output_names = [o.name for o in self.outputs]
         self._pool_arguments = {id(step.attributes): _max_pool_arguments(step.attributes)
                                 for step in self._steps if isinstance(step, DeviceStep)
@@ -591,9 +604,8 @@ class OffloadSession:
         except Exception as error:  # onnxruntime's exception types: the partitions then
             return f"onnxruntime does not load the model as one session: {error}"
         self._one_run = _direct_run(self._one)
-        self._one_index = {id(step): index for index, (step, _, _) in
-                           enumerate(self._one_steps)}
         self._calls, self._failure = {}, None
+        self._device_lock = threading.Lock()
         return None
 
     def _device_operator(self, index, arrays):
@@ -601,13 +613,16 @@ class OffloadSession:
         ``arrays`` (onnxruntime's buffers, read only). Returns its results."""
         step, inputs, outputs = self._one_steps[index]
         values = dict(zip(inputs, arrays))
-        started = time.perf_counter()
-        try:
-            where = self._run_device(step, values)
-        except BaseException as error:
-            self._failure = error   # raised by run() in place of onnxruntime's error
-            raise
-        self._calls[index] = (started, time.perf_counter() - started, where)
+        # onnxruntime's parallel executor may run two device steps at once: one at a time on
+        # the link.
+        with self._device_lock:
+            started = time.perf_counter()
+            try:
+                where = self._run_device(step, values)
+            except BaseException as error:
+                self._failure = error   # raised by run() in place of onnxruntime's error
+                raise
+            self._calls[index] = (started, time.perf_counter() - started, where)
         # Not np.ascontiguousarray: it makes a 0-d result 1-d.
         return [np.asarray(values[name], order="C") for name in outputs]
 
@@ -630,18 +645,16 @@ class OffloadSession:
         calls = self._calls
         record, timings = [], []
         since = started
-        for position, (step, kind, names, operators) in enumerate(self._schedule):
+        for step, kind, names, operators, operator in self._one_schedule:
             if kind is _DEVICE_STEP:
-                call = calls.get(self._one_index[id(step)])
+                call = calls.get(operator)
                 if call is None:
                     continue
                 begun, seconds, where = call
                 since = begun + seconds
-            else:
-                later = [calls[self._one_index[id(s)]][0] for s, k, _, _ in
-                         self._schedule[position + 1:]
-                         if k is _DEVICE_STEP and self._one_index[id(s)] in calls]
-                seconds, where = max((later[0] if later else ended) - since, 0.0), ONNXRUNTIME
+            else:   # until the next device call of the plan (``operator``: their indices)
+                until = next((calls[i][0] for i in operator if i in calls), ended)
+                seconds, where = max(until - since, 0.0), ONNXRUNTIME
             timings.append(StepTiming(step.name, where, names, seconds))
             record += [(name, op_type, where) for name, op_type in operators]
         self.last_run, self.last_steps = record, timings
