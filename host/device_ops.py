@@ -309,8 +309,8 @@ def _dtype(element):
 
 def _dispatch(key, inputs):
     """A kernel's call: ``inputs`` as ``(memoryview, element type, shape)``; returns the
-    results as arrays (viewed as unsigned integers of their size, which every element type's
-    buffer export allows)."""
+    results as arrays (those of a dtype numpy does not build in, such as bfloat16, viewed as
+    unsigned integers of their size: their buffers cannot be exported as they are)."""
     entry = _steps.get(key)
     session = entry[0]() if entry else None
     if session is None:
@@ -318,5 +318,4 @@ def _dispatch(key, inputs):
     arrays = [np.frombuffer(view, _dtype(element)).reshape(shape)
               for view, element, shape in inputs]
     results = session._device_operator(entry[1], arrays)
-    return [r.view(f"u{r.itemsize}") if r.dtype.kind not in "u" and r.itemsize in (1, 2, 4, 8)
-            else r for r in results]
+    return [r if r.dtype.isbuiltin == 1 else r.view(f"u{r.itemsize}") for r in results]

@@ -135,3 +135,25 @@ def test_models_it_leaves_to_the_partitions_say_why(monkeypatch, tmp_path):
     for got, want in zip(session.run(None, FEEDS),
                          OffloadSession(mixed_model(), device=reference).run(None, FEEDS)):
         assert_same_bits(got, want)
+
+
+def test_bfloat16_between_onnxruntime_and_the_device():
+    """A bfloat16 Max between Casts: the partitions cannot hand bfloat16 over (onnxruntime's
+    Python API has no numpy type for it), the one session's operators can."""
+    import ml_dtypes
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["xb"], to=TensorProto.BFLOAT16),
+         helper.make_node("Cast", ["y"], ["yb"], to=TensorProto.BFLOAT16),
+         helper.make_node("Max", ["xb", "yb"], ["m"]),
+         helper.make_node("Cast", ["m"], ["z"], to=TensorProto.FLOAT)], "bf16_inside",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [6]) for n in "xy"],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    x = np.array([np.nan, -0.0, 1, 2, 0.0, -np.inf], np.float32)
+    y = np.array([1, 0.0, np.nan, -3, -0.0, -np.inf], np.float32)
+    session = OffloadSession(model, device=reference)
+    assert session.one_session_refusal is None
+    (z,) = session.run(None, {"x": x, "y": y})
+    want = reference.max(x.astype(ml_dtypes.bfloat16), y.astype(ml_dtypes.bfloat16))
+    assert_same_bits(z, want.astype(np.float32))
+    assert session.last_run[2] == ("Max_2", "Max", "device")
