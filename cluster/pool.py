@@ -528,11 +528,7 @@ class BoardPool:
             # Nothing to spread: one board answers (the empty reduction's value included).
             return self._map("call", [(operation, (values, axes, keepdims, noop), {})])[0]
         reduced = sorted(axes) if axes else list(range(values.ndim))
-        axis = int(np.argmax(values.shape))
-        count = self._pieces(values.shape[axis], pieces)
-        slices = np.array_split(values, count, axis=axis)
-        parts = self._map("call", [(operation, (piece, reduced, True, False), {})
-                                   for piece in slices])
+        axis, _, parts = self._shards(operation, values, pieces, reduced, True, False)
         if axis in reduced:
             combined = getattr(reference, operation)(np.stack(parts), axes=[0], keepdims=False)
         else:
@@ -572,6 +568,15 @@ class BoardPool:
         :func:`maxaccel.sim.reference.arg_min`'s result."""
         return self._arg("arg_min", x, axis, keepdims, select_last_index, pieces)
 
+    def _shards(self, operation, values, pieces, *arguments):
+        """``values`` cut along its longest axis into ``pieces`` slices (default: one per
+        board in use), ``operation(slice, *arguments)`` on the boards. Returns ``(axis,
+        slices, results)``."""
+        axis = int(np.argmax(values.shape))
+        slices = np.array_split(values, self._pieces(values.shape[axis], pieces), axis=axis)
+        return axis, slices, self._map("call", [(operation, (piece, *arguments), {})
+                                                for piece in slices])
+
     def _arg(self, operation, x, axis, keepdims, select_last_index, pieces):
         """``arg_max`` or ``arg_min`` (``operation``) split across the boards."""
         from maxaccel.contract.checks import check_arg
@@ -580,10 +585,7 @@ class BoardPool:
                                                        operation)
         if values.size == 0:
             return self._map("call", [(operation, (values, axis, keepdims, last), {})])[0]
-        cut = int(np.argmax(values.shape))
-        slices = np.array_split(values, self._pieces(values.shape[cut], pieces), axis=cut)
-        parts = self._map("call", [(operation, (piece, axis, True, last), {})
-                                   for piece in slices])
+        cut, slices, parts = self._shards(operation, values, pieces, axis, True, last)
         if cut != axis:
             combined = np.concatenate(parts, axis=cut)
         else:
