@@ -478,8 +478,9 @@ class OffloadSession:
             custom_metadata_map={p.key: p.value for p in model.metadata_props})
 
     def get_providers(self):
-        """The onnxruntime providers of the CPU partitions (the device is :attr:`device`)."""
-        for engine in ([self._one] if self._one is not None else []) + list(self._engines.values()):
+        """The onnxruntime providers of the CPU nodes (the device is :attr:`device`)."""
+        engines = list(self._engines.values())
+        for engine in engines if self._one is None else [self._one]:
             if hasattr(engine, "get_providers"):
                 return engine.get_providers()
         return [p if isinstance(p, str) else p[0]
