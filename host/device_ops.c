@@ -136,16 +136,24 @@ static PyObject *input_of(void *context, size_t index, Status *status)
         return NULL;
     static char nothing;
     PyObject *shape = PyTuple_New((Py_ssize_t)rank);
-    for (size_t d = 0; shape && d < rank; d++)
-        PyTuple_SET_ITEM(shape, (Py_ssize_t)d, PyLong_FromLongLong(dims[d]));
+    int complete = shape != NULL;
+    for (size_t d = 0; complete && d < rank; d++) {
+        PyObject *size = PyLong_FromLongLong(dims[d]);
+        complete = size != NULL;
+        if (complete)
+            PyTuple_SET_ITEM(shape, (Py_ssize_t)d, size);
+    }
     PyObject *view = PyMemoryView_FromMemory(bytes ? (char *)data : &nothing, bytes, PyBUF_READ);
-    if (!shape || !view) {
+    if (!complete || !view) {
         Py_XDECREF(shape);
         Py_XDECREF(view);
         *status = python_failure();
         return NULL;
     }
-    return Py_BuildValue("(NiN)", view, element, shape);
+    PyObject *input = Py_BuildValue("(NiN)", view, element, shape);
+    if (!input)
+        *status = python_failure();
+    return input;
 }
 
 /* Copies one result (anything with a C-contiguous buffer) into output `index`. */
