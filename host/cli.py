@@ -26,9 +26,9 @@ log = _progress.log
 RUN_DESCRIPTION = """\
 Run an ONNX model with its Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin, ArgMax and
 ArgMin nodes on a board (the virtual board by default). Prints each output's shape and dtype,
-where each node ran, and whether the outputs are bit for bit those of the golden model. Inputs not given are
-generated (random values mixed with edge cases: NaNs, signed zeros, infinities, extremes) from
-a printed seed."""
+where each node ran, and whether the outputs are bit for bit those of the golden model. Inputs
+not given are generated (random values mixed with edge cases: NaNs, signed zeros,
+infinities, extremes) from a printed seed."""
 
 BENCH_DESCRIPTION = """\
 Measure throughput, host overhead and link efficiency per device and tensor size, with numpy and

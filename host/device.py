@@ -22,8 +22,9 @@ requests:
     device; on a board without the broadcast unit, a ``REDUCE`` of interleaved elements.
 ``arg_max``, ``arg_min``
     ``host/reduction.py``: each line along the axis one ``REDUCE`` run with ``arg`` set (the
-    axis made innermost on the host), the device's offsets back as positions; ``select_last_index`` by reversing
-    the runs; lines longer than a frame in pieces whose extremes are sent again.
+    axis made innermost on the host), the device's offsets back as positions;
+    ``select_last_index`` by reversing the runs; lines longer than a frame in pieces whose
+    extremes are sent again.
 ``max_pool``
     ``host/pool_window.py`` (``MAX_POOL``, tiles with their halo) or ``host/pool_reduce.py``
     (each window a ``REDUCE`` run), as :func:`plan_max_pool` chooses.

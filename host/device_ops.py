@@ -202,7 +202,7 @@ def one_model(model, steps, types, key_of):
         step's ``(step, input names, output names)`` by index, and the signatures.
     """
     from maxaccel.host.partition import CpuPartition
-    nodes, device_steps, signatures = [], [], {}
+    nodes, device_steps, op_types = [], [], {}
     for step in steps:
         if isinstance(step, CpuPartition):
             nodes += [node for _, node in step.named_nodes]
@@ -210,9 +210,7 @@ def one_model(model, steps, types, key_of):
         inputs = [name for name in step.inputs if name]
         outputs = [name for name in step.outputs if name]
         signature = (tuple(types[n] for n in inputs), tuple(types[n] for n in outputs))
-        op_type = next((name for name, known in signatures.items() if known == signature),
-                       f"Step{len(signatures)}")
-        signatures[op_type] = signature
+        op_type = op_types.setdefault(signature, f"Step{len(op_types)}")
         nodes.append(helper.make_node(op_type, inputs, outputs, name=step.name,
                                       key=key_of(len(device_steps))))
         device_steps.append((step, inputs, outputs))
@@ -223,7 +221,7 @@ def one_model(model, steps, types, key_of):
                           sparse_initializer=list(graph.sparse_initializer)),
         opset_imports=list(model.opset_import), functions=list(model.functions))
     one.ir_version = model.ir_version
-    return one, device_steps, signatures
+    return one, device_steps, {op_type: signature for signature, op_type in op_types.items()}
 
 
 def with_domain(model, domain, signatures):

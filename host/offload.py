@@ -313,8 +313,9 @@ class OffloadSession:
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
     device : Device or str, optional
         Where the max family, Min, ReduceMin, ArgMax and ArgMin run: a
-        :class:`~maxaccel.host.device.Device` or anything with its ``max``, ``reduce_max`` and ``global_max_pool`` (and
-        ``max_pool``, ``min``, ``reduce_min`` for models with those nodes; the golden model
+        :class:`~maxaccel.host.device.Device` or anything with its ``max``, ``reduce_max``
+        and ``global_max_pool`` (and ``max_pool``, ``min``, ``reduce_min``, ``arg_max`` and
+        ``arg_min`` for models with those nodes; the golden model
         module ``maxaccel.sim.reference`` works too), or a device URL (``"sim"``,
         ``"verilator"``, ``"serial:///dev/ttyUSB0"``...): opened here by
         :func:`~maxaccel.host.device.open_device`, owned by the session and closed by
@@ -557,7 +558,6 @@ class OffloadSession:
         import onnxruntime
 
         from maxaccel.host import device_ops
-        from maxaccel.host.partition import _inferred_types
         steps = self._steps
         if not any(isinstance(s, DeviceStep) for s in steps):
             return "no device step: the model is one partition"
@@ -576,10 +576,8 @@ class OffloadSession:
                           if v.type.tensor_type.elem_type not in _NUMPY_NATIVE})
         if foreign:
             return f"onnxruntime's Python API takes and gives no {', '.join(foreign)} arrays"
-        inferred = _inferred_types(plan.model)
-        types = {name: t.tensor_type.elem_type for name, t in inferred.items()
+        types = {name: t.tensor_type.elem_type for name, t in plan.types.items()
                  if t.HasField("tensor_type")}
-        types.update({t.name: t.data_type for t in plan.model.graph.initializer})
         names = {n for s in steps if isinstance(s, DeviceStep) for n in s.inputs + s.outputs
                  if n}
         unknown = sorted(n for n in names if not types.get(n))
@@ -598,14 +596,10 @@ class OffloadSession:
         if options.execution_order == onnxruntime.ExecutionOrder.DEFAULT:
             options.execution_order = onnxruntime.ExecutionOrder.PRIORITY_BASED
         try:
-            self._one = onnxruntime.InferenceSession(
-                _for_onnxruntime(model), self._partition_options,
-                providers=self._providers or ["CPUExecutionProvider"],
-                provider_options=self._provider_options, **self._ort_kwargs)
+            self._one = self._onnxruntime_session(model)
         except Exception as error:  # onnxruntime's exception types: the partitions then
             return f"onnxruntime does not load the model as one session: {error}"
         self._one_run = _direct_run(self._one)
-        self._calls, self._failure = {}, None
         self._device_lock = threading.Lock()
         return None
 
@@ -659,7 +653,7 @@ class OffloadSession:
             timings.append(StepTiming(step.name, where, names, seconds))
             record += [(name, op_type, where) for name, op_type in operators]
         self.last_run, self.last_steps = record, timings
-        return list(results)
+        return results
 
     def _where(self, step):
         if isinstance(step, CpuPartition):
@@ -668,14 +662,19 @@ class OffloadSession:
                 else ONNX_REFERENCE
         return DEVICE if isinstance(step, DeviceStep) else ONNX_REFERENCE
 
+    def _onnxruntime_session(self, model):
+        """``model`` as an onnxruntime session with the caller's options (spinning stopped),
+        providers and keyword arguments: a partition's, or the one session's."""
+        import onnxruntime
+        return onnxruntime.InferenceSession(
+            _for_onnxruntime(model), self._partition_options,
+            providers=self._providers or ["CPUExecutionProvider"],
+            provider_options=self._provider_options, **self._ort_kwargs)
+
     def _engine(self, step, model):
         """An onnxruntime session for a partition, or ``onnx.reference`` if it cannot load."""
-        import onnxruntime
         try:
-            return onnxruntime.InferenceSession(
-                _for_onnxruntime(model), self._partition_options,
-                providers=self._providers or ["CPUExecutionProvider"],
-                provider_options=self._provider_options, **self._ort_kwargs)
+            return self._onnxruntime_session(model)
         except Exception as error:  # onnxruntime's own exception types, by status
             from onnx.reference import ReferenceEvaluator
             try:

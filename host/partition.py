@@ -7,12 +7,12 @@
 2. The nodes are sorted topologically (onnxruntime accepts unsorted graphs, so this does too).
 3. Each node gets a kind: ``device`` (Max, ReduceMax, GlobalMaxPool, MaxPool, Min, ReduceMin,
    ArgMax and ArgMin of the default domain), ``subgraph`` (a node whose subgraphs contain
-   max-family nodes: it runs on ``onnx.reference`` with the max family routed to the device, so it keeps the contract) or ``cpu`` (everything
-   else). A Transpose whose only consumer is a GlobalMaxPool, or a ReduceMax or ReduceMin over
-   known axes, is
-   *folded* into that device step: the reduction runs on the untransposed tensor (the axes
-   mapped through the permutation), so a channels-last tensor reaches the device's channels-last
-   pooling unit without being transposed on the host.
+   max-family nodes: it runs on ``onnx.reference`` with the max family routed to the device,
+   so it keeps the contract) or ``cpu`` (everything else). A Transpose whose only consumer
+   is a GlobalMaxPool, or a ReduceMax or ReduceMin over known axes, is *folded* into that
+   device step: the reduction runs on the untransposed tensor (the axes mapped through the
+   permutation), so a channels-last tensor reaches the device's channels-last pooling unit
+   without being transposed on the host.
 4. CPU nodes are grouped into as few partitions as the data dependencies allow: a CPU node goes
    into the earliest partition after every device step it depends on. The run order is
    partition 0, the device steps that depend on nothing later, partition 1, ...; the number of
@@ -223,10 +223,12 @@ class CpuPartition:
 
 @dataclass
 class Plan:
-    """The steps in run order, and the model they came from (functions inlined)."""
+    """The steps in run order, the model they came from (functions inlined), and the type of
+    every value the model declares or ONNX shape inference finds (``_inferred_types``)."""
 
     model: onnx.ModelProto
     steps: list
+    types: dict = field(default_factory=dict)
 
 
 def _attributes(node):
@@ -380,7 +382,7 @@ def partition(model, name_of):
                 steps.append(_device_step(node, names, fold_of.get(id(node))))
             else:
                 steps.append(_subgraph_step(node, names[id(node)], model))
-    return Plan(model, steps)
+    return Plan(model, steps, types)
 
 
 def _reads_after(nodes, kinds, level_of, graph_outputs):

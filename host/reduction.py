@@ -23,10 +23,11 @@ Plan, then run, as ``host/pool_window.py`` does for ``MAX_POOL``:
 
 :func:`arg_rows`
     ArgMax and ArgMin through ``REDUCE`` with its ``arg`` select: each row one run, the
-    device's byte offset of each run's first extreme back as a position; ``select_last_index`` is the first extreme of the
-    run reversed (a view here, one copy on the way to the link). A row longer than a frame
-    goes in pieces whose extremes are sent again as runs of their own: the first extreme of
-    those is in the first piece that holds one, so the tie rule carries over.
+    device's byte offset of each run's first extreme back as a position;
+    ``select_last_index`` is the first extreme of the run reversed (a view here, one copy on
+    the way to the link). A row longer than a frame goes in pieces whose extremes are sent
+    again as runs of their own: the first extreme of those is in the first piece that holds
+    one, so the tie rule carries over.
 
 Pure numpy; never imports amaranth.
 """
