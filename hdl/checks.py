@@ -16,6 +16,8 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.wire import STATUS_ORDER, WINDOW_INDEX_BYTES, Status
 
+from .kit import refuse
+
 __all__ = ["SATURATED", "SaturatingMultiplier", "RequestChecks", "check_programs",
            "verdict_logic"]
 
@@ -36,20 +38,24 @@ SATURATED = (1 << 36) - 1
 
 
 class SaturatingMultiplier(wiring.Component):
-    """``a * b`` for checking lengths: bit-serial, saturating at ``2**width``.
+    """``a * b`` for checking lengths: bit-serial, ``digit_bits`` bits of ``b`` a cycle,
+    saturating at ``2**width``.
 
     Shift and add over the bits of ``b``, least significant first: while bits of ``b`` remain,
-    ``p += a`` if the bit is set, then ``a`` doubles. The whole unit is one ``width + 1``-bit
-    adder and three registers, and it stops as soon as no bit of ``b`` is left, so small factors
-    (the usual counts) take a few cycles. ``overflow`` is set when the product is
-    ``2**width`` or more; ``a_overflow`` says ``a`` stands for such a value. A product of 0 is
-    exact whatever ``a`` was. Chaining ``product``/``overflow`` into ``a``/``a_overflow``
-    multiplies any number of factors, saturating.
+    ``p += a * d`` for the next digit ``d`` of ``digit_bits`` bits (an adder per bit of the
+    digit, chained), then ``a`` is shifted past the digit. The unit stops as soon as no bit of
+    ``b`` is left, so small factors (the usual counts) take a few cycles. ``overflow`` is set
+    when the product is ``2**width`` or more; ``a_overflow`` says ``a`` stands for such a
+    value. A product of 0 is exact whatever ``a`` was. Chaining ``product``/``overflow`` into
+    ``a``/``a_overflow`` (they hold until the next ``start``) multiplies any number of factors,
+    saturating.
 
     Parameters
     ----------
     width : int
         Width of ``a``, ``b`` and ``product``.
+    digit_bits : int
+        Bits of ``b`` a cycle (1 or 2: one adder or two).
 
     Ports
     -----
@@ -63,12 +69,14 @@ class SaturatingMultiplier(wiring.Component):
 
     Latency
     -------
-    ``busy`` is high for ``b.bit_length()`` cycles from the cycle after ``start`` (0 to
-    ``width``).
+    ``busy`` is high for ``ceil(b.bit_length() / digit_bits)`` cycles from the cycle after
+    ``start`` (0 when ``b`` is 0); a ``start`` may come in the first cycle ``busy`` is low.
     """
 
-    def __init__(self, width=32):
-        self.width = width
+    def __init__(self, width=32, digit_bits=2):
+        if digit_bits not in (1, 2):
+            refuse(self, f"digit_bits must be 1 or 2, not {digit_bits!r}")
+        self.width, self.digit_bits = width, digit_bits
         super().__init__({
             "start": In(1),
             "a": In(width),
@@ -81,26 +89,28 @@ class SaturatingMultiplier(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        width = self.width
+        width, digit = self.width, self.digit_bits
         multiplicand = Signal(width)
-        multiplicand_overflow = Signal()      # the doubled multiplicand is 2**width or more
+        multiplicand_overflow = Signal()      # the shifted multiplicand is 2**width or more
         multiplier = Signal(width)
-        total = Signal(width + 1)
+        total = Signal(width + digit + 1)
+        # a * 2**j for each set bit j of the digit (not truncated: the total says overflow).
+        terms = [Mux(multiplier[j], multiplicand << j, 0) for j in range(digit)]
         m.d.comb += [
-            total.eq(self.product + multiplicand),
+            total.eq(sum(terms, self.product)),
             self.busy.eq(multiplier != 0),
         ]
         with m.If(self.busy):
             m.d.sync += [
-                multiplicand.eq(multiplicand << 1),
-                multiplier.eq(multiplier >> 1),
+                multiplicand.eq(multiplicand << digit),
+                multiplier.eq(multiplier >> digit),
+                self.product.eq(total[:width]),
             ]
-            with m.If(multiplicand[-1]):
+            with m.If(multiplicand[width - digit:].any()):
                 m.d.sync += multiplicand_overflow.eq(1)
-            with m.If(multiplier[0]):
-                m.d.sync += self.product.eq(total[:width])
-                with m.If(total[width] | multiplicand_overflow):
-                    m.d.sync += self.overflow.eq(1)
+            with m.If(total[width:].any()
+                      | (multiplicand_overflow & multiplier[:digit].any())):
+                m.d.sync += self.overflow.eq(1)
         with m.If(self.start):
             m.d.sync += [
                 multiplicand.eq(self.a),
@@ -112,30 +122,79 @@ class SaturatingMultiplier(wiring.Component):
         return m
 
 
-def check_programs(specs, factor):
-    """The multiplier program of each command's products, in the contract's order.
+def product_groups(products):
+    """A command's products in groups that need nothing from one another: a product goes with
+    every earlier product among its factors. Each group keeps the contract's order."""
+    group_of, groups = {}, []
+    for name, factors in products:
+        joined = {group_of[f] for f in factors if f in group_of}
+        group = [item for index in sorted(joined) for item in groups[index]]
+        for index in sorted(joined, reverse=True):
+            del groups[index]
+        group.sort(key=products.index)
+        groups.append(group + [(name, factors)])
+        group_of = {n: index for index, g in enumerate(groups) for n, _ in g}
+    return groups
 
-    Each step is ``("load", (value, overflow))``, ``("mul", value)`` or ``("save", name)``: load
-    the accumulator, multiply it by a factor, save it as the product ``name``. A product whose
-    first factor is the product just saved goes on from the accumulator.
+
+def check_programs(specs, factor, chained):
+    """The multiplier programs of each command's products, one per multiplier.
+
+    With one multiplier its program takes the products in the contract's order. With more,
+    the command's :func:`product_groups` are dealt out, largest first (by multiplications),
+    each to the multiplier with the fewest so far, so the programs run side by side and no
+    product waits for another multiplier's.
+
+    A step is ``("multiply", first, second, save)``: start the multiplier on ``first``
+    ((value, overflow) of a factor) and ``second`` (a value), and if ``save`` names a product,
+    save the result as that product when it is ready (in the cycle that starts the next step,
+    or in the program's end); or ``("copy", first, name)``: a product of one factor, saved at
+    once. A product whose first factor is the product just computed starts from the
+    multiplier's own product and overflow, so it waits for no save.
 
     Parameters
     ----------
     specs : dict of Command to CommandRules
     factor : callable(command, name) -> (value, overflow)
         A factor by name: a field, ``row_beats`` or an earlier product.
+    chained : list of (Value, Value)
+        Each multiplier's product and overflow.
+
+    Returns
+    -------
+    dict of Command to list of list of tuple
+        Each command's programs, one per multiplier.
     """
+    def multiplications(group):
+        return sum(len(factors) - 1 for _, factors in group)
+
     programs = {}
     for code, spec in specs.items():
-        program, previous = [], None
-        for name, factors in spec.products:
-            if factors[0] != previous:
-                program.append(("load", factor(code, factors[0])))
-            program += [("mul", factor(code, f)[0]) for f in factors[1:]]
-            program.append(("save", name))
-            previous = name
-        programs[code] = program
+        if len(chained) == 1:
+            shares = [spec.products]
+        else:
+            shares = [[] for _ in chained]
+            for group in sorted(product_groups(spec.products), key=multiplications,
+                                reverse=True):
+                min(shares, key=multiplications).extend(group)
+        programs[code] = [_program(code, share, factor, held_value)
+                          for share, held_value in zip(shares, chained)]
     return programs
+
+
+def _program(code, products, factor, chained):
+    """One multiplier's steps for ``products`` (in order)."""
+    program, held = [], None    # held: the product the multiplier holds
+    for name, factors in products:
+        first = chained if factors[0] == held else factor(code, factors[0])
+        if len(factors) == 1:
+            program.append(("copy", first, name))
+            continue
+        for i, second in enumerate(factors[1:]):
+            program.append(("multiply", first if i == 0 else chained,
+                            factor(code, second)[0], name if i == len(factors) - 2 else None))
+        held = name
+    return program
 
 
 def verdict_logic(m, command, supported, specs, fields, quantities, capacities):
@@ -178,9 +237,10 @@ class RequestChecks:
     * ``GEOMETRY_DTYPE``, ``GEOMETRY_SHIFT``, ``GEOMETRY_ROW``, ``GEOMETRY_BEATS``: the element
       type (:attr:`dtype`, :attr:`supported`, :attr:`shift`), the row in bytes and in beats
       (:attr:`row_bytes`, :attr:`row_beats`, :attr:`last_nbytes`);
-    * ``PRODUCTS`` and ``PRODUCT_WAIT``: the command's program of products
-      (:func:`check_programs`), a step a cycle, a multiplication waiting for the bit-serial
-      :class:`SaturatingMultiplier` (one cycle per significant bit of its second factor);
+    * ``PRODUCTS``: the command's programs of products (:func:`check_programs`), one per
+      bit-serial :class:`SaturatingMultiplier`, side by side: a multiplication costs a cycle
+      to start and one per ``digit_bits`` significant bits of its second factor, a product of
+      one factor a cycle, and a program's end (the last save) one more;
     * ``SCALE``: the data and reply lengths in bytes (:attr:`reply_bytes`), saturating;
 
     then :attr:`verdict` (combinational, in the ``checks`` module) holds the request's status.
@@ -196,6 +256,10 @@ class RequestChecks:
         What the rules compare with.
     beat_bytes : int
         Bytes of a datapath beat, a power of two.
+    multipliers : int
+        :class:`SaturatingMultiplier` s that run the programs side by side.
+    digit_bits : int
+        Their bits of the second factor a cycle.
 
     Attributes
     ----------
@@ -214,7 +278,7 @@ class RequestChecks:
         ``OK`` or the first refusing status (valid after ``SCALE``).
     """
 
-    def __init__(self, specs, fields, capacities, beat_bytes):
+    def __init__(self, specs, fields, capacities, beat_bytes, *, multipliers=1, digit_bits=1):
         self.specs, self.fields, self.capacities = specs, fields, capacities
         self.beat_bytes = beat_bytes
         self.command = Signal(8, name="command")
@@ -233,12 +297,12 @@ class RequestChecks:
         names = dict.fromkeys(name for spec in specs.values() for name, _ in spec.products)
         self.products = {name: (Signal(32, name=f"{name}_product"),
                                 Signal(name=f"{name}_overflow")) for name in names}
-        self.accumulator = Signal(32, name="accumulator")
-        self.accumulator_overflow = Signal(name="accumulator_overflow")
-        self.multiplier = SaturatingMultiplier(32)
-        self.programs = check_programs(specs, self.factor)
-        self.product_step = Signal(range(max(len(p) for p in self.programs.values()) + 1),
-                                   name="product_step")
+        self.multipliers = [SaturatingMultiplier(32, digit_bits) for _ in range(multipliers)]
+        self.programs = check_programs(specs, self.factor,
+                                       [(unit.product, unit.overflow) for unit in self.multipliers])
+        longest = max(len(p) for programs in self.programs.values() for p in programs)
+        self.product_steps = [Signal(range(longest + 2), name=f"product_step_{i}")
+                              for i in range(multipliers)]
         self.verdict = None
 
     def product(self, name):
@@ -277,9 +341,8 @@ class RequestChecks:
                                  self.shift.eq(fmt.nbytes.bit_length() - 1)]
             with m.Default():
                 m.d.sync += [self.supported.eq(0), self.shift.eq(0)]
-        m.submodules.multiplier = multiplier = self.multiplier
-        m.d.comb += [multiplier.a.eq(self.accumulator),
-                     multiplier.a_overflow.eq(self.accumulator_overflow)]
+        for i, unit in enumerate(self.multipliers):
+            m.submodules[f"multiplier_{i}"] = unit
         self.verdict = verdict_logic(checks, self.command, self.supported, self.specs,
                                      self.fields, self._quantities, self.capacities)
 
@@ -306,24 +369,26 @@ class RequestChecks:
                 self.row_beats.eq((self.row_bytes + beat_bytes - 1)
                                   >> (beat_bytes.bit_length() - 1)),
                 self.last_nbytes.eq(((self.row_bytes - 1) & (beat_bytes - 1)) + 1),
-                self.product_step.eq(0),
+                *(counter.eq(0) for counter in self.product_steps),
             ]
             m.next = "PRODUCTS"
         with m.State("PRODUCTS"):
             with m.Switch(self.command):
-                for code, program in self.programs.items():
+                for code, programs in self.programs.items():
                     with m.Case(code):
-                        with m.Switch(self.product_step):
-                            for step, (op, operand) in enumerate(program):
-                                with m.Case(step):
-                                    self._product_step(m, op, operand,
-                                                       last=step == len(program) - 1)
-            m.d.sync += self.product_step.eq(self.product_step + 1)
-        with m.State("PRODUCT_WAIT"):
-            with m.If(~self.multiplier.busy):
-                m.d.sync += [self.accumulator.eq(self.multiplier.product),
-                             self.accumulator_overflow.eq(self.multiplier.overflow)]
-                m.next = "PRODUCTS"
+                        ended = []
+                        for program, unit, counter in zip(programs, self.multipliers,
+                                                          self.product_steps):
+                            with m.If(~unit.busy & (counter <= len(program))):
+                                with m.Switch(counter):
+                                    for step in range(len(program) + 1):
+                                        with m.Case(step):
+                                            self._product_step(m, unit, program, step)
+                                m.d.sync += counter.eq(counter + 1)
+                            ended.append((counter == len(program) + 1)
+                                         | ((counter == len(program)) & ~unit.busy))
+                        with m.If(Cat(*ended).all()):
+                            m.next = "SCALE"
         with m.State("SCALE"):
             with m.Switch(self.command):
                 for code, spec in self.specs.items():
@@ -339,19 +404,21 @@ class RequestChecks:
                                                              total))]
             m.next = then
 
-    def _product_step(self, m, op, operand, *, last):
-        """One step of a program, in state ``PRODUCTS``."""
-        if op == "load":
-            value, overflow = operand
-            m.d.sync += [self.accumulator.eq(value), self.accumulator_overflow.eq(overflow)]
-        elif op == "save":
-            value, overflow = self.products[operand]
-            m.d.sync += [value.eq(self.accumulator), overflow.eq(self.accumulator_overflow)]
-            if last:   # every program ends with a save
-                m.next = "SCALE"
+    def _product_step(self, m, unit, program, step):
+        """Step ``step`` of a multiplier's program (or its end, ``len(program)``), in state
+        ``PRODUCTS`` once ``unit`` is idle: the save the step before left, then the step."""
+        if step and program[step - 1][0] == "multiply" and program[step - 1][3] is not None:
+            value, overflow = self.products[program[step - 1][3]]
+            m.d.sync += [value.eq(unit.product), overflow.eq(unit.overflow)]
+        if step == len(program):
+            return
+        op, first, *rest = program[step]
+        if op == "copy":
+            value, overflow = self.products[rest[0]]
+            m.d.sync += [value.eq(first[0]), overflow.eq(first[1])]
         else:
-            m.d.comb += [self.multiplier.start.eq(1), self.multiplier.b.eq(operand)]
-            m.next = "PRODUCT_WAIT"
+            m.d.comb += [unit.start.eq(1), unit.a.eq(first[0]), unit.a_overflow.eq(first[1]),
+                         unit.b.eq(rest[0])]
 
     def _bytes(self, name, to_bytes):
         """A product (of elements or indices) in bytes, saturating; 0 for ``None``."""

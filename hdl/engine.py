@@ -32,7 +32,7 @@ from .framing import FrameReceiver, FrameTransmitter
 from .kit import refuse
 from .linkword import check_link_bytes, link_signature, one_byte, word_fields
 from .packing import RowPacker, RowUnpacker
-from .parameters import ParameterRegister
+from .parameters import PARAMETER_BYTES, ParameterRegister
 from .pool import ChannelsLastPool
 from .routing import UNIT_NAMES, UnitRouter
 from .window_lanes import WindowLanes
@@ -236,9 +236,13 @@ class CommandEngine(wiring.Component):
         # answers BAD_COMMAND), so a small core stores no window block.
         commands = self.commands
         parameters = ParameterRegister({code: parameter_block(code, max_dims, max_operands)
-                                        for code in commands})
+                                        for code in commands}, min(width, PARAMETER_BYTES))
+        # On a wide link the checks' cycles are a request's fixed cost, so they get two
+        # multipliers of two bits a cycle; behind a byte link (a UART's pace) one of one bit.
         request = RequestChecks({code: command_rules(code, max_dims) for code in commands},
-                                parameters.fields, Capacities.of(self.identity), beat_bytes)
+                                parameters.fields, Capacities.of(self.identity), beat_bytes,
+                                multipliers=2 if width > 1 else 1,
+                                digit_bits=2 if width > 1 else 1)
         command = request.command
         length = Signal(32)
         request.build(m, checks)
@@ -269,12 +273,12 @@ class CommandEngine(wiring.Component):
         streams.d.comb += [
             receiver.payload.ready.eq(taking_parameters | draining
                                       | (streaming & packer.i.ready)),
-            receiver.payload_limit.eq(Mux(taking_parameters, 1,
+            receiver.payload_limit.eq(Mux(taking_parameters, parameters.limit(),
                                           Mux(streaming, packer.limit, width))),
             packer.i.valid.eq(streaming & receiver.payload.valid),
             packer.i.payload.eq(receiver.payload.payload),
         ]
-        parameter_byte = word_fields(receiver.payload.payload, width)[0][:8]
+        payload_data, payload_count = word_fields(receiver.payload.payload, width)
 
         # ---- The control FSM.
         def take_trailer(then):
@@ -320,7 +324,7 @@ class CommandEngine(wiring.Component):
             with m.State("PARAMS"):
                 m.d.comb += taking_parameters.eq(1)
                 with m.If(receiver.payload.valid):
-                    with m.If(parameters.take(m, parameter_byte)):
+                    with m.If(parameters.take(m, payload_data, payload_count)):
                         m.next = "GEOMETRY_DTYPE"
                 take_trailer(to_reply)   # only a timeout ends a frame here
 

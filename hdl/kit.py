@@ -17,8 +17,8 @@ stage loads with ``advance``. See ``docs/architecture.md``, "Reduction tree and 
 
 from amaranth.hdl import EnableInserter, Mux, Signal, Value
 
-from .lane import (FLOAT_FORMATS, LANE_BITS, FromKey, KeyMax, LaneDecode, LaneFormat, ToKey,
-                   byte, float_key, splat_constant)
+from .lane import (FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
+                   LaneFormat, ToKey, byte, float_key, splat_constant)
 
 __all__ = ["refuse", "set_aside", "check_lanes", "decode_format", "stall_control", "register", "key_max",
            "delay", "to_keys", "byte", "lane_of", "from_key", "accumulate_runs"]
@@ -280,7 +280,7 @@ def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimu
         # The two partials hold alternate lanes of the run, so either may hold the earlier
         # of two equal keys.
         earlier = saved_live & (saved_position < head_position)
-        unused = [0] * (LANE_BITS // 8 - 1)
+        unused = [0] * (LANE_BYTES - 1)
         result, (found, *_) = key_max(m, "close", advance, fmt.size, head, saved,
                                       tags=([head_position, *unused], [saved_position, *unused]),
                                       tie_b=earlier)
