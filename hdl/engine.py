@@ -138,18 +138,20 @@ class CommandEngine(wiring.Component):
     ----------------------
     ``link_bytes`` link bytes per cycle in and out for the data, whatever the command and
     dtype (the units take a beat of ``8 * lanes`` bytes per cycle, so they are never the
-    bottleneck); headers, parameter blocks, trailers and word replies go a byte per cycle. A
-    payload row that does not start on a link word boundary costs a word per beat more. Per
-    request the input stalls 15 cycles at the header (its check and the handshake), and a
-    data command's checks stall it once more after the parameter block: about 9 cycles plus,
-    per product, 3 plus the bit length of its second factor (measured: 17 cycles for a REDUCE,
-    24 for a LOAD, 30 for a POOL_CHANNELS_LAST, 29 for a MAX with 4 dimensions, all with small
-    factors). The reply header's first byte goes out in the cycle the first data byte is taken.
-    A unit's result bytes follow the beat that completes them by the unit's latency plus 2
-    cycles (packer and unpacker registers). The reply trailer starts 3 to 8 cycles after the
-    request's last byte, or right after the reply's last payload byte if that is later (an
-    output beat's bytes leave one per cycle, so a MAX reply trails its request by about
-    ``8 * lanes`` cycles).
+    bottleneck); the parameter block up to :data:`~maxaccel.hdl.parameters.PARAMETER_BYTES`
+    bytes per cycle; headers, trailers and word replies a byte per cycle. A payload row that
+    does not start on a link word boundary costs a word per beat more. Per request the input
+    stalls 15 cycles at the header (its check and the handshake), and a data command's checks
+    stall it once more after the parameter block: 9 cycles plus the products' programs
+    (:class:`~maxaccel.hdl.checks.RequestChecks`: a multiplication costs a cycle plus one per
+    bit of its second factor, per two bits on two multipliers side by side on a wide link).
+    With small factors behind a byte link that is 14 cycles for a REDUCE, 19 for a LOAD, 23 for
+    a POOL_CHANNELS_LAST, 18 for a MAX with 4 dimensions. The reply header's first byte goes
+    out in the cycle the first data byte is taken. A unit's result bytes follow the beat that
+    completes them by the unit's latency plus 2 cycles (packer and unpacker registers). The
+    reply trailer starts 3 to 8 cycles after the request's last byte, or right after the
+    reply's last payload byte if that is later (an output beat's bytes leave one per cycle, so
+    a MAX reply trails its request by about ``8 * lanes`` cycles).
     """
 
     def __init__(self, *, reducer, pool=None, broadcast=None, window=None, clock_hz,
