@@ -270,5 +270,5 @@ def test_ice40_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
     assert report["reduce_pipeline"] == "shallow"
     assert report["fmax_mhz"] >= 12 and report["logic_cells"][0] <= report["logic_cells"][1]
     # The iCEBreaker builds this design: it packs into as many logic cells on the UP5K (its
-    # Fmax there, 15.3 MHz, is in docs/boards/icebreaker.json).
+    # Fmax there, 14.2 MHz, is in docs/boards/icebreaker.json).
     assert report["logic_cells"][0] <= 5280
