@@ -12,6 +12,8 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py handover audio segnet kws
     python examples/offload_options.py layout audio segnet kws
     python examples/offload_options.py cold audio segnet kws
+    python examples/offload_options.py neighbour audio segnet kws
+    python examples/offload_options.py warm audio segnet kws
     python examples/offload_options.py wrapper audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
     python examples/offload_options.py single audio segnet kws
@@ -41,6 +43,11 @@ after the wait alone, after a twin session of the same partition ran on other ar
 code warm, its data cold), after itself ran on other arrays, after a one-node session ran
 (onnxruntime's run path warm, the partition's kernels and data cold), and that one-node run
 and the partition timed together.
+``neighbour``: each partition after a 5 ms sleep (a board's blocking read), while a thread
+runs a twin of it over and over: wherever the system puts that thread, on the other core, or
+on the same core at ``SCHED_IDLE``; against a twin's run just before and warm.
+``warm``: the session with and without ``keep_warm`` (commit of "Options measured" in
+docs/offload.md), the golden model as a device asleep ``--busy`` ms a call.
 ``wrapper``: two sessions in one process, one running its partitions through
 ``InferenceSession.run`` (the Python wrapper), the other through the session binding's ``run``
 (what the session does on the CPU provider), the device busy 0, 2 and 5 ms a call.
@@ -432,6 +439,119 @@ def cold(args, device):
                   f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
 
 
+def neighbour(args, device):
+    import os
+    import threading
+
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    cores = sorted(os.sched_getaffinity(0))
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        probe, captured = _partition_feeds(model, feeds)
+        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+        engines, twins = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model),
+                                                        _options("1 thread")) for s in steps]
+                          for _ in range(2))
+        others = {k: {n: v.copy() for n, v in feed.items()} for k, feed in captured.items()}
+        cases = {"after 5 ms asleep": None,
+                 "after 5 ms asleep, a thread running its twin meanwhile": "any",
+                 "same, the thread on the other core": "other",
+                 "same, the thread on the same core at SCHED_IDLE": "idle",
+                 "after 5 ms asleep and a twin's run": "before", "warm": "warm"}
+        times = {case: [[] for _ in steps] for case in cases}
+        for _ in range(args.repeats * args.rounds * 4):
+            for i, step in enumerate(steps):
+                for case, warmer in cases.items():
+                    os.sched_setaffinity(0, cores)
+                    stop = threading.Event()
+                    thread = None
+                    if warmer in ("any", "other", "idle"):
+                        if warmer != "any":
+                            os.sched_setaffinity(0, cores[:1])
+
+                        def keep_warm(warmer=warmer, i=i, step=step, stop=stop):
+                            if warmer == "other":
+                                os.sched_setaffinity(0, cores[1:2])
+                            elif warmer == "idle":
+                                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                            while not stop.is_set():
+                                twins[i].run(step.outputs, others[step.index])
+                        thread = threading.Thread(target=keep_warm)
+                        thread.start()
+                    if warmer != "warm":
+                        time.sleep(0.005)
+                    if warmer == "before":
+                        twins[i].run(step.outputs, others[step.index])
+                    stop.set()
+                    started = time.perf_counter()
+                    engines[i].run(step.outputs, captured[step.index])
+                    times[case][i].append(time.perf_counter() - started)
+                    if thread is not None:
+                        thread.join()
+        os.sched_setaffinity(0, cores)
+        for case in cases:
+            each = [_median_ms(t) for t in times[case]]
+            print(f"| partitions {case} | {name} | 1 thread | {sum(each):.3f} ms "
+                  f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
+
+
+class _Sleeping(_Instant):
+    """:class:`_Instant` whose calls sleep ``seconds`` (a board's blocking read) instead."""
+
+    def __getattr__(self, operation):
+        call = super().__getattr__(operation)
+
+        def asleep(*arrays, **keywords):
+            seconds, self.seconds = self.seconds, 0.0
+            try:
+                result = call(*arrays, **keywords)
+            finally:
+                self.seconds = seconds
+            time.sleep(seconds)
+            return result
+        return asleep
+
+
+def warm(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    for one_session in (True, False):
+        for name in args.models:
+            label, model, feeds = bench.load_model(name)
+            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
+                                                   _options("1 thread"))
+            for milliseconds in args.busy:
+                timed = bench._TimedDevice(_Sleeping(milliseconds / 1e3))
+                sessions = {option: OffloadSession(model, _options("1 thread"), device=timed,
+                                                   one_session=one_session,
+                                                   keep_warm=option == "kept warm")
+                            for option in ("cold", "kept warm")}
+                expected = sessions["cold"].run(None, feeds)
+                for session in sessions.values():
+                    for got, want in zip(session.run(None, feeds), expected):
+                        np.testing.assert_array_equal(got, want)
+                rows = {option: [] for option in sessions}
+                alone = []
+                for _ in range(args.rounds):
+                    for option, session in sessions.items():
+                        outside, runtime_ms = _pair(session, timed, runtime, feeds,
+                                                    args.repeats)
+                        rows[option].append(outside)
+                        alone.append(runtime_ms)
+                what = "one session" if one_session else "partitions"
+                for option, outside in rows.items():
+                    _row(f"{what}, device asleep {milliseconds} ms a call, {option}", name,
+                         "1 thread", statistics.median(outside), statistics.median(alone))
+                for session in sessions.values():
+                    session.close()
+
+
 def wrapper(args, device):
     import onnxruntime
 
@@ -587,7 +707,7 @@ def single(args, device):
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
-           "handover": handover, "layout": layout, "cold": cold,
+           "handover": handover, "layout": layout, "cold": cold, "neighbour": neighbour, "warm": warm,
            "wrapper": wrapper, "single": single}
 
 
