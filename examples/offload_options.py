@@ -13,7 +13,6 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py layout audio segnet kws
     python examples/offload_options.py cold audio segnet kws
     python examples/offload_options.py neighbour audio segnet kws
-    python examples/offload_options.py warm audio segnet kws
     python examples/offload_options.py wrapper audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
     python examples/offload_options.py single audio segnet kws
@@ -46,8 +45,6 @@ and the partition timed together.
 ``neighbour``: each partition after a 5 ms sleep (a board's blocking read), while a thread
 runs a twin of it over and over: wherever the system puts that thread, on the other core, or
 on the same core at ``SCHED_IDLE``; against a twin's run just before and warm.
-``warm``: the session with and without ``keep_warm`` (commit of "Options measured" in
-docs/offload.md), the golden model as a device asleep ``--busy`` ms a call.
 ``wrapper``: two sessions in one process, one running its partitions through
 ``InferenceSession.run`` (the Python wrapper), the other through the session binding's ``run``
 (what the session does on the CPU provider), the device busy 0, 2 and 5 ms a call.
@@ -499,59 +496,6 @@ def neighbour(args, device):
                   f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
 
 
-class _Sleeping(_Instant):
-    """:class:`_Instant` whose calls sleep ``seconds`` (a board's blocking read) instead."""
-
-    def __getattr__(self, operation):
-        call = super().__getattr__(operation)
-
-        def asleep(*arrays, **keywords):
-            seconds, self.seconds = self.seconds, 0.0
-            try:
-                result = call(*arrays, **keywords)
-            finally:
-                self.seconds = seconds
-            time.sleep(seconds)
-            return result
-        return asleep
-
-
-def warm(args, device):
-    import onnxruntime
-
-    from maxaccel.host import bench
-    from maxaccel.host.offload import OffloadSession
-    for one_session in (True, False):
-        for name in args.models:
-            label, model, feeds = bench.load_model(name)
-            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
-                                                   _options("1 thread"))
-            for milliseconds in args.busy:
-                timed = bench._TimedDevice(_Sleeping(milliseconds / 1e3))
-                sessions = {option: OffloadSession(model, _options("1 thread"), device=timed,
-                                                   one_session=one_session,
-                                                   keep_warm=option == "kept warm")
-                            for option in ("cold", "kept warm")}
-                expected = sessions["cold"].run(None, feeds)
-                for session in sessions.values():
-                    for got, want in zip(session.run(None, feeds), expected):
-                        np.testing.assert_array_equal(got, want)
-                rows = {option: [] for option in sessions}
-                alone = []
-                for _ in range(args.rounds):
-                    for option, session in sessions.items():
-                        outside, runtime_ms = _pair(session, timed, runtime, feeds,
-                                                    args.repeats)
-                        rows[option].append(outside)
-                        alone.append(runtime_ms)
-                what = "one session" if one_session else "partitions"
-                for option, outside in rows.items():
-                    _row(f"{what}, device asleep {milliseconds} ms a call, {option}", name,
-                         "1 thread", statistics.median(outside), statistics.median(alone))
-                for session in sessions.values():
-                    session.close()
-
-
 def wrapper(args, device):
     import onnxruntime
 
@@ -707,7 +651,7 @@ def single(args, device):
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
-           "handover": handover, "layout": layout, "cold": cold, "neighbour": neighbour, "warm": warm,
+           "handover": handover, "layout": layout, "cold": cold, "neighbour": neighbour,
            "wrapper": wrapper, "single": single}
 
 

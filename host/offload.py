@@ -58,7 +58,6 @@ import os
 import threading
 import time
 import warnings
-import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -270,26 +269,6 @@ _MAX_POOL_ATTRIBUTES = {"strides": None, "pads": None, "dilations": None, "ceil_
                         "auto_pad": "NOTSET", "storage_order": 0}
 
 
-def _twin_maker(options):
-    """``make_twin`` of :class:`~maxaccel.host.warm.WarmKeeper`: a partition's twin is an
-    onnxruntime session of the partition's model on one thread, with the optimisation level of
-    ``options`` (so it runs the partition's kernels in the partition's layout)."""
-    level = None if options is None else options.graph_optimization_level
-
-    def make(partition):
-        import onnxruntime
-        twin_options = onnxruntime.SessionOptions()
-        twin_options.intra_op_num_threads = twin_options.inter_op_num_threads = 1
-        twin_options.log_severity_level = 3
-        if level is not None:
-            twin_options.graph_optimization_level = level
-        run = _direct_run(onnxruntime.InferenceSession(_for_onnxruntime(partition.model),
-                                                       twin_options,
-                                                       providers=["CPUExecutionProvider"]))
-        return lambda output_names, feed: run(output_names, feed, None)
-    return make
-
-
 def _max_pool_arguments(attributes):
     """Keyword arguments of ``max_pool`` from a MaxPool node's attributes (``auto_pad`` comes
     as bytes from ONNX)."""
@@ -347,10 +326,6 @@ class OffloadSession:
         Run the model as one onnxruntime session with device operators where it can (the
         default); False: always as partitions (:attr:`one_session_refusal` says why a model
         that could not was not).
-    keep_warm : bool, optional
-        While a device call waits, run a twin of the CPU partition after it on the calling
-        core at idle priority, so that the partition starts with its code in the caches
-        (:mod:`maxaccel.host.warm`; default True: on Linux, with the CPU provider).
     **kwargs
         Passed to each ``onnxruntime.InferenceSession``.
 
@@ -383,7 +358,7 @@ class OffloadSession:
     """
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
-                 *, device=None, one_session=True, keep_warm=True, **kwargs):
+                 *, device=None, one_session=True, **kwargs):
         model = read_model(path_or_bytes)
         try:
             onnx.checker.check_model(model)
@@ -468,7 +443,6 @@ class OffloadSession:
                                 and step.node.op_type == "MaxPool"}
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
         self._needs_device = any(not isinstance(s, CpuPartition) for s in self._steps)
-        self._keeper = self._warm_keeper() if keep_warm else None
         self.last_run, self.last_steps = [], []
         self._owns_device = False
         if isinstance(device, str):
@@ -561,9 +535,6 @@ class OffloadSession:
             return self._run_one(output_names, feeds, run_options)
         values = dict(self._initializers)
         values.update(feeds)
-        keeper = self._keeper
-        if keeper is not None:
-            keeper.remember(feeds, copy=True)
         record, timings = [], []
         clock = time.perf_counter
         for step, kind, names, operators in self._schedule:
@@ -571,13 +542,11 @@ class OffloadSession:
             if kind is _PARTITION:
                 where = self._run_partition(step, values, feeds, run_options)
             elif kind is _DEVICE_STEP:
-                where = self._run_device_kept_warm(step, values)
+                where = self._run_device(step, values)
             else:
                 where = self._run_subgraph(step, values)
             timings.append(StepTiming(step.name, where, names, clock() - started))
             record += [(name, op_type, where) for name, op_type in operators]
-        if keeper is not None:
-            keeper.remember(values, skip=feeds)
         self.last_run, self.last_steps = record, timings
         return [values[name] for name in output_names]
 
@@ -644,18 +613,13 @@ class OffloadSession:
         with self._device_lock:
             started = time.perf_counter()
             try:
-                where = self._run_device_kept_warm(step, values)
+                where = self._run_device(step, values)
             except BaseException as error:
                 self._failure = error   # raised by run() in place of onnxruntime's error
                 raise
             self._calls[index] = (started, time.perf_counter() - started, where)
         # Not np.ascontiguousarray: it makes a 0-d result 1-d.
-        results = [np.asarray(values[name], order="C") for name in outputs]
-        if self._keeper is not None:
-            # Only arrays of their own: one viewing onnxruntime's buffers dies with the call.
-            self._keeper.remember({name: result for name, result in zip(outputs, results)
-                                   if result.flags.owndata})
-        return results
+        return [np.asarray(values[name], order="C") for name in outputs]
 
     def _run_one(self, output_names, feeds, run_options):
         """:meth:`run` as one onnxruntime session. :attr:`last_steps` gives each device step
@@ -663,8 +627,6 @@ class OffloadSession:
         (its nodes run there); a device step onnxruntime did not need for the outputs asked
         for is not in :attr:`last_run` or :attr:`last_steps`."""
         self._calls, self._failure = {}, None
-        if self._keeper is not None:
-            self._keeper.remember(feeds, copy=True)
         clock = time.perf_counter
         started = clock()
         try:
@@ -750,49 +712,6 @@ class OffloadSession:
             where = ONNX_REFERENCE
         values.update(zip(step.outputs, results))
         return where
-
-    def _warm_keeper(self):
-        """The session's :class:`~maxaccel.host.warm.WarmKeeper`, or None where it would keep
-        nothing warm (no device step followed by a partition onnxruntime runs, a provider
-        other than the CPU's, or no ``SCHED_IDLE`` here)."""
-        from maxaccel.host import warm
-        providers = [p if isinstance(p, str) else p[0]
-                     for p in (self._providers or ["CPUExecutionProvider"])]
-        if not warm.available() or providers != ["CPUExecutionProvider"]:
-            return None
-        followers, waiting = {}, []
-        for step, kind, _, _ in self._schedule:
-            if kind is _DEVICE_STEP:
-                waiting.append(step)
-            elif kind is _PARTITION:
-                if not step.untyped and step.name not in self.fallbacks:
-                    followers.update((id(device_step), step) for device_step in waiting)
-                waiting = []
-            else:
-                waiting = []
-        if not followers:
-            return None
-        make = _twin_maker(self._sess_options)
-        if self._one is None and os.environ.get("MAXACCEL_WARM_REAL"):
-            engines = self._engines
-
-            def make(partition):
-                run = _direct_run(engines[partition.index])
-                return lambda output_names, feed: run(output_names, feed, None)
-        keeper = warm.WarmKeeper(followers, make)
-        weakref.finalize(self, keeper.close)
-        return keeper
-
-    def _run_device_kept_warm(self, step, values):
-        """:meth:`_run_device`, with the partition after ``step`` kept warm meanwhile."""
-        keeper = self._keeper
-        if keeper is None:
-            return self._run_device(step, values)
-        keeper.start(step)
-        try:
-            return self._run_device(step, values)
-        finally:
-            keeper.stop()
 
     def _run_device(self, step, values):
         inputs = [values[n] if n else None for n in step.inputs]
@@ -926,10 +845,7 @@ class OffloadSession:
         return checked
 
     def close(self):
-        """Close the device if the session opened it (and stop keeping partitions warm)."""
-        if self._keeper is not None:
-            self._keeper.close()
-            self._keeper = None
+        """Close the device if the session opened it."""
         if self._owns_device:
             self.device.close()
             self.device, self._owns_device = None, False
