@@ -296,6 +296,30 @@ def _partition_feeds(model, feeds):
     return probe, captured
 
 
+def _partitions_twice(model, feeds):
+    """``(partitions, sessions, twin sessions, {index: its inputs}, {index: copies of them})``
+    of ``model``'s CPU partitions (one thread each), the inputs from one run on ``feeds``."""
+    import onnxruntime
+
+    from maxaccel.host.offload import _for_onnxruntime
+    from maxaccel.host.partition import CpuPartition
+    probe, captured = _partition_feeds(model, feeds)
+    steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
+    engines, twins = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model),
+                                                    _options("1 thread")) for s in steps]
+                      for _ in range(2))
+    others = {k: {n: v.copy() for n, v in feed.items()} for k, feed in captured.items()}
+    return steps, engines, twins, captured, others
+
+
+def _partition_rows(name, times):
+    """Rows of ``{case: [each partition's times]}``: the sum of the medians, and each."""
+    for case, each_times in times.items():
+        each = [_median_ms(t) for t in each_times]
+        print(f"| partitions {case} | {name} | 1 thread | {sum(each):.3f} ms "
+              f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
+
+
 def handover(args, device):
     import onnxruntime
 
@@ -391,8 +415,6 @@ def cold(args, device):
     from onnx import TensorProto, helper
 
     from maxaccel.host import bench
-    from maxaccel.host.offload import _for_onnxruntime
-    from maxaccel.host.partition import CpuPartition
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "one_node",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
@@ -403,12 +425,7 @@ def cold(args, device):
     one_feed = {"x": np.ones((1, 16), np.float32)}
     for name in args.models:
         label, model, feeds = bench.load_model(name)
-        probe, captured = _partition_feeds(model, feeds)
-        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
-        engines, twins = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model),
-                                                        _options("1 thread")) for s in steps]
-                          for _ in range(2))
-        others = {k: {n: v.copy() for n, v in feed.items()} for k, feed in captured.items()}
+        steps, engines, twins, captured, others = _partitions_twice(model, feeds)
         cases = ("after 5 ms busy", "after 5 ms busy and a twin's run",
                  "after 5 ms busy and its own run on other arrays",
                  "after 5 ms busy and a one-node session's run",
@@ -430,30 +447,18 @@ def cold(args, device):
                         started = time.perf_counter()
                     engines[i].run(step.outputs, captured[step.index])
                     times[case][i].append(time.perf_counter() - started)
-        for case in cases:
-            each = [_median_ms(t) for t in times[case]]
-            print(f"| partitions {case} | {name} | 1 thread | {sum(each):.3f} ms "
-                  f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
+        _partition_rows(name, times)
 
 
 def neighbour(args, device):
     import os
     import threading
 
-    import onnxruntime
-
     from maxaccel.host import bench
-    from maxaccel.host.offload import _for_onnxruntime
-    from maxaccel.host.partition import CpuPartition
     cores = sorted(os.sched_getaffinity(0))
     for name in args.models:
         label, model, feeds = bench.load_model(name)
-        probe, captured = _partition_feeds(model, feeds)
-        steps = [s for s in probe._steps if isinstance(s, CpuPartition)]
-        engines, twins = ([onnxruntime.InferenceSession(_for_onnxruntime(s.model),
-                                                        _options("1 thread")) for s in steps]
-                          for _ in range(2))
-        others = {k: {n: v.copy() for n, v in feed.items()} for k, feed in captured.items()}
+        steps, engines, twins, captured, others = _partitions_twice(model, feeds)
         cases = {"after 5 ms asleep": None,
                  "after 5 ms asleep, a thread running its twin meanwhile": "any",
                  "same, the thread on the other core": "other",
@@ -490,10 +495,7 @@ def neighbour(args, device):
                     if thread is not None:
                         thread.join()
         os.sched_setaffinity(0, cores)
-        for case in cases:
-            each = [_median_ms(t) for t in times[case]]
-            print(f"| partitions {case} | {name} | 1 thread | {sum(each):.3f} ms "
-                  f"({' + '.join(f'{t:.3f}' for t in each)}) | | |", flush=True)
+        _partition_rows(name, times)
 
 
 def wrapper(args, device):
