@@ -177,14 +177,17 @@ def expected_build_seconds(board):
     return _UNKNOWN_BUILD_S
 
 
-def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
+def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progress=print):
     """Build ``board``'s bitstream into ``out_dir`` (default ``build/BOARD``); returns the
-    report (also written as ``report.json`` and ``report.md`` there).
+    report (also written as ``report.json`` and ``report.md`` there). ``seed``, nextpnr's
+    placement seed, replaces the target's (its ``nextpnr_options``): a routing that stalls in
+    congestion may finish with another.
 
     Raises
     ------
     ValueError
-        An unknown board, or lanes / clock / baud that cannot work.
+        An unknown board, or lanes / clock / baud that cannot work, or a seed for a Xilinx
+        board (Vivado builds those).
     BuildError
         A missing tool, a failed tool run (the message names its log), or timing not met.
     """
@@ -193,6 +196,14 @@ def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
     clock_mhz = target.clock_mhz if clock_mhz is None else clock_mhz
     check_lanes(lanes)
     out = pathlib.Path(out_dir or pathlib.Path("build") / board)
+    if seed is not None and target.family == "xilinx":
+        raise ValueError(f"--seed is nextpnr's: {board} is built by Vivado")
+    nextpnr_options = list(target.nextpnr_options)
+    if seed is not None:
+        if "--seed" in nextpnr_options:
+            at = nextpnr_options.index("--seed")
+            del nextpnr_options[at:at + 2]
+        nextpnr_options += ["--seed", str(seed)]
     if target.family == "xilinx":
         try:
             from maxaccel.boards import xilinx
@@ -228,7 +239,9 @@ def build(board, *, lanes=None, clock_mhz=None, out_dir=None, progress=print):
     try:
         with timed(f"building {board}", expected_s):
             platform.build(BoardTop(top, pll), name="maxaccel", build_dir=str(out),
-                           nextpnr_opts="--timing-allow-fail", debug_verilog=False)
+                           nextpnr_opts=" ".join(("--timing-allow-fail",
+                                                  *nextpnr_options)),
+                           debug_verilog=False)
     except subprocess.CalledProcessError as failure:
         raise BuildError(_why_failed(target, out, failure.returncode, lanes)) from None
     finally:
@@ -282,7 +295,10 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity, units):
         "logic_cells": [logic_used, logic_total], "logic_cell_type": logic_cell,
         "lut4": _count_cells(statistics, (lut,)),
         "flip_flops": _count_cells(statistics, flip_flops),
-        "block_rams": [bram_used, bram_total], "bitstream": bitstream,
+        "block_rams": [bram_used, bram_total],
+        **({"mult18x18d": list(_utilisation(log, "MULT18X18D"))} if target.family == "ecp5"
+           else {}),
+        "bitstream": bitstream,
         "link": target.link, "baud": target.baud, "link_bytes_per_s": target.link_bytes_per_s,
         "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
         "units": list(units),

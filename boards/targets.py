@@ -65,6 +65,10 @@ class Target:
         iCE40 ones, no PLL: the UART, not the core, is the limit there), where it still meets
         the clock with margin and frees about a sixth of the logic cells; ``"deep"`` (the
         default) wherever the clock asks for Fmax.
+    nextpnr_options : tuple of str
+        Further nextpnr arguments of the build, after ``--timing-allow-fail``. The 85F's
+        ``--seed``: with nextpnr's default seed its placement leaves congestion its router
+        does not clear (docs/boards.md, "ULX3S 85F").
     """
 
     name: str
@@ -79,6 +83,7 @@ class Target:
     baud: int | None = None
     link_word: int = 1
     core: dict = field(default_factory=dict)
+    nextpnr_options: tuple = ()
 
     def platform(self, **options):
         """An instance of the board's amaranth-boards platform."""
@@ -122,7 +127,10 @@ TARGETS = {t.name: t for t in [
            device="LFE5U-85F-6BG381C", platform_class="amaranth_boards.ulx3s:ULX3S_85F_Platform",
            link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=2, clock_mhz=30.0,
            core=dict(_ULX3S_CORE, window_lanes=1, window_extent=13, window_extent_outer=3,
-                     window_columns=64, window_plane=1024)),
+                     window_columns=64, window_plane=1024),
+           # Seed 3 routes in 24 minutes (47 MHz); with nextpnr's default seed and with seed 2
+           # the router stalls in congestion (docs/boards.md, "ULX3S 85F").
+           nextpnr_options=("--seed", "3")),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",
            link="uart", baud=4_000_000, link_bytes_per_s=400e3, lanes=2, clock_mhz=100.0,

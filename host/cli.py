@@ -550,8 +550,8 @@ def _build(args, out):
     _check_board(args)
     build = _toolchain()
     try:
-        build.build(args.board, lanes=args.lanes, clock_mhz=args.clock, out_dir=args.out,
-                    progress=lambda text: print(text, file=out, flush=True))
+        build.build(args.board, lanes=args.lanes, clock_mhz=args.clock, seed=args.seed,
+                    out_dir=args.out, progress=lambda text: print(text, file=out, flush=True))
     except build.BuildError as error:
         raise _Failure(str(error)) from None
     return 0
@@ -696,6 +696,9 @@ def _parser(prog="maxaccel"):
     build.add_argument("board", metavar="BOARD", help="a board 'maxaccel boards' lists")
     build.add_argument("--lanes", type=int, metavar="N", help="64-bit datapath lanes")
     build.add_argument("--clock", type=float, metavar="MHZ", help="core clock (a PLL makes it)")
+    build.add_argument("--seed", type=int, metavar="N",
+                       help="nextpnr's placement seed (Lattice boards; default: the board's "
+                            "own, docs/boards.md)")
     build.add_argument("--out", metavar="DIR", help="build directory (default build/BOARD)")
     build.set_defaults(handler=_build)
 
