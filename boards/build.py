@@ -200,7 +200,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
         raise ValueError(f"--seed is nextpnr's: {board} is built by Vivado")
     nextpnr_options = list(target.nextpnr_options)
     if seed is not None:
-        if "--seed" in nextpnr_options:
+        while "--seed" in nextpnr_options:
             at = nextpnr_options.index("--seed")
             del nextpnr_options[at:at + 2]
         nextpnr_options += ["--seed", str(seed)]
@@ -252,6 +252,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
                 os.environ[key] = value
     elapsed = time.monotonic() - started
     report = _report(target, out, lanes=lanes, clock_mhz=clock_mhz, seconds=elapsed,
+                     nextpnr_options=nextpnr_options,
                      identity=top.identity, units=top.core.units)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown([report]) + "\n")
@@ -280,7 +281,7 @@ WINDOW_CAPACITIES = ("window_lanes", "window_extent", "window_extent_outer", "wi
                      "window_plane")
 
 
-def _report(target, out, *, lanes, clock_mhz, seconds, identity, units):
+def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_options):
     logic_cell, bram_cell, flip_flops, lut = _CELLS[target.family]
     log = (out / "maxaccel.tim").read_text()
     statistics = (out / "maxaccel.rpt").read_text() if (out / "maxaccel.rpt").exists() else ""
@@ -301,6 +302,7 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity, units):
         "bitstream": bitstream,
         "link": target.link, "baud": target.baud, "link_bytes_per_s": target.link_bytes_per_s,
         "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
+        "nextpnr_options": list(nextpnr_options),
         "units": list(units),
         "reduce_pipeline": target.core.get("reduce_pipeline", "deep"),
         "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,

@@ -83,7 +83,7 @@ class Target:
     baud: int | None = None
     link_word: int = 1
     core: dict = field(default_factory=dict)
-    nextpnr_options: tuple = ()
+    nextpnr_options: tuple[str, ...] = ()
 
     def platform(self, **options):
         """An instance of the board's amaranth-boards platform."""
@@ -128,8 +128,8 @@ TARGETS = {t.name: t for t in [
            link="uart", baud=DEFAULT_BAUD, link_bytes_per_s=300e3, lanes=2, clock_mhz=30.0,
            core=dict(_ULX3S_CORE, window_lanes=1, window_extent=13, window_extent_outer=3,
                      window_columns=64, window_plane=1024),
-           # Seed 3 routes in 24 minutes (47 MHz); with nextpnr's default seed and with seed 2
-           # the router stalls in congestion (docs/boards.md, "ULX3S 85F").
+           # With nextpnr's default seed and with seed 2 the router stalls in congestion;
+           # seed 3 routes (docs/boards.md, "ULX3S 85F").
            nextpnr_options=("--seed", "3")),
     Target(name="arty_a7_35", title="Digilent Arty A7-35", family="xilinx",
            device="XC7A35TICSG324-1L", platform_class="amaranth_boards.arty_a7:ArtyA7_35Platform",

@@ -296,9 +296,18 @@ def _partition_feeds(model, feeds):
     return probe, captured
 
 
-def _partitions_twice(model, feeds):
-    """``(partitions, sessions, twin sessions, {index: its inputs}, {index: copies of them})``
-    of ``model``'s CPU partitions (one thread each), the inputs from one run on ``feeds``."""
+def _partition_sessions_and_twins(model, feeds):
+    """Each CPU partition of ``model`` with two onnxruntime sessions of it (one thread each),
+    and its inputs in one run on ``feeds``.
+
+    Returns
+    -------
+    steps : list of CpuPartition
+    sessions, twins : list of onnxruntime.InferenceSession
+        One per partition, in the order of ``steps``.
+    inputs, other_inputs : dict
+        Partition index -> its inputs in that run, and copies of them (other arrays).
+    """
     import onnxruntime
 
     from maxaccel.host.offload import _for_onnxruntime
@@ -312,7 +321,7 @@ def _partitions_twice(model, feeds):
     return steps, engines, twins, captured, others
 
 
-def _partition_rows(name, times):
+def _print_partition_rows(name, times):
     """Rows of ``{case: [each partition's times]}``: the sum of the medians, and each."""
     for case, each_times in times.items():
         each = [_median_ms(t) for t in each_times]
@@ -425,7 +434,8 @@ def cold(args, device):
     one_feed = {"x": np.ones((1, 16), np.float32)}
     for name in args.models:
         label, model, feeds = bench.load_model(name)
-        steps, engines, twins, captured, others = _partitions_twice(model, feeds)
+        steps, engines, twins, captured, others = _partition_sessions_and_twins(model,
+                                                                                 feeds)
         cases = ("after 5 ms busy", "after 5 ms busy and a twin's run",
                  "after 5 ms busy and its own run on other arrays",
                  "after 5 ms busy and a one-node session's run",
@@ -447,7 +457,7 @@ def cold(args, device):
                         started = time.perf_counter()
                     engines[i].run(step.outputs, captured[step.index])
                     times[case][i].append(time.perf_counter() - started)
-        _partition_rows(name, times)
+        _print_partition_rows(name, times)
 
 
 def neighbour(args, device):
@@ -457,46 +467,49 @@ def neighbour(args, device):
     from maxaccel.host import bench
     cores = sorted(os.sched_getaffinity(0))
     for name in args.models:
-        label, model, feeds = bench.load_model(name)
-        steps, engines, twins, captured, others = _partitions_twice(model, feeds)
+        _, model, feeds = bench.load_model(name)
+        steps, engines, twins, captured, other_inputs = _partition_sessions_and_twins(model,
+                                                                                       feeds)
         cases = {"after 5 ms asleep": None,
                  "after 5 ms asleep, a thread running its twin meanwhile": "any",
                  "same, the thread on the other core": "other",
                  "same, the thread on the same core at SCHED_IDLE": "idle",
                  "after 5 ms asleep and a twin's run": "before", "warm": "warm"}
+        if len(cores) < 2:
+            del cases["same, the thread on the other core"]
         times = {case: [[] for _ in steps] for case in cases}
+        # The measuring thread on the first core throughout; the twin's thread where the case
+        # says, stopped and joined before the partition is timed.
+        os.sched_setaffinity(0, cores[:1])
         for _ in range(args.repeats * args.rounds * 4):
             for i, step in enumerate(steps):
-                for case, warmer in cases.items():
-                    os.sched_setaffinity(0, cores)
+                for case, where in cases.items():
                     stop = threading.Event()
                     thread = None
-                    if warmer in ("any", "other", "idle"):
-                        if warmer != "any":
-                            os.sched_setaffinity(0, cores[:1])
-
-                        def keep_warm(warmer=warmer, i=i, step=step, stop=stop):
-                            if warmer == "other":
+                    if where in ("any", "other", "idle"):
+                        def run_twin(where=where, i=i, step=step, stop=stop):
+                            if where == "any":
+                                os.sched_setaffinity(0, cores)
+                            elif where == "other":
                                 os.sched_setaffinity(0, cores[1:2])
-                            elif warmer == "idle":
+                            else:
                                 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
                             while not stop.is_set():
-                                twins[i].run(step.outputs, others[step.index])
-                        thread = threading.Thread(target=keep_warm)
+                                twins[i].run(step.outputs, other_inputs[step.index])
+                        thread = threading.Thread(target=run_twin)
                         thread.start()
-                    if warmer != "warm":
+                    if where != "warm":
                         time.sleep(0.005)
-                    if warmer == "before":
-                        twins[i].run(step.outputs, others[step.index])
+                    if where == "before":
+                        twins[i].run(step.outputs, other_inputs[step.index])
                     stop.set()
+                    if thread is not None:
+                        thread.join()
                     started = time.perf_counter()
                     engines[i].run(step.outputs, captured[step.index])
                     times[case][i].append(time.perf_counter() - started)
-                    if thread is not None:
-                        thread.join()
         os.sched_setaffinity(0, cores)
-        _partition_rows(name, times)
-
+        _print_partition_rows(name, times)
 
 def wrapper(args, device):
     import onnxruntime

@@ -49,33 +49,36 @@ def test_toolchain_environment_points_at_the_yowasp_tools():
 
 
 def test_a_target_s_nextpnr_options_reach_nextpnr(tmp_path, monkeypatch):
-    """A target's ``nextpnr_options`` follow ``--timing-allow-fail`` on nextpnr's command line
-    (stand-in tools record how they were called: the iCEBreaker's small design with a seed of
-    its own; the 85F's own options are checked by its bitstream build)."""
+    """A target's ``nextpnr_options`` follow ``--timing-allow-fail`` on nextpnr's command line,
+    and ``seed`` replaces its seed or adds one (stand-in tools record how they were called: the
+    iCEBreaker's small design, with and without a seed of its own; the 85F's bitstream build
+    checks its own)."""
     import dataclasses
     record = tmp_path / "called"
     tools = {}
-    for variable, status in (("YOSYS", 0), ("NEXTPNR_ICE40", 1), ("ICEPACK", 0),
-                             ("NEXTPNR_ECP5", 1), ("ECPPACK", 0)):
+    for variable, status in (("YOSYS", 0), ("NEXTPNR_ICE40", 1), ("ICEPACK", 0)):
         fake = tmp_path / variable.lower()
         fake.write_text(f"#!/bin/sh\necho {variable} \"$@\" >> {record}\nexit {status}\n")
         fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
         tools[variable] = str(fake)
     monkeypatch.setattr(build, "toolchain_environment", lambda: tools)
-    seeded = dataclasses.replace(TARGETS["icebreaker"], nextpnr_options=("--seed", "7"))
-    monkeypatch.setitem(TARGETS, "icebreaker", seeded)
-    for seed in (None, 5):
+    plain = TARGETS["icebreaker"]
+    seeded = dataclasses.replace(plain, nextpnr_options=("--seed", "7"))
+    cases = [(seeded, None, ["--seed", "7"]), (seeded, 5, ["--seed", "5"]),
+             (plain, None, []), (plain, 6, ["--seed", "6"])]
+    for target, seed, _ in cases:
+        monkeypatch.setitem(TARGETS, "icebreaker", target)
         with pytest.raises(build.BuildError, match="the toolchain failed"):
             build.build("icebreaker", seed=seed, out_dir=tmp_path / "out",
                         progress=lambda text: None)
     nextpnr = [line.split() for line in record.read_text().splitlines()
                if line.startswith("NEXTPNR_ICE40")]
-    assert len(nextpnr) == 2
-    for arguments, seed in zip(nextpnr, ("7", "5")):     # --seed replaces the target's
+    assert len(nextpnr) == len(cases)
+    for arguments, (_, _, expected) in zip(nextpnr, cases):
         at = arguments.index("--timing-allow-fail")
-        assert arguments[at + 1:at + 3] == ["--seed", seed]
-        assert arguments.count("--seed") == 1
-    assert TARGETS["ulx3s_85f"].nextpnr_options[:1] == ("--seed",)
+        assert arguments[at + 1:at + 1 + len(expected)] == expected
+        assert arguments.count("--seed") == len(expected) // 2
+    assert TARGETS["ulx3s_85f"].nextpnr_options == ("--seed", "3")
 
 
 def test_ecp5_pll_parameters_come_from_ecppll():
@@ -219,6 +222,8 @@ def test_ulx3s_85f_bitstream_with_the_pooling_unit(tmp_path, capsys):
     assert report["clock_mhz"] == 30 and report["fmax_mhz"] >= 30
     assert report["device"] == "LFE5U-85F-6BG381C" and report["bitstream"] == "maxaccel.bit"
     assert "window" in report["units"]
+    assert "--seed 3" in (tmp_path / "build_maxaccel.sh").read_text()
+    assert report["nextpnr_options"] == ["--seed", "3"] and report["mult18x18d"][0] > 0
     assert (report["capacities"]["window_lanes"], report["capacities"]["window_extent"],
             report["capacities"]["window_extent_outer"]) == (1, 13, 3)
     used, total = report["logic_cells"]
