@@ -198,8 +198,9 @@ def one_model(model, steps, types, key_of):
     Returns
     -------
     (onnx.ModelProto, list, dict)
-        The model (its device nodes in no domain yet: :func:`with_domain`), each device
-        step's ``(step, input names, output names)`` by index, and the signatures.
+        The model (its device nodes in no domain yet: :func:`with_domain`), the device steps
+        by index (the operators' arrays are the step's named inputs and outputs, in order),
+        and the signatures.
     """
     from maxaccel.host.partition import CpuPartition
     nodes, device_steps, op_types = [], [], {}
@@ -213,7 +214,7 @@ def one_model(model, steps, types, key_of):
         op_type = op_types.setdefault(signature, f"Step{len(op_types)}")
         nodes.append(helper.make_node(op_type, inputs, outputs, name=step.name,
                                       key=key_of(len(device_steps))))
-        device_steps.append((step, inputs, outputs))
+        device_steps.append(step)
     graph = model.graph
     one = helper.make_model(
         helper.make_graph(nodes, graph.name, list(graph.input), list(graph.output),
@@ -313,7 +314,7 @@ def _dispatch(key, inputs):
     session = entry[0]() if entry else None
     if session is None:
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
-    arrays = [np.frombuffer(view, _dtype(element)).reshape(shape)
+    arrays = [np.frombuffer(view, _dtypes.get(element) or _dtype(element)).reshape(shape)
               for view, element, shape in inputs]
     results = session._device_operator(entry[1], arrays)
     return [r if r.dtype.isbuiltin == 1 else r.view(f"u{r.itemsize}") for r in results]

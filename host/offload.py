@@ -19,8 +19,8 @@ operators calling the device (:mod:`maxaccel.host.device_ops`): one entry into o
 run, the device steps' inputs read in place. Otherwise each partition is one onnxruntime
 ``InferenceSession``, created once and reused, and :meth:`OffloadSession.run` runs the steps in
 order, values passing between them as the numpy arrays onnxruntime and the device return. Either
-way the sessions get the user's ``SessionOptions`` and providers, their thread pools sleeping
-while the device works rather than spinning.
+way the sessions get the user's ``SessionOptions`` and providers; the one session's thread pools
+spin only while a run lasts, the partitions' sleep between hand-overs.
 
 Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
 
@@ -54,6 +54,7 @@ Max-8 and Min-8 do (a superset). Results differ from running the whole model on 
 only in max-family nodes and only for NaN and signed zeros (``docs/semantics.md``).
 """
 
+import functools
 import os
 import threading
 import time
@@ -71,7 +72,7 @@ from maxaccel.host.partition import (FAMILY, MAX_IR_VERSION, OFFLOADED, CpuParti
 
 __all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
            "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "SPINNING", "NO_SPINNING",
-           "without_spinning"]
+           "STOP_SPINNING_AFTER_RUN", "without_spinning", "spinning_within_runs"]
 
 DEVICE = "device"
 GOLDEN = "golden"
@@ -215,23 +216,42 @@ _NUMPY_NATIVE = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, Ten
 #: value that stops them (onnxruntime's default, "1", lets them spin).
 SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 NO_SPINNING = "0"
+#: The session configuration entry that stops the pools' spinning when a run returns.
+STOP_SPINNING_AFTER_RUN = "session.force_spinning_stop"
+
+
+def _set_unless_set(options, entries):
+    """``options`` (None: new default ones) with each of ``entries`` (key -> value) the caller
+    has not set; an entry the caller set is kept. The caller's object is changed (onnxruntime
+    has no copy of a ``SessionOptions``, and setting an entry again logs a warning)."""
+    import onnxruntime
+    if options is None:
+        options = onnxruntime.SessionOptions()
+    for key, value in entries.items():
+        try:
+            options.get_session_config_entry(key)
+        except RuntimeError:    # onnxruntime's answer for an entry never set
+            options.add_session_config_entry(key, value)
+    return options
 
 
 def without_spinning(options):
     """``options`` (an ``onnxruntime.SessionOptions``; None: new default ones) with each
     entry of :data:`SPINNING` the caller has not set set to :data:`NO_SPINNING`, so that idle
-    pool threads sleep instead of spinning; an entry the caller set is kept. The caller's
-    object is changed (onnxruntime has no copy of a ``SessionOptions``, and setting an entry
-    back logs a warning), which changes nothing else."""
-    import onnxruntime
-    if options is None:
-        options = onnxruntime.SessionOptions()
-    for key in SPINNING:
-        try:
-            options.get_session_config_entry(key)
-        except RuntimeError:    # onnxruntime's answer for an entry never set
-            options.add_session_config_entry(key, NO_SPINNING)
-    return options
+    pool threads sleep instead of spinning (what a model run as partitions needs: a pool
+    spinning after its partition holds a core that the device call and the next partition's
+    pool need); an entry the caller set is kept. The caller's object is changed, which
+    changes nothing else."""
+    return _set_unless_set(options, dict.fromkeys(SPINNING, NO_SPINNING))
+
+
+def spinning_within_runs(options):
+    """``options`` (as for :func:`without_spinning`) with :data:`STOP_SPINNING_AFTER_RUN`
+    set to "1" unless the caller set it: the pool of a model run as one session spins (if
+    the caller lets it: onnxruntime's default) while a run lasts, device calls included, and
+    stops when the run returns, so it neither waits to be woken between a run's parallel
+    nodes nor holds a core after the run."""
+    return _set_unless_set(options, {STOP_SPINNING_AFTER_RUN: "1"})
 
 
 def _direct_run(engine):
@@ -305,9 +325,11 @@ class OffloadSession:
         The model. It must pass ``onnx.checker`` or load in onnxruntime (no stricter check
         than onnxruntime's).
     sess_options : onnxruntime.SessionOptions, optional
-        Used for every CPU partition. When the model has device or subgraph steps, the entries
-        of :data:`SPINNING` it does not set are set to :data:`NO_SPINNING` on it (see
-        :func:`without_spinning`): the partitions' pools sleep between hand-overs.
+        Used for the one session, or every CPU partition. When the model has device or
+        subgraph steps, entries it does not set are set on it: for the one session
+        :data:`STOP_SPINNING_AFTER_RUN` (see :func:`spinning_within_runs`: its pools spin only
+        while a run lasts), for partitions each of :data:`SPINNING` to :data:`NO_SPINNING` (see
+        :func:`without_spinning`: the partitions' pools sleep between hand-overs).
     providers, provider_options : optional
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
@@ -388,13 +410,15 @@ class OffloadSession:
         self.fallbacks = {}
         self._engines = {}
         self._runs = {}     # partition index -> how its onnxruntime session is run
-        # Between two partitions the device works: a pool spinning after its partition holds a
-        # core that the device call and the next partition's pool need (on 2 busy cores this
-        # made small models 12-104x onnxruntime's whole-model time). A model with no device
-        # or subgraph step is one partition: onnxruntime's own behaviour.
+        # The pools of a model with device or subgraph steps: spinning only while a run lasts
+        # in one session (spinning_within_runs), sleeping between partitions
+        # (without_spinning). A model with no such step is one partition: onnxruntime's own
+        # behaviour.
         self._partition_options = sess_options
-        if not all(isinstance(s, CpuPartition) for s in self._steps):
-            self._partition_options = without_spinning(sess_options)
+        handed_over = not all(isinstance(s, CpuPartition) for s in self._steps)
+        if handed_over and sess_options is None:
+            import onnxruntime
+            self._partition_options = onnxruntime.SessionOptions()
         # onnxruntime warns about the providers (one it does not have, say) for every
         # partition's session: said once for the model, as its own InferenceSession would.
         self._one = None
@@ -403,6 +427,8 @@ class OffloadSession:
             warnings.simplefilter("always")
             if one_session:
                 self.one_session_refusal = self._make_one_session(plan)
+            if self._one is None and handed_over:
+                without_spinning(self._partition_options)
             for step in self._steps if self._one is None else ():
                 if isinstance(step, CpuPartition) and not step.untyped:
                     self._engines[step.index] = self._engine(step, step.model)
@@ -442,6 +468,7 @@ class OffloadSession:
                                 for step in self._steps if isinstance(step, DeviceStep)
                                 and step.node.op_type == "MaxPool"}
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
+        self._step_calls = {}   # id(step) -> (device, dtype, call): _step_call
         self._needs_device = any(not isinstance(s, CpuPartition) for s in self._steps)
         self.last_run, self.last_steps = [], []
         self._owns_device = False
@@ -583,8 +610,11 @@ class OffloadSession:
         unknown = sorted(n for n in names if not types.get(n))
         if unknown:
             return f"no element type for {', '.join(unknown[:3])}"
-        model, self._one_steps, signatures = device_ops.one_model(
+        model, device_steps, signatures = device_ops.one_model(
             plan.model, steps, types, lambda index: device_ops.step_key(self, index))
+        # Each operator's step, and whether every input and output of the step has a name
+        # (then the operator's arrays are the step's, in order).
+        self._one_steps = [(step, all(step.inputs), all(step.outputs)) for step in device_steps]
         try:
             domain = device_ops.register(self._partition_options, signatures)
         except device_ops.OperatorsUnavailable as error:
@@ -595,6 +625,7 @@ class OffloadSession:
         options = self._partition_options
         if options.execution_order == onnxruntime.ExecutionOrder.DEFAULT:
             options.execution_order = onnxruntime.ExecutionOrder.PRIORITY_BASED
+        spinning_within_runs(options)
         try:
             self._one = self._onnxruntime_session(model)
         except Exception as error:  # onnxruntime's exception types: the partitions then
@@ -605,21 +636,26 @@ class OffloadSession:
 
     def _device_operator(self, index, arrays):
         """A device operator's kernel (:mod:`maxaccel.host.device_ops`): step ``index`` on
-        ``arrays`` (onnxruntime's buffers, read only). Returns its results."""
-        step, inputs, outputs = self._one_steps[index]
-        values = dict(zip(inputs, arrays))
+        ``arrays`` (onnxruntime's buffers, read only, one per named input). Returns its
+        results, one per named output."""
+        step, names_every_input, names_every_output = self._one_steps[index]
+        inputs = arrays if names_every_input else \
+            [arrays.pop(0) if name else None for name in step.inputs]
+        call = self._step_call(step, inputs[0].dtype)
         # onnxruntime's parallel executor may run two device steps at once: one at a time on
         # the link.
         with self._device_lock:
             started = time.perf_counter()
             try:
-                where = self._run_device(step, values)
+                results, where = call(*inputs)
             except BaseException as error:
                 self._failure = error   # raised by run() in place of onnxruntime's error
                 raise
             self._calls[index] = (started, time.perf_counter() - started, where)
+        if not names_every_output:
+            results = [r for r, name in zip(results, step.outputs) if name]
         # Not np.ascontiguousarray: it makes a 0-d result 1-d.
-        return [np.asarray(values[name], order="C") for name in outputs]
+        return [np.asarray(r, order="C") for r in results]
 
     def _run_one(self, output_names, feeds, run_options):
         """:meth:`run` as one onnxruntime session. :attr:`last_steps` gives each device step
@@ -714,28 +750,52 @@ class OffloadSession:
         return where
 
     def _run_device(self, step, values):
+        """Device step ``step`` on the arrays of ``values`` (by name); its results go there."""
         inputs = [values[n] if n else None for n in step.inputs]
+        results, where = self._step_call(step, inputs[0].dtype)(*inputs)
+        for name, result in zip(step.outputs, results):
+            if name:
+                values[name] = result
+        return where
+
+    def _step_call(self, step, dtype):
+        """What runs device step ``step`` on inputs of element type ``dtype``, worked out once
+        per step, element type and device (the steps' run path is cold after every device
+        call: each layer of Python on it costs microseconds): ``call(*inputs)``, the step's
+        inputs in order (None for an absent optional one), returns ``(results, where)``, one
+        result per name of ``step.outputs`` (None for an empty name)."""
+        made = self._step_calls.get(id(step))
+        if made is not None and made[0] is self.device and made[1] == dtype:
+            return made[2]
+        device, where = self._device_for(dtype)
         node = step.node
         if step.transpose is None:
-            wanted = sum(1 for name in step.outputs if name)
-            result, where = self._family(node.op_type, step.attributes, inputs, wanted)
-            if node.op_type == "MaxPool" and wanted > 1:
-                for name, value in zip(step.outputs, result):
-                    if name:
-                        values[name] = value
-                return where
+            indices = node.op_type == "MaxPool" and len(step.outputs) > 1 and bool(step.outputs[1])
+            operation = self._prepare(device, node.op_type, step.attributes, indices)
+
+            if indices:
+                def call(*inputs):
+                    return operation(*inputs), where
+            else:
+                def call(*inputs):
+                    return (operation(*inputs),), where
         else:
             # Transpose + reduction: reduce the untransposed tensor over the mapped axes, then
             # move the (now size-1) axes where the transposed result has them.
-            device, where = self._device_for(inputs[0].dtype)
             reduce = getattr(device, _DEVICE_CALLS[node.op_type])
-            reduced = reduce(inputs[0], axes=[step.perm[a] for a in step.axes], keepdims=True)
-            result = np.ascontiguousarray(reduced.transpose(step.perm))
-            if node.op_type != "GlobalMaxPool" and not step.attributes.get("keepdims", 1):
-                result = result.reshape([n for a, n in enumerate(result.shape)
-                                         if a not in step.axes])
-        values[step.outputs[0]] = result
-        return where
+            axes = [step.perm[a] for a in step.axes]
+            dropped = None if node.op_type == "GlobalMaxPool" \
+                or step.attributes.get("keepdims", 1) else set(step.axes)
+
+            def call(x, *_):
+                result = np.ascontiguousarray(reduce(x, axes=axes, keepdims=True)
+                                              .transpose(step.perm))
+                if dropped is not None:
+                    result = result.reshape([n for a, n in enumerate(result.shape)
+                                             if a not in dropped])
+                return (result,), where
+        self._step_calls[id(step)] = (self.device, dtype, call)
+        return call
 
     def _run_subgraph(self, step, values):
         results = self._engines[id(step)].run(None, {n: values[n] for n in step.inputs})
@@ -748,23 +808,32 @@ class OffloadSession:
         """``(result, where)`` of a max-family node, on the device or (for an element type the
         device lacks) the golden model; a MaxPool with ``outputs`` 2 gives ``(y, indices)``."""
         device, where = self._device_for(inputs[0].dtype)
+        return self._prepare(device, op_type, attributes, outputs > 1)(*inputs), where
+
+    def _prepare(self, device, op_type, attributes, indices=False):
+        """``device``'s call for a max-family node: a function of the node's inputs (None for
+        an absent optional one) that returns its result (a MaxPool with ``indices``:
+        ``(y, indices)``)."""
         if op_type in ("Max", "Min"):
             elementwise = getattr(device, _DEVICE_CALLS[op_type])
-            return elementwise(*[x for x in inputs if x is not None]), where
+            return lambda *inputs: elementwise(*[x for x in inputs if x is not None])
         if op_type == "GlobalMaxPool":
-            return device.global_max_pool(inputs[0]), where
+            return device.global_max_pool
         if op_type == "MaxPool":
             arguments = self._pool_arguments.get(id(attributes)) \
                 or _max_pool_arguments(attributes)
-            return device.max_pool(inputs[0], **arguments, return_indices=outputs > 1), where
+            return functools.partial(device.max_pool, **arguments, return_indices=indices)
         if op_type in ("ArgMax", "ArgMin"):
-            arg = getattr(device, _DEVICE_CALLS[op_type])
-            return arg(inputs[0], axis=attributes.get("axis", 0),
-                       keepdims=attributes.get("keepdims", 1),
-                       select_last_index=attributes.get("select_last_index", 0)), where
-        axes, keepdims, noop = _reduction_arguments(attributes, inputs)
+            return functools.partial(getattr(device, _DEVICE_CALLS[op_type]),
+                                     axis=attributes.get("axis", 0),
+                                     keepdims=attributes.get("keepdims", 1),
+                                     select_last_index=attributes.get("select_last_index", 0))
         reduce = getattr(device, _DEVICE_CALLS[op_type])
-        return reduce(inputs[0], axes=axes, keepdims=keepdims, noop_with_empty_axes=noop), where
+
+        def reduction(*inputs):
+            axes, keepdims, noop = _reduction_arguments(attributes, inputs)
+            return reduce(inputs[0], axes=axes, keepdims=keepdims, noop_with_empty_axes=noop)
+        return reduction
 
     def _device_for(self, dtype):
         """``(device, where)`` for a node of element type ``dtype``: the device, or the golden

@@ -1,7 +1,8 @@
 """OffloadSession's onnxruntime sessions (its CPU partitions, or its one session with device
 operators) and onnxruntime's thread pools: the caller's SessionOptions reach every session, the
-pools sleep while the device works unless the caller says otherwise, and the results keep their
-bits either way; the built-in benchmark models run as onnxruntime runs them."""
+one session's pools spin only while a run lasts and the partitions' pools sleep while the device
+works, unless the caller says otherwise, and the results keep their bits either way; the
+built-in benchmark models run as onnxruntime runs them."""
 
 import numpy as np
 import onnxruntime
@@ -9,10 +10,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from maxaccel.host import bench, models
-from maxaccel.host.offload import NO_SPINNING, SPINNING, OffloadSession
+from maxaccel.host.offload import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RUN,
+                                   OffloadSession)
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from test_offload import mixed_model
+from test_offload_one_session import bfloat16_model
 
 INTRA, INTER = SPINNING
 
@@ -35,8 +38,20 @@ def partition_options(session):
     return [e.get_session_options() for e in engines]
 
 
+def pools(options):
+    """The thread-pool entries of ``options``: intra-op and inter-op spinning, and whether
+    spinning stops when a run returns."""
+    return entry(options, INTRA), entry(options, INTER), entry(options, STOP_SPINNING_AFTER_RUN)
+
+
+#: What the session sets on options that set none: the one session's pools spin (onnxruntime's
+#: default) only while a run lasts, device calls included; the partitions' pools sleep.
+POOLS = {True: (None, None, "1"), False: (NO_SPINNING, NO_SPINNING, None)}
+
+
 @pytest.mark.parametrize("one_session", [True, False])
-def test_the_callers_options_reach_every_partition_with_pools_that_sleep(one_session):
+def test_the_callers_options_reach_every_partition_with_pools_that_never_spin_between_runs(
+        one_session):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 2
     options.enable_mem_pattern = False
@@ -46,7 +61,7 @@ def test_the_callers_options_reach_every_partition_with_pools_that_sleep(one_ses
     for given in partition_options(session):
         assert given.intra_op_num_threads == 2 and not given.enable_mem_pattern
         assert entry(given, "session.disable_prepacking") == "1"
-        assert entry(given, INTRA) == entry(given, INTER) == NO_SPINNING
+        assert pools(given) == POOLS[one_session]
     assert session.get_session_options() is options
 
 
@@ -54,16 +69,40 @@ def test_the_callers_options_reach_every_partition_with_pools_that_sleep(one_ses
 def test_a_spinning_setting_the_caller_made_is_kept(one_session):
     options = onnxruntime.SessionOptions()
     options.add_session_config_entry(INTRA, "1")
+    options.add_session_config_entry(STOP_SPINNING_AFTER_RUN, "0")
     session = OffloadSession(mixed_model(), options, device=reference, one_session=one_session)
     for given in partition_options(session):
-        assert entry(given, INTRA) == "1" and entry(given, INTER) == NO_SPINNING
+        assert pools(given) == ("1", POOLS[one_session][1], "0")
 
 
 @pytest.mark.parametrize("one_session", [True, False])
-def test_without_options_the_pools_sleep_too(one_session):
+def test_without_options_the_pools_never_spin_between_runs_either(one_session):
     session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
     for given in partition_options(session):
-        assert entry(given, INTRA) == entry(given, INTER) == NO_SPINNING
+        assert pools(given) == POOLS[one_session]
+
+
+def test_a_model_left_to_the_partitions_gets_pools_that_sleep(monkeypatch):
+    """Refused before the one session is made (bfloat16 graph inputs), or by onnxruntime when
+    it is: the partitions' pools sleep (stopping the spinning after a run, set for the one
+    session, then changes nothing)."""
+    options = onnxruntime.SessionOptions()
+    assert OffloadSession(bfloat16_model(), options, device=reference)._one is None
+    assert pools(options) == POOLS[False]
+    make = OffloadSession._onnxruntime_session
+    made = []
+
+    def the_first_refused(self, model):
+        made.append(model)
+        if len(made) == 1:
+            raise RuntimeError("refused")
+        return make(self, model)
+    monkeypatch.setattr(OffloadSession, "_onnxruntime_session", the_first_refused)
+    options = onnxruntime.SessionOptions()
+    session = OffloadSession(mixed_model(), options, device=reference)
+    assert session.one_session_refusal.startswith("onnxruntime does not load the model")
+    for given in partition_options(session):
+        assert pools(given) == (NO_SPINNING, NO_SPINNING, "1")
 
 
 def test_a_model_without_device_steps_is_left_as_onnxruntime_runs_it():
