@@ -4,6 +4,7 @@ per run (the session's run minus its device calls), onnxruntime's whole model, t
 medians of ``--repeats`` interleaved runs (the machine is shared: compare rows of one run).
 
     python examples/offload_options.py spinning --device verilator audio segnet kws
+    python examples/offload_options.py spinning audio segnet kws resnet18 --one-session
     python examples/offload_options.py global-pool --device verilator audio segnet kws
     python examples/offload_options.py pause audio segnet kws
     python examples/offload_options.py iobinding audio segnet kws
@@ -16,11 +17,14 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py wrapper audio segnet kws
     python examples/offload_options.py pyop     # needs onnxruntime-extensions installed
     python examples/offload_options.py single audio segnet kws
+    python examples/offload_options.py glue audio segnet kws
     python examples/offload_options.py --device verilator single audio segnet kws
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
 the session did before), spinning only while a partition runs (``session.force_spinning_stop``:
-onnxruntime stops the spinning when the last ``Run`` returns) and sleeping (what it does now). ``global-pool``: onnxruntime's
+onnxruntime stops the spinning when the last ``Run`` returns) and sleeping (what it does now);
+with ``--one-session`` the same three for the model as one session, whose pools now spin while
+a run lasts, device calls included. ``global-pool``: onnxruntime's
 process-wide thread pools (``set_global_thread_pool_sizes``, ``use_per_session_threads =
 False`` for every session, onnxruntime alone included), set before any session exists.
 ``pause``: the golden model as the device, returning at once or after 50 ms asleep (a board's
@@ -54,6 +58,10 @@ and 1M float32 elements (a first single-session design: every device step such a
 measures) against one onnxruntime session whose device steps are the native operators of
 ``maxaccel.host.device_ops`` (the session's default since), with the golden model as a device
 busy ``--busy`` ms a call, or the device ``--device`` names.
+``glue``: the one session as it is against the same session whose kernels call the device
+straight away (MaxPool, GlobalMaxPool, Max and ReduceMax steps: no routing and no per-step
+Python between onnxruntime and the device's call), on ``--device``: what the session's own
+Python around each device call costs, run cold after the call.
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
 """
 
@@ -106,26 +114,28 @@ def spinning(args, device):
     import onnxruntime
 
     from maxaccel.host import bench
-    from maxaccel.host.offload import OffloadSession, SPINNING
+    from maxaccel.host.offload import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RUN,
+                                       OffloadSession)
     timed = bench._TimedDevice(device)
 
-    def spin(options):
-        for key in SPINNING:
-            options.add_session_config_entry(key, "1")
-
-    def spin_in_runs(options):
-        spin(options)
-        options.add_session_config_entry("session.force_spinning_stop", "1")
+    def pools(allow, stop):
+        def configure(options):
+            for key in SPINNING:
+                options.add_session_config_entry(key, allow)
+            options.add_session_config_entry(STOP_SPINNING_AFTER_RUN, stop)
+        return configure
+    one = args.one_session
+    choices = (("pools spinning throughout", pools("1", "0")),
+               ("pools spinning in a run, stopped at its end" + (" (now)" if one else ""),
+                pools("1", "1")),
+               ("pools sleeping" + ("" if one else " (now)"), pools(NO_SPINNING, "0")))
     for name in args.models:
         label, model, feeds = bench.load_model(name)
         for threads in ("default threads", "1 thread"):
             runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options(threads))
             sessions = {option: OffloadSession(model, _options(threads, configure),
-                                               device=timed, one_session=False)
-                        for option, configure in (
-                            ("pools spinning (before)", spin),
-                            ("pools spinning in a run, stopped at its end", spin_in_runs),
-                            ("pools sleeping (now)", None))}
+                                               device=timed, one_session=one)
+                        for option, configure in choices}
             figures = {option: ([], []) for option in sessions}
             for _ in range(args.rounds):   # alternate the options, a few runs at a time
                 for option, session in sessions.items():
@@ -133,8 +143,8 @@ def spinning(args, device):
                     figures[option][0].append(outside)
                     figures[option][1].append(alone)
             for option, (outside, alone) in figures.items():
-                _row(option, name, threads, statistics.median(outside),
-                     statistics.median(alone))
+                _row(f"{'one session' if one else 'partitions'}, {option}", name, threads,
+                     statistics.median(outside), statistics.median(alone))
 
 
 def global_pool(args, device):
@@ -622,6 +632,75 @@ def pyop(args, device):
                   f"float32 | {_median_ms(runs):.3f} ms |", flush=True)
 
 
+def glue(args, device):
+    """The one session as it is against the same session whose kernels call the device
+    straight away (no routing, no per-step Python between onnxruntime and the device call):
+    what the session's own Python between the two costs."""
+    import functools
+
+    import onnxruntime
+
+    from maxaccel.host import bench, device_ops
+    from maxaccel.host.offload import OffloadSession, _reduction_arguments
+    timed = bench._TimedDevice(device)
+    straight, perf = {}, time.perf_counter
+
+    def dispatch(key, inputs, _as_it_is=device_ops._dispatch):
+        entry = straight.get(key)
+        if entry is None:
+            return _as_it_is(key, inputs)
+        call, index, session = entry
+        arrays = [np.frombuffer(view, device_ops._dtypes[element]).reshape(shape)
+                  for view, element, shape in inputs]
+        started = perf()
+        result = call(*arrays)
+        session._calls[index] = (started, perf() - started, "device")
+        return (result,)
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
+        sessions = {option: OffloadSession(model, _options("1 thread"), device=timed)
+                    for option in ("as it is", "device called straight from the kernel")}
+        short = sessions["device called straight from the kernel"]
+        for key, (session, index) in list(device_ops._steps.items()):
+            if session() is not short:
+                continue
+            step = short._one_steps[index][0]
+            op_type = step.node.op_type
+            if step.transpose is not None or len(step.outputs) > 1 or op_type not in (
+                    "MaxPool", "GlobalMaxPool", "Max", "ReduceMax"):
+                continue
+            if op_type == "MaxPool":
+                call = functools.partial(timed.max_pool,
+                                         **short._pool_arguments[id(step.attributes)])
+            elif op_type == "ReduceMax" and len(step.inputs) < 2:
+                axes, keepdims, noop = _reduction_arguments(step.attributes, [None])
+                call = functools.partial(timed.reduce_max, axes=axes, keepdims=keepdims,
+                                         noop_with_empty_axes=noop)
+            elif op_type == "ReduceMax":
+                continue
+            else:
+                call = timed.global_max_pool if op_type == "GlobalMaxPool" else timed.max
+            straight[key] = (call, index, short)
+        device_ops._loaded.maxaccel_set_python(device_ops._register, dispatch)
+        try:
+            expected = sessions["as it is"].run(None, feeds)
+            for got, want in zip(short.run(None, feeds), expected):
+                np.testing.assert_array_equal(got, want)
+            rows = {option: [] for option in sessions}
+            alone = []
+            for _ in range(args.rounds):
+                for option, session in sessions.items():
+                    outside, runtime_ms = _pair(session, timed, runtime, feeds, args.repeats)
+                    rows[option].append(outside)
+                    alone.append(runtime_ms)
+        finally:
+            device_ops._loaded.maxaccel_set_python(device_ops._register, device_ops._dispatch)
+        for option, outside in rows.items():
+            _row(f"one session, {option}", name, "1 thread", statistics.median(outside),
+                 statistics.median(alone))
+
+
 def single(args, device):
     import onnxruntime
 
@@ -667,7 +746,7 @@ def single(args, device):
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
            "handover": handover, "layout": layout, "cold": cold, "neighbour": neighbour,
-           "wrapper": wrapper, "single": single}
+           "wrapper": wrapper, "single": single, "glue": glue}
 
 
 def main(argv=None):
@@ -678,6 +757,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5, help="runs per round (default 5)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the options taken "
                         "in turn (default 3)")
+    parser.add_argument("--one-session", action="store_true",
+                        help="spinning: the model as one session (the session's default) "
+                        "instead of partitions")
     parser.add_argument("--busy", type=float, nargs="+", default=[0, 2, 5],
                         help="single: the golden model's device busy this many ms a call "
                         "(default 0 2 5), unless --device is given")
@@ -690,7 +772,7 @@ def main(argv=None):
     else:
         print("| option | model | threading | host-side time per run | onnxruntime, whole "
               "model | ratio |\n|---|---|---|---|---|---|")
-    if args.option in ("spinning", "global-pool") or (args.option == "single"
+    if args.option in ("spinning", "global-pool", "glue") or (args.option == "single"
                                                        and "--device" in (argv or sys.argv)):
         from maxaccel.host import open_device
         with open_device(args.device) as device:

@@ -308,13 +308,15 @@ def _dtype(element):
 
 def _dispatch(key, inputs):
     """A kernel's call: ``inputs`` as ``(memoryview, element type, shape)``; returns the
-    results as arrays (those of a dtype numpy does not build in, such as bfloat16, viewed as
-    unsigned integers of their size: their buffers cannot be exported as they are)."""
+    results as C-contiguous arrays (those of a dtype numpy does not build in, such as
+    bfloat16, viewed as unsigned integers of their size: their buffers cannot be exported as
+    they are)."""
     entry = _steps.get(key)
     session = entry[0]() if entry else None
     if session is None:
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
     arrays = [np.frombuffer(view, _dtypes.get(element) or _dtype(element)).reshape(shape)
               for view, element, shape in inputs]
-    results = session._device_operator(entry[1], arrays)
+    # Not np.ascontiguousarray: it makes a 0-d result 1-d.
+    results = [np.asarray(r, order="C") for r in session._device_operator(entry[1], arrays)]
     return [r if r.dtype.isbuiltin == 1 else r.view(f"u{r.itemsize}") for r in results]

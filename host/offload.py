@@ -654,8 +654,7 @@ class OffloadSession:
             self._calls[index] = (started, time.perf_counter() - started, where)
         if not names_every_output:
             results = [r for r, name in zip(results, step.outputs) if name]
-        # Not np.ascontiguousarray: it makes a 0-d result 1-d.
-        return [np.asarray(r, order="C") for r in results]
+        return results
 
     def _run_one(self, output_names, feeds, run_options):
         """:meth:`run` as one onnxruntime session. :attr:`last_steps` gives each device step

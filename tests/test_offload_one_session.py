@@ -157,3 +157,15 @@ def test_bfloat16_between_onnxruntime_and_the_device():
     want = reference.max(x.astype(ml_dtypes.bfloat16), y.astype(ml_dtypes.bfloat16))
     assert_same_bits(z, want.astype(np.float32))
     assert session.last_run[2] == ("Max_2", "Max", "device")
+
+
+@pytest.mark.parametrize("one_session", [True, False])
+def test_a_device_given_after_a_run_takes_every_device_step(one_session):
+    """Each step's call is worked out once per device: one set after a run is the one used."""
+    session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
+    first = session.run(None, FEEDS)
+    counted = bench._TimedDevice(reference)
+    session.device = counted
+    for got, want in zip(session.run(None, FEEDS), first):
+        assert_same_bits(got, want)
+    assert counted.calls == sum(where == "device" for _, _, where in session.last_run) == 3
