@@ -6,7 +6,7 @@ step's inputs and outputs and an attribute ``key``. Its kernel is C (``device_op
 here once with the system C compiler and the interpreter's headers, cached beside the compiled
 boards): it hands the inputs to one Python call as memoryviews over onnxruntime's buffers, no
 copy, and copies each result into the output onnxruntime allocates. The call runs the step as
-the partitioned session does (``OffloadSession._run_device``). Between two device steps the
+the partitioned session does (``OffloadSession._step_call``). Between two device steps the
 model's other nodes run inside the same ``Run``, so the session enters onnxruntime once a run,
 not once per partition.
 
