@@ -315,7 +315,7 @@ def _dispatch(key, inputs):
     session = entry[0]() if entry else None
     if session is None:
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
-    arrays = [np.frombuffer(view, _dtypes.get(element) or _dtype(element)).reshape(shape)
+    arrays = [np.frombuffer(view, _dtype(element)).reshape(shape)
               for view, element, shape in inputs]
     # Not np.ascontiguousarray: it makes a 0-d result 1-d.
     results = [np.asarray(r, order="C") for r in session._device_operator(entry[1], arrays)]

@@ -306,6 +306,12 @@ _DEVICE_CALLS = {"Max": "max", "Min": "min", "ReduceMax": "reduce_max",
                  "ArgMax": "arg_max", "ArgMin": "arg_min"}
 
 
+def _indices_wanted(op_type, outputs):
+    """Whether a max-family node with output names ``outputs`` is a MaxPool whose Indices
+    output something reads."""
+    return op_type == "MaxPool" and len(outputs) > 1 and bool(outputs[1])
+
+
 def _reduction_arguments(attributes, inputs):
     """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax or ReduceMin of any opset
     version: axes from the attribute (before 18) or the optional second input (18 and later)."""
@@ -328,8 +334,11 @@ class OffloadSession:
         Used for the one session, or every CPU partition. When the model has device or
         subgraph steps, entries it does not set are set on it: for the one session
         :data:`STOP_SPINNING_AFTER_RUN` (see :func:`spinning_within_runs`: its pools spin only
-        while a run lasts), for partitions each of :data:`SPINNING` to :data:`NO_SPINNING` (see
-        :func:`without_spinning`: the partitions' pools sleep between hand-overs).
+        while a run lasts), its ``execution_order`` and the device operators' library; for
+        partitions each of :data:`SPINNING` to :data:`NO_SPINNING` (see
+        :func:`without_spinning`: the partitions' pools sleep between hand-overs). A model
+        onnxruntime refuses to load as one session gets both. Entries already present count
+        as the caller's: sessions sharing one ``SessionOptions`` keep what the first set.
     providers, provider_options : optional
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
@@ -641,13 +650,12 @@ class OffloadSession:
         step, names_every_input, names_every_output = self._one_steps[index]
         inputs = arrays if names_every_input else \
             [arrays.pop(0) if name else None for name in step.inputs]
-        call = self._step_call(step, inputs[0].dtype)
         # onnxruntime's parallel executor may run two device steps at once: one at a time on
         # the link.
         with self._device_lock:
             started = time.perf_counter()
             try:
-                results, where = call(*inputs)
+                results, where = self._step_call(step, inputs[0].dtype)(*inputs)
             except BaseException as error:
                 self._failure = error   # raised by run() in place of onnxruntime's error
                 raise
@@ -698,8 +706,9 @@ class OffloadSession:
         return DEVICE if isinstance(step, DeviceStep) else ONNX_REFERENCE
 
     def _onnxruntime_session(self, model):
-        """``model`` as an onnxruntime session with the caller's options (spinning stopped),
-        providers and keyword arguments: a partition's, or the one session's."""
+        """``model`` as an onnxruntime session with the caller's options (their pool entries
+        set as the session's docstring says), providers and keyword arguments: a partition's, or
+        the one session's."""
         import onnxruntime
         return onnxruntime.InferenceSession(
             _for_onnxruntime(model), self._partition_options,
@@ -769,7 +778,7 @@ class OffloadSession:
         device, where = self._device_for(dtype)
         node = step.node
         if step.transpose is None:
-            indices = node.op_type == "MaxPool" and len(step.outputs) > 1 and bool(step.outputs[1])
+            indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)
 
             if indices:
@@ -803,11 +812,11 @@ class OffloadSession:
                 values[name] = np.asarray(result)
         return ONNX_REFERENCE
 
-    def _family(self, op_type, attributes, inputs, outputs=1):
+    def _family(self, op_type, attributes, inputs, indices=False):
         """``(result, where)`` of a max-family node, on the device or (for an element type the
-        device lacks) the golden model; a MaxPool with ``outputs`` 2 gives ``(y, indices)``."""
+        device lacks) the golden model; a MaxPool with ``indices`` gives ``(y, indices)``."""
         device, where = self._device_for(inputs[0].dtype)
-        return self._prepare(device, op_type, attributes, outputs > 1)(*inputs), where
+        return self._prepare(device, op_type, attributes, indices)(*inputs), where
 
     def _prepare(self, device, op_type, attributes, indices=False):
         """``device``'s call for a max-family node: a function of the node's inputs (None for
@@ -865,9 +874,9 @@ class OffloadSession:
                 attributes = {a.name: helper.get_attribute_value(a)
                               for a in self.onnx_node.attribute}
                 inputs = [None if x is None else np.asarray(x) for x in inputs]
-                outputs = sum(1 for name in self.onnx_node.output if name)
-                result = session._family(op_type, attributes, inputs, outputs)[0]
-                return tuple(result) if op_type == "MaxPool" and outputs > 1 else (result,)
+                indices = _indices_wanted(op_type, self.onnx_node.output)
+                result = session._family(op_type, attributes, inputs, indices)[0]
+                return tuple(result) if indices else (result,)
             return type(op_type, (OpRun,), {"op_domain": "", "_run": _run})
         return [make(op_type) for op_type in FAMILY]
 

@@ -9,11 +9,14 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
+from fake_board import FakeBoard
+from maxaccel.contract.dtypes import DType
 from maxaccel.host import bench, device_ops, models
+from maxaccel.host.device import Device
 from maxaccel.host.offload import OffloadSession
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
-from test_offload import mixed_model, random_values
+from test_offload import mixed_model, random_values, single_node_model
 
 FEEDS = {"a": np.array([[[np.nan, -0.0, 1, 2]] * 3] * 2, np.float32),
          "b": np.array([0.0, -0.0, np.nan], np.float32).reshape(1, 3, 1),
@@ -169,3 +172,52 @@ def test_a_device_given_after_a_run_takes_every_device_step(one_session):
     for got, want in zip(session.run(None, FEEDS), first):
         assert_same_bits(got, want)
     assert counted.calls == sum(where == "device" for _, _, where in session.last_run) == 3
+
+
+class WithoutArgMax:
+    """A device with the max family's required calls and no ``arg_max``."""
+
+    max, reduce_max, global_max_pool = reference.max, reference.reduce_max, \
+        reference.global_max_pool
+
+
+@pytest.mark.parametrize("one_session", [True, False])
+def test_a_device_lacking_a_steps_call_fails_with_its_own_error(one_session):
+    """Working out a step's call fails (here: no ``arg_max``): run raises that error itself,
+    from the one session as from the partitions, not as onnxruntime's."""
+    model = single_node_model("ArgMax", 13, [("x", TensorProto.FLOAT, [2, 3])],
+                              [("i", TensorProto.INT64, [1, 3])])
+    session = OffloadSession(model, device=WithoutArgMax(), one_session=one_session)
+    assert (session._one is not None) == one_session
+    with pytest.raises(AttributeError, match="arg_max"):
+        session.run(None, {"x": np.zeros((2, 3), np.float32)})
+
+
+@pytest.mark.parametrize("one_session", [True, False])
+def test_each_element_type_is_routed_for_itself(one_session):
+    """A float32 and a float64 Max on a board of float32 alone: the device takes the first,
+    the golden model the second, and a step's call is worked out again for another type."""
+    graph = helper.make_graph(
+        [helper.make_node("Max", ["x", "y"], ["m32"], name="max32"),
+         helper.make_node("Cast", ["x"], ["x64"], to=TensorProto.DOUBLE, name="cast"),
+         helper.make_node("Max", ["x64", "z"], ["m64"], name="max64")], "two_types",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("z", TensorProto.DOUBLE, [3])],
+        [helper.make_tensor_value_info("m32", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("m64", TensorProto.DOUBLE, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    feeds = {"x": np.array([np.nan, -0.0, 1], np.float32),
+             "y": np.array([1, 0.0, -np.inf], np.float32),
+             "z": np.array([-0.0, 0.0, np.nan])}
+    with Device(FakeBoard(dtypes=[DType.FLOAT])) as dev:
+        session = OffloadSession(model, device=dev, one_session=one_session)
+        m32, m64 = session.run(None, feeds)
+        assert [where for name, _, where in session.last_run if name != "cast"] == \
+            ["device", "golden"]
+        step = next(s for s in session._steps if getattr(s, "name", None) == "max32")
+        assert session._step_call(step, np.dtype(np.float64))(*[feeds["z"]] * 2)[1] == "golden"
+        assert session._step_call(step, np.dtype(np.float32))(feeds["x"], feeds["y"])[1] == \
+            "device"
+    assert_same_bits(m32, reference.max(feeds["x"], feeds["y"]))
+    assert_same_bits(m64, reference.max(feeds["x"].astype(np.float64), feeds["z"]))
