@@ -198,12 +198,6 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
     out = pathlib.Path(out_dir or pathlib.Path("build") / board)
     if seed is not None and target.family == "xilinx":
         raise ValueError(f"--seed is nextpnr's: {board} is built by Vivado")
-    nextpnr_options = list(target.nextpnr_options)
-    if seed is not None:
-        while "--seed" in nextpnr_options:
-            at = nextpnr_options.index("--seed")
-            del nextpnr_options[at:at + 2]
-        nextpnr_options += ["--seed", str(seed)]
     if target.family == "xilinx":
         try:
             from maxaccel.boards import xilinx
@@ -212,6 +206,12 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
                              f"available in this version") from None
         return xilinx.build_plan(target, lanes=lanes, clock_mhz=clock_mhz, out_dir=out,
                                  progress=progress)
+    nextpnr_options = list(target.nextpnr_options)
+    if seed is not None:
+        while "--seed" in nextpnr_options:
+            at = nextpnr_options.index("--seed")
+            del nextpnr_options[at:at + 2]
+        nextpnr_options += ["--seed", str(seed)]
     environment = toolchain_environment()
     platform = target.platform()
     oscillator_mhz = platform.lookup(platform.default_clk).clock.frequency / 1e6

@@ -641,7 +641,8 @@ def glue(args, device):
     import onnxruntime
 
     from maxaccel.host import bench, device_ops
-    from maxaccel.host.offload import OffloadSession, _reduction_arguments
+    from maxaccel.host.offload import (OffloadSession, _max_pool_arguments,
+                                       _reduction_arguments)
     timed = bench._TimedDevice(device)
     straight, perf = {}, time.perf_counter
 
@@ -672,7 +673,7 @@ def glue(args, device):
                 continue
             if op_type == "MaxPool":
                 call = functools.partial(timed.max_pool,
-                                         **short._pool_arguments[id(step.attributes)])
+                                         **_max_pool_arguments(step.attributes))
             elif op_type == "ReduceMax" and len(step.inputs) < 2:
                 axes, keepdims, noop = _reduction_arguments(step.attributes, [None])
                 call = functools.partial(timed.reduce_max, axes=axes, keepdims=keepdims,

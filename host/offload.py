@@ -424,8 +424,8 @@ class OffloadSession:
         # (without_spinning). A model with no such step is one partition: onnxruntime's own
         # behaviour.
         self._partition_options = sess_options
-        handed_over = not all(isinstance(s, CpuPartition) for s in self._steps)
-        if handed_over and sess_options is None:
+        self._needs_device = any(not isinstance(s, CpuPartition) for s in self._steps)
+        if self._needs_device and sess_options is None:
             import onnxruntime
             self._partition_options = onnxruntime.SessionOptions()
         # onnxruntime warns about the providers (one it does not have, say) for every
@@ -436,7 +436,7 @@ class OffloadSession:
             warnings.simplefilter("always")
             if one_session:
                 self.one_session_refusal = self._make_one_session(plan)
-            if self._one is None and handed_over:
+            if self._one is None and self._needs_device:
                 without_spinning(self._partition_options)
             for step in self._steps if self._one is None else ():
                 if isinstance(step, CpuPartition) and not step.untyped:
@@ -473,12 +473,8 @@ class OffloadSession:
                 else:
                     self._one_schedule.append((*entry, tuple(later)))
         self._output_names = [o.name for o in self.outputs]
-        self._pool_arguments = {id(step.attributes): _max_pool_arguments(step.attributes)
-                                for step in self._steps if isinstance(step, DeviceStep)
-                                and step.node.op_type == "MaxPool"}
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
         self._step_calls = {}   # id(step) -> (device, dtype, call): _step_call
-        self._needs_device = any(not isinstance(s, CpuPartition) for s in self._steps)
         self.last_run, self.last_steps = [], []
         self._owns_device = False
         if isinstance(device, str):
@@ -828,9 +824,8 @@ class OffloadSession:
         if op_type == "GlobalMaxPool":
             return device.global_max_pool
         if op_type == "MaxPool":
-            arguments = self._pool_arguments.get(id(attributes)) \
-                or _max_pool_arguments(attributes)
-            return functools.partial(device.max_pool, **arguments, return_indices=indices)
+            return functools.partial(device.max_pool, **_max_pool_arguments(attributes),
+                                     return_indices=indices)
         if op_type in ("ArgMax", "ArgMin"):
             return functools.partial(getattr(device, _DEVICE_CALLS[op_type]),
                                      axis=attributes.get("axis", 0),
