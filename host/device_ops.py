@@ -33,12 +33,18 @@ import weakref
 import numpy as np
 from onnx import helper
 
-__all__ = ["DOMAIN", "OperatorsUnavailable", "library", "register", "step_key", "one_model",
-           "with_domain"]
+__all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "library", "register", "step_key",
+           "one_model", "with_domain", "nchwc_block", "with_blocked_pools"]
 
 #: The operators' domain; each registration gets ``DOMAIN.N`` (a ``SessionOptions`` may carry
 #: several, one per session made from it).
 DOMAIN = "ai.maxaccel.device"
+#: onnxruntime's domain of its CPU provider's NCHWc operators, which its ``NchwcTransformer``
+#: puts in place of Conv, MaxPool and GlobalMaxPool at ``ORT_ENABLE_ALL``.
+NCHWC_DOMAIN = "com.microsoft.nchwc"
+#: The device steps that can take onnxruntime's NCHWc tensors as they are
+#: (:func:`with_blocked_pools`).
+BLOCKED_POOLS = ("MaxPool", "GlobalMaxPool")
 #: The kernels' source, shipped with the package.
 SOURCE = pathlib.Path(__file__).with_name("device_ops.c")
 
@@ -162,7 +168,7 @@ def step_key(session, index):
 def register(options, signatures):
     """Register operators on ``options`` (an ``onnxruntime.SessionOptions``, which is changed)
     for ``signatures``, ``{op_type: (input element types, output element types)}`` (ONNX
-    ``TensorProto`` codes). Returns their domain.
+    ``TensorProto`` codes). Returns their domain (a new one each call).
 
     Raises
     ------
@@ -233,6 +239,201 @@ def with_domain(model, domain, signatures):
             node.domain = domain
     model.opset_import.append(helper.make_opsetid(domain, 1))
     return model
+
+
+_nchwc = []   # [block or None], once asked (nchwc_block)
+
+
+def nchwc_block():
+    """onnxruntime's NCHWc block ``B`` on this machine, or None where it has no NCHWc layout
+    (a CPU without AVX2, or onnxruntime laying it out otherwise than below).
+
+    onnxruntime's CPU provider keeps a tensor between its NCHWc operators as ``N x C' x H x W``
+    (``C`` padded with zeros to ``C'``, a multiple of ``B``) laid out in memory as
+    ``N x C'/B x H x W x B``: ``B`` channels side by side, a channels-last tensor of
+    ``N x C'/B`` images. Asked of onnxruntime once a process (its ``ReorderInput`` of a known
+    tensor, the layout checked element by element).
+    """
+    with _lock:
+        if not _nchwc:
+            _nchwc.append(_probe_block())
+        return _nchwc[0]
+
+
+def _probe_block():
+    import onnxruntime
+    from onnx import TensorProto
+    shape = [1, 4, 2, 3]
+    graph = helper.make_graph(
+        [helper.make_node("ReorderInput", ["x"], ["y"], domain=NCHWC_DOMAIN)], "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid(NCHWC_DOMAIN, 1)])
+    model.ir_version = 8
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4
+    x = np.arange(1, 25, dtype=np.float32).reshape(shape)
+    try:
+        y = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                         providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    except Exception:   # no NCHWc operators in this onnxruntime, or on this CPU
+        return None
+    block = y.shape[1] if y.ndim == 4 and y.shape[0] == 1 and y.shape[2:] == (2, 3) else 0
+    if block < 4 or block % 4:
+        return None
+    expected = np.zeros((1, 1, 2, 3, block), np.float32)
+    expected[..., :4] = x.transpose(0, 2, 3, 1)[:, np.newaxis]
+    return block if np.array_equal(y.reshape(-1), expected.reshape(-1)) else None
+
+
+def with_blocked_pools(model, steps, domain, optimized_by):
+    """``model`` (from :func:`with_domain`) as onnxruntime optimizes it, its pool steps taking
+    onnxruntime's NCHWc tensors as they lie, if onnxruntime would run those pools in NCHWc.
+
+    At ``ORT_ENABLE_ALL`` onnxruntime runs a CPU model's float Convs in its NCHWc layout
+    (:func:`nchwc_block`), and a MaxPool or GlobalMaxPool between them too; around a node it
+    does not know, such as a device operator, it converts the tensor back and forth
+    (``ReorderOutput``, ``ReorderInput``: megabytes a run on SqueezeNet). A pool over ``H, W``
+    of an ``N x C'/B x H x W x B`` tensor is the pool over ``H, W, 1`` of that five-axis
+    tensor (``docs/offload.md``, "One session"), so the device takes the tensor as it lies.
+
+    The model is optimized once with every such pool step (a MaxPool without Indices, a
+    GlobalMaxPool, no Transpose folded) as its own node; each pool onnxruntime
+    then made an NCHWc node (named for its output, ``<output>_nchwc``) becomes the step's
+    device operator again, on the NCHWc tensors.
+
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The one model, its device operators in ``domain`` (in the order of ``steps``).
+    steps : list of DeviceStep
+        The device steps, by operator index.
+    domain : str
+        The operators' domain, as registered on the session's options.
+    optimized_by : callable(onnx.ModelProto) -> onnx.ModelProto or None
+        The model as the session's onnxruntime options optimize it (None if they do not load
+        it).
+
+    Returns
+    -------
+    (onnx.ModelProto, list)
+        The model to load and each operator's NCHWc block, None for a step that takes
+        the tensors as ONNX lays them out; ``model`` itself and no blocks where no pool step
+        would be NCHWc (or the optimized model is not as expected).
+    """
+    blocks = [None] * len(steps)
+    operators = [node for node in model.graph.node if node.domain == domain]
+    pools = [i for i, step in enumerate(steps)
+             if step.transpose is None and step.node.op_type in BLOCKED_POOLS
+             and not any(step.node.output[1:])]
+    block = nchwc_block() if pools and len(operators) == len(steps) else None
+    if block is None:
+        return model, blocks
+    probe = _copy(model)
+    nodes = [node for node in probe.graph.node if node.domain == domain]
+    for i in pools:
+        name = nodes[i].name
+        nodes[i].CopyFrom(steps[i].node)
+        nodes[i].name = name
+    optimized = optimized_by(probe)
+    if optimized is None:
+        return model, blocks
+    by_name = {node.name: node for node in optimized.graph.node
+               if node.domain == NCHWC_DOMAIN and node.op_type in BLOCKED_POOLS}
+    kept = {node.name for node in optimized.graph.node if node.domain == domain}
+    if kept != {operators[i].name for i in range(len(steps)) if i not in pools}:
+        return model, blocks
+    for i in pools:
+        output = steps[i].node.output[0]
+        nchwc = [node for name, node in by_name.items()
+                 if name == f"{output}_nchwc" or name.startswith(f"{output}_nchwc_token_")]
+        plain = [node for node in optimized.graph.node
+                 if not node.domain and node.op_type == steps[i].node.op_type
+                 and node.output[:1] == [output]]
+        if len(nchwc) + len(plain) != 1:
+            return model, [None] * len(steps)
+        node = (nchwc or plain)[0]
+        operator = operators[i]
+        inputs, outputs = list(node.input[:1]), list(node.output[:1])
+        node.Clear()
+        node.CopyFrom(operator)
+        node.ClearField("input")
+        node.ClearField("output")
+        node.input.extend(inputs)
+        node.output.extend(outputs)
+        if nchwc:
+            blocks[i] = block
+    if not any(blocks):
+        return model, [None] * len(steps)
+    _unshadow(optimized.graph, _names(optimized.graph))
+    return optimized, blocks
+
+
+def _subgraphs(node):
+    for attribute in node.attribute:
+        if attribute.HasField("g"):
+            yield attribute.g
+        yield from attribute.graphs
+
+
+def _names(graph):
+    """Every value name ``graph`` defines or reads, its subgraphs' included."""
+    names = {v.name for v in list(graph.input) + list(graph.output)}
+    names.update(t.name for t in graph.initializer)
+    for node in graph.node:
+        names.update(node.input)
+        names.update(node.output)
+        for subgraph in _subgraphs(node):
+            names |= _names(subgraph)
+    names.discard("")
+    return names
+
+
+def _unshadow(graph, taken, outer=frozenset(), renamed=None):
+    """Renames each value a subgraph of ``graph`` defines under a name an enclosing graph
+    defines too: onnxruntime names the values it makes per graph (``reorder_token_0`` in a
+    Loop body and in the main graph), and then refuses the model it saved (not in single
+    static assignment form). ``taken``: every name in the model (new names join it);
+    ``outer``: the names the graphs enclosing ``graph`` define; ``renamed``: their renamed
+    values, old name -> new."""
+    renamed = dict(renamed or {})
+
+    def define(name):
+        if name in outer:
+            renamed[name] = _fresh(name, taken)
+            return renamed[name]
+        renamed.pop(name, None)
+        return name
+
+    for value in graph.input:
+        value.name = define(value.name)
+    for tensor in graph.initializer:
+        tensor.name = define(tensor.name)
+    enclosing = set(outer) | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    enclosing.update(name for node in graph.node for name in node.output if name)
+    for node in graph.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+        for subgraph in _subgraphs(node):
+            _unshadow(subgraph, taken, enclosing, renamed)
+        node.output[:] = [define(name) if name else name for name in node.output]
+    for value in list(graph.output) + list(graph.value_info):
+        value.name = renamed.get(value.name, value.name)
+
+
+def _fresh(name, taken):
+    for count in itertools.count(1):
+        candidate = f"{name}__{count}"
+        if candidate not in taken:
+            taken.add(candidate)
+            return candidate
+
+
+def _copy(model):
+    """A deep copy of ``model``."""
+    copy = type(model)()
+    copy.CopyFrom(model)
+    return copy
 
 
 # --- called back from C ---------------------------------------------------------------------

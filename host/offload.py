@@ -463,7 +463,7 @@ class OffloadSession:
         if self._one is not None:
             # Each schedule entry with its device operator's index, or for a partition the
             # indices of the device operators after it in the plan (``_run_one``).
-            index = {id(step): i for i, (step, _, _) in enumerate(self._one_steps)}
+            index = {id(step): i for i, (step, *_) in enumerate(self._one_steps)}
             later = [index[id(entry[0])] for entry in self._schedule if entry[1] is _DEVICE_STEP]
             self._one_schedule = []
             for entry in self._schedule:
@@ -617,33 +617,70 @@ class OffloadSession:
             return f"no element type for {', '.join(unknown[:3])}"
         model, device_steps, signatures = device_ops.one_model(
             plan.model, steps, types, lambda index: device_ops.step_key(self, index))
-        # Each operator's step, and whether every input and output of the step has a name
-        # (then the operator's arrays are the step's, in order).
-        self._one_steps = [(step, all(step.inputs), all(step.outputs)) for step in device_steps]
+        options = self._partition_options
         try:
-            domain = device_ops.register(self._partition_options, signatures)
+            domain = device_ops.register(options, signatures)
         except device_ops.OperatorsUnavailable as error:
             return f"the device operators are unavailable: {error}"
         device_ops.with_domain(model, domain, signatures)
+        # Pools between onnxruntime's NCHWc nodes take its NCHWc tensors as they lie.
+        blocked, blocks = model, [None] * len(device_steps)
+        if options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL:
+            blocked, blocks = device_ops.with_blocked_pools(model, device_steps, domain,
+                                                            self._optimized)
         # Nodes in the plan's order where the data allow (Kahn's order, lowest node first),
         # so each partition runs between the device steps around it (``last_steps``).
-        options = self._partition_options
         if options.execution_order == onnxruntime.ExecutionOrder.DEFAULT:
             options.execution_order = onnxruntime.ExecutionOrder.PRIORITY_BASED
         spinning_within_runs(options)
         try:
-            self._one = self._onnxruntime_session(model)
+            self._one = self._onnxruntime_session(blocked)
         except Exception as error:  # onnxruntime's exception types: the partitions then
-            return f"onnxruntime does not load the model as one session: {error}"
+            if blocked is model:
+                return f"onnxruntime does not load the model as one session: {error}"
+            blocks = [None] * len(device_steps)
+            try:
+                self._one = self._onnxruntime_session(model)
+            except Exception as error:
+                return f"onnxruntime does not load the model as one session: {error}"
+        # Each operator's step, whether every input and output of the step has a name (then
+        # the operator's arrays are the step's, in order), and the NCHWc block of its tensors.
+        self._one_steps = [(step, all(step.inputs), all(step.outputs), block)
+                           for step, block in zip(device_steps, blocks)]
         self._one_run = _direct_run(self._one)
         self._device_lock = threading.Lock()
         return None
+
+    def _optimized(self, model):
+        """``model`` as onnxruntime optimizes it with the session's options (a session made and
+        dropped, which writes no profile and no warning that the file suits only this
+        machine), or None if onnxruntime does not load it."""
+        import tempfile
+
+        import onnxruntime
+        options = self._partition_options
+        saved = (options.optimized_model_filepath, options.log_severity_level,
+                 options.enable_profiling)
+        with tempfile.TemporaryDirectory() as scratch:
+            try:
+                options.optimized_model_filepath = os.path.join(scratch, "optimized.onnx")
+                options.log_severity_level, options.enable_profiling = 3, False
+                onnxruntime.InferenceSession(_for_onnxruntime(model), options,
+                                             providers=["CPUExecutionProvider"],
+                                             provider_options=self._provider_options,
+                                             **self._ort_kwargs)
+                return onnx.load(options.optimized_model_filepath)
+            except Exception:   # onnxruntime's exception types: the model as it is, then
+                return None
+            finally:
+                (options.optimized_model_filepath, options.log_severity_level,
+                 options.enable_profiling) = saved
 
     def _device_operator(self, index, arrays):
         """A device operator's kernel (:mod:`maxaccel.host.device_ops`): step ``index`` on
         ``arrays`` (onnxruntime's buffers, read only, one per named input). Returns its
         results, one per named output."""
-        step, names_every_input, names_every_output = self._one_steps[index]
+        step, names_every_input, names_every_output, block = self._one_steps[index]
         inputs = arrays if names_every_input else \
             [arrays.pop(0) if name else None for name in step.inputs]
         # onnxruntime's parallel executor may run two device steps at once: one at a time on
@@ -651,7 +688,7 @@ class OffloadSession:
         with self._device_lock:
             started = time.perf_counter()
             try:
-                results, where = self._step_call(step, inputs[0].dtype)(*inputs)
+                results, where = self._step_call(step, inputs[0].dtype, block)(*inputs)
             except BaseException as error:
                 self._failure = error   # raised by run() in place of onnxruntime's error
                 raise
@@ -762,18 +799,37 @@ class OffloadSession:
                 values[name] = result
         return where
 
-    def _step_call(self, step, dtype):
+    def _step_call(self, step, dtype, block=None):
         """What runs device step ``step`` on inputs of element type ``dtype``, worked out once
         per step, element type and device (the steps' run path is cold after every device
         call: each layer of Python on it costs microseconds): ``call(*inputs)``, the step's
         inputs in order (None for an absent optional one), returns ``(results, where)``, one
-        result per name of ``step.outputs`` (None for an empty name)."""
+        result per name of ``step.outputs`` (None for an empty name). With ``block``, the
+        step is a pool on onnxruntime's NCHWc tensors of that block
+        (:func:`~maxaccel.host.device_ops.with_blocked_pools`)."""
         made = self._step_calls.get(id(step))
         if made is not None and made[0] is self.device and made[1] == dtype:
             return made[2]
         device, where = self._device_for(dtype)
         node = step.node
-        if step.transpose is None:
+        if block:
+            # N x C' x H x W lies as N x C'/B x H x W x B: N * C'/B channels-last images of
+            # B channels, pooled as they lie (the device gathers each window's elements).
+            if node.op_type == "GlobalMaxPool":
+                def call(x):
+                    n, channels, *spatial = x.shape
+                    y = device.reduce_max(x.reshape(n, channels // block, *spatial, block),
+                                          axes=tuple(range(2, 2 + len(spatial))), keepdims=True)
+                    return (y.reshape(n, channels, *y.shape[2:-1]),), where
+            else:
+                pool = self._prepare(device, "MaxPool", step.attributes)
+
+                def call(x):
+                    n, channels, *spatial = x.shape
+                    images = x.reshape(n * channels // block, *spatial, block)
+                    y = np.moveaxis(pool(np.moveaxis(images, -1, 1)), 1, -1)
+                    return (y.reshape(n, channels, *y.shape[1:-1]),), where
+        elif step.transpose is None:
             indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)
 
