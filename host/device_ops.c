@@ -7,8 +7,8 @@
  * ever grows (the numbers below hold from API 1 on; version 16 is asked for, onnxruntime 1.16).
  *
  * A kernel's inputs go to one Python call as memoryviews over onnxruntime's buffers (no copy);
- * the call returns the step's results as arrays, each copied once into the output onnxruntime
- * allocates. A Python exception becomes an onnxruntime error status with its text (the session
+ * the call returns the step's results as arrays (strided ones too), each copied once into the
+ * output onnxruntime allocates. A Python exception becomes an onnxruntime error status with its text (the session
  * raises the exception itself). */
 
 #define PY_SSIZE_T_CLEAN
@@ -156,26 +156,79 @@ static PyObject *input_of(void *context, size_t index, Status *status)
     return input;
 }
 
-/* Copies one result (anything with a C-contiguous buffer) into output `index`. */
+/* Copies `count` items of `size` bytes from a strided buffer, in C order, to `to`. */
+static char *gather(char *to, const char *from, int ndim, const Py_ssize_t *shape,
+                    const Py_ssize_t *strides, Py_ssize_t size)
+{
+    if (ndim == 0) {
+        memcpy(to, from, (size_t)size);
+        return to + size;
+    }
+    if (ndim > 1) {
+        for (Py_ssize_t i = 0; i < shape[0]; i++)
+            to = gather(to, from + i * strides[0], ndim - 1, shape + 1, strides + 1, size);
+        return to;
+    }
+    if (strides[0] == size) {
+        memcpy(to, from, (size_t)(shape[0] * size));
+        return to + shape[0] * size;
+    }
+    if (size == 4) {   /* float32, the usual case: no call per item */
+        for (Py_ssize_t i = 0; i < shape[0]; i++, to += 4)
+            *(uint32_t *)to = *(const uint32_t *)(from + i * strides[0]);
+        return to;
+    }
+    for (Py_ssize_t i = 0; i < shape[0]; i++, to += size)
+        memcpy(to, from + i * strides[0], (size_t)size);
+    return to;
+}
+
+/* Copies one result into output `index`: an array (anything with a buffer, strided or not),
+ * or (dims, array) for an output of other dims than the array's, its items in the array's C
+ * order (a pool's result on onnxruntime's NCHWc tensors: docs/offload.md). */
 static Status output_of(void *context, size_t index, PyObject *result)
 {
+    PyObject *given = NULL;
+    if (PyTuple_Check(result) && PyTuple_GET_SIZE(result) == 2) {
+        given = PyTuple_GET_ITEM(result, 0);
+        result = PyTuple_GET_ITEM(result, 1);
+    }
     Py_buffer buffer;
-    if (PyObject_GetBuffer(result, &buffer, PyBUF_C_CONTIGUOUS | PyBUF_ND) < 0)
+    if (PyObject_GetBuffer(result, &buffer, PyBUF_STRIDES) < 0)
         return python_failure();
     int64_t dims[MAX_RANK];
     Status status = 0;
-    if (buffer.ndim > MAX_RANK)
+    Py_ssize_t rank = buffer.ndim;
+    if (given) {
+        rank = PySequence_Check(given) ? PySequence_Size(given) : -1;
+        Py_ssize_t items = 1;
+        for (Py_ssize_t d = 0; d < rank && d < MAX_RANK; d++) {
+            PyObject *size = PySequence_GetItem(given, d);
+            dims[d] = size ? PyLong_AsLongLong(size) : -1;
+            Py_XDECREF(size);
+            items *= (Py_ssize_t)dims[d];
+        }
+        if (PyErr_Occurred())
+            status = python_failure();
+        else if (rank < 0 || rank > MAX_RANK || items * buffer.itemsize != buffer.len)
+            status = failure("maxaccel: a device step's result does not fill the dims given");
+    } else if (rank > MAX_RANK)
         status = failure("maxaccel: a device step's result has a rank above 64");
-    for (int d = 0; !status && d < buffer.ndim; d++)
+    for (int d = 0; !status && !given && d < rank; d++)
         dims[d] = buffer.shape[d];
     void *value = NULL, *data = NULL;
     if (!status)
         status = CALL(GET_OUTPUT, Status (*)(void *, size_t, const int64_t *, size_t, void **),
-                      context, index, dims, (size_t)buffer.ndim, &value);
+                      context, index, dims, (size_t)rank, &value);
     if (!status && buffer.len) {
         status = CALL(MUTABLE_DATA, Status (*)(void *, void **), value, &data);
-        if (!status)
-            memcpy(data, buffer.buf, (size_t)buffer.len);
+        if (!status) {
+            if (PyBuffer_IsContiguous(&buffer, 'C'))
+                memcpy(data, buffer.buf, (size_t)buffer.len);
+            else
+                gather(data, buffer.buf, buffer.ndim, buffer.shape, buffer.strides,
+                       buffer.itemsize);
+        }
     }
     PyBuffer_Release(&buffer);
     return status;

@@ -294,14 +294,15 @@ def with_blocked_pools(model, steps, domain, optimized_by):
     At ``ORT_ENABLE_ALL`` onnxruntime runs a CPU model's float Convs in its NCHWc layout
     (:func:`nchwc_block`), and a MaxPool or GlobalMaxPool between them too; around a node it
     does not know, such as a device operator, it converts the tensor back and forth
-    (``ReorderOutput``, ``ReorderInput``: megabytes a run on SqueezeNet). A pool over ``H, W``
-    of an ``N x C'/B x H x W x B`` tensor is the pool over ``H, W, 1`` of that five-axis
-    tensor (``docs/offload.md``, "One session"), so the device takes the tensor as it lies.
+    (``ReorderOutput``, ``ReorderInput``: megabytes a run on SqueezeNet). An NCHWc tensor is
+    ``N * C'/B`` channels-last images of ``B`` channels, and the device pools those as they
+    lie (``OffloadSession._step_call``; ``docs/offload.md``, "One session").
 
     The model is optimized once with every such pool step (a MaxPool without Indices, a
-    GlobalMaxPool, no Transpose folded) as its own node; each pool onnxruntime
-    then made an NCHWc node (named for its output, ``<output>_nchwc``) becomes the step's
-    device operator again, on the NCHWc tensors.
+    GlobalMaxPool, no Transpose folded) as its own node; each pool onnxruntime then made an
+    NCHWc node (named for its output, ``<output>_nchwc``) becomes the step's device operator
+    again, on the NCHWc tensors, and each it left as it was becomes the operator on the
+    tensors as ONNX lays them out.
 
     Parameters
     ----------
@@ -354,14 +355,9 @@ def with_blocked_pools(model, steps, domain, optimized_by):
         if len(nchwc) + len(plain) != 1:
             return model, [None] * len(steps)
         node = (nchwc or plain)[0]
-        operator = operators[i]
         inputs, outputs = list(node.input[:1]), list(node.output[:1])
-        node.Clear()
-        node.CopyFrom(operator)
-        node.ClearField("input")
-        node.ClearField("output")
-        node.input.extend(inputs)
-        node.output.extend(outputs)
+        node.CopyFrom(operators[i])
+        node.input[:], node.output[:] = inputs, outputs
         if nchwc:
             blocks[i] = block
     if not any(blocks):
@@ -509,15 +505,19 @@ def _dtype(element):
 
 def _dispatch(key, inputs):
     """A kernel's call: ``inputs`` as ``(memoryview, element type, shape)``; returns the
-    results as C-contiguous arrays (those of a dtype numpy does not build in, such as
+    results as arrays, C-contiguous or not (those of a dtype numpy does not build in, such as
     bfloat16, viewed as unsigned integers of their size: their buffers cannot be exported as
-    they are)."""
+    they are), or ``(dims, array)`` for a result whose output has other dims than the array
+    (the kernel copies the array's items in C order)."""
     entry = _steps.get(key)
     session = entry[0]() if entry else None
     if session is None:
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
     arrays = [np.frombuffer(view, _dtype(element)).reshape(shape)
               for view, element, shape in inputs]
-    # Not np.ascontiguousarray: it makes a 0-d result 1-d.
-    results = [np.asarray(r, order="C") for r in session._device_operator(entry[1], arrays)]
-    return [r if r.dtype.isbuiltin == 1 else r.view(f"u{r.itemsize}") for r in results]
+    return [result if type(result) is tuple else _exportable(np.asarray(result))
+            for result in session._device_operator(entry[1], arrays)]
+
+
+def _exportable(array):
+    return array if array.dtype.isbuiltin == 1 else array.view(f"u{array.itemsize}")

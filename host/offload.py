@@ -806,7 +806,9 @@ class OffloadSession:
         inputs in order (None for an absent optional one), returns ``(results, where)``, one
         result per name of ``step.outputs`` (None for an empty name). With ``block``, the
         step is a pool on onnxruntime's NCHWc tensors of that block
-        (:func:`~maxaccel.host.device_ops.with_blocked_pools`)."""
+        (:func:`~maxaccel.host.device_ops.with_blocked_pools`), and a MaxPool's result is
+        ``(dims, array)``: onnxruntime's output dims, and the array whose items in C order are
+        its elements (a channels-last view of the pooled images)."""
         made = self._step_calls.get(id(step))
         if made is not None and made[0] is self.device and made[1] == dtype:
             return made[2]
@@ -823,12 +825,16 @@ class OffloadSession:
                     return (y.reshape(n, channels, *y.shape[2:-1]),), where
             else:
                 pool = self._prepare(device, "MaxPool", step.attributes)
+                rank = len(step.attributes["kernel_shape"])
+                first = (0, rank + 1, *range(1, rank + 1))      # channels-last to -first
+                last = (0, *range(2, rank + 2), 1)              # and back
 
+                # The pooled images are channels-first; the kernel copies them to the output
+                # channels-last, as onnxruntime lays it out (one pass, no array in between).
                 def call(x):
                     n, channels, *spatial = x.shape
-                    images = x.reshape(n * channels // block, *spatial, block)
-                    y = np.moveaxis(pool(np.moveaxis(images, -1, 1)), 1, -1)
-                    return (y.reshape(n, channels, *y.shape[1:-1]),), where
+                    y = pool(x.reshape(n * channels // block, *spatial, block).transpose(first))
+                    return (((n, channels, *y.shape[2:]), y.transpose(last)),), where
         elif step.transpose is None:
             indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)

@@ -221,3 +221,32 @@ def test_each_element_type_is_routed_for_itself(one_session):
             "device"
     assert_same_bits(m32, reference.max(feeds["x"], feeds["y"]))
     assert_same_bits(m64, reference.max(feeds["x"].astype(np.float64), feeds["z"]))
+
+
+@pytest.mark.parametrize("layout", ["fortran", "reversed", "every other", "broadcast"])
+def test_a_device_result_of_any_strides_reaches_onnxruntime(layout):
+    """The kernel copies a result as its strides say (a device may hand back a view)."""
+    contiguous = []
+
+    def strided(result):
+        if layout == "fortran":
+            result = np.asfortranarray(result)
+        elif layout == "reversed":
+            result = np.flip(np.flip(result).copy())
+        elif layout == "every other":
+            result = np.repeat(result, 2, axis=-1)[..., ::2]
+        else:   # the first axis as a zero stride
+            result = np.broadcast_to(result[:1], result.shape)
+        contiguous.append(result.flags.c_contiguous)
+        return result
+
+    class Strided:
+        def __getattr__(self, name):
+            call = getattr(reference, name)
+            return lambda *args, **kwargs: strided(call(*args, **kwargs))
+    one = OffloadSession(mixed_model(), device=Strided())
+    assert one.one_session_refusal is None
+    want = OffloadSession(mixed_model(), device=reference, one_session=False).run(None, FEEDS)
+    for got, expected in zip(one.run(None, FEEDS), want):
+        assert_same_bits(got, expected)
+    assert contiguous and not any(contiguous)

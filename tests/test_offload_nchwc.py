@@ -1,0 +1,190 @@
+"""OffloadSession's pools between onnxruntime's NCHWc nodes (``device_ops.with_blocked_pools``):
+the device takes onnxruntime's NCHWc tensors as they lie, with the plain pool's bits, only where
+onnxruntime lays the model out so, and the caller's options come back as they were given."""
+
+import gc
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from maxaccel.host import bench, device_ops
+from maxaccel.host.offload import OffloadSession
+from maxaccel.host.partition import DeviceStep
+from maxaccel.sim import reference
+from maxaccel.sim.reference import assert_same_bits
+from maxaccel.sim.values import random_values
+
+BLOCK = device_ops.nchwc_block()
+needs_nchwc = pytest.mark.skipif(BLOCK is None,
+                                 reason="onnxruntime has no NCHWc layout on this machine")
+POOL = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+def conv_pool_model(channels=16):
+    """x (1 x 8 x 11 x 13) -> Conv -> Relu -> MaxPool 3x3 stride 2 -> Conv -> GlobalMaxPool ->
+    y, the MaxPool's result an output too ("pooled", 1 x channels x 6 x 7)."""
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("w1", (channels, 8, 3, 3)),
+                                   ("w2", (channels, channels, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["pooled"], **POOL),
+             helper.make_node("Conv", ["pooled", "w2"], ["c2"]),
+             helper.make_node("GlobalMaxPool", ["c2"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "conv_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 11, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1]),
+         helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [1, channels, 6, 7])],
+        weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+class Recording:
+    """The golden model, recording each pool call's input shape."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __getattr__(self, name):
+        return getattr(reference, name)
+
+    def max_pool(self, x, *args, **kwargs):
+        self.seen.append(("max_pool", x.shape))
+        return reference.max_pool(x, *args, **kwargs)
+
+    def global_max_pool(self, x, *args, **kwargs):
+        self.seen.append(("global_max_pool", x.shape))
+        return reference.global_max_pool(x, *args, **kwargs)
+
+    def reduce_max(self, x, *args, **kwargs):
+        self.seen.append(("reduce_max", x.shape))
+        return reference.reduce_max(x, *args, **kwargs)
+
+
+PLAIN_CALLS = [("max_pool", (1, 16, 11, 13)), ("global_max_pool", (1, 16, 6, 7))]
+
+
+def feeds(seed=0):
+    return {"x": np.random.default_rng(seed).standard_normal((1, 8, 11, 13)).astype(np.float32)}
+
+
+@needs_nchwc
+def test_onnxruntime_lays_a_tensor_out_in_blocks_of_channels():
+    """``nchwc_block``'s claim for a tensor of several images and channels not a multiple of
+    the block: ``N x C'/B x H x W x B``, the padding channels zero."""
+    graph = helper.make_graph(
+        [helper.make_node("ReorderInput", ["x"], ["y"], domain=device_ops.NCHWC_DOMAIN)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 20, 5, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid(device_ops.NCHWC_DOMAIN, 1)])
+    model.ir_version = 8
+    x = np.random.default_rng(1).standard_normal((2, 20, 5, 7)).astype(np.float32)
+    y = onnxruntime.InferenceSession(model.SerializeToString(),
+                                     providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    padded = -(-20 // BLOCK) * BLOCK
+    assert y.shape == (2, padded, 5, 7)
+    blocks = y.reshape(2, padded // BLOCK, 5, 7, BLOCK)
+    lanes = np.moveaxis(blocks, -1, 2).reshape(2, padded, 5, 7)
+    assert_same_bits(lanes[:, :20], x)
+    assert not lanes[:, 20:].any()
+
+
+@needs_nchwc
+def test_pools_between_nchwc_nodes_take_the_tensors_as_they_lie():
+    device = Recording()
+    one = OffloadSession(conv_pool_model(), device=device)
+    plain = OffloadSession(conv_pool_model(), device=reference, one_session=False)
+    for seed in range(3):
+        for got, want in zip(one.run(None, feeds(seed)), plain.run(None, feeds(seed))):
+            assert_same_bits(got, want)
+        assert one.last_run == plain.last_run
+    # N * C'/B images of B channels as they lie, then the B channels of each pixel.
+    assert device.seen[-2:] == [("max_pool", (16 // BLOCK, BLOCK, 11, 13)),
+                                ("reduce_max", (1, 16 // BLOCK, 6, 7, BLOCK))]
+
+
+@pytest.mark.parametrize("block", [4, 8, 16])
+def test_a_blocked_pool_has_the_plain_pools_bits(block):
+    """NaN payloads, signed zeros, infinities and subnormals in every position of the windows,
+    over several images and blocks of channels, whatever block this machine has."""
+    session = OffloadSession(conv_pool_model(), device=reference)
+    pool, global_pool = [s for s in session._steps if isinstance(s, DeviceStep)]
+    x = random_values(np.random.default_rng(block), np.float32, (2, 32, 9, 10),
+                      edge_fraction=0.5)
+    blocked = np.ascontiguousarray(
+        np.moveaxis(x.reshape(2, 32 // block, block, 9, 10), 2, -1)).reshape(x.shape)
+    for step, want in ((pool, reference.max_pool(x, **POOL)),
+                       (global_pool, reference.global_max_pool(x))):
+        (got,), where = session._step_call(step, x.dtype, block)(blocked)
+        if isinstance(got, tuple):  # (onnxruntime's dims, the items in C order)
+            dims, items = got
+            got = np.ascontiguousarray(items).reshape(dims)
+        assert where == "device" and got.shape == want.shape
+        lanes = got.reshape(2, 32 // block, *got.shape[2:], block)
+        assert_same_bits(np.moveaxis(lanes, -1, 2).reshape(want.shape), want)
+
+
+def test_below_ort_enable_all_the_pools_take_onnx_layout():
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    device = Recording()
+    one = OffloadSession(conv_pool_model(), options, device=device)
+    assert one.one_session_refusal is None
+    one.run(None, feeds())
+    assert device.seen == PLAIN_CALLS
+
+
+def test_a_blocked_model_onnxruntime_refuses_leaves_the_pools_in_onnx_layout(monkeypatch):
+    make = OffloadSession._onnxruntime_session
+
+    def refusing_nchwc(self, model):
+        if any(node.domain == device_ops.NCHWC_DOMAIN for node in model.graph.node):
+            raise RuntimeError("refused")
+        return make(self, model)
+    monkeypatch.setattr(OffloadSession, "_onnxruntime_session", refusing_nchwc)
+    device = Recording()
+    one = OffloadSession(conv_pool_model(), device=device)
+    assert one.one_session_refusal is None
+    for got, want in zip(one.run(None, feeds()),
+                         OffloadSession(conv_pool_model(), device=reference,
+                                        one_session=False).run(None, feeds())):
+        assert_same_bits(got, want)
+    assert device.seen == PLAIN_CALLS
+
+
+def test_the_callers_options_come_back_as_given(tmp_path):
+    """The model is optimized once with the caller's options (a session made and dropped):
+    its file, log level and profiling are theirs again afterwards, and only the session they
+    made writes a profile and the optimized model."""
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.log_severity_level = 2
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    one = OffloadSession(conv_pool_model(), options, device=reference)
+    assert options.optimized_model_filepath == str(tmp_path / "optimized.onnx")
+    assert options.log_severity_level == 2 and options.enable_profiling
+    one.run(None, feeds())
+    del one
+    gc.collect()
+    assert (tmp_path / "optimized.onnx").exists()
+    assert len(list(tmp_path.glob("profile*"))) == 1
+
+
+@needs_nchwc
+def test_a_loop_body_with_values_named_as_the_main_graphs():
+    """onnxruntime names the values it makes per graph: the control model's Loop body and main
+    graph both get a ``reorder_token_0``, which the saved model may not have twice."""
+    _, model, control_feeds = bench.load_model("control")
+    device = Recording()
+    one = OffloadSession(model, device=device)
+    plain = OffloadSession(model, device=reference, one_session=False)
+    for got, want in zip(one.run(None, control_feeds), plain.run(None, control_feeds)):
+        assert_same_bits(got, want)
+    assert device.seen[0] == ("max_pool", (64 // BLOCK, BLOCK, 112, 112))
