@@ -62,6 +62,9 @@ busy ``--busy`` ms a call, or the device ``--device`` names.
 straight away (MaxPool, GlobalMaxPool, Max and ReduceMax steps: no routing and no per-step
 Python between onnxruntime and the device's call), on ``--device``: what the session's own
 Python around each device call costs, run cold after the call.
+``nchwc``: the one session as it is, its pools between onnxruntime's NCHWc nodes on NCHWc
+tensors, against the same session with every pool on tensors as ONNX lays them out
+(onnxruntime's reorders around each), on ``--device`` or the golden model busy ``--busy`` ms.
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
 """
 
@@ -702,6 +705,56 @@ def glue(args, device):
                  statistics.median(alone))
 
 
+def nchwc(args, device):
+    """The one session as it is (pools between onnxruntime's NCHWc nodes take its NCHWc
+    tensors) against the same session with every pool on tensors as ONNX lays them out
+    (onnxruntime's ReorderOutput and ReorderInput around each), interleaved, both threadings;
+    on ``--device``, or else the golden model busy ``--busy`` ms a call."""
+    import onnxruntime
+
+    from maxaccel.host import bench, device_ops
+    from maxaccel.host.offload import OffloadSession
+    blocked = device_ops.with_blocked_pools
+
+    def in_onnx_layout(model, steps, domain, optimized_by):
+        return model, [None] * len(steps)
+    for threading in ("1 thread", "default threads"):
+        for name in args.models:
+            label, model, feeds = bench.load_model(name)
+            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
+                                                   _options(threading))
+            for milliseconds in args.busy if device is None else [None]:
+                if device is None:
+                    timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
+                    what = f"device busy {milliseconds} ms"
+                else:
+                    timed, what = bench._TimedDevice(device), args.device
+                sessions = {}
+                for option, rewrite in (("pools on NCHWc tensors", blocked),
+                                        ("pools in ONNX layout", in_onnx_layout)):
+                    device_ops.with_blocked_pools = rewrite
+                    try:
+                        sessions[option] = OffloadSession(model, _options(threading),
+                                                          device=timed)
+                    finally:
+                        device_ops.with_blocked_pools = blocked
+                expected = sessions["pools in ONNX layout"].run(None, feeds)
+                for got, want in zip(sessions["pools on NCHWc tensors"].run(None, feeds),
+                                     expected):
+                    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+                rows = {option: [] for option in sessions}
+                alone = []
+                for _ in range(args.rounds):
+                    for option, session in sessions.items():
+                        outside, runtime_ms = _pair(session, timed, runtime, feeds,
+                                                    args.repeats)
+                        rows[option].append(outside)
+                        alone.append(runtime_ms)
+                for option, outside in rows.items():
+                    _row(f"one session, {option}, {what}", name, threading,
+                         statistics.median(outside), statistics.median(alone))
+
+
 def single(args, device):
     import onnxruntime
 
@@ -747,7 +800,7 @@ def single(args, device):
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
            "handover": handover, "layout": layout, "cold": cold, "neighbour": neighbour,
-           "wrapper": wrapper, "single": single, "glue": glue}
+           "wrapper": wrapper, "single": single, "glue": glue, "nchwc": nchwc}
 
 
 def main(argv=None):
@@ -762,8 +815,8 @@ def main(argv=None):
                         help="spinning: the model as one session (the session's default) "
                         "instead of partitions")
     parser.add_argument("--busy", type=float, nargs="+", default=[0, 2, 5],
-                        help="single: the golden model's device busy this many ms a call "
-                        "(default 0 2 5), unless --device is given")
+                        help="single, nchwc: the golden model's device busy this many ms a "
+                        "call (default 0 2 5), unless --device is given")
     args = parser.parse_args(argv)
     if args.option == "global-pool":
         from onnxruntime.capi import _pybind_state
@@ -773,8 +826,8 @@ def main(argv=None):
     else:
         print("| option | model | threading | host-side time per run | onnxruntime, whole "
               "model | ratio |\n|---|---|---|---|---|---|")
-    if args.option in ("spinning", "global-pool", "glue") or (args.option == "single"
-                                                       and "--device" in (argv or sys.argv)):
+    if args.option in ("spinning", "global-pool", "glue") or (
+            args.option in ("single", "nchwc") and "--device" in (argv or sys.argv)):
         from maxaccel.host import open_device
         with open_device(args.device) as device:
             OPTIONS[args.option](args, device)
