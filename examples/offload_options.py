@@ -61,7 +61,8 @@ busy ``--busy`` ms a call, or the device ``--device`` names.
 ``glue``: the one session as it is against the same session whose kernels call the device
 straight away (MaxPool, GlobalMaxPool, Max and ReduceMax steps: no routing and no per-step
 Python between onnxruntime and the device's call), on ``--device``: what the session's own
-Python around each device call costs, run cold after the call.
+Python around each device call costs, run cold after the call (both sessions with every pool
+in ONNX layout, as the straight calls take them).
 ``nchwc``: the one session as it is, its pools between onnxruntime's NCHWc nodes on NCHWc
 tensors, against the same session with every pool on tensors as ONNX lays them out
 (onnxruntime's reorders around each), on ``--device`` or the golden model busy ``--busy`` ms.
@@ -69,6 +70,7 @@ Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX file
 """
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -95,6 +97,34 @@ def _pair(session, timed, runtime, feeds, repeats):
         runtime.run(None, feeds)
         alone.append(time.perf_counter() - started)
     return _median_ms(outside), _median_ms(alone)
+
+
+@contextlib.contextmanager
+def _pools_in_onnx_layout():
+    """Sessions made meanwhile keep every pool on tensors as ONNX lays them out (onnxruntime's
+    reorders around each), not on its NCHWc tensors."""
+    from maxaccel.host import device_ops
+    blocked = device_ops.with_blocked_pools
+    device_ops.with_blocked_pools = lambda model, steps, *_: (model, [None] * len(steps))
+    try:
+        yield
+    finally:
+        device_ops.with_blocked_pools = blocked
+
+
+def _interleaved(sessions, timed, runtime, feeds, args):
+    """``sessions`` (``{option: session}``) in turn, ``args.rounds`` rounds of
+    ``args.repeats`` runs each interleaved with ``runtime``'s: ``(option, median host-side ms,
+    median onnxruntime ms over every round)`` for each."""
+    rows = {option: [] for option in sessions}
+    alone = []
+    for _ in range(args.rounds):
+        for option, session in sessions.items():
+            outside, runtime_ms = _pair(session, timed, runtime, feeds, args.repeats)
+            rows[option].append(outside)
+            alone.append(runtime_ms)
+    return [(option, statistics.median(outside), statistics.median(alone))
+            for option, outside in rows.items()]
 
 
 def _row(option, model, threading, outside, alone):
@@ -663,8 +693,9 @@ def glue(args, device):
     for name in args.models:
         label, model, feeds = bench.load_model(name)
         runtime = onnxruntime.InferenceSession(model.SerializeToString(), _options("1 thread"))
-        sessions = {option: OffloadSession(model, _options("1 thread"), device=timed)
-                    for option in ("as it is", "device called straight from the kernel")}
+        with _pools_in_onnx_layout():   # the straight calls take tensors as ONNX lays them out
+            sessions = {option: OffloadSession(model, _options("1 thread"), device=timed)
+                        for option in ("as it is", "device called straight from the kernel")}
         short = sessions["device called straight from the kernel"]
         for key, (session, index) in list(device_ops._steps.items()):
             if session() is not short:
@@ -691,18 +722,11 @@ def glue(args, device):
             expected = sessions["as it is"].run(None, feeds)
             for got, want in zip(short.run(None, feeds), expected):
                 np.testing.assert_array_equal(got, want)
-            rows = {option: [] for option in sessions}
-            alone = []
-            for _ in range(args.rounds):
-                for option, session in sessions.items():
-                    outside, runtime_ms = _pair(session, timed, runtime, feeds, args.repeats)
-                    rows[option].append(outside)
-                    alone.append(runtime_ms)
+            rows = _interleaved(sessions, timed, runtime, feeds, args)
         finally:
             device_ops._loaded.maxaccel_set_python(device_ops._register, device_ops._dispatch)
-        for option, outside in rows.items():
-            _row(f"one session, {option}", name, "1 thread", statistics.median(outside),
-                 statistics.median(alone))
+        for option, outside, alone in rows:
+            _row(f"one session, {option}", name, "1 thread", outside, alone)
 
 
 def nchwc(args, device):
@@ -712,12 +736,8 @@ def nchwc(args, device):
     on ``--device``, or else the golden model busy ``--busy`` ms a call."""
     import onnxruntime
 
-    from maxaccel.host import bench, device_ops
+    from maxaccel.host import bench
     from maxaccel.host.offload import OffloadSession
-    blocked = device_ops.with_blocked_pools
-
-    def in_onnx_layout(model, steps, domain, optimized_by):
-        return model, [None] * len(steps)
     for threading in ("1 thread", "default threads"):
         for name in args.models:
             label, model, feeds = bench.load_model(name)
@@ -729,30 +749,17 @@ def nchwc(args, device):
                     what = f"device busy {milliseconds} ms"
                 else:
                     timed, what = bench._TimedDevice(device), args.device
-                sessions = {}
-                for option, rewrite in (("pools on NCHWc tensors", blocked),
-                                        ("pools in ONNX layout", in_onnx_layout)):
-                    device_ops.with_blocked_pools = rewrite
-                    try:
-                        sessions[option] = OffloadSession(model, _options(threading),
-                                                          device=timed)
-                    finally:
-                        device_ops.with_blocked_pools = blocked
+                sessions = {"pools on NCHWc tensors": OffloadSession(
+                    model, _options(threading), device=timed)}
+                with _pools_in_onnx_layout():
+                    sessions["pools in ONNX layout"] = OffloadSession(
+                        model, _options(threading), device=timed)
                 expected = sessions["pools in ONNX layout"].run(None, feeds)
                 for got, want in zip(sessions["pools on NCHWc tensors"].run(None, feeds),
                                      expected):
                     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-                rows = {option: [] for option in sessions}
-                alone = []
-                for _ in range(args.rounds):
-                    for option, session in sessions.items():
-                        outside, runtime_ms = _pair(session, timed, runtime, feeds,
-                                                    args.repeats)
-                        rows[option].append(outside)
-                        alone.append(runtime_ms)
-                for option, outside in rows.items():
-                    _row(f"one session, {option}, {what}", name, threading,
-                         statistics.median(outside), statistics.median(alone))
+                for option, outside, alone in _interleaved(sessions, timed, runtime, feeds, args):
+                    _row(f"one session, {option}, {what}", name, threading, outside, alone)
 
 
 def single(args, device):
@@ -782,17 +789,8 @@ def single(args, device):
                 for option, session in sessions.items():
                     for got, want in zip(session.run(None, feeds), expected):
                         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-                rows = {option: [] for option in sessions}
-                alone = []
-                for _ in range(args.rounds):
-                    for option, session in sessions.items():
-                        outside, runtime_ms = _pair(session, timed, runtime, feeds,
-                                                    args.repeats)
-                        rows[option].append(outside)
-                        alone.append(runtime_ms)
-                for option, outside in rows.items():
-                    _row(f"{option}, {what}", name, threading, statistics.median(outside),
-                         statistics.median(alone))
+                for option, outside, alone in _interleaved(sessions, timed, runtime, feeds, args):
+                    _row(f"{option}, {what}", name, threading, outside, alone)
                 if device is not None:
                     break
 

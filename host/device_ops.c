@@ -156,7 +156,8 @@ static PyObject *input_of(void *context, size_t index, Status *status)
     return input;
 }
 
-/* Copies `count` items of `size` bytes from a strided buffer, in C order, to `to`. */
+/* Copies the items (of `size` bytes) of a strided buffer to `to`, in C order; returns the
+ * end of what it wrote. */
 static char *gather(char *to, const char *from, int ndim, const Py_ssize_t *shape,
                     const Py_ssize_t *strides, Py_ssize_t size)
 {
@@ -173,9 +174,9 @@ static char *gather(char *to, const char *from, int ndim, const Py_ssize_t *shap
         memcpy(to, from, (size_t)(shape[0] * size));
         return to + shape[0] * size;
     }
-    if (size == 4) {   /* float32, the usual case: no call per item */
+    if (size == 4) {   /* float32, the usual case: a copy of constant size, inlined */
         for (Py_ssize_t i = 0; i < shape[0]; i++, to += 4)
-            *(uint32_t *)to = *(const uint32_t *)(from + i * strides[0]);
+            memcpy(to, from + i * strides[0], 4);
         return to;
     }
     for (Py_ssize_t i = 0; i < shape[0]; i++, to += size)
@@ -202,15 +203,18 @@ static Status output_of(void *context, size_t index, PyObject *result)
     if (given) {
         rank = PySequence_Check(given) ? PySequence_Size(given) : -1;
         Py_ssize_t items = 1;
+        int negative = 0;
         for (Py_ssize_t d = 0; d < rank && d < MAX_RANK; d++) {
             PyObject *size = PySequence_GetItem(given, d);
             dims[d] = size ? PyLong_AsLongLong(size) : -1;
             Py_XDECREF(size);
+            if (dims[d] < 0)
+                negative = 1;
             items *= (Py_ssize_t)dims[d];
         }
         if (PyErr_Occurred())
             status = python_failure();
-        else if (rank < 0 || rank > MAX_RANK || items * buffer.itemsize != buffer.len)
+        else if (rank < 0 || rank > MAX_RANK || negative || items * buffer.itemsize != buffer.len)
             status = failure("maxaccel: a device step's result does not fill the dims given");
     } else if (rank > MAX_RANK)
         status = failure("maxaccel: a device step's result has a rank above 64");

@@ -40,7 +40,7 @@ __all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "library", "registe
 #: several, one per session made from it).
 DOMAIN = "ai.maxaccel.device"
 #: onnxruntime's domain of its CPU provider's NCHWc operators, which its ``NchwcTransformer``
-#: puts in place of Conv, MaxPool and GlobalMaxPool at ``ORT_ENABLE_ALL``.
+#: puts in place of Conv, MaxPool and GlobalMaxPool at ``ORT_ENABLE_LAYOUT`` and above.
 NCHWC_DOMAIN = "com.microsoft.nchwc"
 #: The device steps that can take onnxruntime's NCHWc tensors as they are
 #: (:func:`with_blocked_pools`).
@@ -248,10 +248,10 @@ def nchwc_block():
     """onnxruntime's NCHWc block ``B`` on this machine, or None where it has no NCHWc layout
     (a CPU without AVX2, or onnxruntime laying it out otherwise than below).
 
-    onnxruntime's CPU provider keeps a tensor between its NCHWc operators as ``N x C' x H x W``
-    (``C`` padded with zeros to ``C'``, a multiple of ``B``) laid out in memory as
-    ``N x C'/B x H x W x B``: ``B`` channels side by side, a channels-last tensor of
-    ``N x C'/B`` images. Asked of onnxruntime once a process (its ``ReorderInput`` of a known
+    At ``ORT_ENABLE_LAYOUT`` and above, onnxruntime's CPU provider keeps a tensor between its
+    NCHWc operators as ``N x C' x H x W`` (``C`` padded with zeros to ``C'``, a multiple of
+    ``B``) laid out in memory as ``N x C'/B x H x W x B``: ``N * C'/B`` channels-last images of
+    ``B`` channels. Asked of onnxruntime once a process (its ``ReorderInput`` of a known
     tensor, the layout checked element by element).
     """
     with _lock:
@@ -270,7 +270,7 @@ def _probe_block():
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
                                                     helper.make_opsetid(NCHWC_DOMAIN, 1)])
-    model.ir_version = 8
+    model.ir_version = 8    # the oldest onnxruntime that has NCHWc reads it
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 4
     x = np.arange(1, 25, dtype=np.float32).reshape(shape)
@@ -288,21 +288,19 @@ def _probe_block():
 
 
 def with_blocked_pools(model, steps, domain, optimized_by):
-    """``model`` (from :func:`with_domain`) as onnxruntime optimizes it, its pool steps taking
-    onnxruntime's NCHWc tensors as they lie, if onnxruntime would run those pools in NCHWc.
+    """``model`` (from :func:`with_domain`) as onnxruntime optimizes it, its pool steps between
+    onnxruntime's NCHWc nodes taking the NCHWc tensors (:func:`nchwc_block`) as they lie.
 
-    At ``ORT_ENABLE_ALL`` onnxruntime runs a CPU model's float Convs in its NCHWc layout
-    (:func:`nchwc_block`), and a MaxPool or GlobalMaxPool between them too; around a node it
-    does not know, such as a device operator, it converts the tensor back and forth
-    (``ReorderOutput``, ``ReorderInput``: megabytes a run on SqueezeNet). An NCHWc tensor is
-    ``N * C'/B`` channels-last images of ``B`` channels, and the device pools those as they
-    lie (``OffloadSession._step_call``; ``docs/offload.md``, "One session").
-
-    The model is optimized once with every such pool step (a MaxPool without Indices, a
-    GlobalMaxPool, no Transpose folded) as its own node; each pool onnxruntime then made an
-    NCHWc node (named for its output, ``<output>_nchwc``) becomes the step's device operator
-    again, on the NCHWc tensors, and each it left as it was becomes the operator on the
-    tensors as ONNX lays them out.
+    onnxruntime runs a CPU model's float Convs in its NCHWc layout, and a MaxPool or
+    GlobalMaxPool between them too; around a node it does not know, such as a device
+    operator, it converts the tensor back and forth (``ReorderOutput``, ``ReorderInput``:
+    megabytes a run on SqueezeNet). So the model is optimized with every pool step (a MaxPool
+    without Indices, a GlobalMaxPool, no Transpose folded) as its own node, and each pool
+    onnxruntime made an NCHWc node (named for its output, ``<output>_nchwc``) whose input an
+    NCHWc node computes becomes the step's device operator again, on the NCHWc tensors. A
+    pool whose input onnxruntime would reorder for it (a lone pool, or one after nodes it
+    keeps in ONNX layout) gains nothing from the layout: the model is optimized again with
+    that pool left an operator, until no such pool is left.
 
     Parameters
     ----------
@@ -321,49 +319,72 @@ def with_blocked_pools(model, steps, domain, optimized_by):
     (onnx.ModelProto, list)
         The model to load and each operator's NCHWc block, None for a step that takes
         the tensors as ONNX lays them out; ``model`` itself and no blocks where no pool step
-        would be NCHWc (or the optimized model is not as expected).
+        takes NCHWc tensors (or an optimized model is not as expected).
     """
-    blocks = [None] * len(steps)
+    unchanged = model, [None] * len(steps)
     operators = [node for node in model.graph.node if node.domain == domain]
     pools = [i for i, step in enumerate(steps)
              if step.transpose is None and step.node.op_type in BLOCKED_POOLS
              and not any(step.node.output[1:])]
     block = nchwc_block() if pools and len(operators) == len(steps) else None
     if block is None:
-        return model, blocks
-    probe = _copy(model)
-    nodes = [node for node in probe.graph.node if node.domain == domain]
-    for i in pools:
-        name = nodes[i].name
-        nodes[i].CopyFrom(steps[i].node)
-        nodes[i].name = name
-    optimized = optimized_by(probe)
-    if optimized is None:
-        return model, blocks
-    by_name = {node.name: node for node in optimized.graph.node
-               if node.domain == NCHWC_DOMAIN and node.op_type in BLOCKED_POOLS}
-    kept = {node.name for node in optimized.graph.node if node.domain == domain}
-    if kept != {operators[i].name for i in range(len(steps)) if i not in pools}:
-        return model, blocks
-    for i in pools:
-        output = steps[i].node.output[0]
-        nchwc = [node for name, node in by_name.items()
-                 if name == f"{output}_nchwc" or name.startswith(f"{output}_nchwc_token_")]
-        plain = [node for node in optimized.graph.node
-                 if not node.domain and node.op_type == steps[i].node.op_type
-                 and node.output[:1] == [output]]
-        if len(nchwc) + len(plain) != 1:
-            return model, [None] * len(steps)
-        node = (nchwc or plain)[0]
+        return unchanged
+    while pools:
+        probe = _copy(model)
+        nodes = [node for node in probe.graph.node if node.domain == domain]
+        for i in pools:
+            nodes[i].CopyFrom(steps[i].node)
+            nodes[i].name = operators[i].name
+        optimized = optimized_by(probe)
+        found = None if optimized is None else _pools_in(optimized, steps, pools, operators,
+                                                          domain)
+        if found is None:
+            return unchanged
+        reordered = {i for i, (node, nchwc) in found.items() if nchwc is None}
+        if not reordered:
+            break
+        pools = [i for i in pools if i not in reordered]
+    if not any(nchwc for _, nchwc in found.values()):
+        return unchanged
+    blocks = [None] * len(steps)
+    for i, (node, nchwc) in found.items():
         inputs, outputs = list(node.input[:1]), list(node.output[:1])
         node.CopyFrom(operators[i])
         node.input[:], node.output[:] = inputs, outputs
-        if nchwc:
-            blocks[i] = block
-    if not any(blocks):
-        return model, [None] * len(steps)
+        blocks[i] = block if nchwc else None
     _unshadow(optimized.graph, _names(optimized.graph))
     return optimized, blocks
+
+
+def _pools_in(optimized, steps, pools, operators, domain):
+    """Each pool step's node in ``optimized``: ``{step index: (node, nchwc)}``, ``nchwc``
+    True for an NCHWc node whose input an NCHWc node computes, None for one whose input
+    onnxruntime reorders for it, False for the pool left in ONNX layout; None if the model is
+    not as expected (the other operators not all there as they were, a pool not found
+    once)."""
+    kept = [node.name for node in optimized.graph.node if node.domain == domain]
+    if sorted(kept) != sorted(operators[i].name for i in range(len(steps)) if i not in pools):
+        return None
+    producers = {name: node for node in optimized.graph.node for name in node.output}
+    found = {}
+    for i in pools:
+        output, op_type = steps[i].node.output[0], steps[i].node.op_type
+        nchwc = [node for node in optimized.graph.node
+                 if node.domain == NCHWC_DOMAIN and node.op_type == op_type
+                 and (node.name == f"{output}_nchwc"
+                      or node.name.startswith(f"{output}_nchwc_token_"))]
+        plain = [node for node in optimized.graph.node
+                 if not node.domain and node.op_type == op_type and node.output[:1] == [output]]
+        if len(nchwc) + len(plain) != 1:
+            return None
+        if plain:
+            found[i] = plain[0], False
+            continue
+        producer = producers.get(nchwc[0].input[0])
+        reordered = producer is not None and producer.domain == NCHWC_DOMAIN \
+            and producer.op_type == "ReorderInput"
+        found[i] = nchwc[0], None if reordered else True
+    return found
 
 
 def _subgraphs(node):
@@ -515,7 +536,8 @@ def _dispatch(key, inputs):
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
     arrays = [np.frombuffer(view, _dtype(element)).reshape(shape)
               for view, element, shape in inputs]
-    return [result if type(result) is tuple else _exportable(np.asarray(result))
+    return [(result[0], _exportable(np.asarray(result[1]))) if type(result) is tuple
+            else _exportable(np.asarray(result))
             for result in session._device_operator(entry[1], arrays)]
 
 

@@ -76,6 +76,7 @@ __all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepT
 
 DEVICE = "device"
 GOLDEN = "golden"
+_OPTIMIZING = threading.Lock()    # OffloadSession._optimized
 ONNXRUNTIME = "onnxruntime"
 ONNX_REFERENCE = "onnx.reference"
 
@@ -299,6 +300,14 @@ def _max_pool_arguments(attributes):
     return dict(kernel_shape=attributes.get("kernel_shape"), **arguments)
 
 
+def _nchwc_level():
+    """The lowest optimization level at which onnxruntime runs Convs in its NCHWc layout:
+    ``ORT_ENABLE_LAYOUT``, or ``ORT_ENABLE_ALL`` in an onnxruntime without that level."""
+    import onnxruntime
+    levels = onnxruntime.GraphOptimizationLevel
+    return getattr(levels, "ORT_ENABLE_LAYOUT", levels.ORT_ENABLE_ALL)
+
+
 #: The device call of each max-family node that is not a MaxPool; a GlobalMaxPool's when a
 #: Transpose is folded into it (a reduction over the mapped spatial axes).
 _DEVICE_CALLS = {"Max": "max", "Min": "min", "ReduceMax": "reduce_max",
@@ -474,7 +483,7 @@ class OffloadSession:
                     self._one_schedule.append((*entry, tuple(later)))
         self._output_names = [o.name for o in self.outputs]
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
-        self._step_calls = {}   # id(step) -> (device, dtype, call): _step_call
+        self._step_calls = {}   # id(step) -> (device, dtype, block, call): _step_call
         self.last_run, self.last_steps = [], []
         self._owns_device = False
         if isinstance(device, str):
@@ -625,7 +634,7 @@ class OffloadSession:
         device_ops.with_domain(model, domain, signatures)
         # Pools between onnxruntime's NCHWc nodes take its NCHWc tensors as they lie.
         blocked, blocks = model, [None] * len(device_steps)
-        if options.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL:
+        if int(options.graph_optimization_level) >= int(_nchwc_level()):
             blocked, blocks = device_ops.with_blocked_pools(model, device_steps, domain,
                                                             self._optimized)
         # Nodes in the plan's order where the data allow (Kahn's order, lowest node first),
@@ -659,16 +668,19 @@ class OffloadSession:
 
         import onnxruntime
         options = self._partition_options
-        saved = (options.optimized_model_filepath, options.log_severity_level,
-                 options.enable_profiling)
-        with tempfile.TemporaryDirectory() as scratch:
+        # Sessions made at once from one SessionOptions: one sets its entries aside at a time.
+        with _OPTIMIZING, tempfile.TemporaryDirectory() as scratch:
+            saved = (options.optimized_model_filepath, options.log_severity_level,
+                     options.enable_profiling)
             try:
                 options.optimized_model_filepath = os.path.join(scratch, "optimized.onnx")
-                options.log_severity_level, options.enable_profiling = 3, False
-                onnxruntime.InferenceSession(_for_onnxruntime(model), options,
-                                             providers=["CPUExecutionProvider"],
-                                             provider_options=self._provider_options,
-                                             **self._ort_kwargs)
+                options.log_severity_level = max(saved[1], 3)
+                options.enable_profiling = False
+                # Not _onnxruntime_session: no session of the model's to run.
+                onnxruntime.InferenceSession(
+                    _for_onnxruntime(model), options,
+                    providers=self._providers or ["CPUExecutionProvider"],
+                    provider_options=self._provider_options, **self._ort_kwargs)
                 return onnx.load(options.optimized_model_filepath)
             except Exception:   # onnxruntime's exception types: the model as it is, then
                 return None
@@ -810,13 +822,13 @@ class OffloadSession:
         ``(dims, array)``: onnxruntime's output dims, and the array whose items in C order are
         its elements (a channels-last view of the pooled images)."""
         made = self._step_calls.get(id(step))
-        if made is not None and made[0] is self.device and made[1] == dtype:
-            return made[2]
+        if made is not None and made[0] is self.device and made[1] == dtype and \
+                made[2] == block:
+            return made[3]
         device, where = self._device_for(dtype)
         node = step.node
         if block:
-            # N x C' x H x W lies as N x C'/B x H x W x B: N * C'/B channels-last images of
-            # B channels, pooled as they lie (the device gathers each window's elements).
+            # N * C'/B channels-last images of B channels (device_ops.nchwc_block).
             if node.op_type == "GlobalMaxPool":
                 def call(x):
                     n, channels, *spatial = x.shape
@@ -829,8 +841,9 @@ class OffloadSession:
                 first = (0, rank + 1, *range(1, rank + 1))      # channels-last to -first
                 last = (0, *range(2, rank + 2), 1)              # and back
 
-                # The pooled images are channels-first; the kernel copies them to the output
-                # channels-last, as onnxruntime lays it out (one pass, no array in between).
+                # Sent as channels-first images, a strided view (the device's packing gathers
+                # them); the kernel copies the pooled images channels-last to the output (one
+                # pass, no array in between).
                 def call(x):
                     n, channels, *spatial = x.shape
                     y = pool(x.reshape(n * channels // block, *spatial, block).transpose(first))
@@ -860,7 +873,7 @@ class OffloadSession:
                     result = result.reshape([n for a, n in enumerate(result.shape)
                                              if a not in dropped])
                 return (result,), where
-        self._step_calls[id(step)] = (self.device, dtype, call)
+        self._step_calls[id(step)] = (self.device, dtype, block, call)
         return call
 
     def _run_subgraph(self, step, values):

@@ -98,17 +98,18 @@ def test_onnxruntime_lays_a_tensor_out_in_blocks_of_channels():
 
 
 @needs_nchwc
-def test_pools_between_nchwc_nodes_take_the_tensors_as_they_lie():
+@pytest.mark.parametrize("channels", [16, 32])
+def test_pools_between_nchwc_nodes_take_the_tensors_as_they_lie(channels):
     device = Recording()
-    one = OffloadSession(conv_pool_model(), device=device)
-    plain = OffloadSession(conv_pool_model(), device=reference, one_session=False)
+    one = OffloadSession(conv_pool_model(channels), device=device)
+    plain = OffloadSession(conv_pool_model(channels), device=reference, one_session=False)
     for seed in range(3):
         for got, want in zip(one.run(None, feeds(seed)), plain.run(None, feeds(seed))):
             assert_same_bits(got, want)
         assert one.last_run == plain.last_run
-    # N * C'/B images of B channels as they lie, then the B channels of each pixel.
-    assert device.seen[-2:] == [("max_pool", (16 // BLOCK, BLOCK, 11, 13)),
-                                ("reduce_max", (1, 16 // BLOCK, 6, 7, BLOCK))]
+    # N * C'/B images of B channels, sent channels-first; then the B channels of each pixel.
+    assert device.seen[-2:] == [("max_pool", (channels // BLOCK, BLOCK, 11, 13)),
+                                ("reduce_max", (1, channels // BLOCK, 6, 7, BLOCK))]
 
 
 @pytest.mark.parametrize("block", [4, 8, 16])
@@ -116,6 +117,7 @@ def test_a_blocked_pool_has_the_plain_pools_bits(block):
     """NaN payloads, signed zeros, infinities and subnormals in every position of the windows,
     over several images and blocks of channels, whatever block this machine has."""
     session = OffloadSession(conv_pool_model(), device=reference)
+    session.run(None, feeds())  # its steps' calls for this machine's block, if any, made
     pool, global_pool = [s for s in session._steps if isinstance(s, DeviceStep)]
     x = random_values(np.random.default_rng(block), np.float32, (2, 32, 9, 10),
                       edge_fraction=0.5)
@@ -132,14 +134,45 @@ def test_a_blocked_pool_has_the_plain_pools_bits(block):
         assert_same_bits(np.moveaxis(lanes, -1, 2).reshape(want.shape), want)
 
 
-def test_below_ort_enable_all_the_pools_take_onnx_layout():
+@pytest.mark.parametrize("level", ["ORT_ENABLE_EXTENDED", "ORT_ENABLE_LAYOUT"])
+def test_the_optimization_level_decides(level):
+    """onnxruntime lays Convs out NCHWc from ``ORT_ENABLE_LAYOUT`` on; below, no pool is
+    optimized for it."""
+    levels = onnxruntime.GraphOptimizationLevel
+    if not hasattr(levels, level):
+        pytest.skip(f"no {level} in this onnxruntime")
     options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.graph_optimization_level = getattr(levels, level)
     device = Recording()
     one = OffloadSession(conv_pool_model(), options, device=device)
     assert one.one_session_refusal is None
     one.run(None, feeds())
-    assert device.seen == PLAIN_CALLS
+    if level == "ORT_ENABLE_EXTENDED" or BLOCK is None:
+        assert device.seen == PLAIN_CALLS
+    else:
+        assert device.seen[0] == ("max_pool", (16 // BLOCK, BLOCK, 11, 13))
+
+
+def test_a_pool_onnxruntime_would_reorder_for_stays_in_onnx_layout():
+    """A lone pool, and a pool after a node onnxruntime keeps in ONNX layout: in NCHWc
+    onnxruntime would convert the tensor for the pool alone, both ways (6x the host's time for
+    a lone 1 x 64 x 112 x 112 pool), so the pools take the tensors as ONNX lays them out."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], **POOL),
+             helper.make_node("Sigmoid", ["p"], ["s"]),
+             helper.make_node("GlobalMaxPool", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "lone", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 12, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    device = Recording()
+    one = OffloadSession(model, device=device)
+    x = np.random.default_rng(2).standard_normal((1, 64, 12, 12)).astype(np.float32)
+    (y,) = one.run(None, {"x": x})
+    assert one.one_session_refusal is None
+    assert device.seen == [("max_pool", (1, 64, 12, 12)), ("global_max_pool", (1, 64, 6, 6))]
+    want = OffloadSession(model, device=reference, one_session=False).run(None, {"x": x})
+    assert_same_bits(y, want[0])
 
 
 def test_a_blocked_model_onnxruntime_refuses_leaves_the_pools_in_onnx_layout(monkeypatch):
@@ -177,6 +210,24 @@ def test_the_callers_options_come_back_as_given(tmp_path):
     gc.collect()
     assert (tmp_path / "optimized.onnx").exists()
     assert len(list(tmp_path.glob("profile*"))) == 1
+
+
+def test_the_callers_options_come_back_when_onnxruntime_fails_to_optimize(monkeypatch):
+    made = onnxruntime.InferenceSession
+
+    def failing_to_optimize(model, options=None, *args, **kwargs):
+        if options is not None and options.optimized_model_filepath.endswith("optimized.onnx"):
+            raise RuntimeError("no room to write the optimized model")
+        return made(model, options, *args, **kwargs)
+    monkeypatch.setattr(onnxruntime, "InferenceSession", failing_to_optimize)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 1
+    device = Recording()
+    one = OffloadSession(conv_pool_model(), options, device=device)
+    assert options.optimized_model_filepath == "" and options.log_severity_level == 1
+    assert not options.enable_profiling
+    one.run(None, feeds())
+    assert device.seen == PLAIN_CALLS
 
 
 @needs_nchwc
