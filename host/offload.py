@@ -76,9 +76,9 @@ __all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepT
 
 DEVICE = "device"
 GOLDEN = "golden"
-_OPTIMIZING = threading.Lock()    # OffloadSession._optimized
 ONNXRUNTIME = "onnxruntime"
 ONNX_REFERENCE = "onnx.reference"
+_OPTIMIZING = threading.Lock()    # OffloadSession._optimized: one at a time
 
 
 def _type_text(type_proto):
@@ -347,7 +347,10 @@ class OffloadSession:
         partitions each of :data:`SPINNING` to :data:`NO_SPINNING` (see
         :func:`without_spinning`: the partitions' pools sleep between hand-overs). A model
         onnxruntime refuses to load as one session gets both. Entries already present count
-        as the caller's: sessions sharing one ``SessionOptions`` keep what the first set.
+        as the caller's: sessions sharing one ``SessionOptions`` keep what the first set. For
+        the one session onnxruntime also optimizes the model once with them (its optimized
+        model file, log level and profiling set aside meanwhile and restored), so that pools
+        take its NCHWc tensors (``docs/offload.md``, "One session").
     providers, provider_options : optional
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.
