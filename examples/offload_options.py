@@ -112,6 +112,29 @@ def _pools_in_onnx_layout():
         device_ops.with_blocked_pools = blocked
 
 
+def _cases(args, device):
+    """What ``single`` and ``nchwc`` measure, one threading, then each model, then each
+    device: ``(threading, model name, model, feeds, onnxruntime's session of it, the timed
+    device, its label)``, the device ``device`` (``--device``), or else the golden model busy
+    each ``--busy`` ms a call."""
+    import onnxruntime
+
+    from maxaccel.host import bench
+    for threading in ("1 thread", "default threads"):
+        for name in args.models:
+            label, model, feeds = bench.load_model(name)
+            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
+                                                   _options(threading))
+            if device is not None:
+                yield (threading, name, model, feeds, runtime, bench._TimedDevice(device),
+                       args.device)
+                continue
+            for milliseconds in args.busy:
+                yield (threading, name, model, feeds, runtime,
+                       bench._TimedDevice(_Instant(milliseconds / 1e3)),
+                       f"device busy {milliseconds} ms")
+
+
 def _interleaved(sessions, timed, runtime, feeds, args):
     """``sessions`` (``{option: session}``) in turn, ``args.rounds`` rounds of
     ``args.repeats`` runs each interleaved with ``runtime``'s: ``(option, median host-side ms,
@@ -734,65 +757,36 @@ def nchwc(args, device):
     tensors) against the same session with every pool on tensors as ONNX lays them out
     (onnxruntime's ReorderOutput and ReorderInput around each), interleaved, both threadings;
     on ``--device``, or else the golden model busy ``--busy`` ms a call."""
-    import onnxruntime
-
-    from maxaccel.host import bench
     from maxaccel.host.offload import OffloadSession
-    for threading in ("1 thread", "default threads"):
-        for name in args.models:
-            label, model, feeds = bench.load_model(name)
-            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
-                                                   _options(threading))
-            for milliseconds in args.busy if device is None else [None]:
-                if device is None:
-                    timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
-                    what = f"device busy {milliseconds} ms"
-                else:
-                    timed, what = bench._TimedDevice(device), args.device
-                sessions = {"pools on NCHWc tensors": OffloadSession(
-                    model, _options(threading), device=timed)}
-                with _pools_in_onnx_layout():
-                    sessions["pools in ONNX layout"] = OffloadSession(
-                        model, _options(threading), device=timed)
-                expected = sessions["pools in ONNX layout"].run(None, feeds)
-                for got, want in zip(sessions["pools on NCHWc tensors"].run(None, feeds),
-                                     expected):
-                    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-                for option, outside, alone in _interleaved(sessions, timed, runtime, feeds, args):
-                    _row(f"one session, {option}, {what}", name, threading, outside, alone)
+    for threading, name, model, feeds, runtime, timed, what in _cases(args, device):
+        sessions = {"pools on NCHWc tensors": OffloadSession(model, _options(threading),
+                                                             device=timed)}
+        with _pools_in_onnx_layout():
+            sessions["pools in ONNX layout"] = OffloadSession(model, _options(threading),
+                                                              device=timed)
+        expected = sessions["pools in ONNX layout"].run(None, feeds)
+        for got, want in zip(sessions["pools on NCHWc tensors"].run(None, feeds), expected):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        for option, outside, alone in _interleaved(sessions, timed, runtime, feeds, args):
+            _row(f"one session, {option}, {what}", name, threading, outside, alone)
 
 
 def single(args, device):
-    import onnxruntime
-
-    from maxaccel.host import bench
     from maxaccel.host.offload import OffloadSession
-    for threading in ("1 thread", "default threads"):
-        for name in args.models:
-            label, model, feeds = bench.load_model(name)
-            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
-                                                   _options(threading))
-            for milliseconds in args.busy:
-                if device is None:
-                    timed = bench._TimedDevice(_Instant(milliseconds / 1e3))
-                    what = f"device busy {milliseconds} ms"
-                else:
-                    timed, what = bench._TimedDevice(device), args.device
-                sessions = {
-                    "partitions": OffloadSession(model, _options(threading), device=timed,
-                                                 one_session=False),
-                    "one session, device operators": OffloadSession(
-                        model, _options(threading), device=timed)}
-                # The same bits for the small models; onnxruntime fuses and lays out a large
-                # graph in one session otherwise than in partitions (float rounding).
-                expected = sessions["partitions"].run(None, feeds)
-                for option, session in sessions.items():
-                    for got, want in zip(session.run(None, feeds), expected):
-                        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-                for option, outside, alone in _interleaved(sessions, timed, runtime, feeds, args):
-                    _row(f"{option}, {what}", name, threading, outside, alone)
-                if device is not None:
-                    break
+    for threading, name, model, feeds, runtime, timed, what in _cases(args, device):
+        sessions = {
+            "partitions": OffloadSession(model, _options(threading), device=timed,
+                                         one_session=False),
+            "one session, device operators": OffloadSession(model, _options(threading),
+                                                            device=timed)}
+        # The same bits for the small models; onnxruntime fuses and lays out a large graph in
+        # one session otherwise than in partitions (float rounding).
+        expected = sessions["partitions"].run(None, feeds)
+        for option, session in sessions.items():
+            for got, want in zip(session.run(None, feeds), expected):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        for option, outside, alone in _interleaved(sessions, timed, runtime, feeds, args):
+            _row(f"{option}, {what}", name, threading, outside, alone)
 
 
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,

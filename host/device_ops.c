@@ -8,8 +8,8 @@
  *
  * A kernel's inputs go to one Python call as memoryviews over onnxruntime's buffers (no copy);
  * the call returns the step's results as arrays (strided ones too), each copied once into the
- * output onnxruntime allocates. A Python exception becomes an onnxruntime error status with its text (the session
- * raises the exception itself). */
+ * output onnxruntime allocates. A Python exception becomes an onnxruntime error status with its
+ * text (the session raises the exception itself). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

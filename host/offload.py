@@ -668,8 +668,6 @@ class OffloadSession:
         dropped, which writes no profile and no warning that the file suits only this
         machine), or None if onnxruntime does not load it."""
         import tempfile
-
-        import onnxruntime
         options = self._partition_options
         # Sessions made at once from one SessionOptions: one sets its entries aside at a time.
         with _OPTIMIZING, tempfile.TemporaryDirectory() as scratch:
@@ -679,11 +677,7 @@ class OffloadSession:
                 options.optimized_model_filepath = os.path.join(scratch, "optimized.onnx")
                 options.log_severity_level = max(saved[1], 3)
                 options.enable_profiling = False
-                # Not _onnxruntime_session: no session of the model's to run.
-                onnxruntime.InferenceSession(
-                    _for_onnxruntime(model), options,
-                    providers=self._providers or ["CPUExecutionProvider"],
-                    provider_options=self._provider_options, **self._ort_kwargs)
+                self._new_onnxruntime_session(model)    # no session of the model's to run
                 return onnx.load(options.optimized_model_filepath)
             except Exception:   # onnxruntime's exception types: the model as it is, then
                 return None
@@ -757,6 +751,12 @@ class OffloadSession:
         """``model`` as an onnxruntime session with the caller's options (their pool entries
         set as the session's docstring says), providers and keyword arguments: a partition's, or
         the one session's."""
+        return self._new_onnxruntime_session(model)
+
+    def _new_onnxruntime_session(self, model):
+        """``model`` as an onnxruntime session with the caller's options, providers and
+        keyword arguments as they are now: :meth:`_onnxruntime_session`'s, and the one made
+        and dropped by :meth:`_optimized`."""
         import onnxruntime
         return onnxruntime.InferenceSession(
             _for_onnxruntime(model), self._partition_options,
