@@ -156,8 +156,29 @@ static PyObject *input_of(void *context, size_t index, Status *status)
     return input;
 }
 
+/* Copies `count` items (of `size` bytes) `stride` bytes apart to `to`; returns the end of
+ * what it wrote. */
+static inline char *line(char *to, const char *from, Py_ssize_t count, Py_ssize_t stride,
+                         Py_ssize_t size)
+{
+    if (stride == size) {
+        memcpy(to, from, (size_t)(count * size));
+        return to + count * size;
+    }
+    if (size == 4) {   /* float32, the usual case: a copy of constant size, inlined */
+        for (Py_ssize_t i = 0; i < count; i++, to += 4)
+            memcpy(to, from + i * stride, 4);
+        return to;
+    }
+    for (Py_ssize_t i = 0; i < count; i++, to += size)
+        memcpy(to, from + i * stride, (size_t)size);
+    return to;
+}
+
 /* Copies the items (of `size` bytes) of a strided buffer to `to`, in C order; returns the
- * end of what it wrote. */
+ * end of what it wrote. The last two axes are one loop nest: a pool's result on NCHWc
+ * tensors has a short, strided last axis (the block's channels), so a call per line of it
+ * would be a call per pixel. */
 static char *gather(char *to, const char *from, int ndim, const Py_ssize_t *shape,
                     const Py_ssize_t *strides, Py_ssize_t size)
 {
@@ -165,22 +186,15 @@ static char *gather(char *to, const char *from, int ndim, const Py_ssize_t *shap
         memcpy(to, from, (size_t)size);
         return to + size;
     }
-    if (ndim > 1) {
+    if (ndim > 2) {
         for (Py_ssize_t i = 0; i < shape[0]; i++)
             to = gather(to, from + i * strides[0], ndim - 1, shape + 1, strides + 1, size);
         return to;
     }
-    if (strides[0] == size) {
-        memcpy(to, from, (size_t)(shape[0] * size));
-        return to + shape[0] * size;
-    }
-    if (size == 4) {   /* float32, the usual case: a copy of constant size, inlined */
-        for (Py_ssize_t i = 0; i < shape[0]; i++, to += 4)
-            memcpy(to, from + i * strides[0], 4);
-        return to;
-    }
-    for (Py_ssize_t i = 0; i < shape[0]; i++, to += size)
-        memcpy(to, from + i * strides[0], (size_t)size);
+    if (ndim == 1)
+        return line(to, from, shape[0], strides[0], size);
+    for (Py_ssize_t i = 0; i < shape[0]; i++)
+        to = line(to, from + i * strides[0], shape[1], strides[1], size);
     return to;
 }
 

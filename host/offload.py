@@ -380,9 +380,9 @@ class OffloadSession:
         ``(node name, op_type, where)`` for every node, in run order, as planned (``where``:
         see the module docstring).
     last_run : list of (str, str, str)
-        The same for the latest :meth:`run`, as it happened.
+        The same for the latest :meth:`run`, as it happened (worked out when first read).
     last_steps : list of StepTiming
-        Each step of the latest :meth:`run` with its wall time.
+        Each step of the latest :meth:`run` with its wall time (likewise).
     fallbacks : dict
         Partition name -> why onnxruntime could not run it (it ran on ``onnx.reference``).
     one_session_refusal : str or None
@@ -487,7 +487,8 @@ class OffloadSession:
         self._output_names = [o.name for o in self.outputs]
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
         self._step_calls = {}   # id(step) -> (device, dtype, block, call): _step_call
-        self.last_run, self.last_steps = [], []
+        self._last = ([], [])    # (last_run, last_steps)
+        self._one_last = None   # or, after a one-session run, what _one_records makes them of
         self._owns_device = False
         if isinstance(device, str):
             # A device URL: opened here (a wrong URL or an absent board is said at once), owned
@@ -591,7 +592,7 @@ class OffloadSession:
                 where = self._run_subgraph(step, values)
             timings.append(StepTiming(step.name, where, names, clock() - started))
             record += [(name, op_type, where) for name, op_type in operators]
-        self.last_run, self.last_steps = record, timings
+        self._last, self._one_last = (record, timings), None
         return [values[name] for name in output_names]
 
     # --- one onnxruntime session, device steps as its operators -------------------------------
@@ -721,8 +722,14 @@ class OffloadSession:
             if failure is not None:
                 raise failure from None
             raise
-        ended = clock()
-        calls = self._calls
+        # The run's records are worked out when read (cold after the run, they cost as much
+        # as a device step's glue).
+        self._one_last = (started, clock(), self._calls)
+        return results
+
+    def _one_records(self, started, ended, calls):
+        """``(last_run, last_steps)`` of a one-session run from its start, its end and its
+        device calls (``{operator index: (start, seconds, where)}``)."""
         record, timings = [], []
         since = started
         for step, kind, names, operators, operator in self._one_schedule:
@@ -737,8 +744,20 @@ class OffloadSession:
                 seconds, where = max(until - since, 0.0), ONNXRUNTIME
             timings.append(StepTiming(step.name, where, names, seconds))
             record += [(name, op_type, where) for name, op_type in operators]
-        self.last_run, self.last_steps = record, timings
-        return results
+        return record, timings
+
+    @property
+    def last_run(self):
+        return self._records()[0]
+
+    @property
+    def last_steps(self):
+        return self._records()[1]
+
+    def _records(self):
+        if self._one_last is not None:
+            self._last, self._one_last = self._one_records(*self._one_last), None
+        return self._last
 
     def _where(self, step):
         if isinstance(step, CpuPartition):
