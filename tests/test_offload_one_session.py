@@ -254,3 +254,33 @@ def test_a_device_result_of_any_strides_reaches_onnxruntime(layout):
         assert_same_bits(got, expected)
     # A result whose last two axes hold one item between them stays contiguous swapped.
     assert contiguous and not (all if layout == "last two axes swapped" else any)(contiguous)
+
+
+def max_model(shape):
+    graph = helper.make_graph(
+        [helper.make_node("Max", ["x", "y"], ["m"], name="max")], "max",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name in "xy"],
+        [helper.make_tensor_value_info("m", TensorProto.FLOAT, shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+
+
+@pytest.mark.parametrize("rows, columns", [(1, 4), (4, 8), (9, 8), (13, 16), (7, 6), (5, 1)])
+def test_a_transposed_result_reaches_onnxruntime_with_every_bit(rows, columns):
+    """A result whose last two axes are a transposed view (as a pool's on NCHWc tensors: the
+    kernel copies it 4 x 4 items at a time where it can), of edge values: NaN payloads, signed
+    zeros, infinities, subnormals."""
+    class Transposed:
+        def __getattr__(self, name):
+            call = getattr(reference, name)
+
+            def transposed(*args, **kwargs):
+                result = call(*args, **kwargs)
+                return np.swapaxes(np.ascontiguousarray(np.swapaxes(result, -1, -2)), -1, -2)
+            return transposed
+    shape = [2, 3, rows, columns]
+    session = OffloadSession(max_model(shape), device=Transposed())
+    assert session.one_session_refusal is None
+    rng = np.random.default_rng(rows * 100 + columns)
+    feeds = {name: random_values(rng, np.float32, shape, edge_fraction=0.5) for name in "xy"}
+    (got,) = session.run(None, feeds)
+    assert_same_bits(got, reference.max(feeds["x"], feeds["y"]))
