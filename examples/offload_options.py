@@ -19,6 +19,8 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py single audio segnet kws
     python examples/offload_options.py glue audio segnet kws
     python examples/offload_options.py --device verilator single audio segnet kws
+    python examples/offload_options.py order audio segnet kws examples/squeezenet1_1.onnx --busy 0.1
+    python examples/offload_options.py awake audio kws examples/squeezenet1_1.onnx
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what
 the session did before), spinning only while a partition runs (``session.force_spinning_stop``:
@@ -66,6 +68,14 @@ in ONNX layout, as the straight calls take them).
 ``nchwc``: the one session as it is, its pools between onnxruntime's NCHWc nodes on NCHWc
 tensors, against the same session with every pool on tensors as ONNX lays them out
 (onnxruntime's reorders around each), on ``--device`` or the golden model busy ``--busy`` ms.
+``order``: how the session and onnxruntime alone are timed against each other: run by run
+(as ``maxaccel bench`` did until 2026-11-28); run by run with onnxruntime alone's pool
+stopped when its run returns (``session.force_spinning_stop``: with default ``SessionOptions``
+its workers spin on after a run, pinned to the cores the session's are); and in blocks, each
+run back to back once the other's threads went still (as ``maxaccel bench`` does now); the
+golden model busy ``--busy`` ms a call, or ``--device``. ``awake``: ``maxaccel bench``'s figures on ``--device`` with and without a
+process of the lowest priority (``SCHED_IDLE``, Linux) busy on each core: a core left idle
+through a long device call wakes slowly.
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
 """
 
@@ -789,10 +799,73 @@ def single(args, device):
             _row(f"{option}, {what}", name, threading, outside, alone)
 
 
+def order(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import STOP_SPINNING_AFTER_RUN, OffloadSession
+
+    def blocks(session, timed, runtime, feeds, repeats):
+        *_, outside, alone = bench._time_pair(timed, session, runtime, feeds, repeats, 1)
+        return outside * 1e3, alone * 1e3
+    for threading, name, model, feeds, runtime, timed, what in _cases(args, device):
+        session = OffloadSession(model, _options(threading), device=timed)
+        stopped = onnxruntime.InferenceSession(
+            model.SerializeToString(),
+            _options(threading, lambda o: o.add_session_config_entry(STOP_SPINNING_AFTER_RUN,
+                                                                     "1")))
+        orders = {"run by run (maxaccel bench until 2026-11-28)": (_pair, runtime),
+                  "run by run, onnxruntime alone's pool stopped after its run":
+                      (_pair, stopped),
+                  "blocks, each back to back once the other's threads are still "
+                  "(maxaccel bench)": (blocks, runtime)}
+        figures = {option: ([], []) for option in orders}
+        for _ in range(args.rounds):
+            for option, (timing, baseline) in orders.items():
+                outside, alone = timing(session, timed, baseline, feeds, args.repeats)
+                figures[option][0].append(outside)
+                figures[option][1].append(alone)
+        for option, (outside, alone) in figures.items():
+            _row(f"{option}, {what}", name, threading, statistics.median(outside),
+                 statistics.median(alone))
+
+
+def awake(args, device):
+    import os
+    import subprocess
+
+    from maxaccel.host import bench
+    keeper = ("import os\nos.sched_setaffinity(0, {%d})\n"
+              "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True: pass")
+    for name in args.models:
+        label, model, feeds = bench.load_model(name)
+        figures = {"cores left idle": [], "a SCHED_IDLE process busy on each core": []}
+        for _ in range(args.rounds):
+            for option, rows in figures.items():
+                keepers = [] if option == "cores left idle" else [
+                    subprocess.Popen([sys.executable, "-c", keeper % core])
+                    for core in sorted(os.sched_getaffinity(0))]
+                try:
+                    rows.append(bench.measure_model(device, name, model, feeds,
+                                                    repeats=args.repeats))
+                finally:
+                    for process in keepers:
+                        process.kill()
+                        process.wait()
+        for option, rows in figures.items():
+            for threading, outside, alone in (
+                    ("1 thread", "outside_s", "onnxruntime_s"),
+                    ("default threads", "default_outside_s", "default_onnxruntime_s")):
+                _row(f"maxaccel bench's timing, {option}, {args.device}", name, threading,
+                     statistics.median(getattr(m, outside) for m in rows) * 1e3,
+                     statistics.median(getattr(m, alone) for m in rows) * 1e3)
+
+
 OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
            "handover": handover, "layout": layout, "cold": cold, "neighbour": neighbour,
-           "wrapper": wrapper, "single": single, "glue": glue, "nchwc": nchwc}
+           "wrapper": wrapper, "single": single, "glue": glue, "nchwc": nchwc,
+           "order": order, "awake": awake}
 
 
 def main(argv=None):
@@ -807,7 +880,7 @@ def main(argv=None):
                         help="spinning: the model as one session (the session's default) "
                         "instead of partitions")
     parser.add_argument("--busy", type=float, nargs="+", default=[0, 2, 5],
-                        help="single, nchwc: the golden model's device busy this many ms a "
+                        help="single, nchwc, order: the golden model's device busy this many ms a "
                         "call (default 0 2 5), unless --device is given")
     args = parser.parse_args(argv)
     if args.option == "global-pool":
@@ -818,8 +891,8 @@ def main(argv=None):
     else:
         print("| option | model | threading | host-side time per run | onnxruntime, whole "
               "model | ratio |\n|---|---|---|---|---|---|")
-    if args.option in ("spinning", "global-pool", "glue") or (
-            args.option in ("single", "nchwc") and "--device" in (argv or sys.argv)):
+    if args.option in ("spinning", "global-pool", "glue", "awake") or (
+            args.option in ("single", "nchwc", "order") and "--device" in (argv or sys.argv)):
         from maxaccel.host import open_device
         with open_device(args.device) as device:
             OPTIONS[args.option](args, device)

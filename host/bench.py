@@ -18,9 +18,9 @@ Link efficiency is the tensor bytes over all bytes on the wire, both directions.
 
 Whole models (:func:`measure_model`, ``maxaccel bench --model``): an
 :class:`~maxaccel.host.offload.OffloadSession` on the device against onnxruntime running the
-whole model on one thread, side by side; the session's time splits into the time inside the
-device's operator calls and the time *outside* them (its CPU partitions and glue), which is
-what the session costs a user over onnxruntime.
+whole model, side by side (each run back to back in a block of its own); the session's time
+splits into the time inside the device's operator calls and the time *outside* them (its CPU
+partitions and glue), which is what the session costs a user over onnxruntime.
 """
 
 from dataclasses import asdict, dataclass
@@ -486,32 +486,53 @@ def load_model(path_or_model):
     return os.path.basename(os.fspath(path_or_model)), model, feeds
 
 
+def _quiet(window_s=0.005, busy=0.2, limit_s=2.0, *, cpu=time.process_time, sleep=time.sleep,
+           clock=time.perf_counter):
+    """Wait until this process's threads (the caller, asleep, aside) use less than ``busy`` of
+    a core over ``window_s``, at most ``limit_s``; returns the seconds waited.
+
+    With default ``SessionOptions`` onnxruntime's thread pool spins on after a run (about
+    40 ms here), its workers pinned to the same cores in every session of the process: a
+    session run meanwhile shares those cores with them (docs/offload.md, "How the two are
+    timed").
+    """
+    started = clock()
+    while clock() - started < limit_s:
+        used = cpu()
+        sleep(window_s)
+        if cpu() - used < busy * window_s:
+            break
+    return clock() - started
+
+
 def _time_pair(timed, session, runtime, feeds, repeats, warmup):
-    """Median ``(session, device, outside, onnxruntime)`` seconds of ``repeats`` alternating
-    runs of ``session`` (on the timed device) and ``runtime``, after ``warmup`` of each."""
-    for _ in range(warmup):
-        session.run(None, feeds)
-        runtime.run(None, feeds)
-    totals, inside, alone = [], [], []
-    for _ in range(repeats):
-        before = timed.seconds
-        started = time.perf_counter()
-        session.run(None, feeds)
-        totals.append(time.perf_counter() - started)
-        inside.append(timed.seconds - before)
-        started = time.perf_counter()
-        runtime.run(None, feeds)
-        alone.append(time.perf_counter() - started)
-    median = statistics.median
-    return (median(totals), median(inside), median(t - d for t, d in zip(totals, inside)),
-            median(alone))
+    """Median ``(session, device, outside, onnxruntime)`` seconds of ``repeats`` runs of
+    ``session`` (on the timed device) back to back, then as many of ``runtime``, each after
+    ``warmup`` runs once the other's threads are still (:func:`_quiet`): each as a model run
+    over and over on its own. Run by run, each would run beside the other's spinning pool."""
+    medians = []
+    for model in (session, runtime):
+        _quiet()
+        for _ in range(warmup):
+            model.run(None, feeds)
+        totals, inside = [], []
+        for _ in range(repeats):
+            before = timed.seconds
+            started = time.perf_counter()
+            model.run(None, feeds)
+            totals.append(time.perf_counter() - started)
+            inside.append(timed.seconds - before)
+        medians.append((statistics.median(totals), statistics.median(inside),
+                        statistics.median(t - d for t, d in zip(totals, inside))))
+    (total, device, outside), (alone, *_) = medians
+    return total, device, outside, alone
 
 
 def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, configure=None):
     """Time ``model`` on ``feeds`` with an :class:`~maxaccel.host.offload.OffloadSession` on
-    ``device`` and with onnxruntime alone, alternating, first both on one thread, then both
-    with default ``SessionOptions``, after ``warmup`` runs of each (onnxruntime's allocator
-    settles in its first few runs); returns a :class:`ModelMeasurement` (medians over
+    ``device`` and with onnxruntime alone, each run back to back (:func:`_time_pair`), first
+    both on one thread, then both with default ``SessionOptions``, after ``warmup`` runs of each
+    (onnxruntime's allocator settles in its first few runs); returns a :class:`ModelMeasurement` (medians over
     ``repeats``). ``configure``, if given, is called on each ``SessionOptions`` before the
     session gets it (onnxruntime alone keeps them as they are), to measure another setting.
 

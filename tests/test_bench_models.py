@@ -4,6 +4,8 @@ import io
 import json
 import pathlib
 
+import pytest
+
 from fake_board import FakeBoard
 
 from maxaccel.host import bench, cli
@@ -41,3 +43,65 @@ def test_the_timed_device_counts_only_operator_calls():
     assert measurement.device_nodes == 1 and measurement.nodes == 6
     assert measurement.session_s > measurement.device_s > 0
     assert measurement.ratio > 0
+
+
+class _Spinners:
+    """A process whose other threads use ``busy`` of a core for each of the first ``windows``
+    sleeps of the caller (a thread pool spinning after a run), then nothing: its CPU clock, its
+    sleep and its wall clock for :func:`bench._quiet`."""
+
+    def __init__(self, windows, busy=1.0):
+        self.windows, self.busy, self.cpu_s, self.now_s, self.sleeps = windows, busy, 0.0, 0.0, 0
+
+    def cpu(self):
+        return self.cpu_s
+
+    def sleep(self, seconds):
+        self.now_s += seconds
+        if self.sleeps < self.windows:
+            self.cpu_s += self.busy * seconds
+        self.sleeps += 1
+
+    def clock(self):
+        return self.now_s
+
+
+def quiet(process, **kwargs):
+    return bench._quiet(cpu=process.cpu, sleep=process.sleep, clock=process.clock, **kwargs)
+
+
+def test_a_timed_block_waits_until_the_other_sessions_pool_stops_spinning():
+    spinning = _Spinners(windows=8)     # 40 ms of 5 ms windows
+    assert quiet(spinning) == pytest.approx(0.045)
+    assert spinning.sleeps == 9
+    assert quiet(_Spinners(windows=0)) == pytest.approx(0.005)
+    assert quiet(_Spinners(windows=100, busy=0.1)) == pytest.approx(0.005)  # under a fifth
+
+
+def test_a_pool_that_never_stops_spinning_is_waited_for_a_bounded_time():
+    assert quiet(_Spinners(windows=10**9), limit_s=0.5) == pytest.approx(0.5)
+
+
+def test_the_session_and_onnxruntime_are_timed_each_back_to_back(monkeypatch):
+    """Blocks of runs, each after the other's threads are still, the device's time counted
+    for the session only."""
+    events = []
+    monkeypatch.setattr(bench, "_quiet", lambda: events.append("quiet"))
+
+    class Timed:
+        seconds = 0.0
+
+    timed = Timed()
+
+    class Model:
+        def __init__(self, name, device_s):
+            self.name, self.device_s = name, device_s
+
+        def run(self, outputs, feeds):
+            events.append(self.name)
+            timed.seconds += self.device_s
+
+    total, device, outside, alone = bench._time_pair(
+        timed, Model("session", 0.25), Model("onnxruntime", 0.0), {}, repeats=3, warmup=1)
+    assert events == ["quiet"] + ["session"] * 4 + ["quiet"] + ["onnxruntime"] * 4
+    assert device == 0.25 and outside == pytest.approx(total - 0.25) and alone < total
