@@ -19,7 +19,7 @@ medians of ``--repeats`` interleaved runs (the machine is shared: compare rows o
     python examples/offload_options.py single audio segnet kws
     python examples/offload_options.py glue audio segnet kws
     python examples/offload_options.py --device verilator single audio segnet kws
-    python examples/offload_options.py order audio segnet kws examples/squeezenet1_1.onnx --busy 0.1
+    python examples/offload_options.py order audio segnet kws --busy 0.1
     python examples/offload_options.py awake audio kws examples/squeezenet1_1.onnx
 
 ``spinning``: the partitions' pools spinning between hand-overs (onnxruntime's default, what

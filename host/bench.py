@@ -531,10 +531,11 @@ def _time_pair(timed, session, runtime, feeds, repeats, warmup):
 def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, configure=None):
     """Time ``model`` on ``feeds`` with an :class:`~maxaccel.host.offload.OffloadSession` on
     ``device`` and with onnxruntime alone, each run back to back (:func:`_time_pair`), first
-    both on one thread, then both with default ``SessionOptions``, after ``warmup`` runs of each
-    (onnxruntime's allocator settles in its first few runs); returns a :class:`ModelMeasurement` (medians over
-    ``repeats``). ``configure``, if given, is called on each ``SessionOptions`` before the
-    session gets it (onnxruntime alone keeps them as they are), to measure another setting.
+    both on one thread, then both with default ``SessionOptions``, after ``warmup`` runs of
+    each (onnxruntime's allocator settles in its first few runs); returns a
+    :class:`ModelMeasurement` (medians over ``repeats``). ``configure``, if given, is called
+    on each ``SessionOptions`` before the session gets it (onnxruntime alone keeps them as they
+    are), to measure another setting.
 
     Raises AssertionError if the session's outputs differ from onnxruntime's by more than
     float rounding (the inputs are random normals: no NaN or signed-zero ties for the
