@@ -73,9 +73,9 @@ tensors, against the same session with every pool on tensors as ONNX lays them o
 stopped when its run returns (``session.force_spinning_stop``: with default ``SessionOptions``
 its workers spin on after a run, pinned to the cores the session's are); and in blocks, each
 run back to back once the other's threads went still (as ``maxaccel bench`` does now); the
-golden model busy ``--busy`` ms a call, or ``--device``. ``awake``: ``maxaccel bench``'s figures on ``--device`` with and without a
-process of the lowest priority (``SCHED_IDLE``, Linux) busy on each core: a core left idle
-through a long device call wakes slowly.
+golden model busy ``--busy`` ms a call, or ``--device``. ``awake``: ``maxaccel bench``'s
+figures on ``--device`` with and without a process of the lowest priority (``SCHED_IDLE``,
+Linux) busy on each core: a core left idle through a long device call wakes slowly.
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
 """
 
