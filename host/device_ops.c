@@ -15,9 +15,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE__) || defined(__x86_64__)
+#ifdef __SSE__
 #include <xmmintrin.h>
-#define HAVE_SSE 1
 #endif
 
 typedef void *Status;
@@ -179,7 +178,7 @@ static inline char *line(char *to, const char *from, Py_ssize_t count, Py_ssize_
     return to;
 }
 
-#ifdef HAVE_SSE
+#ifdef __SSE__
 /* Copies a `rows` x `columns` matrix of 4-byte items whose rows are contiguous in `from` and
  * whose columns lie `stride` bytes apart (a transposed view) to `to`, in C order, 4 x 4 items
  * at a time (`columns` a multiple of 4); returns the end of what it wrote. The shuffles move
@@ -228,7 +227,7 @@ static char *gather(char *to, const char *from, int ndim, const Py_ssize_t *shap
     }
     if (ndim == 1)
         return line(to, from, shape[0], strides[0], size);
-#ifdef HAVE_SSE
+#ifdef __SSE__
     if (size == 4 && strides[0] == 4 && shape[1] % 4 == 0)   /* a pool's on NCHWc tensors */
         return transposed(to, from, shape[0], shape[1], strides[1]);
 #endif

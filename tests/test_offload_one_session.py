@@ -223,6 +223,23 @@ def test_each_element_type_is_routed_for_itself(one_session):
     assert_same_bits(m64, reference.max(feeds["x"].astype(np.float64), feeds["z"]))
 
 
+class Viewing:
+    """The golden model as a device whose results come back as ``view(result)``."""
+
+    def __init__(self, view):
+        self.view = view
+
+    def __getattr__(self, name):
+        call = getattr(reference, name)
+        return lambda *args, **kwargs: self.view(call(*args, **kwargs))
+
+
+def transposed_view(result):
+    """``result`` as a view whose last two axes are transposed (as a pool's on NCHWc
+    tensors)."""
+    return np.swapaxes(np.ascontiguousarray(np.swapaxes(result, -1, -2)), -1, -2)
+
+
 @pytest.mark.parametrize("layout", ["fortran", "reversed", "every other", "broadcast",
                                     "last two axes swapped"])
 def test_a_device_result_of_any_strides_reaches_onnxruntime(layout):
@@ -236,18 +253,14 @@ def test_a_device_result_of_any_strides_reaches_onnxruntime(layout):
             result = np.flip(np.flip(result).copy())
         elif layout == "every other":
             result = np.repeat(result, 2, axis=-1)[..., ::2]
-        elif layout == "last two axes swapped":     # as a pool's on NCHWc tensors
-            result = np.swapaxes(np.swapaxes(result, -1, -2).copy(), -1, -2)
+        elif layout == "last two axes swapped":
+            result = transposed_view(result)
         else:   # the first axis as a zero stride
             result = np.broadcast_to(result[:1], result.shape)
         contiguous.append(result.flags.c_contiguous)
         return result
 
-    class Strided:
-        def __getattr__(self, name):
-            call = getattr(reference, name)
-            return lambda *args, **kwargs: strided(call(*args, **kwargs))
-    one = OffloadSession(mixed_model(), device=Strided())
+    one = OffloadSession(mixed_model(), device=Viewing(strided))
     assert one.one_session_refusal is None
     want = OffloadSession(mixed_model(), device=reference, one_session=False).run(None, FEEDS)
     for got, expected in zip(one.run(None, FEEDS), want):
@@ -269,16 +282,8 @@ def test_a_transposed_result_reaches_onnxruntime_with_every_bit(rows, columns):
     """A result whose last two axes are a transposed view (as a pool's on NCHWc tensors: the
     kernel copies it 4 x 4 items at a time where it can), of edge values: NaN payloads, signed
     zeros, infinities, subnormals."""
-    class Transposed:
-        def __getattr__(self, name):
-            call = getattr(reference, name)
-
-            def transposed(*args, **kwargs):
-                result = call(*args, **kwargs)
-                return np.swapaxes(np.ascontiguousarray(np.swapaxes(result, -1, -2)), -1, -2)
-            return transposed
     shape = [2, 3, rows, columns]
-    session = OffloadSession(max_model(shape), device=Transposed())
+    session = OffloadSession(max_model(shape), device=Viewing(transposed_view))
     assert session.one_session_refusal is None
     rng = np.random.default_rng(rows * 100 + columns)
     feeds = {name: random_values(rng, np.float32, shape, edge_fraction=0.5) for name in "xy"}
