@@ -6,13 +6,14 @@ expected number of beats, and then checks that nothing is left over: every input
 accepted and no output beat beyond the expected count appears for ``drain_cycles`` cycles.
 """
 
+import collections
 import inspect
 import random
 from dataclasses import dataclass, field
 
 from amaranth.sim import Simulator
 
-__all__ = ["Stalls", "StreamTimeout", "send", "run_streams", "beats_from_rows",
+__all__ = ["Stalls", "StreamTimeout", "send", "run_streams", "shared_design", "beats_from_rows",
            "rows_from_beats", "lanes_to_bytes", "words_from_bytes", "bytes_from_words",
            "STALL_PATTERNS"]
 
@@ -67,6 +68,71 @@ async def send(ctx, stream, payloads, *, rng, idle=0.0, timeout=100_000):
         else:
             raise StreamTimeout(f"beat {index} of {len(payloads)} not accepted in {timeout} cycles")
     ctx.set(stream.valid, 0)
+
+
+#: ``{(factory, args, kwargs): design}``: the designs :func:`shared_design` made.
+_SHARED = {}
+#: ``{id(design): _Bench}`` of shared designs, least recently used first.
+_BENCHES = collections.OrderedDict()
+#: Simulators kept at once per process (a whole core's takes a few hundred MB).
+_BENCHES_KEPT = 4
+
+
+def shared_design(factory, *args, **kwargs):
+    """The design ``factory(*args, **kwargs)``, made once per process and argument list.
+
+    :func:`run_streams` keeps the simulator of a shared design and resets it between runs
+    (:meth:`amaranth.sim.Simulator.reset`: signals and memories to their initial values, the
+    clock and every process restarted), so a test crossed with stall patterns, dtypes or data
+    builds and compiles the design once rather than once a case: for a whole core that is most of
+    a case's time. A shared design must not be changed after it is made.
+    """
+    key = (factory, args, tuple(sorted(kwargs.items())))
+    if key not in _SHARED:
+        _SHARED[key] = factory(*args, **kwargs)
+    return _SHARED[key]
+
+
+class _Bench:
+    """A :class:`~amaranth.sim.Simulator` of ``dut`` with a clock and testbench slots.
+
+    Slot ``i`` runs the ``i``-th testbench of the current run; slots beyond it return at once.
+    Testbenches run in the order they were added, so a run's order is its list's order.
+    """
+
+    def __init__(self, dut):
+        self.simulator = Simulator(dut)
+        self.simulator.add_clock(1e-8)
+        self.testbenches = []
+        self.slots = 0
+        self.ran = False
+
+    def run(self, testbenches):
+        if self.ran:
+            self.simulator.reset()
+        self.ran = True
+        self.testbenches = testbenches
+        while self.slots < len(testbenches):
+            async def slot(ctx, index=self.slots):
+                if index < len(self.testbenches):
+                    await self.testbenches[index](ctx)
+            self.simulator.add_testbench(slot)
+            self.slots += 1
+        self.simulator.run()
+
+
+def _bench(dut):
+    """A new :class:`_Bench` of ``dut``, or the kept one if ``dut`` is a shared design."""
+    if not any(design is dut for design in _SHARED.values()):
+        return _Bench(dut)
+    key = id(dut)
+    if key in _BENCHES:
+        _BENCHES.move_to_end(key)
+    else:
+        _BENCHES[key] = _Bench(dut)
+        while len(_BENCHES) > _BENCHES_KEPT:
+            _BENCHES.popitem(last=False)
+    return _BENCHES[key]
 
 
 @dataclass
@@ -137,19 +203,18 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
     sink_rngs = {name: random.Random(rng.getrandbits(64)) for name in sinks}
     run = StreamRun()
     finished = []
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
+    testbenches = []
 
     if setup is not None:
         async def configure(ctx):
             setup(ctx)
-        sim.add_testbench(configure)
+        testbenches.append(configure)
 
     for (stream, payloads), source_rng in zip(sources.items(), source_rngs):
         async def source(ctx, stream=stream, payloads=payloads, source_rng=source_rng):
             await send(ctx, stream, payloads, rng=source_rng, idle=stalls.idle, timeout=timeout)
             finished.append(stream)
-        sim.add_testbench(source)
+        testbenches.append(source)
 
     for name, (stream, count) in sinks.items():
         async def sink(ctx, name=name, stream=stream, count=count):
@@ -191,7 +256,7 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
                 if valid:
                     raise AssertionError(f"sink {name!r} got a beat beyond the expected "
                                          f"{len(received)}")
-        sim.add_testbench(sink)
+        testbenches.append(sink)
 
     if check is not None:
         async def final_check(ctx):
@@ -202,9 +267,9 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
             result = check(ctx)
             if inspect.isawaitable(result):
                 await result
-        sim.add_testbench(final_check)
+        testbenches.append(final_check)
 
-    sim.run()
+    _bench(dut).run(testbenches)
     unsent = [s for s in sources if s not in finished]
     if unsent:
         raise StreamTimeout(f"{len(unsent)} source(s) did not deliver all their beats")

@@ -22,7 +22,8 @@ from maxaccel.host.plan import plan_broadcast
 from broadcast_model import (load_commands, pack_operand, run_cycles, slots, unit_config,
                              unpack_output)
 from maxaccel.sim import reference
-from maxaccel.sim.streams import STALL_PATTERNS, Stalls, lanes_to_bytes, run_streams
+from maxaccel.sim.streams import (STALL_PATTERNS, Stalls, lanes_to_bytes, run_streams,
+                                  shared_design)
 from maxaccel.sim.values import edge_bits, random_values
 
 MAX_DTYPES = [f for f in FORMATS.values() if f.kind != "bool"]
@@ -80,12 +81,16 @@ def beat_payloads(beats, row_beats, last_nbytes):
     return payloads
 
 
+def _harness(lanes, depth, max_dims, max_operands, **limits):
+    return Harness(BroadcastMax(lanes, depth, max_dims, max_operands, **limits))
+
+
 class Batch:
     """Cases to run one after the other in one simulation of one unit."""
 
     def __init__(self, lanes, depth=256, max_dims=3, max_operands=5, *, fill=True, **limits):
-        self.unit = BroadcastMax(lanes, depth, max_dims, max_operands, **limits)
-        self.harness = Harness(self.unit)
+        self.harness = shared_design(_harness, lanes, depth, max_dims, max_operands, **limits)
+        self.unit = self.harness.unit
         # A splat operand's rows are loaded as the engine sends them, element 0 then junk, with
         # ``fill`` set (the unit repeats the element); else already repeated, as stored.
         self.fill = fill

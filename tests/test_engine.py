@@ -34,7 +34,8 @@ from maxaccel.contract.wire import (COUNTERS, COUNTER_NAMES, Capacities, Command
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_words,
-                                  rows_from_beats, run_streams, words_from_bytes)
+                                  rows_from_beats, run_streams, shared_design,
+                                  words_from_bytes)
 from maxaccel.sim.values import edge_bits, random_values
 from maxaccel.sim.virtual_board import CORE_DEFAULTS, VirtualBoard
 
@@ -842,9 +843,10 @@ def test_back_to_back_requests(clean_board):
 def test_core_under_idle_input_and_backpressure(link_bytes, stalls):
     """Exact reply bytes, whatever the input gaps, the split of the input into link words and
     the output backpressure (32 bytes: the NiteFury's link word, on a core of 4 lanes)."""
-    core = Core(**{k: v for k, v in BOARD.items() if k not in ("frame_timeout_cycles", "lanes")},
-                lanes=max(LANES, link_bytes // 8), frame_timeout_cycles=10_000,
-                link_bytes=link_bytes)
+    core = shared_design(Core, **{k: v for k, v in BOARD.items()
+                                  if k not in ("frame_timeout_cycles", "lanes")},
+                         lanes=max(LANES, link_bytes // 8), frame_timeout_cycles=10_000,
+                         link_bytes=link_bytes)
     x = random_values(np.random.default_rng(3), format_of(np.float32), (3, 7))
     pooled = random_values(np.random.default_rng(4), format_of(np.int8), (2, 5, 3))
     request = (b"\x13MX" + encode_frame(Command.REDUCE, 1, reduce_payload(x))

@@ -16,7 +16,7 @@ from maxaccel.hdl.pool import ChannelsLastPool
 from maxaccel.contract.dtypes import FORMATS, format_of
 from maxaccel.sim import reference
 from maxaccel.sim.streams import (STALL_PATTERNS, Stalls, beats_from_rows, lanes_to_bytes,
-                                  rows_from_beats, run_streams)
+                                  rows_from_beats, run_streams, shared_design)
 from maxaccel.sim.values import edge_bits, random_values
 
 FLOATS = [np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32),
@@ -66,7 +66,7 @@ def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixe
     fmt = format_of(x.dtype)
     n, c = x.shape[:2]
     p = int(np.prod(x.shape[2:]))
-    dut = ChannelsLastPool(lanes, max_channels)
+    dut = shared_design(ChannelsLastPool, lanes, max_channels)
     assert c * fmt.nbytes <= dut.capacity_bytes
     rows = pixel_rows(x) if rows is None else rows
     pixels = p if pixels is None else pixels

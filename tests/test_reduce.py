@@ -19,7 +19,7 @@ from maxaccel.hdl.reduce import PIPELINES, BeatKeys, LaneFold, ReductionTree, Ru
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, beats_from_rows, lanes_to_bytes, \
-    run_streams
+    run_streams, shared_design
 from maxaccel.sim.values import edge_bits, random_values
 
 ALL_FORMATS = list(FORMATS.values())
@@ -165,7 +165,7 @@ def reduce_runs(fmt, lanes, runs, stalls, seed=0, pipeline="deep", minimum=False
     """Send ``runs`` through a RunReducer (its ``minimum`` and ``arg`` selects set as given);
     return (results, StreamRun, beats sent, unit). With ``arg`` the results are the byte
     offsets the unit gives, as integers."""
-    dut = RunReducer(lanes, pipeline)
+    dut = shared_design(RunReducer, lanes, pipeline)
     beats = beats_from_rows([np.ascontiguousarray(run).tobytes() for run in runs], lanes)
     _garbage_padding(beats, _rng("padding", fmt.dtype, lanes, seed))
 

@@ -23,7 +23,7 @@ from maxaccel.hdl.window import WindowMaxPool
 from maxaccel.contract.dtypes import FORMATS, format_of
 from maxaccel.contract.pooling import WINDOW_FIELDS
 from maxaccel.sim import reference
-from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
+from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams, shared_design
 from maxaccel.sim.values import edge_bits, random_values
 
 ALL_DTYPES = [f.numpy_dtype for f in FORMATS.values()]
@@ -173,7 +173,8 @@ def check_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axis=False
     fmt = format_of(x.dtype)
     rank = len(axes)
     extents = tuple((a.kernel - 1) * a.dilation + 1 for a in axes)
-    dut = dut or WindowMaxPool(max_rank=rank, max_extent=extents if per_axis else max(extents),
+    dut = dut or shared_design(WindowMaxPool, max_rank=rank,
+                               max_extent=extents if per_axis else max(extents),
                                max_columns=axes[-1].out + spare,
         max_plane=int(np.prod([a.out for a in axes[1:]])) + spare)
     axes = (UNIT,) * (dut.max_rank - rank) + tuple(axes)

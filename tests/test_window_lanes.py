@@ -21,7 +21,7 @@ from maxaccel.contract.wire import WINDOW_INDEX_BYTES
 from maxaccel.hdl.window import WindowMaxPool
 from maxaccel.hdl.window_lanes import WindowLanes
 from maxaccel.sim import reference
-from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams
+from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams, shared_design
 from maxaccel.sim.values import random_values
 from test_window import UNIT, _rng, axis, oracle
 
@@ -30,7 +30,8 @@ RESNET = (axis(5, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))
 
 
 def _unit(window_lanes=LANES):
-    return WindowLanes(LANES, window_lanes, max_extent=3, max_columns=8, max_plane=16)
+    return shared_design(WindowLanes, LANES, window_lanes, max_extent=3, max_columns=8,
+                         max_plane=16)
 
 
 def check_lanes(dut, x, axes, *, group, indices, stalls):

@@ -16,7 +16,7 @@ from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.wire import PARAMETERS, Command, FrameParser, Status, encode_frame
 from maxaccel.sim import reference
 from maxaccel.sim.streams import (STALL_PATTERNS, bytes_from_words, run_streams,
-                                  words_from_bytes)
+                                  shared_design, words_from_bytes)
 from maxaccel.sim.values import random_values
 
 WIDTH = 8
@@ -93,7 +93,7 @@ def test_bytes_survive_words_both_ways(stalls, length, link_bytes):
     """Link transfers of random sizes (1 to a link word) in, the same bytes out, none left
     over (paired words: the reply's last word, with tlast, is not held for a partner)."""
     payload = bytes(int(b) for b in np.random.default_rng(length).integers(0, 256, length))
-    dut = RoundTrip(link_bytes)
+    dut = shared_design(RoundTrip, link_bytes)
     run = run_streams(dut, sources={dut.i: words_from_bytes(payload, link_bytes,
                                                             random.Random(length))},
                       sinks={"o": (dut.o, lambda got: len(bytes_from_words(got)) >= length)},
@@ -187,8 +187,9 @@ def request_words(frames):
 def test_the_core_answers_through_the_xdma_streams(stalls, command, link_bytes):
     """One request in words, its reply out in words ending with tlast (the core going idle
     flushes the last, partial word)."""
-    dut = OverWords(link_bytes, lanes=max(1, link_bytes // 8), replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
-                    clock_hz=125_000_000, frame_timeout_cycles=10_000)
+    dut = shared_design(OverWords, link_bytes, lanes=max(1, link_bytes // 8), replay_depth=8,
+                        max_dims=1, max_operands=1, pool_channels=1, clock_hz=125_000_000,
+                        frame_timeout_cycles=10_000)
     if command == "IDENTIFY":
         request = encode_frame(Command.IDENTIFY, 1)
         reply = encode_frame(Command.IDENTIFY, 1, dut.dut.identity.encode())
