@@ -6,6 +6,7 @@ Amaranth's simulator); backpressure and idle input go through ``run_streams``; t
 building blocks (packer, unpacker, multiplier, frame receiver) have their own stream tests.
 """
 
+import os
 import random
 import struct
 
@@ -53,28 +54,39 @@ def dtype_name(dtype):
 
 
 def open_board(kind):
-    """The simulated board of ``BOARD``, or the default compiled board (the NiteFury's core:
-    4 lanes and its 32-byte link word, so the engine's cycle counts are checked at a byte and
-    at 32 bytes; the model is the one ``open_device("verilator")`` builds for other tests)."""
-    if kind == "verilator":
-        from maxaccel.sim.verilator_board import VerilatorBoard
-        return VerilatorBoard()
-    return VirtualBoard(**BOARD)
+    """The board of ``BOARD`` (2 lanes, a byte link, small buffers: tiles and chained passes
+    at small sizes) simulated (``sim``) or compiled with Verilator (``compiled``: the same
+    core, the same bytes in the same cycles, about a hundred times faster), or the default
+    compiled board (``verilator``: the NiteFury's core, 4 lanes and its 32-byte link word, so
+    the engine's cycle counts are checked at a byte and at 32 bytes; the model is the one
+    ``open_device("verilator")`` builds for other tests)."""
+    if kind == "sim":
+        return VirtualBoard(**BOARD)
+    from maxaccel.sim.verilator_board import VerilatorBoard
+    return VerilatorBoard(**dict(CORE_DEFAULTS, **BOARD)) if kind == "compiled" \
+        else VerilatorBoard()
 
 
 def parameters_of(board):
     """The :class:`~maxaccel.hdl.top.Core` parameters ``board`` was opened with."""
-    if isinstance(board, VirtualBoard):
+    if isinstance(board, VirtualBoard) or board.link_bytes == CORE_DEFAULTS["link_bytes"]:
         return BOARD
     from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
     return VERILATOR_DEFAULTS
 
 
-@pytest.fixture(scope="module", params=["sim", "verilator"])
+#: The boards every test of the engine runs on. ``BOARD``'s core runs compiled in CI, and in
+#: Amaranth's simulator too with MAXACCEL_SLOW=1: the two answer with the same bytes in the
+#: same cycles (``tests/test_verilator_board.py``), and simulated the engine's tests took
+#: about 230 s of CPU, compiled 4. The simulated board still runs the tests that take a
+#: ``kind`` and the core's own tests under stalls below.
+BOARD_KINDS = (["sim"] if os.environ.get("MAXACCEL_SLOW") else []) + ["compiled", "verilator"]
+
+
+@pytest.fixture(scope="module", params=BOARD_KINDS)
 def board(request):
-    """One virtual board for the module, in Amaranth's simulator and compiled with Verilator:
-    every test of the engine runs on both (building the simulator costs a fraction of a second,
-    the compiled model comes from the cache)."""
+    """One board for the module of each of :data:`BOARD_KINDS` (building the simulator costs
+    a fraction of a second, the compiled models come from the cache)."""
     with open_board(request.param) as board:
         yield board
 

