@@ -4,6 +4,7 @@ Every stream test in this project goes through :func:`run_streams`, which drives
 stream with random idle cycles, applies random backpressure on each output stream, waits for the
 expected number of beats, and then checks that nothing is left over: every input beat was
 accepted and no output beat beyond the expected count appears for ``drain_cycles`` cycles.
+A design from :func:`shared_design` is simulated by one kept simulator, reset between runs.
 """
 
 import collections
@@ -74,7 +75,7 @@ async def send(ctx, stream, payloads, *, rng, idle=0.0, timeout=100_000):
 _SHARED = {}
 #: ``{id(design): _Bench}`` of shared designs, least recently used first.
 _BENCHES = collections.OrderedDict()
-#: Simulators kept at once per process (a whole core's takes a few hundred MB).
+#: Simulators kept at once per process (each holds its design, compiled).
 _BENCHES_KEPT = 4
 
 
