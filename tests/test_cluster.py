@@ -2,8 +2,10 @@
 
 One Ray instance for the module (its start-up is most of the cost), one pool of three boards
 for the runs, the shards and a killed actor, and one pool of two for timeouts, drops and the
-error when no board is left. Every result is compared bit for bit with one board's
-(``open_device("sim")``) or with the golden model.
+error when no board is left. Every result is compared bit for bit with one board's (the
+compiled board, ``open_device("verilator")``: the same bits as a ``sim`` board's, without
+simulating the four runs in Amaranth's simulator on the test's own core) or with the golden
+model.
 """
 
 import importlib.util
@@ -61,7 +63,7 @@ FEEDS = _feeds(4)
 @pytest.fixture(scope="module")
 def expected():
     """The outputs of one board (not a pool) for :data:`FEEDS`."""
-    with open_device("sim", progress=None) as device:
+    with open_device("verilator", progress=None) as device:
         session = OffloadSession(MODEL, device=device)
         return [session.run(None, feeds) for feeds in FEEDS]
 
