@@ -185,7 +185,7 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None, syn
         Verilator or a C++ compiler is missing, or the build failed (the message names the
         log).
     """
-    from amaranth.back import rtlil
+    from amaranth.back import rtlil, verilog
 
     command, version = require_verilator()
     harness_path = pathlib.Path(harness)
@@ -209,57 +209,53 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None, syn
     ).encode()).hexdigest()[:20]
     final = cache_dir() / f"{name}-{key}"
     library = final / f"lib{top}.so"
-    if not library.exists():
-        with _one_builder(final):
-            if not library.exists():
-                _build_into(final, elaboratable, design, synthesis, top, command, flags,
-                            make_flags, harness_path, harness_text, name)
-                return ctypes.CDLL(str(library))
-    message.debug(f"{name}: compiled model found in the cache, {final}")
-    _set_aside(elaboratable)
+    with _one_builder(final, library) as building:
+        if building:
+            message.debug(f"{name}: no compiled model in the cache, building {final}")
+
+            def sources():
+                if synthesis is None:
+                    return {f"{top}.v": verilog.convert(elaboratable, name=top)}
+                netlist = synthesis.netlist(design if design is not None
+                                            else rtlil.convert(elaboratable, name=top), top)
+                return {f"{top}.v": netlist, **synthesis.cell_models()}
+            try:
+                _build(command, flags, make_flags, sources, harness_path.name, harness_text,
+                       top, final)
+            except BaseException:
+                _set_aside(elaboratable)    # the build's own error says what went wrong
+                raise
+        else:
+            message.debug(f"{name}: compiled model found in the cache, {final}")
+            _set_aside(elaboratable)
     return ctypes.CDLL(str(library))
 
 
 @contextlib.contextmanager
-def _one_builder(final):
-    """Held while ``final`` is built: another process (a second test worker, a second
-    program opening the same board) waits for that build rather than making its own."""
+def _one_builder(final, library):
+    """Whether this process is to build ``final`` (whose ``library`` is missing), held while
+    it does: another process (a second test worker, a second program opening the same board)
+    that wants it meanwhile waits for that build and then finds it, rather than making its
+    own."""
+    if library.exists():
+        yield False
+        return
     try:
         import fcntl
     except ImportError:     # no POSIX locks: both build, and the first rename wins
-        yield
+        yield True
         return
     final.parent.mkdir(parents=True, exist_ok=True)
     path = final.parent / f".{final.name}.lock"
     with open(path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            yield not library.exists()
         finally:
             # Removed while held: a waiter holding it next finds the model built; after a
             # failed build a newcomer may build beside a waiter, and the first rename wins.
             path.unlink(missing_ok=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _build_into(final, elaboratable, design, synthesis, top, command, flags, make_flags,
-                harness_path, harness_text, name):
-    """Build the model of ``elaboratable`` (or its netlist by ``synthesis``) into ``final``."""
-    from amaranth.back import rtlil, verilog
-    message.debug(f"{name}: no compiled model in the cache, building {final}")
-
-    def sources():
-        if synthesis is None:
-            return {f"{top}.v": verilog.convert(elaboratable, name=top)}
-        netlist = synthesis.netlist(design if design is not None
-                                    else rtlil.convert(elaboratable, name=top), top)
-        return {f"{top}.v": netlist, **synthesis.cell_models()}
-    try:
-        _build(command, flags, make_flags, sources, harness_path.name, harness_text, top,
-               final)
-    except BaseException:
-        _set_aside(elaboratable)    # the build's own error says what went wrong
-        raise
 
 
 def _set_aside(design):
