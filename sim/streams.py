@@ -106,12 +106,9 @@ class _Bench:
         self.simulator.add_clock(1e-8)
         self.testbenches = []
         self.slots = 0
-        self.ran = False
 
     def run(self, testbenches):
-        if self.ran:
-            self.simulator.reset()
-        self.ran = True
+        self.simulator.reset()      # the slots added so far restart; a new simulator has none
         self.testbenches = testbenches
         while self.slots < len(testbenches):
             async def slot(ctx, index=self.slots):
