@@ -99,13 +99,9 @@ def _pair(session, timed, runtime, feeds, repeats):
         runtime.run(None, feeds)
     outside, alone = [], []
     for _ in range(repeats):
-        before = timed.seconds
-        started = time.perf_counter()
-        session.run(None, feeds)
-        outside.append(time.perf_counter() - started - (timed.seconds - before))
-        started = time.perf_counter()
-        runtime.run(None, feeds)
-        alone.append(time.perf_counter() - started)
+        total, device = timed.time_run(session, feeds)
+        outside.append(total - device)
+        alone.append(timed.time_run(runtime, feeds)[0])
     return _median_ms(outside), _median_ms(alone)
 
 
@@ -298,15 +294,11 @@ def instant(args, device):
             session.run(None, feeds)
         outside, partitions, alone = [], [], []
         for _ in range(args.repeats * args.rounds * 20):
-            before = timed.seconds
-            started = time.perf_counter()
-            session.run(None, feeds)
-            outside.append(time.perf_counter() - started - (timed.seconds - before))
+            total, device = timed.time_run(session, feeds)
+            outside.append(total - device)
             partitions.append(sum(s.seconds for s in session.last_steps
                                   if s.where == "onnxruntime"))
-            started = time.perf_counter()
-            runtime.run(None, feeds)
-            alone.append(time.perf_counter() - started)
+            alone.append(timed.time_run(runtime, feeds)[0])
         _row(f"device at once (partitions {_median_ms(partitions):.3f} ms)", name, "1 thread",
              _median_ms(outside), _median_ms(alone))
 

@@ -358,6 +358,14 @@ class _TimedDevice:
         setattr(self, name, timed)  # made once: the wrapper's own cost is not the session's
         return timed
 
+    def time_run(self, model, feeds):
+        """``model.run(None, feeds)`` (a session on this device) timed: ``(seconds, seconds
+        in its device calls)``; the host-side time is their difference."""
+        before = self.seconds
+        started = time.perf_counter()
+        model.run(None, feeds)
+        return time.perf_counter() - started, self.seconds - before
+
 
 def conv_model(size=192, channels=8, classes=10, seed=0):
     """A small CNN: ``1 x 3 x size x size`` float32 through two 3x3 Convs with
@@ -517,11 +525,9 @@ def _time_pair(timed, session, runtime, feeds, repeats, warmup):
             model.run(None, feeds)
         totals, inside = [], []
         for _ in range(repeats):
-            before = timed.seconds
-            started = time.perf_counter()
-            model.run(None, feeds)
-            totals.append(time.perf_counter() - started)
-            inside.append(timed.seconds - before)
+            total, device = timed.time_run(model, feeds)
+            totals.append(total)
+            inside.append(device)
         medians.append((statistics.median(totals), statistics.median(inside),
                         statistics.median(t - d for t, d in zip(totals, inside))))
     (total, device, outside), (alone, *_) = medians
