@@ -76,6 +76,11 @@ run back to back once the other's threads went still (as ``maxaccel bench`` does
 golden model busy ``--busy`` ms a call, or ``--device``. ``awake``: ``maxaccel bench``'s
 figures on ``--device`` with and without a process of the lowest priority (``SCHED_IDLE``,
 Linux) busy on each core: a core left idle through a long device call wakes slowly.
+``length``: whether what the compiled board's calls leave the session is the calls' work or
+their length: the one session timed as ``maxaccel bench`` times it, on the golden model's
+results after a busy wait of ``--busy`` ms touching no memory, after a busy wait as long that
+writes 16 MB over and over, and on ``--device`` itself; ``maxaccel bench --paced`` is the
+device whose calls last what a NiteFury's would.
 Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
 """
 
@@ -822,6 +827,47 @@ def order(args, device):
                  statistics.median(alone))
 
 
+class _Writing(_Instant):
+    """:class:`_Instant` whose wait writes 16 MB over and over (a call that fills the caches)."""
+
+    scratch = np.zeros(16 << 20, np.uint8)
+
+    def __getattr__(self, operation):
+        answer = super().__getattr__(operation)
+
+        def call(*arrays, **keywords):
+            started = time.perf_counter()
+            while time.perf_counter() - started < self.seconds:
+                self.scratch += 1
+            return answer(*arrays, **keywords)
+        return call
+
+
+def length(args, device):
+    import onnxruntime
+
+    from maxaccel.host import bench
+    from maxaccel.host.offload import OffloadSession
+    for threading in ("1 thread", "default threads"):
+        for name in args.models:
+            label, model, feeds = bench.load_model(name)
+            runtime = onnxruntime.InferenceSession(model.SerializeToString(),
+                                                   _options(threading))
+            devices = [(f"device busy {ms} ms, touching no memory", _Instant(ms / 1e3))
+                       for ms in args.busy]
+            devices += [(f"device busy {ms} ms, writing 16 MB over and over",
+                         _Writing(ms / 1e3)) for ms in args.busy]
+            devices.append((args.device, device))
+            for what, inner in devices:
+                timed = bench._TimedDevice(inner)
+                session = OffloadSession(model, _options(threading), device=timed)
+                session.run(None, feeds)
+                _, called, outside, alone = bench._time_pair(timed, session, runtime, feeds,
+                                                             args.repeats, 1)
+                _row(f"{what} ({called * 1e3:.3g} ms a run)", name, threading,
+                     outside * 1e3, alone * 1e3)
+
+
 def awake(args, device):
     import os
     import subprocess
@@ -857,7 +903,7 @@ OPTIONS = {"spinning": spinning, "global-pool": global_pool, "pause": pause,
            "iobinding": iobinding, "pyop": pyop, "instant": instant, "gap": gap,
            "handover": handover, "layout": layout, "cold": cold, "neighbour": neighbour,
            "wrapper": wrapper, "single": single, "glue": glue, "nchwc": nchwc,
-           "order": order, "awake": awake}
+           "order": order, "awake": awake, "length": length}
 
 
 def main(argv=None):
@@ -872,8 +918,9 @@ def main(argv=None):
                         help="spinning: the model as one session (the session's default) "
                         "instead of partitions")
     parser.add_argument("--busy", type=float, nargs="+", default=[0, 2, 5],
-                        help="single, nchwc, order: the golden model's device busy this many ms a "
-                        "call (default 0 2 5), unless --device is given")
+                        help="single, nchwc, order, length: the golden model's device busy this "
+                        "many ms a call (default 0 2 5), unless --device is given (length: "
+                        "both)")
     args = parser.parse_args(argv)
     if args.option == "global-pool":
         from onnxruntime.capi import _pybind_state
@@ -883,7 +930,7 @@ def main(argv=None):
     else:
         print("| option | model | threading | host-side time per run | onnxruntime, whole "
               "model | ratio |\n|---|---|---|---|---|---|")
-    if args.option in ("spinning", "global-pool", "glue", "awake") or (
+    if args.option in ("spinning", "global-pool", "glue", "awake", "length") or (
             args.option in ("single", "nchwc", "order") and "--device" in (argv or sys.argv)):
         from maxaccel.host import open_device
         with open_device(args.device) as device:

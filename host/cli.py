@@ -289,6 +289,17 @@ def _check_bench_arguments(args, urls):
         if not_model:
             raise _Failure(f"--transfers needs xdma-model:BOARD devices (the XDMA driver's "
                            f"double keeps the modelled transfer times), not {not_model[0]}")
+    if args.paced is not None:
+        from maxaccel.host.bench_xdma import WAITS
+        if args.paced not in WAITS:
+            raise _Failure(f"--paced {args.paced}: the wait is one of {', '.join(WAITS)}")
+        if not args.model:
+            raise _Failure("--paced goes with --model (it paces the device calls of whole "
+                           "models)")
+        not_model = [url for url in urls if not url.startswith("xdma-model:")]
+        if not_model:
+            raise _Failure(f"--paced needs xdma-model:BOARD devices (the XDMA driver's double "
+                           f"models each call's time on a NiteFury), not {not_model[0]}")
     if args.core_link_json and not args.core_link:
         raise _Failure("--core-link-json goes with --core-link (or --board)")
     for name in args.board or ():
@@ -383,6 +394,9 @@ def _measure_on(url, args, loaded, out, found):
                 total_bytes=bench_xdma.default_total_bytes(url),
                 progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
                                          flush=True))
+        if args.paced is not None and loaded:
+            from maxaccel.host import bench_xdma
+            device = bench_xdma.PacedDevice(device, args.paced)
         for model in loaded:
             found["models"].append(bench.measure_model(device, *model))
             measured = found["models"][-1]
@@ -657,6 +671,13 @@ def _parser(prog="maxaccel"):
                        help="on xdma-model:BOARD devices: the modelled XDMA throughput of a "
                             "ReduceMax against the transfer size (default sizes: 512 4096 "
                             "65536 1048576 8388608)")
+    bench.add_argument("--paced", nargs="?", const="interrupts", metavar="WAIT",
+                       help="with --model, on xdma-model:BOARD devices: time the models with "
+                            "each device call taking its modelled time on a NiteFury (the "
+                            "board's results for inputs it has seen, after a wait as the XDMA "
+                            "driver's: WAIT 'interrupts', asleep until each transfer's "
+                            "interrupt, its default, or 'polling') instead of the "
+                            "simulation's")
     bench.add_argument("--cpu", action=argparse.BooleanOptionalAction, default=True,
                        help="also time numpy and onnxruntime on this CPU (default: yes)")
     bench.add_argument("--core-link", action="store_true",

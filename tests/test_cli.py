@@ -152,6 +152,29 @@ def test_bench_transfers_on_the_xdma_double(tmp_path, capsys):
     assert "--transfers needs xdma-model:BOARD devices" in capsys.readouterr().err
 
 
+def test_bench_paces_whole_models_on_the_xdma_double(tmp_path, capsys):
+    """--paced: the models' device calls take their modelled NiteFury time (the table names
+    the wait); refused before anything opens without --model, off the XDMA double, or with a
+    wait the driver has not."""
+    figures = tmp_path / "bench.json"
+    status, text = run("bench", "--device", "xdma-model:verilator", "--paced", "polling",
+                       "--model", "conv", "--no-cpu", "--json", str(figures))
+    assert status == 0, text
+    assert "| xdma-model:verilator, paced (polling) | 6 (1) |" in text
+    (conv,) = json.loads(figures.read_text())["models"]
+    assert 0 < conv["device_s"] < 0.01      # a NiteFury's call, not the simulation's seconds
+    for argv, message in [
+            (["--device", "sim", "--paced", "--model", "conv"],
+             "--paced needs xdma-model:BOARD devices (the XDMA driver's double models each "
+             "call's time on a NiteFury), not sim"),
+            (["--device", "xdma-model:sim", "--paced"], "--paced goes with --model"),
+            (["--device", "xdma-model:sim", "--paced", "spin", "--model", "conv"],
+             "--paced spin: the wait is one of interrupts, polling")]:
+        status, text = run("bench", *argv)
+        err = capsys.readouterr().err
+        assert status == 2 and text == "" and message in err, err
+
+
 def test_bench_ratios_need_a_board_that_counts_cycles():
     status, text = run("bench", "--device", "fake://", "--ratios", "64", "--no-cpu")
     assert status == 1

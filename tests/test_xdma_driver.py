@@ -334,3 +334,57 @@ def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_requ
             assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_paced_device_answers_inputs_it_has_seen_in_their_modelled_time(device):
+    """``maxaccel bench --paced``: the first call runs on the board; a call on the same bits
+    (a copy, a strided view) returns copies of the board's results, without the board, after
+    the call's modelled time on a NiteFury; inputs one bit apart (-0 for +0) run on the board
+    again; each wait of the driver's waits at least as long."""
+    from maxaccel.host.bench_xdma import PacedDevice
+    model = device.link.transport.model
+    x = random_values(np.random.default_rng(8), np.float32, (1, 8, 12, 12))
+    x[0, 0, :2, :2] = [[np.nan, 0.0], [-0.0, np.inf]]
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], return_indices=True)
+    expected = reference.max_pool(x, **pool)
+    for wait in ("interrupts", "polling"):
+        paced = PacedDevice(device, wait)
+        assert paced.url == f"{device.url}, paced ({wait})"
+        clock = model.clock_s
+        first = paced.max_pool(x, **pool)
+        modelled = model.clock_s - clock
+        assert modelled > 0 and (paced.recorded, paced.replayed) == (1, 0)
+        transfers = len(model.transfers)
+        channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        for same in (x.copy(), channels_last.transpose(0, 3, 1, 2)):
+            started = time.perf_counter()
+            again = paced.max_pool(same, **pool)
+            assert time.perf_counter() - started >= modelled
+            for got, want, before in zip(again, expected, first):
+                assert_same_bits(got, want)
+                assert got is not before
+            again[0][...] = 0           # a copy: the next answer is the board's still
+        assert (paced.recorded, paced.replayed) == (1, 2)
+        assert len(model.transfers) == transfers            # the board did not run
+        assert_same_bits(paced.max_pool(x, **pool)[0], expected[0])
+        signed = x.copy()
+        signed[0, 0, 1, 0] = 0.0
+        assert_same_bits(paced.max_pool(signed, **pool)[0],
+                         reference.max_pool(signed, **pool)[0])
+        assert paced.recorded == 2 and len(model.transfers) > transfers
+        assert_same_bits(paced.max_pool(x, **{**pool, "return_indices": False}),
+                         expected[0])
+        assert paced.recorded == 3                  # other keywords: the board's call
+        assert paced.identity is device.identity    # the rest is the device's
+
+
+def test_a_paced_device_needs_the_xdma_double_and_a_driver_wait(board):
+    from maxaccel.host.bench_xdma import PacedDevice
+    with Device(FakeBoard(), progress=None) as plain:
+        with pytest.raises(ValueError, match="is no xdma-model:BOARD device"):
+            PacedDevice(plain)
+    transport = XdmaModelTransport(board, close_board=False)
+    with Device(transport, progress=None) as dev:
+        with pytest.raises(ValueError, match="wait must be one of interrupts, polling, not "
+                                             "'spin'"):
+            PacedDevice(dev, "spin")
