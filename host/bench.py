@@ -335,27 +335,39 @@ def plot(measurements, path, *, title=""):
 DEVICE_METHODS = ("max", "reduce_max", "global_max_pool", "max_pool")
 
 
-class _TimedDevice:
-    """A device whose operator calls add up their time (``seconds``) and count (``calls``)."""
+class _OperatorWrapper:
+    """A device whose operator calls (:data:`DEVICE_METHODS`) go through ``_wrap(name,
+    method)``'s function, made once per name (the wrapper's own cost is not the session's);
+    any other attribute is the device's."""
 
     def __init__(self, device):
         self._device = device
-        self.seconds = 0.0
-        self.calls = 0
 
     def __getattr__(self, name):
         attribute = getattr(self._device, name)
         if name not in DEVICE_METHODS:
             return attribute
+        wrapped = self._wrap(name, attribute)
+        setattr(self, name, wrapped)
+        return wrapped
 
+
+class _TimedDevice(_OperatorWrapper):
+    """A device whose operator calls add up their time (``seconds``) and count (``calls``)."""
+
+    def __init__(self, device):
+        super().__init__(device)
+        self.seconds = 0.0
+        self.calls = 0
+
+    def _wrap(self, name, method):
         def timed(*args, **kwargs):
             started = time.perf_counter()
             try:
-                return attribute(*args, **kwargs)
+                return method(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - started
                 self.calls += 1
-        setattr(self, name, timed)  # made once: the wrapper's own cost is not the session's
         return timed
 
     def time_run(self, model, feeds):

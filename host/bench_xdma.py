@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from maxaccel.host.bench import DEVICE_METHODS
+from maxaccel.host.bench import _OperatorWrapper
 
 __all__ = ["TRANSFER_SIZES", "TransferMeasurement", "measure_transfers", "format_transfers",
            "default_total_bytes", "driver_model", "PacedDevice", "WAITS"]
@@ -164,7 +164,7 @@ def _sleep_until(deadline):
 WAITS = {"interrupts": _sleep_until, "polling": _spin_until}
 
 
-class PacedDevice:
+class PacedDevice(_OperatorWrapper):
     """A device opened on ``xdma-model:BOARD`` whose calls take the time they would take on a
     NiteFury: what whole models are timed on (``maxaccel bench --paced``).
 
@@ -203,21 +203,17 @@ class PacedDevice:
         if wait not in WAITS:
             raise ValueError(f"wait must be one of {', '.join(WAITS)}, not {wait!r}")
         self._model = driver_model(device)
-        self._device = device
+        super().__init__(device)
         self._wait = WAITS[wait]
         self._kept = {}
         self.recorded = self.replayed = 0
         self.url = f"{device.url}, paced ({wait})"
 
-    def __getattr__(self, name):
-        attribute = getattr(self._device, name)
-        if name not in DEVICE_METHODS:
-            return attribute
-
+    def _wrap(self, name, method):
         def paced(*arrays, **keywords):
             started = time.perf_counter()
             if not all(isinstance(a, np.ndarray) for a in arrays):
-                return attribute(*arrays, **keywords)     # the device's checks and errors
+                return method(*arrays, **keywords)     # the device's checks and errors
             key = (name, tuple((a.shape, a.dtype.str) for a in arrays),
                    repr(sorted(keywords.items())))
             for inputs, results, ends in self._kept.get(key, ()):
@@ -227,7 +223,7 @@ class PacedDevice:
                     self.replayed += 1
                     return _copies(results)
             clock, first = self._model.clock_s, len(self._model.transfers)
-            results = attribute(*arrays, **keywords)
+            results = method(*arrays, **keywords)
             transfers = self._model.transfers[first:]
             writes = [t.end_s - clock for t in transfers if t.direction == "h2c"]
             ends = sorted(writes) + [self._model.clock_s - clock]
@@ -235,7 +231,6 @@ class PacedDevice:
                 ([a.copy() for a in arrays], _copies(results), ends))
             self.recorded += 1
             return results
-        setattr(self, name, paced)
         return paced
 
 
