@@ -34,7 +34,8 @@ import numpy as np
 from onnx import helper
 
 __all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "library", "register", "step_key",
-           "one_model", "with_domain", "nchwc_block", "with_blocked_pools"]
+           "one_model", "with_domain", "nchwc_block", "with_blocked_pools", "element_dtype",
+           "arrays_of", "blocked_images", "blocked_pixels", "exportable"]
 
 #: The operators' domain; each registration gets ``DOMAIN.N`` (a ``SessionOptions`` may carry
 #: several, one per session made from it).
@@ -517,7 +518,8 @@ def _register(options, api):
         return f"maxaccel: cannot register the device operators: {error}"
 
 
-def _dtype(element):
+def element_dtype(element):
+    """The numpy dtype of ONNX element type ``element`` (a ``TensorProto`` code)."""
     dtype = _dtypes.get(element)
     if dtype is None:
         dtype = _dtypes[element] = np.dtype(helper.tensor_dtype_to_np_dtype(element))
@@ -528,18 +530,43 @@ def _dispatch(key, inputs):
     """A kernel's call: ``inputs`` as ``(memoryview, element type, shape)``; returns the
     results as arrays, C-contiguous or not (those of a dtype numpy does not build in, such as
     bfloat16, viewed as unsigned integers of their size: their buffers cannot be exported as
-    they are), or ``(dims, array)`` for a result whose output has other dims than the array
-    (the kernel copies the array's items in C order)."""
+    they are, :func:`exportable`), or ``(dims, array)`` for a result whose output has other
+    dims than the array (the kernel copies the array's items in C order)."""
     entry = _steps.get(key)
     session = entry[0]() if entry else None
     if session is None:
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
-    arrays = [np.frombuffer(view, _dtype(element)).reshape(shape)
-              for view, element, shape in inputs]
-    return [(result[0], _exportable(np.asarray(result[1]))) if type(result) is tuple
-            else _exportable(np.asarray(result))
-            for result in session._device_operator(entry[1], arrays)]
+    return session._device_operator(entry[1], inputs)
 
 
-def _exportable(array):
+def arrays_of(inputs):
+    """A kernel's inputs (``(memoryview, element type, shape)``) as read-only arrays of their
+    ONNX dims, one numpy call each (the kernel's path is cold after every device call: each
+    numpy call on it costs microseconds)."""
+    return [np.ndarray(shape, element_dtype(element), view) for view, element, shape in inputs]
+
+
+def blocked_images(x, block):
+    """``x``, onnxruntime's NCHWc tensor (ONNX dims ``N x C' x D1..Dn``, lying as ``N x C'/B x
+    D1..Dn x B``: :func:`nchwc_block`), as ``N * C'/B`` channels-first images of ``B``
+    channels, ``N * C'/B x B x D1..Dn``: a strided view, made as one array."""
+    n, channels, *spatial = x.shape
+    strides, stride = [], block * x.itemsize
+    for size in reversed(spatial):
+        strides.append(stride)
+        stride *= size
+    return np.ndarray((n * channels // block, block, *spatial), x.dtype, x, 0,
+                      (stride, x.itemsize, *reversed(strides)))
+
+
+def blocked_pixels(x, block):
+    """``x``, onnxruntime's NCHWc tensor (as :func:`blocked_images`), as it lies, ``N x C'/B x
+    D1..Dn x B``: the pixels of each image channels-last."""
+    n, channels, *spatial = x.shape
+    return x.reshape(n, channels // block, *spatial, block)
+
+
+def exportable(array):
+    """``array``, or a view of it as unsigned integers of its item size where numpy does not
+    build its dtype in (bfloat16): a buffer the kernel can read."""
     return array if array.dtype.isbuiltin == 1 else array.view(f"u{array.itemsize}")

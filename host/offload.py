@@ -661,6 +661,7 @@ class OffloadSession:
         self._one_steps = [(step, all(step.inputs), all(step.outputs), block)
                            for step, block in zip(device_steps, blocks)]
         self._one_run = _direct_run(self._one)
+        self._operators = [None] * len(device_steps)    # (device, _operator's pair) per step
         self._device_lock = threading.Lock()
         return None
 
@@ -686,26 +687,52 @@ class OffloadSession:
                 (options.optimized_model_filepath, options.log_severity_level,
                  options.enable_profiling) = saved
 
-    def _device_operator(self, index, arrays):
-        """A device operator's kernel (:mod:`maxaccel.host.device_ops`): step ``index`` on
-        ``arrays`` (onnxruntime's buffers, read only, one per named input). Returns its
-        results, one per named output."""
-        step, names_every_input, names_every_output, block = self._one_steps[index]
-        inputs = arrays if names_every_input else \
-            [arrays.pop(0) if name else None for name in step.inputs]
-        # onnxruntime's parallel executor may run two device steps at once: one at a time on
-        # the link.
-        with self._device_lock:
-            started = time.perf_counter()
-            try:
-                results, where = self._step_call(step, inputs[0].dtype, block)(*inputs)
-            except BaseException as error:
-                self._failure = error   # raised by run() in place of onnxruntime's error
-                raise
-            self._calls[index] = (started, time.perf_counter() - started, where)
-        if not names_every_output:
-            results = [r for r, name in zip(results, step.outputs) if name]
+    def _device_operator(self, index, inputs):
+        """A device operator's kernel (:func:`maxaccel.host.device_ops._dispatch`): step
+        ``index`` on ``inputs``, the kernel's ``(memoryview, element type, shape)`` over
+        onnxruntime's buffers (read only), one per named input. Returns its results, one per
+        named output, as the kernel copies them."""
+        try:
+            made = self._operators[index]
+            if made is None or made[0] is not self.device:
+                made = self._operators[index] = (self.device,
+                                                 *self._operator(index, inputs[0][1]))
+            arguments = made[1](inputs)
+            # onnxruntime's parallel executor may run two device steps at once: one at a time
+            # on the link.
+            with self._device_lock:
+                started = time.perf_counter()
+                results, where = made[2](*arguments)
+                self._calls[index] = (started, time.perf_counter() - started, where)
+        except BaseException as error:
+            self._failure = error   # raised by run() in place of onnxruntime's error
+            raise
         return results
+
+    def _operator(self, index, element):
+        """How device operator ``index`` runs, its inputs of ONNX element type ``element``,
+        worked out once per operator and device (the kernel's path is cold after every device
+        call: each layer of Python on it costs microseconds): ``(arguments_of, call)``;
+        ``arguments_of(inputs)`` makes the call's arguments of the kernel's inputs and
+        ``call(*arguments)`` returns ``(results, where)``, the results as the kernel copies
+        them (:func:`~maxaccel.host.device_ops._dispatch`)."""
+        from maxaccel.host import device_ops
+        step, names_every_input, names_every_output, block = self._one_steps[index]
+        call = self._step_call(step, device_ops.element_dtype(element), block)
+        if block:
+            return device_ops.arrays_of, call      # float32 results, the step's one output
+
+        def arguments_of(inputs):
+            arrays = device_ops.arrays_of(inputs)
+            return arrays if names_every_input else \
+                [arrays.pop(0) if name else None for name in step.inputs]
+
+        def exported(*arguments):
+            results, where = call(*arguments)
+            return [device_ops.exportable(np.asarray(result))
+                    for result, name in zip(results, step.outputs)
+                    if names_every_output or name], where
+        return arguments_of, exported
 
     def _run_one(self, output_names, feeds, run_options):
         """:meth:`run` as one onnxruntime session. :attr:`last_steps` gives each device step
@@ -850,26 +877,23 @@ class OffloadSession:
         device, where = self._device_for(dtype)
         node = step.node
         if block:
-            # N * C'/B channels-last images of B channels (device_ops.nchwc_block).
+            # N * C'/B images of B channels (device_ops.nchwc_block).
+            from maxaccel.host import device_ops
             if node.op_type == "GlobalMaxPool":
                 def call(x):
-                    n, channels, *spatial = x.shape
-                    y = device.reduce_max(x.reshape(n, channels // block, *spatial, block),
-                                          axes=tuple(range(2, 2 + len(spatial))), keepdims=True)
-                    return (y.reshape(n, channels, *y.shape[2:-1]),), where
+                    pixels = device_ops.blocked_pixels(x, block)
+                    y = device.reduce_max(pixels, axes=tuple(range(2, x.ndim)), keepdims=True)
+                    return (y.reshape(*x.shape[:2], *y.shape[2:-1]),), where
             else:
                 pool = self._prepare(device, "MaxPool", step.attributes)
-                rank = len(step.attributes["kernel_shape"])
-                first = (0, rank + 1, *range(1, rank + 1))      # channels-last to -first
-                last = (0, *range(2, rank + 2), 1)              # and back
+                last = (0, *range(2, len(step.attributes["kernel_shape"]) + 2), 1)
 
                 # Sent as channels-first images, a strided view (the device's packing gathers
                 # them); the kernel copies the pooled images channels-last to the output (one
                 # pass, no array in between).
                 def call(x):
-                    n, channels, *spatial = x.shape
-                    y = pool(x.reshape(n * channels // block, *spatial, block).transpose(first))
-                    return (((n, channels, *y.shape[2:]), y.transpose(last)),), where
+                    y = pool(device_ops.blocked_images(x, block))
+                    return (((*x.shape[:2], *y.shape[2:]), y.transpose(last)),), where
         elif step.transpose is None:
             indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)
