@@ -250,6 +250,15 @@ def _run(args, out):
     return 1 if mismatches else 0
 
 
+def _needs_xdma_model(urls, option, what):
+    """Refuse ``option`` unless every device of ``urls`` is the XDMA driver's double (``what``
+    says what the option takes from it)."""
+    not_model = [url for url in urls if not url.startswith("xdma-model:")]
+    if not_model:
+        raise _Failure(f"{option} needs xdma-model:BOARD devices (the XDMA driver's double "
+                       f"{what}), not {not_model[0]}")
+
+
 def _check_bench_arguments(args, urls):
     """Refuse every bad ``bench`` argument before anything is measured; returns the models
     ``--model`` names, loaded."""
@@ -285,10 +294,7 @@ def _check_bench_arguments(args, urls):
         if any(n < 64 for n in args.transfers):
             raise _Failure(f"--transfers {' '.join(map(str, args.transfers))}: a transfer "
                            f"holds at least 64 bytes")
-        not_model = [url for url in urls if not url.startswith("xdma-model:")]
-        if not_model:
-            raise _Failure(f"--transfers needs xdma-model:BOARD devices (the XDMA driver's "
-                           f"double keeps the modelled transfer times), not {not_model[0]}")
+        _needs_xdma_model(urls, "--transfers", "keeps the modelled transfer times")
     if args.paced is not None:
         from maxaccel.host.bench_xdma import WAITS
         if args.paced not in WAITS:
@@ -296,10 +302,7 @@ def _check_bench_arguments(args, urls):
         if not args.model:
             raise _Failure("--paced goes with --model (it paces the device calls of whole "
                            "models)")
-        not_model = [url for url in urls if not url.startswith("xdma-model:")]
-        if not_model:
-            raise _Failure(f"--paced needs xdma-model:BOARD devices (the XDMA driver's double "
-                           f"models each call's time on a NiteFury), not {not_model[0]}")
+        _needs_xdma_model(urls, "--paced", "models each call's time on a NiteFury")
     if args.core_link_json and not args.core_link:
         raise _Failure("--core-link-json goes with --core-link (or --board)")
     for name in args.board or ():
