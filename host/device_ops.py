@@ -35,7 +35,7 @@ from onnx import helper
 
 __all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "library", "register", "step_key",
            "one_model", "with_domain", "nchwc_block", "with_blocked_pools", "element_dtype",
-           "arrays_of", "blocked_images", "blocked_pixels", "exportable"]
+           "arrays_of", "blocked_pool", "exportable"]
 
 #: The operators' domain; each registration gets ``DOMAIN.N`` (a ``SessionOptions`` may carry
 #: several, one per session made from it).
@@ -546,24 +546,54 @@ def arrays_of(inputs):
     return [np.ndarray(shape, element_dtype(element), view) for view, element, shape in inputs]
 
 
-def blocked_images(x, block):
-    """``x``, onnxruntime's NCHWc tensor (ONNX dims ``N x C' x D1..Dn``, lying as ``N x C'/B x
-    D1..Dn x B``: :func:`nchwc_block`), as ``N * C'/B`` channels-first images of ``B``
-    channels, ``N * C'/B x B x D1..Dn``: a strided view, made as one array."""
-    n, channels, *spatial = x.shape
-    strides, stride = [], block * x.itemsize
+def blocked_pool(pool, dtype, block, global_pool=False):
+    """The call of a kernel whose one input and output are onnxruntime's NCHWc tensors of
+    ``block`` (ONNX dims ``N x C' x D1..Dn``, lying as ``N x C'/B x D1..Dn x B``:
+    :func:`nchwc_block`) of ``dtype``: ``call(inputs)`` returns the one result as the kernel
+    copies it, each step one numpy call on the input and one on the result (the kernel's path
+    is cold after every device call: each call on it costs microseconds).
+
+    Parameters
+    ----------
+    pool : callable
+        A MaxPool: ``pool(images)`` of ``N * C'/B`` channels-first images of ``B`` channels
+        (``N * C'/B x B x D1..Dn``, a strided view of the input) returns the pooled images.
+        With ``global_pool``, a reduction: ``pool(pixels, axes=..., keepdims=True)`` of the
+        input as it lies (``N x C'/B x D1..Dn x B``, each image's pixels channels-last) over
+        the pixels.
+    """
+    if global_pool:
+        def call(inputs):
+            (view, _, shape), = inputs
+            n, channels, *spatial = shape
+            y = pool(np.ndarray((n, channels // block, *spatial, block), dtype, view),
+                     axes=tuple(range(2, len(shape))), keepdims=True)
+            return (y.reshape(n, channels, *y.shape[2:-1]),)
+        return call
+    layouts = {}    # input dims -> (the images' shape, their strides)
+
+    def call(inputs):
+        (view, _, shape), = inputs
+        layout = layouts.get(shape)
+        if layout is None:
+            layout = layouts[shape] = _images_layout(shape, block, dtype.itemsize)
+        y = pool(np.ndarray(layout[0], dtype, view, 0, layout[1]))
+        # (dims, array): the pooled images channels-last, the output's items in C order.
+        return ((shape[:2] + y.shape[2:], y.transpose(layout[2])),)
+    return call
+
+
+def _images_layout(shape, block, itemsize):
+    """``(shape, strides, channels last)`` of the ``N * C'/B`` channels-first images of ``B``
+    channels of an NCHWc tensor of ONNX dims ``shape`` (:func:`blocked_pool`), and the axes
+    that put an image's channels last."""
+    n, channels, *spatial = shape
+    strides, stride = [], block * itemsize
     for size in reversed(spatial):
         strides.append(stride)
         stride *= size
-    return np.ndarray((n * channels // block, block, *spatial), x.dtype, x, 0,
-                      (stride, x.itemsize, *reversed(strides)))
-
-
-def blocked_pixels(x, block):
-    """``x``, onnxruntime's NCHWc tensor (as :func:`blocked_images`), as it lies, ``N x C'/B x
-    D1..Dn x B``: the pixels of each image channels-last."""
-    n, channels, *spatial = x.shape
-    return x.reshape(n, channels // block, *spatial, block)
+    return ((n * channels // block, block, *spatial), (stride, itemsize, *reversed(strides)),
+            (0, *range(2, len(shape)), 1))
 
 
 def exportable(array):

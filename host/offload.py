@@ -697,13 +697,12 @@ class OffloadSession:
             if made is None or made[0] is not self.device:
                 made = self._operators[index] = (self.device,
                                                  *self._operator(index, inputs[0][1]))
-            arguments = made[1](inputs)
             # onnxruntime's parallel executor may run two device steps at once: one at a time
             # on the link.
             with self._device_lock:
                 started = time.perf_counter()
-                results, where = made[2](*arguments)
-                self._calls[index] = (started, time.perf_counter() - started, where)
+                results = made[1](inputs)
+                self._calls[index] = (started, time.perf_counter() - started, made[2])
         except BaseException as error:
             self._failure = error   # raised by run() in place of onnxruntime's error
             raise
@@ -712,27 +711,38 @@ class OffloadSession:
     def _operator(self, index, element):
         """How device operator ``index`` runs, its inputs of ONNX element type ``element``,
         worked out once per operator and device (the kernel's path is cold after every device
-        call: each layer of Python on it costs microseconds): ``(arguments_of, call)``;
-        ``arguments_of(inputs)`` makes the call's arguments of the kernel's inputs and
-        ``call(*arguments)`` returns ``(results, where)``, the results as the kernel copies
-        them (:func:`~maxaccel.host.device_ops._dispatch`)."""
+        call: each layer of Python on it costs microseconds): ``(call, where)``;
+        ``call(inputs)`` runs the step on the kernel's inputs and returns its results as the
+        kernel copies them (:func:`~maxaccel.host.device_ops._dispatch`), one Python call
+        between the kernel and the device's."""
         from maxaccel.host import device_ops
         step, names_every_input, names_every_output, block = self._one_steps[index]
-        call = self._step_call(step, device_ops.element_dtype(element), block)
+        dtype = device_ops.element_dtype(element)
         if block:
-            return device_ops.arrays_of, call      # float32 results, the step's one output
+            return self._blocked_pool(step, dtype, block)
+        step_call = self._step_call(step, dtype)
+        where = self._device_for(dtype)[1]
 
-        def arguments_of(inputs):
+        def call(inputs):
             arrays = device_ops.arrays_of(inputs)
-            return arrays if names_every_input else \
-                [arrays.pop(0) if name else None for name in step.inputs]
-
-        def exported(*arguments):
-            results, where = call(*arguments)
+            if not names_every_input:
+                arrays = [arrays.pop(0) if name else None for name in step.inputs]
             return [device_ops.exportable(np.asarray(result))
-                    for result, name in zip(results, step.outputs)
-                    if names_every_output or name], where
-        return arguments_of, exported
+                    for result, name in zip(step_call(*arrays)[0], step.outputs)
+                    if names_every_output or name]
+        return call, where
+
+    def _blocked_pool(self, step, dtype, block):
+        """``(call, where)`` of pool ``step`` on onnxruntime's NCHWc tensors of ``block``
+        (:func:`~maxaccel.host.device_ops.with_blocked_pools`): ``call(inputs)`` of the
+        kernel's inputs returns its result as the kernel copies it
+        (:func:`~maxaccel.host.device_ops.blocked_pool`)."""
+        from maxaccel.host import device_ops
+        device, where = self._device_for(dtype)
+        if step.node.op_type == "GlobalMaxPool":
+            return device_ops.blocked_pool(device.reduce_max, dtype, block, True), where
+        pool = self._prepare(device, "MaxPool", step.attributes)
+        return device_ops.blocked_pool(pool, dtype, block), where
 
     def _run_one(self, output_names, feeds, run_options):
         """:meth:`run` as one onnxruntime session. :attr:`last_steps` gives each device step
@@ -866,10 +876,9 @@ class OffloadSession:
         call: each layer of Python on it costs microseconds): ``call(*inputs)``, the step's
         inputs in order (None for an absent optional one), returns ``(results, where)``, one
         result per name of ``step.outputs`` (None for an empty name). With ``block``, the
-        step is a pool on onnxruntime's NCHWc tensors of that block
-        (:func:`~maxaccel.host.device_ops.with_blocked_pools`), and a MaxPool's result is
-        ``(dims, array)``: onnxruntime's output dims, and the array whose items in C order are
-        its elements (a channels-last view of the pooled images)."""
+        step is a pool on onnxruntime's NCHWc tensors of that block, C-contiguous
+        (:meth:`_blocked_pool`), and a MaxPool's result is ``(dims, array)``: onnxruntime's
+        output dims, and the array whose items in C order are its elements."""
         made = self._step_calls.get(id(step))
         if made is not None and made[0] is self.device and made[1] == dtype and \
                 made[2] == block:
@@ -877,23 +886,10 @@ class OffloadSession:
         device, where = self._device_for(dtype)
         node = step.node
         if block:
-            # N * C'/B images of B channels (device_ops.nchwc_block).
-            from maxaccel.host import device_ops
-            if node.op_type == "GlobalMaxPool":
-                def call(x):
-                    pixels = device_ops.blocked_pixels(x, block)
-                    y = device.reduce_max(pixels, axes=tuple(range(2, x.ndim)), keepdims=True)
-                    return (y.reshape(*x.shape[:2], *y.shape[2:-1]),), where
-            else:
-                pool = self._prepare(device, "MaxPool", step.attributes)
-                last = (0, *range(2, len(step.attributes["kernel_shape"]) + 2), 1)
+            blocked, _ = self._blocked_pool(step, dtype, block)
 
-                # Sent as channels-first images, a strided view (the device's packing gathers
-                # them); the kernel copies the pooled images channels-last to the output (one
-                # pass, no array in between).
-                def call(x):
-                    y = pool(device_ops.blocked_images(x, block))
-                    return (((*x.shape[:2], *y.shape[2:]), y.transpose(last)),), where
+            def call(x):
+                return blocked([(x, None, x.shape)]), where
         elif step.transpose is None:
             indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)
