@@ -6,14 +6,16 @@
  * the OrtApi table it hands to RegisterCustomOps. Its slots are onnxruntime's C ABI, which only
  * ever grows (the numbers below hold from API 1 on; version 16 is asked for, onnxruntime 1.16).
  *
- * A kernel's inputs go to one Python call as memoryviews over onnxruntime's buffers (no copy);
- * the call returns the step's results as arrays (strided ones too), each copied once into the
- * output onnxruntime allocates. A Python exception becomes an onnxruntime error status with its
+ * A kernel's inputs go to one Python call (what its node's key resolved to when the kernel
+ * first ran) as memoryviews over onnxruntime's buffers (no copy); the call returns the step's
+ * results as arrays (strided ones too), each copied once into the output onnxruntime
+ * allocates. A Python exception becomes an onnxruntime error status with its
  * text (the session raises the exception itself). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __SSE__
 #include <xmmintrin.h>
@@ -34,18 +36,25 @@ static const int element_bytes[17] = {0, 4, 1, 1, 2, 2, 4, 8, 0, 1, 2, 8, 4, 8, 
 
 static void **api;
 static PyObject *registrar;     /* registrar(options, api) -> None or the refusal's text */
-static PyObject *dispatcher;    /* dispatcher(key, [(memoryview, element, shape)]) -> [array] */
+static PyObject *resolver;      /* resolver(key) -> the kernel's call:
+                                 * call([(memoryview, element, shape)]) -> [array] */
+
+/* A kernel: its node's key, and its call once the first compute has asked for it. */
+typedef struct {
+    int64_t key;
+    PyObject *call;
+} Kernel;
 
 #define CALL(slot, type, ...) (((type)api[slot])(__VA_ARGS__))
 #define CHECK(expression) do { Status status_ = (expression); if (status_) return status_; } \
     while (0)
 
-void maxaccel_set_python(PyObject *register_function, PyObject *dispatch_function)
+void maxaccel_set_python(PyObject *register_function, PyObject *resolve_function)
 {
     Py_XINCREF(register_function);
-    Py_XINCREF(dispatch_function);
+    Py_XINCREF(resolve_function);
     registrar = register_function;
-    dispatcher = dispatch_function;
+    resolver = resolve_function;
 }
 
 static Status failure(const char *text)
@@ -101,13 +110,23 @@ Status maxaccel_create_kernel(void *op, void *ort_api, void *info, void **kernel
     (void)op;
     (void)ort_api;
     CHECK(CALL(ATTRIBUTE_INT64, Status (*)(void *, const char *, int64_t *), info, "key", &key));
-    *kernel = (void *)(intptr_t)key;
+    Kernel *made = calloc(1, sizeof *made);
+    if (!made)
+        return failure("maxaccel: no memory for a kernel");
+    made->key = key;
+    *kernel = made;
     return 0;
 }
 
 void maxaccel_destroy_kernel(void *kernel)
 {
-    (void)kernel;
+    Kernel *made = kernel;
+    if (made->call && Py_IsInitialized()) {     /* after the interpreter's end: left as is */
+        PyGILState_STATE gil = PyGILState_Ensure();
+        Py_DECREF(made->call);
+        PyGILState_Release(gil);
+    }
+    free(made);
 }
 
 /* One input as (memoryview, element type, shape), or NULL with a status in *status. */
@@ -290,8 +309,13 @@ static Status output_of(void *context, size_t index, PyObject *result)
     return status;
 }
 
-static Status run(int64_t key, void *context)
+static Status run(Kernel *kernel, void *context)
 {
+    if (!kernel->call) {
+        kernel->call = PyObject_CallFunction(resolver, "L", (long long)kernel->key);
+        if (!kernel->call)
+            return python_failure();
+    }
     size_t count = 0;
     CHECK(CALL(INPUT_COUNT, Status (*)(void *, size_t *), context, &count));
     PyObject *inputs = PyList_New((Py_ssize_t)count);
@@ -306,7 +330,8 @@ static Status run(int64_t key, void *context)
         }
         PyList_SET_ITEM(inputs, (Py_ssize_t)i, input);
     }
-    PyObject *results = PyObject_CallFunction(dispatcher, "LN", (long long)key, inputs);
+    PyObject *results = PyObject_CallOneArg(kernel->call, inputs);
+    Py_DECREF(inputs);
     if (!results)
         return python_failure();
     PyObject *sequence = PySequence_Fast(results, "maxaccel: a step's results are a sequence");
@@ -323,7 +348,7 @@ static Status run(int64_t key, void *context)
 Status maxaccel_compute(void *kernel, void *context)
 {
     PyGILState_STATE gil = PyGILState_Ensure();
-    Status status = run((int64_t)(intptr_t)kernel, context);
+    Status status = run(kernel, context);
     PyGILState_Release(gil);
     return status;
 }

@@ -151,7 +151,7 @@ def _load():
             except OSError as error:
                 raise OperatorsUnavailable(f"cannot load {path}: {error}") from None
             handle.maxaccel_set_python.argtypes = [ctypes.py_object, ctypes.py_object]
-            handle.maxaccel_set_python(_register, _dispatch)
+            handle.maxaccel_set_python(_register, _resolve)
             _loaded, _loaded_path = handle, path
         return _loaded_path
 
@@ -526,17 +526,20 @@ def element_dtype(element):
     return dtype
 
 
-def _dispatch(key, inputs):
-    """A kernel's call: ``inputs`` as ``(memoryview, element type, shape)``; returns the
-    results as arrays, C-contiguous or not (those of a dtype numpy does not build in, such as
-    bfloat16, viewed as unsigned integers of their size: their buffers cannot be exported as
-    they are, :func:`exportable`), or ``(dims, array)`` for a result whose output has other
-    dims than the array (the kernel copies the array's items in C order)."""
+def _resolve(key):
+    """The call of the kernel of the node of ``key`` (asked once a kernel, when it first
+    runs): ``call(inputs)``, the kernel's inputs as ``(memoryview, element type, shape)``,
+    returns the results as arrays, C-contiguous or not (those of a dtype numpy does not build
+    in, such as bfloat16, viewed as unsigned integers of their size: their buffers cannot be
+    exported as they are, :func:`exportable`), or ``(dims, array)`` for a result whose output
+    has other dims than the array (the kernel copies the array's items in C order). The
+    kernel keeps the call for as long as onnxruntime keeps it: the call holds its session
+    weakly (``OffloadSession._kernel_call``)."""
     entry = _steps.get(key)
     session = entry[0]() if entry else None
     if session is None:
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
-    return session._device_operator(entry[1], inputs)
+    return session._kernel_call(entry[1])
 
 
 def arrays_of(inputs):

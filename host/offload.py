@@ -59,6 +59,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -661,7 +662,11 @@ class OffloadSession:
         self._one_steps = [(step, all(step.inputs), all(step.outputs), block)
                            for step, block in zip(device_steps, blocks)]
         self._one_run = _direct_run(self._one)
-        self._operators = [None] * len(device_steps)    # (device, _operator's pair) per step
+        # What the kernels' calls (_kernel_call) share: each operator's (call, where) for
+        # self._operators_device, this run's device calls and failure, the link's lock.
+        self._operators = [None] * len(device_steps)
+        self._operators_device = None
+        self._calls, self._failures = {}, []
         self._device_lock = threading.Lock()
         return None
 
@@ -687,34 +692,41 @@ class OffloadSession:
                 (options.optimized_model_filepath, options.log_severity_level,
                  options.enable_profiling) = saved
 
-    def _device_operator(self, index, inputs):
-        """A device operator's kernel (:func:`maxaccel.host.device_ops._dispatch`): step
-        ``index`` on ``inputs``, the kernel's ``(memoryview, element type, shape)`` over
-        onnxruntime's buffers (read only), one per named input. Returns its results, one per
-        named output, as the kernel copies them."""
-        try:
-            made = self._operators[index]
-            if made is None or made[0] is not self.device:
-                made = self._operators[index] = (self.device,
-                                                 *self._operator(index, inputs[0][1]))
-            # onnxruntime's parallel executor may run two device steps at once: one at a time
-            # on the link.
-            with self._device_lock:
-                started = time.perf_counter()
-                results = made[1](inputs)
-                self._calls[index] = (started, time.perf_counter() - started, made[2])
-        except BaseException as error:
-            self._failure = error   # raised by run() in place of onnxruntime's error
-            raise
-        return results
+    def _kernel_call(self, index):
+        """The call of device operator ``index``'s kernel
+        (:func:`maxaccel.host.device_ops._resolve`): ``call(inputs)`` runs the step on the
+        kernel's ``(memoryview, element type, shape)`` over onnxruntime's buffers (read only),
+        one per named input, and returns its results, one per named output, as the kernel
+        copies them. The kernel keeps the call; it holds the session weakly, and its operator
+        is worked out on its first call after :meth:`_run_one` saw a new device."""
+        session = weakref.ref(self)
+        operators, calls, failures = self._operators, self._calls, self._failures
+        lock, clock = self._device_lock, time.perf_counter
+
+        def call(inputs):
+            try:
+                made = operators[index]
+                if made is None:
+                    made = operators[index] = session()._operator(index, inputs[0][1])
+                # onnxruntime's parallel executor may run two device steps at once: one at a
+                # time on the link.
+                with lock:
+                    started = clock()
+                    results = made[0](inputs)
+                    calls[index] = (started, clock() - started, made[1])
+            except BaseException as error:
+                failures.append(error)  # raised by run() in place of onnxruntime's error
+                raise
+            return results
+        return call
 
     def _operator(self, index, element):
         """How device operator ``index`` runs, its inputs of ONNX element type ``element``,
         worked out once per operator and device (the kernel's path is cold after every device
         call: each layer of Python on it costs microseconds): ``(call, where)``;
         ``call(inputs)`` runs the step on the kernel's inputs and returns its results as the
-        kernel copies them (:func:`~maxaccel.host.device_ops._dispatch`), one Python call
-        between the kernel and the device's."""
+        kernel copies them (:meth:`_kernel_call`), one Python call between the kernel and the
+        device's."""
         from maxaccel.host import device_ops
         step, names_every_input, names_every_output, block = self._one_steps[index]
         dtype = device_ops.element_dtype(element)
@@ -749,19 +761,22 @@ class OffloadSession:
         its call's time and each partition the time between the device calls around it
         (its nodes run there); a device step onnxruntime did not need for the outputs asked
         for is not in :attr:`last_run` or :attr:`last_steps`."""
-        self._calls, self._failure = {}, None
+        if self._operators_device is not self.device:
+            self._operators[:] = [None] * len(self._operators)
+            self._operators_device = self.device
+        self._calls.clear()
+        self._failures.clear()
         clock = time.perf_counter
         started = clock()
         try:
             results = self._one_run(output_names, feeds, run_options)
         except Exception:
-            failure, self._failure = self._failure, None
-            if failure is not None:
-                raise failure from None
+            if self._failures:
+                raise self._failures.pop() from None
             raise
         # The run's records are worked out when read (cold after the run, they cost as much
         # as a device step's glue).
-        self._one_last = (started, clock(), self._calls)
+        self._one_last = (started, clock(), dict(self._calls))
         return results
 
     def _one_records(self, started, ended, calls):
