@@ -293,12 +293,16 @@ _MAX_POOL_ATTRIBUTES = {"strides": None, "pads": None, "dilations": None, "ceil_
 
 def _max_pool_arguments(attributes):
     """Keyword arguments of ``max_pool`` from a MaxPool node's attributes (``auto_pad`` comes
-    as bytes from ONNX)."""
-    arguments = {name: attributes.get(name, default)
-                 for name, default in _MAX_POOL_ATTRIBUTES.items()}
-    if isinstance(arguments["auto_pad"], bytes):
-        arguments["auto_pad"] = arguments["auto_pad"].decode()
-    return dict(kernel_shape=attributes.get("kernel_shape"), **arguments)
+    as bytes from ONNX), those at their default left out: each one more is a dict entry more
+    to pass on every call."""
+    arguments = {"kernel_shape": attributes.get("kernel_shape")}
+    for name, default in _MAX_POOL_ATTRIBUTES.items():
+        value = attributes.get(name, default)
+        if isinstance(value, bytes):
+            value = value.decode()
+        if value != default:
+            arguments[name] = value
+    return arguments
 
 
 def _nchwc_level():
@@ -956,8 +960,10 @@ class OffloadSession:
         if op_type == "GlobalMaxPool":
             return device.global_max_pool
         if op_type == "MaxPool":
-            return functools.partial(device.max_pool, **_max_pool_arguments(attributes),
-                                     return_indices=indices)
+            arguments = _max_pool_arguments(attributes)
+            if indices:
+                arguments["return_indices"] = True
+            return functools.partial(device.max_pool, **arguments)
         if op_type in ("ArgMax", "ArgMin"):
             return functools.partial(getattr(device, _DEVICE_CALLS[op_type]),
                                      axis=attributes.get("axis", 0),
