@@ -37,12 +37,16 @@ static const int element_bytes[17] = {0, 4, 1, 1, 2, 2, 4, 8, 0, 1, 2, 8, 4, 8, 
 static void **api;
 static PyObject *registrar;     /* registrar(options, api) -> None or the refusal's text */
 static PyObject *resolver;      /* resolver(key) -> the kernel's call:
-                                 * call([(memoryview, element, shape)]) -> [array] */
+                                 * call(((memoryview, element, shape), ...)) -> [array] */
 
-/* A kernel: its node's key, and its call once the first compute has asked for it. */
+/* A kernel: its node's key, its call once the first compute has asked for it, and its last
+ * call's inputs (inputs_of). */
 typedef struct {
     int64_t key;
     PyObject *call;
+    PyObject *last;
+    struct Input *seen;
+    size_t count;
 } Kernel;
 
 #define CALL(slot, type, ...) (((type)api[slot])(__VA_ARGS__))
@@ -121,61 +125,130 @@ Status maxaccel_create_kernel(void *op, void *ort_api, void *info, void **kernel
 void maxaccel_destroy_kernel(void *kernel)
 {
     Kernel *made = kernel;
-    if (made->call && Py_IsInitialized()) {     /* after the interpreter's end: left as is */
+    if ((made->call || made->last) && Py_IsInitialized()) {    /* after the end: left as is */
         PyGILState_STATE gil = PyGILState_Ensure();
-        Py_DECREF(made->call);
+        Py_XDECREF(made->call);
+        Py_XDECREF(made->last);
         PyGILState_Release(gil);
     }
+    free(made->seen);
     free(made);
 }
 
-/* One input as (memoryview, element type, shape), or NULL with a status in *status. */
-static PyObject *input_of(void *context, size_t index, Status *status)
-{
-    void *value = NULL, *info = NULL, *data = NULL;
-    int element = 0;
-    size_t rank = 0;
+/* What onnxruntime says of one input. */
+typedef struct Input {
+    void *data;
+    int element;
+    size_t rank;
     int64_t dims[MAX_RANK];
-    if ((*status = CALL(GET_INPUT, Status (*)(void *, size_t, void **), context, index, &value)))
-        return NULL;
-    if ((*status = CALL(TYPE_AND_SHAPE, Status (*)(void *, void **), value, &info)))
-        return NULL;
-    *status = CALL(ELEMENT_TYPE, Status (*)(void *, int *), info, &element);
-    if (!*status)
-        *status = CALL(DIMS_COUNT, Status (*)(void *, size_t *), info, &rank);
-    if (!*status && (rank > MAX_RANK || element < 0 || element > 16 || !element_bytes[element]))
-        *status = failure("maxaccel: a device step's input is not a tensor of numbers of rank "
-                          "at most 64");
-    if (!*status)
-        *status = CALL(DIMS, Status (*)(void *, int64_t *, size_t), info, dims, rank);
+} Input;
+
+static Py_ssize_t bytes_of(const Input *input)
+{
+    Py_ssize_t bytes = element_bytes[input->element];
+    for (size_t d = 0; d < input->rank; d++)
+        bytes *= (Py_ssize_t)input->dims[d];
+    return bytes;
+}
+
+/* Input `index` described into *input. */
+static Status describe(void *context, size_t index, Input *input)
+{
+    void *value = NULL, *info = NULL;
+    input->data = NULL;
+    CHECK(CALL(GET_INPUT, Status (*)(void *, size_t, void **), context, index, &value));
+    CHECK(CALL(TYPE_AND_SHAPE, Status (*)(void *, void **), value, &info));
+    Status status = CALL(ELEMENT_TYPE, Status (*)(void *, int *), info, &input->element);
+    if (!status)
+        status = CALL(DIMS_COUNT, Status (*)(void *, size_t *), info, &input->rank);
+    if (!status && (input->rank > MAX_RANK || input->element < 0 || input->element > 16 ||
+                    !element_bytes[input->element]))
+        status = failure("maxaccel: a device step's input is not a tensor of numbers of rank "
+                         "at most 64");
+    if (!status)
+        status = CALL(DIMS, Status (*)(void *, int64_t *, size_t), info, input->dims,
+                      input->rank);
     CALL(RELEASE_TYPE_AND_SHAPE, void (*)(void *), info);
-    if (*status)
-        return NULL;
-    Py_ssize_t bytes = element_bytes[element];
-    for (size_t d = 0; d < rank; d++)
-        bytes *= (Py_ssize_t)dims[d];
-    if (bytes && (*status = CALL(MUTABLE_DATA, Status (*)(void *, void **), value, &data)))
-        return NULL;
+    if (!status && bytes_of(input))
+        status = CALL(MUTABLE_DATA, Status (*)(void *, void **), value, &input->data);
+    return status;
+}
+
+/* One input as (memoryview, element type, shape), or NULL with the exception set. */
+static PyObject *input_object(const Input *input)
+{
     static char nothing;
-    PyObject *shape = PyTuple_New((Py_ssize_t)rank);
+    Py_ssize_t bytes = bytes_of(input);
+    PyObject *shape = PyTuple_New((Py_ssize_t)input->rank);
     int complete = shape != NULL;
-    for (size_t d = 0; complete && d < rank; d++) {
-        PyObject *size = PyLong_FromLongLong(dims[d]);
+    for (size_t d = 0; complete && d < input->rank; d++) {
+        PyObject *size = PyLong_FromLongLong(input->dims[d]);
         complete = size != NULL;
         if (complete)
             PyTuple_SET_ITEM(shape, (Py_ssize_t)d, size);
     }
-    PyObject *view = PyMemoryView_FromMemory(bytes ? (char *)data : &nothing, bytes, PyBUF_READ);
+    PyObject *view = PyMemoryView_FromMemory(bytes ? (char *)input->data : &nothing, bytes,
+                                             PyBUF_READ);
     if (!complete || !view) {
         Py_XDECREF(shape);
         Py_XDECREF(view);
+        return NULL;
+    }
+    return Py_BuildValue("(NiN)", view, input->element, shape);
+}
+
+/* The kernel's inputs as a tuple of input_object()s, or NULL with a status in *status: the
+ * tuple of its last call when every input lies where it lay then, of the same type and dims
+ * (onnxruntime's memory plan puts a tensor at the same place run after run), so the call can
+ * keep what it made of them. */
+static PyObject *inputs_of(Kernel *kernel, void *context, Status *status)
+{
+    size_t count = 0;
+    if ((*status = CALL(INPUT_COUNT, Status (*)(void *, size_t *), context, &count)))
+        return NULL;
+    Input *inputs = count ? calloc(count, sizeof *inputs) : NULL;
+    if (count && !inputs) {
+        *status = failure("maxaccel: no memory for a kernel's inputs");
+        return NULL;
+    }
+    int same = kernel->last != NULL && kernel->count == count;
+    for (size_t i = 0; i < count && !*status; i++) {
+        *status = describe(context, i, &inputs[i]);
+        same = same && !*status && inputs[i].data == kernel->seen[i].data &&
+               inputs[i].element == kernel->seen[i].element &&
+               inputs[i].rank == kernel->seen[i].rank &&
+               !memcmp(inputs[i].dims, kernel->seen[i].dims,
+                       inputs[i].rank * sizeof inputs[i].dims[0]);
+    }
+    PyObject *made = NULL;
+    if (*status) {
+        free(inputs);
+        return NULL;
+    }
+    if (same) {
+        free(inputs);
+        Py_INCREF(kernel->last);
+        return kernel->last;
+    }
+    made = PyTuple_New((Py_ssize_t)count);
+    for (size_t i = 0; made && i < count; i++) {
+        PyObject *input = input_object(&inputs[i]);
+        if (!input)
+            Py_CLEAR(made);
+        else
+            PyTuple_SET_ITEM(made, (Py_ssize_t)i, input);
+    }
+    if (!made) {
+        free(inputs);
         *status = python_failure();
         return NULL;
     }
-    PyObject *input = Py_BuildValue("(NiN)", view, element, shape);
-    if (!input)
-        *status = python_failure();
-    return input;
+    Py_XSETREF(kernel->last, made);
+    Py_INCREF(made);
+    free(kernel->seen);
+    kernel->seen = inputs;
+    kernel->count = count;
+    return made;
 }
 
 /* Copies `count` items (of `size` bytes) `stride` bytes apart to `to`; returns the end of
@@ -316,20 +389,10 @@ static Status run(Kernel *kernel, void *context)
         if (!kernel->call)
             return python_failure();
     }
-    size_t count = 0;
-    CHECK(CALL(INPUT_COUNT, Status (*)(void *, size_t *), context, &count));
-    PyObject *inputs = PyList_New((Py_ssize_t)count);
+    Status status = 0;
+    PyObject *inputs = inputs_of(kernel, context, &status);
     if (!inputs)
-        return python_failure();
-    for (size_t i = 0; i < count; i++) {
-        Status status = 0;
-        PyObject *input = input_of(context, i, &status);
-        if (!input) {
-            Py_DECREF(inputs);
-            return status;
-        }
-        PyList_SET_ITEM(inputs, (Py_ssize_t)i, input);
-    }
+        return status;
     PyObject *results = PyObject_CallOneArg(kernel->call, inputs);
     Py_DECREF(inputs);
     if (!results)
@@ -338,7 +401,6 @@ static Status run(Kernel *kernel, void *context)
     Py_DECREF(results);
     if (!sequence)
         return python_failure();
-    Status status = 0;
     for (Py_ssize_t j = 0; !status && j < PySequence_Fast_GET_SIZE(sequence); j++)
         status = output_of(context, (size_t)j, PySequence_Fast_GET_ITEM(sequence, j));
     Py_DECREF(sequence);

@@ -35,7 +35,7 @@ from onnx import helper
 
 __all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "library", "register", "step_key",
            "one_model", "with_domain", "nchwc_block", "with_blocked_pools", "element_dtype",
-           "arrays_of", "blocked_pool", "exportable"]
+           "arrays_of", "kept_arrays", "blocked_pool", "exportable"]
 
 #: The operators' domain; each registration gets ``DOMAIN.N`` (a ``SessionOptions`` may carry
 #: several, one per session made from it).
@@ -549,6 +549,19 @@ def arrays_of(inputs):
     return [np.ndarray(shape, element_dtype(element), view) for view, element, shape in inputs]
 
 
+def kept_arrays():
+    """:func:`arrays_of` for one kernel's calls, made again only when the kernel passes other
+    inputs than its last call's (it passes the same while onnxruntime's tensors lie where
+    they lay: ``device_ops.c``, ``inputs_of``). Returns a new list each call."""
+    last = [None, None]
+
+    def arrays(inputs):
+        if inputs is not last[0]:
+            last[:] = inputs, arrays_of(inputs)
+        return list(last[1])
+    return arrays
+
+
 def blocked_pool(pool, dtype, block, global_pool=False):
     """The call of a kernel whose one input and output are onnxruntime's NCHWc tensors of
     ``block`` (ONNX dims ``N x C' x D1..Dn``, lying as ``N x C'/B x D1..Dn x B``:
@@ -565,24 +578,31 @@ def blocked_pool(pool, dtype, block, global_pool=False):
         input as it lies (``N x C'/B x D1..Dn x B``, each image's pixels channels-last) over
         the pixels.
     """
+    # The last inputs and what was made of them: the kernel passes the same inputs again
+    # while onnxruntime's tensor lies where it lay (device_ops.c, inputs_of).
+    last = [None, None]
     if global_pool:
         def call(inputs):
-            (view, _, shape), = inputs
-            n, channels, *spatial = shape
-            y = pool(np.ndarray((n, channels // block, *spatial, block), dtype, view),
-                     axes=tuple(range(2, len(shape))), keepdims=True)
-            return (y.reshape(n, channels, *y.shape[2:-1]),)
+            if inputs is not last[0]:
+                (view, _, shape), = inputs
+                n, channels, *spatial = shape
+                last[:] = inputs, (np.ndarray((n, channels // block, *spatial, block), dtype,
+                                              view), tuple(range(2, len(shape))), shape[:2])
+            pixels, axes, dims = last[1]
+            y = pool(pixels, axes=axes, keepdims=True)
+            return (y.reshape(dims + y.shape[2:-1]),)
         return call
-    layouts = {}    # input dims -> (the images' shape, their strides)
 
     def call(inputs):
-        (view, _, shape), = inputs
-        layout = layouts.get(shape)
-        if layout is None:
-            layout = layouts[shape] = _images_layout(shape, block, dtype.itemsize)
-        y = pool(np.ndarray(layout[0], dtype, view, 0, layout[1]))
+        if inputs is not last[0]:
+            (view, _, shape), = inputs
+            images, strides, channels_last = _images_layout(shape, block, dtype.itemsize)
+            last[:] = inputs, (np.ndarray(images, dtype, view, 0, strides), channels_last,
+                               shape[:2])
+        images, channels_last, dims = last[1]
+        y = pool(images)
         # (dims, array): the pooled images channels-last, the output's items in C order.
-        return ((shape[:2] + y.shape[2:], y.transpose(layout[2])),)
+        return ((dims + y.shape[2:], y.transpose(channels_last)),)
     return call
 
 

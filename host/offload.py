@@ -738,9 +738,10 @@ class OffloadSession:
             return self._blocked_pool(step, dtype, block)
         step_call = self._step_call(step, dtype)
         where = self._device_for(dtype)[1]
+        arrays_of = device_ops.kept_arrays()
 
         def call(inputs):
-            arrays = device_ops.arrays_of(inputs)
+            arrays = arrays_of(inputs)
             if not names_every_input:
                 arrays = [arrays.pop(0) if name else None for name in step.inputs]
             return [device_ops.exportable(np.asarray(result))

@@ -289,3 +289,40 @@ def test_a_transposed_result_reaches_onnxruntime_with_every_bit(rows, columns):
     feeds = {name: random_values(rng, np.float32, shape, edge_fraction=0.5) for name in "xy"}
     (got,) = session.run(None, feeds)
     assert_same_bits(got, reference.max(feeds["x"], feeds["y"]))
+
+
+def test_a_kernel_hands_the_device_the_same_arrays_while_its_tensors_lie_where_they_lay():
+    """The kernel keeps what it made of its inputs while onnxruntime's tensors lie at the same
+    place with the same dims (its memory plan puts them there run after run): the device gets
+    the same arrays, which read what lies there now; other places or dims, new arrays."""
+    class Recording:
+        def __init__(self):
+            self.seen = []
+
+        def __getattr__(self, name):
+            return getattr(reference, name)
+
+        def max(self, *arrays):
+            self.seen.append(arrays)
+            return reference.max(*arrays)
+
+    device = Recording()
+    session = OffloadSession(max_model(["n", 4]), device=device)
+    assert session.one_session_refusal is None
+    rng = np.random.default_rng(5)
+    feeds = {name: random_values(rng, np.float32, (3, 4), edge_fraction=0.5) for name in "xy"}
+    runs = []
+    for change in ("none", "values in place", "none", "new arrays", "other dims"):
+        if change == "values in place":
+            feeds["x"][...] = random_values(rng, np.float32, (3, 4), edge_fraction=0.5)
+        elif change == "new arrays":
+            feeds = {name: a.copy() for name, a in feeds.items()}
+        elif change == "other dims":
+            feeds = {name: random_values(rng, np.float32, (5, 4), edge_fraction=0.5)
+                     for name in "xy"}
+        (got,) = session.run(None, feeds)
+        assert_same_bits(got, reference.max(feeds["x"], feeds["y"]))
+        runs.append(device.seen[-1])
+    same = [all(a is b for a, b in zip(runs[i], runs[i + 1])) for i in range(len(runs) - 1)]
+    assert same == [True, True, False, False]
+    assert not any(a.flags.writeable for a in runs[-1])
