@@ -35,7 +35,7 @@ from onnx import helper
 
 __all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "library", "register", "step_key",
            "one_model", "with_domain", "nchwc_block", "with_blocked_pools", "element_dtype",
-           "arrays_of", "kept_arrays", "blocked_pool", "exportable"]
+           "arrays_of", "kept", "blocked_pool", "exportable"]
 
 #: The operators' domain; each registration gets ``DOMAIN.N`` (a ``SessionOptions`` may carry
 #: several, one per session made from it).
@@ -549,25 +549,27 @@ def arrays_of(inputs):
     return [np.ndarray(shape, element_dtype(element), view) for view, element, shape in inputs]
 
 
-def kept_arrays():
-    """:func:`arrays_of` for one kernel's calls, made again only when the kernel passes other
-    inputs than its last call's (it passes the same while onnxruntime's tensors lie where
-    they lay: ``device_ops.c``, ``inputs_of``). Returns a new list each call."""
+def kept(make):
+    """``made(inputs)``: ``make(inputs)`` of a kernel's inputs, made again only when the kernel
+    passes other inputs than its last call's (it passes the same while onnxruntime's tensors
+    lie where they lay, with the same type and dims: ``device_ops.c``, ``inputs_of``), so the
+    views made of them are not made again after every device call."""
     last = [None, None]
 
-    def arrays(inputs):
+    def made(inputs):
         if inputs is not last[0]:
-            last[:] = inputs, arrays_of(inputs)
-        return list(last[1])
-    return arrays
+            last[:] = inputs, make(inputs)
+        return last[1]
+    return made
 
 
 def blocked_pool(pool, dtype, block, global_pool=False):
     """The call of a kernel whose one input and output are onnxruntime's NCHWc tensors of
     ``block`` (ONNX dims ``N x C' x D1..Dn``, lying as ``N x C'/B x D1..Dn x B``:
     :func:`nchwc_block`) of ``dtype``: ``call(inputs)`` returns the one result as the kernel
-    copies it, each step one numpy call on the input and one on the result (the kernel's path
-    is cold after every device call: each call on it costs microseconds).
+    copies it; the input's view is made once while the tensor lies where it lay
+    (:func:`kept`), the result's is one numpy call (the kernel's path is cold after every
+    device call: each call on it costs microseconds).
 
     Parameters
     ----------
@@ -578,28 +580,28 @@ def blocked_pool(pool, dtype, block, global_pool=False):
         input as it lies (``N x C'/B x D1..Dn x B``, each image's pixels channels-last) over
         the pixels.
     """
-    # The last inputs and what was made of them: the kernel passes the same inputs again
-    # while onnxruntime's tensor lies where it lay (device_ops.c, inputs_of).
-    last = [None, None]
     if global_pool:
+        def pixels_of(inputs):
+            (view, _, shape), = inputs
+            n, channels, *spatial = shape
+            return (np.ndarray((n, channels // block, *spatial, block), dtype, view),
+                    tuple(range(2, len(shape))), shape[:2])
+        pixels_kept = kept(pixels_of)
+
         def call(inputs):
-            if inputs is not last[0]:
-                (view, _, shape), = inputs
-                n, channels, *spatial = shape
-                last[:] = inputs, (np.ndarray((n, channels // block, *spatial, block), dtype,
-                                              view), tuple(range(2, len(shape))), shape[:2])
-            pixels, axes, dims = last[1]
+            pixels, axes, dims = pixels_kept(inputs)
             y = pool(pixels, axes=axes, keepdims=True)
             return (y.reshape(dims + y.shape[2:-1]),)
         return call
 
+    def images_of(inputs):
+        (view, _, shape), = inputs
+        images, strides, channels_last = _images_layout(shape, block, dtype.itemsize)
+        return np.ndarray(images, dtype, view, 0, strides), channels_last, shape[:2]
+    images_kept = kept(images_of)
+
     def call(inputs):
-        if inputs is not last[0]:
-            (view, _, shape), = inputs
-            images, strides, channels_last = _images_layout(shape, block, dtype.itemsize)
-            last[:] = inputs, (np.ndarray(images, dtype, view, 0, strides), channels_last,
-                               shape[:2])
-        images, channels_last, dims = last[1]
+        images, channels_last, dims = images_kept(inputs)
         y = pool(images)
         # (dims, array): the pooled images channels-last, the output's items in C order.
         return ((dims + y.shape[2:], y.transpose(channels_last)),)

@@ -738,12 +738,13 @@ class OffloadSession:
             return self._blocked_pool(step, dtype, block)
         step_call = self._step_call(step, dtype)
         where = self._device_for(dtype)[1]
-        arrays_of = device_ops.kept_arrays()
+        arrays_of = device_ops.kept(device_ops.arrays_of)
 
         def call(inputs):
             arrays = arrays_of(inputs)
             if not names_every_input:
-                arrays = [arrays.pop(0) if name else None for name in step.inputs]
+                given = iter(arrays)
+                arrays = [next(given) if name else None for name in step.inputs]
             return [device_ops.exportable(np.asarray(result))
                     for result, name in zip(step_call(*arrays)[0], step.outputs)
                     if names_every_output or name]
