@@ -61,8 +61,8 @@ measures) against one onnxruntime session whose device steps are the native oper
 ``maxaccel.host.device_ops`` (the session's default since), with the golden model as a device
 busy ``--busy`` ms a call, or the device ``--device`` names.
 ``glue``: the one session as it is against the same session whose kernels call the device
-straight away (MaxPool, GlobalMaxPool, Max and ReduceMax steps: no routing and no per-step
-Python between onnxruntime and the device's call), on ``--device``: what the session's own
+straight away (every step of one result whose inputs are all named, no Transpose folded in:
+no routing and no per-step Python between onnxruntime and the device's call), on ``--device``: what the session's own
 Python around each device call costs, run cold after the call (both sessions with every pool
 in ONNX layout, as the straight calls take them).
 ``nchwc``: the one session as it is, its pools between onnxruntime's NCHWc nodes on NCHWc
@@ -697,15 +697,13 @@ def pyop(args, device):
 
 def glue(args, device):
     """The one session as it is against the same session whose kernels call the device
-    straight away (no routing, no per-step Python between onnxruntime and the device call):
-    what the session's own Python between the two costs."""
-    import functools
-
+    straight away (no routing, no per-step Python between onnxruntime and the device call
+    but the device call itself, as ``OffloadSession._prepare`` makes it): what the session's
+    own Python between the two costs."""
     import onnxruntime
 
     from maxaccel.host import bench, device_ops
-    from maxaccel.host.offload import (OffloadSession, _max_pool_arguments,
-                                       _reduction_arguments)
+    from maxaccel.host.offload import OffloadSession
     timed = bench._TimedDevice(device)
     straight, perf = {}, time.perf_counter
 
@@ -734,22 +732,10 @@ def glue(args, device):
             if session() is not short:
                 continue
             step = short._one_steps[index][0]
-            op_type = step.node.op_type
-            if step.transpose is not None or len(step.outputs) > 1 or op_type not in (
-                    "MaxPool", "GlobalMaxPool", "Max", "ReduceMax"):
-                continue
-            if op_type == "MaxPool":
-                call = functools.partial(timed.max_pool,
-                                         **_max_pool_arguments(step.attributes))
-            elif op_type == "ReduceMax" and len(step.inputs) < 2:
-                axes, keepdims, noop = _reduction_arguments(step.attributes, [None])
-                call = functools.partial(timed.reduce_max, axes=axes, keepdims=keepdims,
-                                         noop_with_empty_axes=noop)
-            elif op_type == "ReduceMax":
-                continue
-            else:
-                call = timed.global_max_pool if op_type == "GlobalMaxPool" else timed.max
-            straight[key] = (call, index, short._calls)
+            # One result, every input named, no Transpose folded in: the node's own call.
+            if step.transpose is None and len(step.outputs) == 1 and all(step.inputs):
+                call = short._prepare(timed, step.node.op_type, step.attributes)
+                straight[key] = (call, index, short._calls)
         device_ops._loaded.maxaccel_set_python(device_ops._register, resolve)
         try:
             expected = sessions["as it is"].run(None, feeds)
