@@ -5,8 +5,11 @@ Each device step becomes one node of a domain of its own (``ai.maxaccel.device.N
 step's inputs and outputs and an attribute ``key``. Its kernel is C (``device_ops.c``, built
 here once with the system C compiler and the interpreter's headers, cached beside the compiled
 boards): it hands the inputs to one Python call as memoryviews over onnxruntime's buffers, no
-copy, and copies each result into the output onnxruntime allocates. The call runs the step as
-the partitioned session does (``OffloadSession._step_call``). Between two device steps the
+copy (the same objects again while the tensors lie where they lay), and copies each result into
+the output onnxruntime allocates. The call, which its node's key resolves to once
+(:func:`_resolve`), runs the step as the partitioned session does
+(``OffloadSession._step_call``; a pool on NCHWc tensors through :func:`blocked_pool`). Between
+two device steps the
 model's other nodes run inside the same ``Run``, so the session enters onnxruntime once a run,
 not once per partition.
 
