@@ -9,9 +9,8 @@ copy (the same objects again while the tensors lie where they lay), and copies e
 the output onnxruntime allocates. The call, which its node's key resolves to once
 (:func:`_resolve`), runs the step as the partitioned session does
 (``OffloadSession._step_call``; a pool on NCHWc tensors through :func:`blocked_pool`). Between
-two device steps the
-model's other nodes run inside the same ``Run``, so the session enters onnxruntime once a run,
-not once per partition.
+two device steps the model's other nodes run inside the same ``Run``, so the session enters
+onnxruntime once a run, not once per partition.
 
 onnxruntime's Python module carries its own copy of onnxruntime; the operators are made with the
 ``OrtApi`` it hands to the library's ``RegisterCustomOps`` when
