@@ -40,13 +40,14 @@ static PyObject *resolver;      /* resolver(key) -> the kernel's call:
                                  * call(((memoryview, element, shape), ...)) -> [array] */
 
 /* A kernel: its node's key, its call once the first compute has asked for it, and its last
- * call's inputs (inputs_of). */
+ * call's inputs (inputs_of): the objects passed, what onnxruntime said of them (`seen`, `count`
+ * of them) and room for what it says of the next call's (`scratch`), `capacity` inputs each. */
 typedef struct {
     int64_t key;
     PyObject *call;
     PyObject *last;
-    struct Input *seen;
-    size_t count;
+    struct Input *seen, *scratch;
+    size_t count, capacity;
 } Kernel;
 
 #define CALL(slot, type, ...) (((type)api[slot])(__VA_ARGS__))
@@ -132,6 +133,7 @@ void maxaccel_destroy_kernel(void *kernel)
         PyGILState_Release(gil);
     }
     free(made->seen);
+    free(made->scratch);
     free(made);
 }
 
@@ -206,11 +208,23 @@ static PyObject *inputs_of(Kernel *kernel, void *context, Status *status)
     size_t count = 0;
     if ((*status = CALL(INPUT_COUNT, Status (*)(void *, size_t *), context, &count)))
         return NULL;
-    Input *inputs = count ? calloc(count, sizeof *inputs) : NULL;
-    if (count && !inputs) {
-        *status = failure("maxaccel: no memory for a kernel's inputs");
-        return NULL;
+    if (count > kernel->capacity) {     /* the first call (the count never changes after) */
+        Input *seen = calloc(count, sizeof *seen), *scratch = calloc(count, sizeof *scratch);
+        if (!seen || !scratch) {
+            free(seen);
+            free(scratch);
+            *status = failure("maxaccel: no memory for a kernel's inputs");
+            return NULL;
+        }
+        free(kernel->seen);
+        free(kernel->scratch);
+        kernel->seen = seen;
+        kernel->scratch = scratch;
+        kernel->capacity = count;
+        kernel->count = 0;
+        Py_CLEAR(kernel->last);
     }
+    Input *inputs = kernel->scratch;
     int same = kernel->last != NULL && kernel->count == count;
     for (size_t i = 0; i < count && !*status; i++) {
         *status = describe(context, i, &inputs[i]);
@@ -220,17 +234,13 @@ static PyObject *inputs_of(Kernel *kernel, void *context, Status *status)
                !memcmp(inputs[i].dims, kernel->seen[i].dims,
                        inputs[i].rank * sizeof inputs[i].dims[0]);
     }
-    PyObject *made = NULL;
-    if (*status) {
-        free(inputs);
+    if (*status)
         return NULL;
-    }
     if (same) {
-        free(inputs);
         Py_INCREF(kernel->last);
         return kernel->last;
     }
-    made = PyTuple_New((Py_ssize_t)count);
+    PyObject *made = PyTuple_New((Py_ssize_t)count);
     for (size_t i = 0; made && i < count; i++) {
         PyObject *input = input_object(&inputs[i]);
         if (!input)
@@ -239,13 +249,12 @@ static PyObject *inputs_of(Kernel *kernel, void *context, Status *status)
             PyTuple_SET_ITEM(made, (Py_ssize_t)i, input);
     }
     if (!made) {
-        free(inputs);
         *status = python_failure();
         return NULL;
     }
     Py_XSETREF(kernel->last, made);
     Py_INCREF(made);
-    free(kernel->seen);
+    kernel->scratch = kernel->seen;
     kernel->seen = inputs;
     kernel->count = count;
     return made;
