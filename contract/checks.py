@@ -121,6 +121,24 @@ def check_flag(value, name):
     raise ValueError(f"{name} must be a bool or 0/1, got {value!r}")
 
 
+def check_out(out, shape, fmt, name):
+    """Check ``out``, the array an operator writes its result into (numpy's ``out``): an
+    ndarray of the result's ``shape`` and ``fmt``'s dtype in native byte order, writeable,
+    strided or not. Raises TypeError or ValueError naming the problem (before anything is
+    sent to a device)."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name}: out must be a numpy.ndarray, not {type(out).__name__}")
+    if out.dtype != fmt.numpy_dtype:
+        raise TypeError(f"{name}: out must be {fmt.numpy_dtype} (native byte order) like the "
+                        f"input, got {out.dtype.str}")
+    if out.shape != tuple(shape):
+        raise ValueError(f"{name}: out must have the result's shape {shape_text(shape)}, "
+                         f"got {shape_text(out.shape)}")
+    if not out.flags.writeable:
+        raise ValueError(f"{name}: out is read-only")
+    return out
+
+
 def _onnx_name(name):
     """The ONNX operator a function of the public API stands for: ``reduce_min`` -> ReduceMin."""
     return "".join(word.capitalize() for word in name.split("_"))

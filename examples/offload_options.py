@@ -713,7 +713,7 @@ def glue(args, device):
             return _as_it_is(key)
         call, index, calls = entry
 
-        def kernel_call(inputs):
+        def kernel_call(inputs, room):
             arrays = device_ops.arrays_of(inputs)     # made every call, as they were
             started = perf()
             result = call(*arrays)

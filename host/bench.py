@@ -24,6 +24,7 @@ partitions and glue), which is what the session costs a user over onnxruntime.
 """
 
 from dataclasses import asdict, dataclass
+import functools
 import math
 import platform
 import statistics
@@ -361,6 +362,7 @@ class _TimedDevice(_OperatorWrapper):
         self.calls = 0
 
     def _wrap(self, name, method):
+        @functools.wraps(method)    # its signature: whether it takes ``out``
         def timed(*args, **kwargs):
             started = time.perf_counter()
             try:

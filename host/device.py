@@ -37,7 +37,8 @@ import contextlib
 
 import numpy as np
 
-from maxaccel.contract.checks import check_arg, check_global_max_pool, check_max, check_reduce_max
+from maxaccel.contract.checks import (check_arg, check_global_max_pool, check_max, check_out,
+                                     check_reduce_max)
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.pooling import check_max_pool
 from maxaccel.contract.progress import TransferProgress, log
@@ -313,7 +314,8 @@ class Device:
         return self._reduce(values, fmt, tuple(spatial), True)
 
     def max_pool(self, x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False,
-                 auto_pad="NOTSET", storage_order=0, return_indices=False, *, route=None):
+                 auto_pad="NOTSET", storage_order=0, return_indices=False, *, route=None,
+                 out=None):
         """ONNX ``MaxPool`` on the device: as :func:`maxaccel.sim.reference.max_pool`, bit for
         bit, ``(y, indices)`` with ``return_indices``.
 
@@ -332,17 +334,25 @@ class Device:
         says which route the last call took; ``route=Command.REDUCE`` takes the ``REDUCE``
         route whatever the planner would choose (to compare the two: ``maxaccel bench
         --pool-routes``).
+
+        ``out``, as numpy's: an array of the result's shape and the input's dtype (native byte
+        order), strided or not, that ``y`` is written into and returned as (an
+        :class:`~maxaccel.host.offload.OffloadSession` hands onnxruntime's own output this
+        way, so that the reply lands where onnxruntime wants it). Through ``MAX_POOL`` each
+        tile's maxima go straight into it.
         """
         values, fmt, geometry, return_indices = check_max_pool(
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
             return_indices)
         self._check_supported(fmt, "max_pool()")
+        if out is not None:
+            check_out(out, geometry.output_shape, fmt, "max_pool()")
         if route not in (None, Command.REDUCE):
             raise ValueError(f"max_pool(route=...) takes None (the planner's choice) or "
                              f"Command.REDUCE, not {route!r}")
         if route == Command.REDUCE:
             return self._max_pool_by_reduce(values, fmt, plan_reduce_pool(geometry),
-                                            return_indices)
+                                            return_indices, out)
         route, plan = plan_max_pool(geometry, fmt, self.identity, self.max_frame_bytes,
                                     indices=return_indices)
         if route == Command.MAX_POOL:
@@ -352,18 +362,24 @@ class Device:
                 return max_pool_by_window(
                     values, fmt, window,
                     lambda payload: self._request(Command.MAX_POOL, payload),
-                    return_indices)
-        return self._max_pool_by_reduce(values, fmt, plan, return_indices)
+                    return_indices, out)
+        return self._max_pool_by_reduce(values, fmt, plan, return_indices, out)
 
-    def _max_pool_by_reduce(self, values, fmt, plan, return_indices):
+    def _max_pool_by_reduce(self, values, fmt, plan, return_indices, out=None):
         """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s
         ``plan``): the route :meth:`max_pool` falls back to."""
         self.last_max_pool_route = Command.REDUCE
         with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
-            return max_pool_by_reduce(
+            result = max_pool_by_reduce(
                 values, plan, lambda rows: reduce_rows(
                     rows[..., np.newaxis], fmt, Command.REDUCE, self.max_frame_bytes,
                     self._request)[:, 0], return_indices)
+        if out is None:
+            return result
+        y = result[0] if return_indices else result
+        bits = f"=u{fmt.nbytes}"
+        out.view(bits)[...] = y.view(bits)
+        return (out, result[1]) if return_indices else out
 
     # --- checks and the reduction route -------------------------------------------------------
 

@@ -7,9 +7,11 @@
  * ever grows (the numbers below hold from API 1 on; version 16 is asked for, onnxruntime 1.16).
  *
  * A kernel's inputs go to one Python call (what its node's key resolved to when the kernel
- * first ran) as memoryviews over onnxruntime's buffers (no copy); the call returns the step's
+ * first ran) as memoryviews over onnxruntime's buffers (no copy), with a function that hands
+ * out the outputs' buffers as writable memoryviews (room_of); the call returns the step's
  * results as arrays (strided ones too), each copied once into the output onnxruntime
- * allocates. A Python exception becomes an onnxruntime error status with its
+ * allocates, or None for an output it wrote itself (the device's reply lands where onnxruntime
+ * wants it: no copy). A Python exception becomes an onnxruntime error status with its
  * text (the session raises the exception itself). */
 
 #define PY_SSIZE_T_CLEAN
@@ -24,9 +26,9 @@
 typedef void *Status;
 
 enum {
-    CREATE_STATUS = 0, MUTABLE_DATA = 51, ELEMENT_TYPE = 60, DIMS_COUNT = 61, DIMS = 62,
+    CREATE_STATUS = 0, ERROR_MESSAGE = 2, MUTABLE_DATA = 51, ELEMENT_TYPE = 60, DIMS_COUNT = 61, DIMS = 62,
     TYPE_AND_SHAPE = 65, ATTRIBUTE_INT64 = 86, INPUT_COUNT = 88, GET_INPUT = 90,
-    GET_OUTPUT = 91, RELEASE_TYPE_AND_SHAPE = 99,
+    GET_OUTPUT = 91, RELEASE_STATUS = 93, RELEASE_TYPE_AND_SHAPE = 99,
 };
 #define API_VERSION 16
 #define MAX_RANK 64
@@ -36,19 +38,40 @@ static const int element_bytes[17] = {0, 4, 1, 1, 2, 2, 4, 8, 0, 1, 2, 8, 4, 8, 
 
 static void **api;
 static PyObject *registrar;     /* registrar(options, api) -> None or the refusal's text */
-static PyObject *resolver;      /* resolver(key) -> the kernel's call:
-                                 * call(((memoryview, element, shape), ...)) -> [array] */
+static PyObject *resolver;      /* resolver(key) -> the kernel's call: call(((memoryview,
+                                 * element, shape), ...), room) -> [array or None] */
 
-/* A kernel: its node's key, its call once the first compute has asked for it, and its last
+/* Outputs whose buffers a kernel hands out to its call (room_of); further ones are copied. */
+#define MAX_ROOMS 8
+
+/* The last buffer handed out for an output: where it lay, its size and the memoryview. */
+typedef struct {
+    void *data;
+    Py_ssize_t bytes;
+    PyObject *view;
+} Kept;
+
+/* A kernel: its node's key, its call once the first compute has asked for it, its last
  * call's inputs (inputs_of): the objects passed, what onnxruntime said of them (`seen`, `count`
- * of them) and room for what it says of the next call's (`scratch`), `capacity` inputs each. */
+ * of them) and room for what it says of the next call's (`scratch`), `capacity` inputs each;
+ * and the last buffer it handed out for each output (room_of). */
 typedef struct {
     int64_t key;
     PyObject *call;
     PyObject *last;
     struct Input *seen, *scratch;
     size_t count, capacity;
+    Kept kept[MAX_ROOMS];
+    PyObject *room;
 } Kernel;
+
+/* What a kernel's room function (room_of) hands out from: the compute running the call (NULL
+ * once it has returned) and which outputs it handed out, bit j for output j. */
+typedef struct {
+    Kernel *kernel;
+    void *context;
+    unsigned written;
+} Room;
 
 #define CALL(slot, type, ...) (((type)api[slot])(__VA_ARGS__))
 #define CHECK(expression) do { Status status_ = (expression); if (status_) return status_; } \
@@ -126,10 +149,22 @@ Status maxaccel_create_kernel(void *op, void *ort_api, void *info, void **kernel
 void maxaccel_destroy_kernel(void *kernel)
 {
     Kernel *made = kernel;
-    if ((made->call || made->last) && Py_IsInitialized()) {    /* after the end: left as is */
+    int holds = made->call || made->last || made->room;
+    for (int j = 0; j < MAX_ROOMS; j++)
+        holds = holds || made->kept[j].view;
+    if (holds && Py_IsInitialized()) {    /* after the end: left as is */
         PyGILState_STATE gil = PyGILState_Ensure();
         Py_XDECREF(made->call);
         Py_XDECREF(made->last);
+        for (int j = 0; j < MAX_ROOMS; j++)
+            Py_XDECREF(made->kept[j].view);
+        if (made->room) {   /* a call may keep it: then it hands out nothing more */
+            Room *room = PyCapsule_GetPointer(PyCFunction_GET_SELF(made->room), "maxaccel.room");
+            if (room)
+                room->kernel = NULL;
+            PyErr_Clear();
+            Py_DECREF(made->room);
+        }
         PyGILState_Release(gil);
     }
     free(made->seen);
@@ -391,6 +426,125 @@ static Status output_of(void *context, size_t index, PyObject *result)
     return status;
 }
 
+/* An onnxruntime status as the pending Python exception (NULL returned), released. */
+static PyObject *raise_status(Status status)
+{
+    const char *text = CALL(ERROR_MESSAGE, const char *(*)(Status), status);
+    PyErr_Format(PyExc_RuntimeError, "onnxruntime: %s", text ? text : "an error");
+    CALL(RELEASE_STATUS, void (*)(Status), status);
+    return NULL;
+}
+
+/* room(index, dims): output `index` of the running compute, of ONNX dims `dims`, as a writable
+ * memoryview of its bytes; the same object as the last one handed out for that output while
+ * the tensor lies where it lay with as many bytes (onnxruntime's memory plan puts a tensor at
+ * the same place run after run), so the call can keep what it made of it. Handed out only
+ * while the kernel's call runs. */
+static PyObject *room_of(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static char nothing;
+    Room *room = PyCapsule_GetPointer(self, "maxaccel.room");
+    if (!room)
+        return NULL;
+    if (!room->context || !room->kernel) {
+        PyErr_SetString(PyExc_RuntimeError, "maxaccel: an output's room is handed out only "
+                        "while its kernel's call runs");
+        return NULL;
+    }
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "maxaccel: room(index, dims) takes two arguments");
+        return NULL;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(args[0]);
+    if (index == -1 && PyErr_Occurred())
+        return NULL;
+    if (index < 0 || index >= MAX_ROOMS) {
+        PyErr_Format(PyExc_ValueError, "maxaccel: room(index, dims): index %zd is not one of "
+                     "the first %d outputs", index, MAX_ROOMS);
+        return NULL;
+    }
+    PyObject *given = PySequence_Fast(args[1], "maxaccel: room(index, dims): dims is a "
+                                      "sequence of sizes");
+    if (!given)
+        return NULL;
+    int64_t dims[MAX_RANK];
+    Py_ssize_t rank = PySequence_Fast_GET_SIZE(given);
+    for (Py_ssize_t d = 0; d < rank && d < MAX_RANK; d++) {
+        dims[d] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(given, d));
+        if (dims[d] < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "maxaccel: room(index, dims): a negative size");
+        if (PyErr_Occurred())
+            break;
+    }
+    Py_DECREF(given);
+    if (PyErr_Occurred())
+        return NULL;
+    if (rank > MAX_RANK) {
+        PyErr_SetString(PyExc_ValueError, "maxaccel: room(index, dims): a rank above 64");
+        return NULL;
+    }
+    void *value = NULL, *info = NULL, *data = NULL;
+    int element = 0;
+    Status status = CALL(GET_OUTPUT, Status (*)(void *, size_t, const int64_t *, size_t, void **),
+                         room->context, (size_t)index, dims, (size_t)rank, &value);
+    if (!status)
+        status = CALL(TYPE_AND_SHAPE, Status (*)(void *, void **), value, &info);
+    if (!status) {
+        status = CALL(ELEMENT_TYPE, Status (*)(void *, int *), info, &element);
+        CALL(RELEASE_TYPE_AND_SHAPE, void (*)(void *), info);
+    }
+    if (status)
+        return raise_status(status);
+    if (element < 0 || element > 16 || !element_bytes[element]) {
+        PyErr_SetString(PyExc_TypeError, "maxaccel: room(index, dims): the output is not a "
+                        "tensor of numbers");
+        return NULL;
+    }
+    Py_ssize_t bytes = element_bytes[element];
+    for (Py_ssize_t d = 0; d < rank; d++)
+        bytes *= (Py_ssize_t)dims[d];
+    if (bytes && (status = CALL(MUTABLE_DATA, Status (*)(void *, void **), value, &data)))
+        return raise_status(status);
+    room->written |= 1u << index;
+    Kept *kept = &room->kernel->kept[index];
+    if (!kept->view || kept->data != data || kept->bytes != bytes) {
+        PyObject *view = PyMemoryView_FromMemory(bytes ? (char *)data : &nothing, bytes,
+                                                 PyBUF_WRITE);
+        if (!view)
+            return NULL;
+        Py_XSETREF(kept->view, view);
+        kept->data = data;
+        kept->bytes = bytes;
+    }
+    Py_INCREF(kept->view);
+    return kept->view;
+}
+
+static PyMethodDef room_definition = {"room", (PyCFunction)(void (*)(void))room_of,
+                                      METH_FASTCALL, NULL};
+
+static void free_room(PyObject *capsule)
+{
+    free(PyCapsule_GetPointer(capsule, "maxaccel.room"));
+}
+
+/* A new room function for `kernel`, or NULL with the exception set. */
+static PyObject *new_room(Kernel *kernel)
+{
+    Room *room = calloc(1, sizeof *room);
+    if (!room)
+        return PyErr_NoMemory();
+    room->kernel = kernel;
+    PyObject *capsule = PyCapsule_New(room, "maxaccel.room", free_room);
+    if (!capsule) {
+        free(room);
+        return NULL;
+    }
+    PyObject *function = PyCFunction_NewEx(&room_definition, capsule, NULL);
+    Py_DECREF(capsule);
+    return function;
+}
+
 static Status run(Kernel *kernel, void *context)
 {
     if (!kernel->call) {
@@ -402,7 +556,29 @@ static Status run(Kernel *kernel, void *context)
     PyObject *inputs = inputs_of(kernel, context, &status);
     if (!inputs)
         return status;
-    PyObject *results = PyObject_CallOneArg(kernel->call, inputs);
+    /* The kernel's room function, or a new one while another thread's call on this kernel
+     * runs (the GIL let go during its device call) and hands out from it. */
+    if (!kernel->room)
+        kernel->room = new_room(kernel);
+    Room *room = kernel->room ? PyCapsule_GetPointer(PyCFunction_GET_SELF(kernel->room),
+                                                     "maxaccel.room") : NULL;
+    PyObject *function = NULL;
+    if (room && !room->context) {
+        function = kernel->room;
+        Py_INCREF(function);
+    } else if (room && (function = new_room(kernel)))
+        room = PyCapsule_GetPointer(PyCFunction_GET_SELF(function), "maxaccel.room");
+    if (!function || !room) {
+        Py_XDECREF(function);
+        Py_DECREF(inputs);
+        return python_failure();
+    }
+    room->context = context;
+    room->written = 0;
+    PyObject *results = PyObject_CallFunctionObjArgs(kernel->call, inputs, function, NULL);
+    room->context = NULL;
+    unsigned written = room->written;
+    Py_DECREF(function);
     Py_DECREF(inputs);
     if (!results)
         return python_failure();
@@ -410,8 +586,14 @@ static Status run(Kernel *kernel, void *context)
     Py_DECREF(results);
     if (!sequence)
         return python_failure();
-    for (Py_ssize_t j = 0; !status && j < PySequence_Fast_GET_SIZE(sequence); j++)
-        status = output_of(context, (size_t)j, PySequence_Fast_GET_ITEM(sequence, j));
+    for (Py_ssize_t j = 0; !status && j < PySequence_Fast_GET_SIZE(sequence); j++) {
+        PyObject *result = PySequence_Fast_GET_ITEM(sequence, j);
+        if (result != Py_None)
+            status = output_of(context, (size_t)j, result);
+        else if (j >= MAX_ROOMS || !(written & (1u << j)))
+            status = failure("maxaccel: a device step's result is None for an output it was "
+                             "not handed (room(index, dims))");
+    }
     Py_DECREF(sequence);
     return status;
 }

@@ -5,8 +5,12 @@ Each device step becomes one node of a domain of its own (``ai.maxaccel.device.N
 step's inputs and outputs and an attribute ``key``. Its kernel is C (``device_ops.c``, built
 here once with the system C compiler and the interpreter's headers, cached beside the compiled
 boards): it hands the inputs to one Python call as memoryviews over onnxruntime's buffers, no
-copy (the same objects again while the tensors lie where they lay), and copies each result into
-the output onnxruntime allocates. The call, which its node's key resolves to once
+copy (the same objects again while the tensors lie where they lay), with a ``room(index,
+dims)`` function that hands out an output's buffer as a writable memoryview (the same object
+again while the tensor lies where it lay), and copies each result the call returns into the
+output onnxruntime allocates; a result of None is an output the call wrote itself, through its
+room (a pool on NCHWc tensors whose device writes into ``out``: the reply lands where
+onnxruntime wants it). The call, which its node's key resolves to once
 (:func:`_resolve`), runs the step as the partitioned session does
 (``OffloadSession._step_call``; a pool on NCHWc tensors through :func:`blocked_pool`). Between
 two device steps the model's other nodes run inside the same ``Run``, so the session enters
@@ -530,13 +534,16 @@ def element_dtype(element):
 
 def _resolve(key):
     """The call of the kernel of the node of ``key`` (asked once a kernel, when it first
-    runs): ``call(inputs)``, the kernel's inputs as ``(memoryview, element type, shape)``,
-    returns the results as arrays, C-contiguous or not (those of a dtype numpy does not build
-    in, such as bfloat16, viewed as unsigned integers of their size: their buffers cannot be
-    exported as they are, :func:`exportable`), or ``(dims, array)`` for a result whose output
-    has other dims than the array (the kernel copies the array's items in C order). The
-    kernel keeps the call for as long as onnxruntime keeps it: the call holds its session
-    weakly (``OffloadSession._kernel_call``)."""
+    runs): ``call(inputs, room)``, the kernel's inputs as ``(memoryview, element type,
+    shape)``, returns the results as arrays, C-contiguous or not (those of a dtype numpy does
+    not build in, such as bfloat16, viewed as unsigned integers of their size: their buffers
+    cannot be exported as they are, :func:`exportable`), ``(dims, array)`` for a result whose
+    output has other dims than the array (the kernel copies the array's items in C order), or
+    None for an output the call wrote itself: ``room(index, dims)`` hands out output ``index``
+    of ONNX dims ``dims`` as a writable memoryview of its bytes while the call runs (the same
+    object again while the tensor lies where it lay). The kernel keeps the call for as long as
+    onnxruntime keeps it: the call holds its session weakly
+    (``OffloadSession._kernel_call``)."""
     entry = _steps.get(key)
     session = entry[0]() if entry else None
     if session is None:
@@ -565,13 +572,14 @@ def kept(make):
     return made
 
 
-def blocked_pool(pool, dtype, block, global_pool=False):
+def blocked_pool(pool, dtype, block, global_pool=False, output_dims=None):
     """The call of a kernel whose one input and output are onnxruntime's NCHWc tensors of
     ``block`` (ONNX dims ``N x C' x D1..Dn``, lying as ``N x C'/B x D1..Dn x B``:
-    :func:`nchwc_block`) of ``dtype``: ``call(inputs)`` returns the one result as the kernel
-    copies it; the input's view is made once while the tensor lies where it lay
-    (:func:`kept`), the result's is one numpy call (the kernel's path is cold after every
-    device call: each call on it costs microseconds).
+    :func:`nchwc_block`) of ``dtype``: ``call(inputs, room)`` returns the one result as the
+    kernel copies it, or None when the pool wrote it into onnxruntime's output itself
+    (``output_dims``); the input's view is made once while the tensor lies where it lay
+    (:func:`kept`), and so is the output's; a result's is one numpy call (the kernel's path is
+    cold after every device call: each call on it costs microseconds).
 
     Parameters
     ----------
@@ -581,6 +589,12 @@ def blocked_pool(pool, dtype, block, global_pool=False):
         With ``global_pool``, a reduction: ``pool(pixels, axes=..., keepdims=True)`` of the
         input as it lies (``N x C'/B x D1..Dn x B``, each image's pixels channels-last) over
         the pixels.
+    output_dims : callable, optional
+        For a MaxPool that writes its result into an array it is given
+        (``pool(images, out=...)``, as :meth:`~maxaccel.host.device.Device.max_pool` does):
+        ``output_dims(dims)``, the output's ONNX dims for an input of ONNX dims ``dims``.
+        The pool then writes into onnxruntime's output, seen as the pooled images (a strided
+        view), and the kernel copies nothing.
     """
     if global_pool:
         def pixels_of(inputs):
@@ -590,7 +604,7 @@ def blocked_pool(pool, dtype, block, global_pool=False):
                     tuple(range(2, len(shape))), shape[:2])
         pixels_kept = kept(pixels_of)
 
-        def call(inputs):
+        def call(inputs, room):
             pixels, axes, dims = pixels_kept(inputs)
             y = pool(pixels, axes=axes, keepdims=True)
             return (y.reshape(dims + y.shape[2:-1]),)
@@ -599,11 +613,25 @@ def blocked_pool(pool, dtype, block, global_pool=False):
     def images_of(inputs):
         (view, _, shape), = inputs
         images, strides, channels_last = _images_layout(shape, block, dtype.itemsize)
-        return np.ndarray(images, dtype, view, 0, strides), channels_last, shape[:2]
+        # [room's view, the pooled images over it, the output's dims]: made again when the
+        # room handed out moves.
+        out = None if output_dims is None else [None, None, tuple(output_dims(shape))]
+        return np.ndarray(images, dtype, view, 0, strides), channels_last, shape[:2], out
     images_kept = kept(images_of)
 
-    def call(inputs):
-        images, channels_last, dims = images_kept(inputs)
+    if output_dims is not None:
+        def call(inputs, room):
+            images, _, _, out = images_kept(inputs)
+            view = room(0, out[2])
+            if view is not out[0]:
+                pooled, strides, _ = _images_layout(out[2], block, dtype.itemsize)
+                out[:2] = view, np.ndarray(pooled, dtype, view, 0, strides)
+            pool(images, out=out[1])
+            return (None,)
+        return call
+
+    def call(inputs, room):
+        images, channels_last, dims, _ = images_kept(inputs)
         y = pool(images)
         # (dims, array): the pooled images channels-last, the output's items in C order.
         return ((dims + y.shape[2:], y.transpose(channels_last)),)

@@ -55,6 +55,7 @@ only in max-family nodes and only for NaN and signed zeros (``docs/semantics.md`
 """
 
 import functools
+import inspect
 import os
 import threading
 import time
@@ -68,6 +69,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from maxaccel.contract.dtypes import dtype_of
+from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.partition import (FAMILY, MAX_IR_VERSION, OFFLOADED, CpuPartition,
                                      DeviceStep, SubgraphStep, partition)
 
@@ -289,6 +291,16 @@ def _direct_run(engine):
 #: The attributes of MaxPool (every opset) that ``max_pool`` takes, with their defaults.
 _MAX_POOL_ATTRIBUTES = {"strides": None, "pads": None, "dilations": None, "ceil_mode": 0,
                         "auto_pad": "NOTSET", "storage_order": 0}
+
+
+def _takes_out(method):
+    """Whether a device's ``method`` takes ``out`` (an array it writes its result into, as
+    :meth:`~maxaccel.host.device.Device.max_pool` does): a device may be anything with the
+    operators' methods (the golden model's module, say), which need not."""
+    try:
+        return "out" in inspect.signature(method).parameters
+    except (TypeError, ValueError):     # no signature to read
+        return False
 
 
 def _max_pool_arguments(attributes):
@@ -698,16 +710,16 @@ class OffloadSession:
 
     def _kernel_call(self, index):
         """The call of device operator ``index``'s kernel
-        (:func:`maxaccel.host.device_ops._resolve`): ``call(inputs)`` runs the step on the
-        kernel's ``(memoryview, element type, shape)`` over onnxruntime's buffers (read only),
-        one per named input, and returns its results, one per named output, as the kernel
-        copies them. The kernel keeps the call; it holds the session weakly, and its operator
+        (:func:`maxaccel.host.device_ops._resolve`): ``call(inputs, room)`` runs the step on
+        the kernel's ``(memoryview, element type, shape)`` over onnxruntime's buffers (read
+        only), one per named input, and returns its results, one per named output, as the
+        kernel copies them (None: written through ``room``). The kernel keeps the call; it holds the session weakly, and its operator
         is worked out on its first call after :meth:`_run_one` saw a new device."""
         session = weakref.ref(self)
         operators, calls, failures = self._operators, self._calls, self._failures
         lock, clock = self._device_lock, time.perf_counter
 
-        def call(inputs):
+        def call(inputs, room):
             try:
                 made = operators[index]
                 if made is None:
@@ -716,7 +728,7 @@ class OffloadSession:
                 # time on the link.
                 with lock:
                     started = clock()
-                    results = made[0](inputs)
+                    results = made[0](inputs, room)
                     calls[index] = (started, clock() - started, made[1])
             except BaseException as error:
                 failures.append(error)  # raised by run() in place of onnxruntime's error
@@ -728,9 +740,9 @@ class OffloadSession:
         """How device operator ``index`` runs, its inputs of ONNX element type ``element``,
         worked out once per operator and device (the kernel's path is cold after every device
         call: each layer of Python on it costs microseconds): ``(call, where)``;
-        ``call(inputs)`` runs the step on the kernel's inputs and returns its results as the
-        kernel copies them (:meth:`_kernel_call`), one Python call between the kernel and the
-        device's."""
+        ``call(inputs, room)`` runs the step on the kernel's inputs and returns its results as
+        the kernel copies them (:meth:`_kernel_call`), one Python call between the kernel and
+        the device's."""
         from maxaccel.host import device_ops
         step, names_every_input, names_every_output, block = self._one_steps[index]
         dtype = device_ops.element_dtype(element)
@@ -740,7 +752,7 @@ class OffloadSession:
         where = self._device_for(dtype)[1]
         arrays_of = device_ops.kept(device_ops.arrays_of)
 
-        def call(inputs):
+        def call(inputs, room):
             arrays = arrays_of(inputs)
             if not names_every_input:
                 given = iter(arrays)
@@ -752,15 +764,22 @@ class OffloadSession:
 
     def _blocked_pool(self, step, dtype, block):
         """``(call, where)`` of pool ``step`` on onnxruntime's NCHWc tensors of ``block``
-        (:func:`~maxaccel.host.device_ops.with_blocked_pools`): ``call(inputs)`` of the
-        kernel's inputs returns its result as the kernel copies it
+        (:func:`~maxaccel.host.device_ops.with_blocked_pools`): ``call(inputs, room)`` of the
+        kernel's inputs returns its result as the kernel copies it, or writes it into
+        onnxruntime's output when the device's ``max_pool`` takes ``out``
         (:func:`~maxaccel.host.device_ops.blocked_pool`)."""
         from maxaccel.host import device_ops
         device, where = self._device_for(dtype)
         if step.node.op_type == "GlobalMaxPool":
             return device_ops.blocked_pool(device.reduce_max, dtype, block, True), where
         pool = self._prepare(device, "MaxPool", step.attributes)
-        return device_ops.blocked_pool(pool, dtype, block), where
+        output_dims = None
+        if _takes_out(device.max_pool):
+            arguments = _max_pool_arguments(step.attributes)
+
+            def output_dims(dims):
+                return resolve_max_pool(dims, **arguments).output_shape
+        return device_ops.blocked_pool(pool, dtype, block, output_dims=output_dims), where
 
     def _run_one(self, output_names, feeds, run_options):
         """:meth:`run` as one onnxruntime session. :attr:`last_steps` gives each device step
@@ -910,7 +929,13 @@ class OffloadSession:
             blocked, _ = self._blocked_pool(step, dtype, block)
 
             def call(x):
-                return blocked([(x, None, x.shape)]), where
+                rooms = {}  # the kernel's room: new arrays
+
+                def room(index, dims):
+                    rooms[index] = np.empty(dims, x.dtype)
+                    return memoryview(rooms[index]).cast("B")
+                results = blocked([(x, None, x.shape)], room)
+                return tuple(rooms[j] if r is None else r for j, r in enumerate(results)), where
         elif step.transpose is None:
             indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)

@@ -465,7 +465,7 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
     return plan(*best)
 
 
-def max_pool_by_window(values, fmt, plan, request, return_indices):
+def max_pool_by_window(values, fmt, plan, request, return_indices, out=None):
     """Pool ``values`` (native byte order) as :func:`maxaccel.sim.reference.max_pool` does,
     through ``MAX_POOL`` requests: for each batch of the plan, the tiles of every image as
     images of their own, a chunk of groups a request.
@@ -479,11 +479,14 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
     request : callable(payload) -> bytes
         Sends one ``MAX_POOL`` request, returns its reply payload.
     return_indices : bool
+    out : numpy.ndarray, optional
+        ``y``'s array (its shape and dtype, strided or not): each tile's maxima are written
+        straight into it.
 
     Returns
     -------
     numpy.ndarray or (numpy.ndarray, numpy.ndarray)
-        ``y`` and, with ``return_indices``, the int64 Indices.
+        ``y`` (``out`` if given) and, with ``return_indices``, the int64 Indices.
     """
     if return_indices and not plan.indices:
         raise ValueError("the plan's frames leave no room for Indices: plan_window_pool(..., "
@@ -503,7 +506,8 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
         framed[(slice(None),) + tuple(slice(f[0], f[0] + a.size) for a, f in
                                       zip(geometry.axes, frame))] = spatial
         spatial = framed
-    out = np.empty((images,) + out_shape, values.dtype)
+    y = np.empty(geometry.output_shape, values.dtype) if out is None else out
+    outer = geometry.output_shape[:2]     # N x C: the images
     where = [np.empty((images,) + out_shape, np.int64)
              for _ in geometry.axes] if return_indices else None
     for batch in plan.batches:
@@ -534,13 +538,13 @@ def max_pool_by_window(values, fmt, plan, request, return_indices):
             # The tile's flat index -> coordinates in the tile (-> in the image, below).
             coordinates = np.unravel_index(found.reshape((-1,) + tile_out)[:count], tile_shape)
         for k, tiles in enumerate(batch.tiles):
-            outputs = (slice(None),) + tuple(slice(t.out_start, t.out_stop) for t in tiles)
+            spans = tuple(slice(t.out_start, t.out_stop) for t in tiles)
             mine = slice(k * images, (k + 1) * images)
-            out.view(bits)[outputs] = maxima[mine].view(bits)
+            y.view(bits)[(slice(None), slice(None)) + spans] = \
+                maxima[mine].view(bits).reshape(outer + tile_out)
             if return_indices:
                 for axis, t in enumerate(tiles):
-                    where[axis][outputs] = coordinates[axis][mine] + t.in_start
-    y = out.reshape(geometry.output_shape)
+                    where[axis][(slice(None),) + spans] = coordinates[axis][mine] + t.in_start
     if not return_indices:
         return y
     if any(map(any, frame)):

@@ -708,6 +708,76 @@ def test_max_pool_matches_the_golden_model(device, pool):
         assert_same_bits(device.max_pool(x, **pool), y_ref, str(fmt))
 
 
+def strided_room(rng, shape, fmt):
+    """A view of ``shape`` in a larger array (every other element of its last axis, its first
+    two axes swapped in memory), filled with random bits: ``(room, the larger array, where
+    the larger array is not the room)``."""
+    n, c, *spatial = shape
+    whole = random_values(rng, fmt, (c, n, *spatial[:-1], 2 * spatial[-1] + 1))
+    outside = np.ones(whole.shape, bool)
+    np.swapaxes(outside, 0, 1)[..., 1::2] = False
+    return np.swapaxes(whole, 0, 1)[..., 1::2], whole, outside
+
+
+@pytest.mark.parametrize("route", [None, Command.REDUCE], ids=["planned", "REDUCE"])
+@pytest.mark.parametrize("pool", POOLS, ids=lambda p: "-".join(f"{k}{v}" for k, v in p.items()))
+def test_max_pool_writes_into_out_as_it_lies(device, pool, route):
+    """``out``, a strided view into a larger array: the result's bits land in it (and are
+    returned as it), Indices as without it, every other element of the larger array is left
+    as it was; through the route the planner takes and through ``REDUCE``."""
+    rng = np.random.default_rng(len(str(pool)) + 1)
+    for fmt in ALL:
+        if fmt.kind == "bool":
+            continue
+        x = pool_input(rng, fmt, len(pool["kernel_shape"]))
+        y_ref, indices_ref = reference.max_pool(x, **pool, return_indices=True)
+        for indices in (False, True):
+            out, whole, outside = strided_room(rng, y_ref.shape, fmt)
+            before = whole.copy()
+            got = device.max_pool(x, **pool, return_indices=indices, route=route, out=out)
+            y = got[0] if indices else got
+            assert y is out
+            assert_same_bits(out, y_ref, str(fmt))
+            if indices:
+                assert np.array_equal(got[1], indices_ref), str(fmt)
+            assert_same_bits(whole[outside], before[outside], f"{fmt}: outside out")
+
+
+def test_max_pool_writes_each_tile_into_out():
+    """A pool the unit takes in 14 tiles of output columns: each tile's maxima go into
+    ``out`` (a strided view), the bits the golden model's."""
+    from test_pool_tiles import SMALL
+    rng = np.random.default_rng(5)
+    fmt = FORMATS[DType.FLOAT16]
+    x = random_values(rng, fmt, (1, 4, 2, 40), edge_fraction=0.3)
+    attributes = dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 1])
+    want = reference.max_pool(x, **attributes)
+    out, *_ = strided_room(rng, want.shape, fmt)
+    with Device(FakeBoard(**SMALL)) as device:
+        assert device.max_pool(x, **attributes, out=out) is out
+        assert device.last_max_pool_route == Command.MAX_POOL
+    assert_same_bits(out, want)
+
+
+def test_max_pool_refuses_an_out_that_does_not_fit_before_sending():
+    board = FakeBoard()
+    with Device(board) as dev:
+        sent = len(board.log)
+        x = np.zeros((1, 2, 4, 4), np.float32)
+        for out, error, words in [
+                ([[0.0]], TypeError, "numpy.ndarray, not list"),
+                (np.zeros((1, 2, 2, 2), np.float64), TypeError, "float32"),
+                (np.zeros((1, 2, 2, 2), ">f4"), TypeError, "native byte order"),
+                (np.zeros((1, 2, 3, 2), np.float32), ValueError, r"\(1, 2, 2, 2\)"),
+                (np.zeros((1, 2, 2, 2), np.float32)[...], None, None)]:
+            if error is None:
+                out.flags.writeable = False
+                error, words = ValueError, "read-only"
+            with pytest.raises(error, match=words):
+                dev.max_pool(x, [2, 2], strides=[2, 2], out=out)
+        assert len(board.log) == sent
+
+
 def test_max_pool_nan_at_every_window_position(fake_device):
     """A NaN at each of the 9 positions of a 3x3 window: the canonical NaN out and the index
     of the NaN, whatever else the window holds (±0 ties elsewhere)."""

@@ -68,6 +68,23 @@ class Recording:
         return reference.reduce_max(x, *args, **kwargs)
 
 
+class Writing(Recording):
+    """The golden model, its MaxPool writing into ``out`` when given one (as
+    :meth:`~maxaccel.host.device.Device.max_pool` does), each ``out`` kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.outs = []
+
+    def max_pool(self, x, *args, out=None, **kwargs):
+        y = super().max_pool(x, *args, **kwargs)
+        if out is None:
+            return y
+        self.outs.append(out)
+        out.view(np.uint32)[...] = y.view(np.uint32)
+        return out
+
+
 PLAIN_CALLS = [("max_pool", (1, 16, 11, 13)), ("global_max_pool", (1, 16, 6, 7))]
 
 
@@ -112,11 +129,13 @@ def test_pools_between_nchwc_nodes_take_the_tensors_as_they_lie(channels):
                                 ("reduce_max", (1, channels // BLOCK, 6, 7, BLOCK))]
 
 
+@pytest.mark.parametrize("device", [reference, Writing()], ids=["returned", "written into out"])
 @pytest.mark.parametrize("block", [4, 8, 16])
-def test_a_blocked_pool_has_the_plain_pools_bits(block):
+def test_a_blocked_pool_has_the_plain_pools_bits(block, device):
     """NaN payloads, signed zeros, infinities and subnormals in every position of the windows,
-    over several images and blocks of channels, whatever block this machine has."""
-    session = OffloadSession(conv_pool_model(), device=reference)
+    over several images and blocks of channels, whatever block this machine has; the pool's
+    result returned, or written into the output by a device that takes ``out``."""
+    session = OffloadSession(conv_pool_model(), device=device)
     session.run(None, feeds())  # its steps' calls for this machine's block, if any, made
     pool, global_pool = [s for s in session._steps if isinstance(s, DeviceStep)]
     x = random_values(np.random.default_rng(block), np.float32, (2, 32, 9, 10),
@@ -132,6 +151,29 @@ def test_a_blocked_pool_has_the_plain_pools_bits(block):
         assert where == "device" and got.shape == want.shape
         lanes = got.reshape(2, 32 // block, *got.shape[2:], block)
         assert_same_bits(np.moveaxis(lanes, -1, 2).reshape(want.shape), want)
+
+
+@needs_nchwc
+@pytest.mark.parametrize("channels", [16, 32])
+def test_a_device_that_takes_out_writes_the_pool_into_onnxruntimes_output(channels):
+    """A device whose MaxPool takes ``out`` gets onnxruntime's NCHWc output seen as the pooled
+    images (a strided view over the kernel's room): its bits are the plain pool's, and it is
+    the same array as the last run's exactly when the tensor lies where it lay."""
+    device = Writing()
+    one = OffloadSession(conv_pool_model(channels), device=device)
+    plain = OffloadSession(conv_pool_model(channels), device=reference, one_session=False)
+    for seed in range(4):
+        for got, want in zip(one.run(None, feeds(seed)), plain.run(None, feeds(seed))):
+            assert_same_bits(got, want)
+    assert len(device.outs) == 4
+
+    def address(out):
+        return out.__array_interface__["data"][0]
+    pairs = list(zip(device.outs, device.outs[1:]))
+    assert [a is b for a, b in pairs] == [address(a) == address(b) for a, b in pairs]
+    out = device.outs[0]
+    assert out.shape == (channels // BLOCK, BLOCK, 6, 7) and not out.flags.c_contiguous
+    assert isinstance(out.base, memoryview) and out.flags.writeable
 
 
 @pytest.mark.parametrize("level", ["ORT_ENABLE_EXTENDED", "ORT_ENABLE_LAYOUT"])

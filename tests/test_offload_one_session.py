@@ -326,3 +326,49 @@ def test_a_kernel_hands_the_device_the_same_arrays_while_its_tensors_lie_where_t
     same = [all(a is b for a, b in zip(runs[i], runs[i + 1])) for i in range(len(runs) - 1)]
     assert same == [True, True, False, False]
     assert not any(a.flags.writeable for a in runs[-1])
+
+
+def test_a_kernels_room_is_onnxruntimes_output_handed_out_while_its_call_runs():
+    """A call may write an output itself: ``room(index, dims)`` hands out onnxruntime's output
+    as a writable memoryview (the same object again for the same tensor), and a result of None
+    leaves what was written there. Handed out only during the call; a None for an output never handed out, an index past the kernel's
+    rooms or a negative size are errors that name it, and the kernel goes on working after
+    them."""
+    session = OffloadSession(max_model([3, 4]), device=reference)
+    assert session.one_session_refusal is None
+    mode, rooms = ["write"], []
+
+    def resolve(key):
+        def call(inputs, room):
+            x, y = device_ops.arrays_of(inputs)
+            rooms.append(room)
+            if mode[0] == "no room":
+                return (None,)
+            if mode[0] == "index":
+                room(8, x.shape)
+            if mode[0] == "dims":
+                room(0, (3, -4))
+            view = room(0, x.shape)
+            assert room(0, x.shape) is view    # the same tensor: the same object
+            np.ndarray(x.shape, x.dtype, view)[...] = reference.max(x, y)
+            return (None,)
+        return call
+    device_ops._loaded.maxaccel_set_python(device_ops._register, resolve)
+    try:
+        rng = np.random.default_rng(9)
+        for fault, words in [("write", None), ("no room", "None for an output it was not handed"),
+                             ("index", "index 8 is not one of the first 8 outputs"),
+                             ("dims", "a negative size"), ("write", None)]:
+            mode[0] = fault
+            feeds = {name: random_values(rng, np.float32, (3, 4), edge_fraction=0.5)
+                     for name in "xy"}
+            if words is None:
+                (got,) = session.run(None, feeds)
+                assert_same_bits(got, reference.max(feeds["x"], feeds["y"]))
+            else:
+                with pytest.raises(Exception, match=words):
+                    session.run(None, feeds)
+    finally:
+        device_ops._loaded.maxaccel_set_python(device_ops._register, device_ops._resolve)
+    with pytest.raises(RuntimeError, match="only while its kernel's call runs"):
+        rooms[0](0, (3, 4))

@@ -378,6 +378,29 @@ def test_a_paced_device_answers_inputs_it_has_seen_in_their_modelled_time(device
         assert paced.identity is device.identity    # the rest is the device's
 
 
+def test_a_paced_device_writes_what_it_answers_into_out(device):
+    """A call given ``out`` (a strided view) records and replays with the same bits written
+    into it, Indices as without it, whatever ``out`` it gets (not part of what it
+    recognises); an ``out`` of another shape gets the device's own error."""
+    from maxaccel.host.bench_xdma import PacedDevice
+    x = random_values(np.random.default_rng(9), np.float32, (1, 8, 12, 12), edge_fraction=0.5)
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    expected = reference.max_pool(x, **pool, return_indices=True)
+    paced = PacedDevice(device, "polling")
+    for indices in (False, True, False, True):
+        whole = np.full((6, 8, 13), np.nan, np.float32)
+        out = whole.transpose(1, 0, 2)[np.newaxis, :, :, 1::2]
+        got = paced.max_pool(x, **pool, return_indices=indices, out=out)
+        assert (got[0] if indices else got) is out
+        assert_same_bits(out, expected[0])
+        assert np.isnan(whole[..., ::2]).all()
+        if indices:
+            assert np.array_equal(got[1], expected[1])
+    assert (paced.recorded, paced.replayed) == (2, 2)
+    with pytest.raises(ValueError, match=r"out must have the result's shape \(1, 8, 6, 6\)"):
+        paced.max_pool(x, **pool, out=np.empty((1, 8, 6, 7), np.float32))
+
+
 def test_a_paced_device_needs_the_xdma_double_and_a_driver_wait(board):
     from maxaccel.host.bench_xdma import PacedDevice
     with Device(FakeBoard(), progress=None) as plain:
