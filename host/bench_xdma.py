@@ -176,10 +176,10 @@ class PacedDevice(_OperatorWrapper):
     end of each host-to-card transfer in turn (the request's ``write``), then for the call's
     last transfer (the reply's ``read``), each as the driver waits (``wait``). A call given
     ``out`` (:meth:`~maxaccel.host.device.Device.max_pool`'s) gets those results written into
-    it, as the board's reply would be. Any other attribute is the device's. On the compiled board a call lasts 0.01-1 s; after that long
-    this machine's caches have lost what the next CPU nodes need, as they would after any
-    wait that long (``docs/offload.md``, "Paced as a NiteFury"), while a NiteFury's calls on
-    the same tensors take 0.07-0.4 ms.
+    it, as the board's reply would be. Any other attribute is the device's. On the compiled
+    board a call lasts 0.01-1 s; after that long this machine's caches have lost what the next
+    CPU nodes need, as they would after any wait that long (``docs/offload.md``, "Paced as a
+    NiteFury"), while a NiteFury's calls on the same tensors take 0.07-0.4 ms.
 
     Parameters
     ----------

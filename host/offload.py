@@ -713,8 +713,9 @@ class OffloadSession:
         (:func:`maxaccel.host.device_ops._resolve`): ``call(inputs, room)`` runs the step on
         the kernel's ``(memoryview, element type, shape)`` over onnxruntime's buffers (read
         only), one per named input, and returns its results, one per named output, as the
-        kernel copies them (None: written through ``room``). The kernel keeps the call; it holds the session weakly, and its operator
-        is worked out on its first call after :meth:`_run_one` saw a new device."""
+        kernel copies them (None: written through ``room``). The kernel keeps the call; it
+        holds the session weakly, and its operator is worked out on its first call after
+        :meth:`_run_one` saw a new device."""
         session = weakref.ref(self)
         operators, calls, failures = self._operators, self._calls, self._failures
         lock, clock = self._device_lock, time.perf_counter

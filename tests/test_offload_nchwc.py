@@ -114,16 +114,22 @@ def test_onnxruntime_lays_a_tensor_out_in_blocks_of_channels():
     assert not lanes[:, 20:].any()
 
 
+def run_beside_the_partitions(device, channels, runs):
+    """``conv_pool_model(channels)`` on ``device`` in one session, ``runs`` times, each run's
+    outputs and record those of the partitions on the golden model."""
+    one = OffloadSession(conv_pool_model(channels), device=device)
+    plain = OffloadSession(conv_pool_model(channels), device=reference, one_session=False)
+    for seed in range(runs):
+        for got, want in zip(one.run(None, feeds(seed)), plain.run(None, feeds(seed))):
+            assert_same_bits(got, want)
+        assert one.last_run == plain.last_run
+
+
 @needs_nchwc
 @pytest.mark.parametrize("channels", [16, 32])
 def test_pools_between_nchwc_nodes_take_the_tensors_as_they_lie(channels):
     device = Recording()
-    one = OffloadSession(conv_pool_model(channels), device=device)
-    plain = OffloadSession(conv_pool_model(channels), device=reference, one_session=False)
-    for seed in range(3):
-        for got, want in zip(one.run(None, feeds(seed)), plain.run(None, feeds(seed))):
-            assert_same_bits(got, want)
-        assert one.last_run == plain.last_run
+    run_beside_the_partitions(device, channels, 3)
     # N * C'/B images of B channels, sent channels-first; then the B channels of each pixel.
     assert device.seen[-2:] == [("max_pool", (channels // BLOCK, BLOCK, 11, 13)),
                                 ("reduce_max", (1, channels // BLOCK, 6, 7, BLOCK))]
@@ -160,11 +166,7 @@ def test_a_device_that_takes_out_writes_the_pool_into_onnxruntimes_output(channe
     images (a strided view over the kernel's room): its bits are the plain pool's, and it is
     the same array as the last run's exactly when the tensor lies where it lay."""
     device = Writing()
-    one = OffloadSession(conv_pool_model(channels), device=device)
-    plain = OffloadSession(conv_pool_model(channels), device=reference, one_session=False)
-    for seed in range(4):
-        for got, want in zip(one.run(None, feeds(seed)), plain.run(None, feeds(seed))):
-            assert_same_bits(got, want)
+    run_beside_the_partitions(device, channels, 4)
     assert len(device.outs) == 4
 
     def address(out):

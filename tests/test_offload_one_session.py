@@ -331,9 +331,9 @@ def test_a_kernel_hands_the_device_the_same_arrays_while_its_tensors_lie_where_t
 def test_a_kernels_room_is_onnxruntimes_output_handed_out_while_its_call_runs():
     """A call may write an output itself: ``room(index, dims)`` hands out onnxruntime's output
     as a writable memoryview (the same object again for the same tensor), and a result of None
-    leaves what was written there. Handed out only during the call; a None for an output never handed out, an index past the kernel's
-    rooms or a negative size are errors that name it, and the kernel goes on working after
-    them."""
+    leaves what was written there. Handed out only during the call; a None for an output never
+    handed out, an index past the kernel's rooms, a negative size or other dims for an output
+    already handed out are errors that name it, and the kernel goes on working after them."""
     session = OffloadSession(max_model([3, 4]), device=reference)
     assert session.one_session_refusal is None
     mode, rooms = ["write"], []
@@ -348,6 +348,9 @@ def test_a_kernels_room_is_onnxruntimes_output_handed_out_while_its_call_runs():
                 room(8, x.shape)
             if mode[0] == "dims":
                 room(0, (3, -4))
+            if mode[0] == "other dims":     # onnxruntime's own error, through its status
+                room(0, x.shape)
+                room(0, (12,))
             view = room(0, x.shape)
             assert room(0, x.shape) is view    # the same tensor: the same object
             np.ndarray(x.shape, x.dtype, view)[...] = reference.max(x, y)
@@ -358,7 +361,8 @@ def test_a_kernels_room_is_onnxruntimes_output_handed_out_while_its_call_runs():
         rng = np.random.default_rng(9)
         for fault, words in [("write", None), ("no room", "None for an output it was not handed"),
                              ("index", "index 8 is not one of the first 8 outputs"),
-                             ("dims", "a negative size"), ("write", None)]:
+                             ("dims", "a negative size"),
+                             ("other dims", "onnxruntime: .* has shape"), ("write", None)]:
             mode[0] = fault
             feeds = {name: random_values(rng, np.float32, (3, 4), edge_fraction=0.5)
                      for name in "xy"}
