@@ -62,9 +62,9 @@ measures) against one onnxruntime session whose device steps are the native oper
 busy ``--busy`` ms a call, or the device ``--device`` names.
 ``glue``: the one session as it is against the same session whose kernels call the device
 straight away (every step of one result whose inputs are all named, no Transpose folded in:
-no routing and no per-step Python between onnxruntime and the device's call), on ``--device``: what the session's own
-Python around each device call costs, run cold after the call (both sessions with every pool
-in ONNX layout, as the straight calls take them).
+no routing and no per-step Python between onnxruntime and the device's call), on
+``--device``: what the session's own Python around each device call costs, run cold after the
+call (both sessions with every pool in ONNX layout, as the straight calls take them).
 ``nchwc``: the one session as it is, its pools between onnxruntime's NCHWc nodes on NCHWc
 tensors, against the same session with every pool on tensors as ONNX lays them out
 (onnxruntime's reorders around each), on ``--device`` or the golden model busy ``--busy`` ms.

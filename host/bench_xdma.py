@@ -21,7 +21,10 @@ import time
 
 import numpy as np
 
+from maxaccel.contract.checks import check_out
+from maxaccel.contract.dtypes import format_of
 from maxaccel.host.bench import _OperatorWrapper
+from maxaccel.host.reduction import store_bits
 
 __all__ = ["TRANSFER_SIZES", "TransferMeasurement", "measure_transfers", "format_transfers",
            "default_total_bytes", "driver_model", "PacedDevice", "WAITS"]
@@ -225,15 +228,14 @@ class PacedDevice(_OperatorWrapper):
             for inputs, results, ends in self._kept.get(key, ()):
                 if all(_same_bits(a, b) for a, b in zip(arrays, inputs)):
                     y = results[0] if isinstance(results, tuple) else results
-                    if out is not None and (out.shape != y.shape or out.dtype != y.dtype or
-                                            not out.flags.writeable):
-                        return method(*arrays, **keywords)     # the device's error
+                    if out is not None:     # as the device checks it, before any wait
+                        check_out(out, y.shape, format_of(y.dtype), f"{name}()")
                     for end in ends:
                         self._wait(started + end)
                     self.replayed += 1
                     if out is None:
                         return _copies(results)
-                    _write_bits(out, y)
+                    store_bits(out, y)
                     return (out,) + _copies(results[1:]) if isinstance(results, tuple) else out
             clock, first = self._model.clock_s, len(self._model.transfers)
             results = method(*arrays, **keywords)
@@ -252,15 +254,6 @@ def _same_bits(a, b):
         return a.tobytes() == b.tobytes()
     unsigned = f"u{a.itemsize}"     # NaN payloads and the sign of zero compared too
     return np.array_equal(a.view(unsigned), b.view(unsigned))
-
-
-def _write_bits(out, result):
-    """``result``'s bits written into ``out`` (of its shape and dtype, strided or not)."""
-    if out.itemsize in (1, 2, 4, 8):
-        unsigned = f"u{out.itemsize}"
-        out.view(unsigned)[...] = result.view(unsigned)
-    else:
-        out[...] = result
 
 
 def _copies(results):

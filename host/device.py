@@ -48,7 +48,8 @@ from maxaccel.host.link import Link, LinkError
 from maxaccel.host.max_passes import MaxPasses, Operand
 from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
 from maxaccel.host.pool_window import max_pool_by_window, plan_window_pool
-from maxaccel.host.reduction import arg_rows, plan_reduction, reduce_by_plan, reduce_rows
+from maxaccel.host.reduction import (arg_rows, plan_reduction, reduce_by_plan, reduce_rows,
+                                     store_bits)
 from maxaccel.host.transport import open_transport
 
 __all__ = ["Device", "open_device", "plan_max_pool"]
@@ -376,9 +377,7 @@ class Device:
                     self._request)[:, 0], return_indices)
         if out is None:
             return result
-        y = result[0] if return_indices else result
-        bits = f"=u{fmt.nbytes}"
-        out.view(bits)[...] = y.view(bits)
+        store_bits(out, result[0] if return_indices else result)
         return (out, result[1]) if return_indices else out
 
     # --- checks and the reduction route -------------------------------------------------------
