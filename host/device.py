@@ -34,6 +34,8 @@ happen on the device, encoding and decoding are vectorised numpy.
 """
 
 import contextlib
+import threading
+import time
 
 import numpy as np
 
@@ -95,8 +97,8 @@ def open_device(url="sim", **options):
     url : str
         ``"sim"`` (the virtual board), ``"serial://PORT?baud=N"`` or ``"xdma:///dev/xdma0"``.
     **options
-        Passed to :class:`Device` (``timeout_s``, ``attempts``, ``max_frame_bytes``,
-        ``progress``).
+        Passed to :class:`Device` (``timeout_s``, ``attempts``, ``silent_attempts``,
+        ``max_frame_bytes``, ``progress``).
 
     Raises
     ------
@@ -127,8 +129,11 @@ class Device:
         For messages.
     timeout_s : float, optional
         How long to wait for a reply's next byte (default: the transport's).
-    attempts : int
-        Sends per command before :class:`~maxaccel.host.link.LinkError` (default 4).
+    attempts, silent_attempts : int
+        The link's retry budget (:class:`~maxaccel.host.link.Link`): at most ``attempts``
+        sends of one request (default 16) on a line that damages frames but carries the
+        device's answers, and at most ``silent_attempts`` sends in a row that hear no frame
+        (default 4: an absent board is reported after four reply timeouts).
     max_frame_bytes : int, optional
         Largest tensor payload of one command (default: the transport's ``max_frame_bytes``
         if it has one, 8 MiB behind XDMA where the transfer size is the throughput, else
@@ -147,22 +152,37 @@ class Device:
     link : maxaccel.host.link.Link
         Byte counters and retry statistics.
     last_max_pool_route : Command or None
-        The command the last :meth:`max_pool` ran through (``MAX_POOL`` or ``REDUCE``).
+        The command the last :meth:`max_pool` of the calling thread ran through (``MAX_POOL``
+        or ``REDUCE``).
+
+    Notes
+    -----
+    A device may be shared between threads. Each operation (all the requests it makes, their
+    retries included) holds the link alone; a call from another thread waits its turn. The
+    wait is bounded as the link is: while the operation holding the link moves bytes, a
+    waiter waits; when that operation has moved nothing for twice the reply timeout (plus a
+    second), the waiter gets a :class:`TimeoutError` naming the device. Ctrl-C while waiting
+    raises the same one-line ``KeyboardInterrupt`` as during a request (nothing was sent, so
+    the device has nothing to drop). :meth:`close` waits, bounded the same way, for the
+    operation in progress. Calling the device from inside its own operation (a ``progress``
+    callback) is refused with a ``RuntimeError``.
     """
 
-    def __init__(self, transport, *, url=None, timeout_s=None, attempts=4,
+    def __init__(self, transport, *, url=None, timeout_s=None, attempts=16, silent_attempts=4,
                  max_frame_bytes=None, progress="auto"):
         self.url = url or type(transport).__name__
         if isinstance(progress, str) and progress == "auto":
             progress = TransferProgress(self.url)
         self.link = Link(transport, timeout_s=timeout_s, attempts=attempts,
-                         frame_timeout_s=0.05)
+                         silent_attempts=silent_attempts, frame_timeout_s=0.05)
         if max_frame_bytes is None:
             max_frame_bytes = getattr(transport, "max_frame_bytes", None) or 1 << 20
         self.max_frame_bytes = max(64, int(max_frame_bytes))
         self.progress = progress
         self._closed = False
-        self.last_max_pool_route = None
+        self._turn = threading.Lock()       # held by the one operation using the link
+        self._holder = None                 # that operation's thread
+        self._per_thread = threading.local()
         try:
             reply = self.link.request(Command.IDENTIFY)
         except LinkError as error:
@@ -190,10 +210,28 @@ class Device:
     # --- life cycle ----------------------------------------------------------------------------
 
     def close(self):
-        """Release the transport (idempotent)."""
-        if not self._closed:
-            self._closed = True
+        """Release the transport (idempotent). An operation in progress in another thread is
+        waited for (bounded as a waiting operation is), then the transport is closed."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            held = self._holder != threading.get_ident() and self._wait_turn()
+        except TimeoutError:
+            held = False     # the operation holding the link is stuck: close under it
+        try:
             self.link.transport.close()
+        finally:
+            if held:
+                self._release_turn()
+
+    @property
+    def last_max_pool_route(self):
+        return getattr(self._per_thread, "max_pool_route", None)
+
+    @last_max_pool_route.setter
+    def last_max_pool_route(self, route):
+        self._per_thread.max_pool_route = route
 
     def __enter__(self):
         return self
@@ -208,7 +246,9 @@ class Device:
 
     def counters(self):
         """The board's link error counters, as a dict (``COUNTER_NAMES`` keys)."""
-        return dict(zip(COUNTER_NAMES, COUNTERS.unpack(self._request(Command.COUNTERS))))
+        with self._operation(0):
+            reply = self._request(Command.COUNTERS)
+        return dict(zip(COUNTER_NAMES, COUNTERS.unpack(reply)))
 
     # --- operators -----------------------------------------------------------------------------
 
@@ -400,18 +440,59 @@ class Device:
     # --- link ----------------------------------------------------------------------------------
 
     def _request(self, command, payload=b""):
+        if self._holder != threading.get_ident():
+            raise RuntimeError("a request outside an operation holding the link")
         if self._closed:
             raise ValueError(f"the device at {self.url!r} is closed")
         return self.link.request(command, payload)
 
+    #: How often a thread waiting for the link looks at whether the operation holding it
+    #: still moves bytes.
+    WAIT_SLICE_S = 0.05
+
+    def _wait_turn(self):
+        """Take the link for the calling thread's operation; True once taken.
+
+        Raises
+        ------
+        RuntimeError
+            Called from inside this thread's own operation.
+        TimeoutError
+            The operation holding the link moved no byte for twice the reply timeout plus a
+            second.
+        """
+        if self._holder == threading.get_ident():
+            raise RuntimeError(f"the device at {self.url!r} was called from inside one of its "
+                               f"own operations (a progress callback?); call it afterwards")
+        while not self._turn.acquire(timeout=self.WAIT_SLICE_S):
+            silent_s = time.monotonic() - self.link.last_activity
+            if silent_s > 2 * self.link.timeout_s + 1.0:
+                raise TimeoutError(
+                    f"the device at {self.url!r} is busy: another thread's operation has "
+                    f"held its link for {silent_s:.1f} s without moving a byte")
+        self._holder = threading.get_ident()
+        return True
+
+    def _release_turn(self):
+        self._holder = None
+        self._turn.release()
+
     @contextlib.contextmanager
     def _operation(self, total_bytes):
-        """One public call: progress over ``total_bytes`` tensor bytes."""
-        self._progress_done, self._progress_total = 0, total_bytes
-        warning = getattr(self.link.transport, "slow_warning", lambda n: None)(total_bytes)
-        if warning:
-            log.warning(warning)
+        """One public call, holding the link: progress over ``total_bytes`` tensor bytes."""
         try:
+            self._wait_turn()
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(f"interrupted while waiting for the device at "
+                                    f"{self.url!r} (another thread's operation held it); "
+                                    f"nothing was sent") from None
+        try:
+            if self._closed:
+                raise ValueError(f"the device at {self.url!r} is closed")
+            self._progress_done, self._progress_total = 0, total_bytes
+            warning = getattr(self.link.transport, "slow_warning", lambda n: None)(total_bytes)
+            if warning:
+                log.warning(warning)
             yield
             if self.progress is not None and total_bytes:
                 self.progress(total_bytes, total_bytes)
@@ -424,6 +505,7 @@ class Device:
             close = getattr(self.progress, "close", None)
             if close is not None:
                 close()
+            self._release_turn()
 
     def _moved(self, count):
         if self.progress is not None and self._progress_total:

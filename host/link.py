@@ -107,7 +107,13 @@ class Link:
         How long to wait for the next byte of a reply before the attempt counts as failed
         (default: the transport's ``reply_timeout_s``).
     attempts : int
-        Sends per request before :class:`LinkError` (default 4: one try and three retries).
+        The most sends of one request before :class:`LinkError` (default 16): a line that
+        damages frames but carries the device's answers (a reply that fails its check, a
+        ``CRC_ERROR``, a reply cut short) is retried up to this many times.
+    silent_attempts : int
+        Sends in a row that hear no frame at all (no reply, no part of one) before
+        :class:`LinkError` (default 4): an absent, unpowered or wedged board is reported after
+        this many reply timeouts, however many ``attempts`` a noisy line is allowed.
     frame_timeout_s : float
         The device's frame timeout; before a retry the link stays silent for twice this long so
         the device abandons a partial frame.
@@ -121,21 +127,29 @@ class Link:
         attempt.
     on_bytes : callable or None
         Called with the number of bytes each time some move (for progress reports).
+    last_activity : float
+        ``time.monotonic()`` when bytes last moved or an attempt last started (how a thread
+        waiting for the link tells a busy link from a stuck one).
     """
 
-    def __init__(self, transport, *, timeout_s=None, attempts=4, frame_timeout_s=0.01):
-        if attempts < 1:
-            raise ValueError(f"attempts must be at least 1, not {attempts!r}")
+    def __init__(self, transport, *, timeout_s=None, attempts=16, silent_attempts=4,
+                 frame_timeout_s=0.01):
+        for name, value in (("attempts", attempts), ("silent_attempts", silent_attempts)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1, not {value!r}")
         self.transport = transport
         self.timeout_s = transport.reply_timeout_s if timeout_s is None else timeout_s
         self.attempts = attempts
+        self.silent_attempts = silent_attempts
         self.frame_timeout_s = frame_timeout_s
         self.bytes_written = self.bytes_read = 0
         self.requests = self.retries = self.stale_replies = 0
         self.on_bytes = None
+        self.last_activity = time.monotonic()
         self._parser = FrameParser()
         self._seq = 0
         self._interrupted = False
+        self._heard_frame = False       # the current attempt saw a frame, whole or in part
 
     def request(self, command, payload=b""):
         """Send ``command`` with ``payload``; return the reply's payload.
@@ -183,36 +197,41 @@ class Link:
         failure = None
         self.requests += 1
         heard = self.bytes_read
-        for attempt in range(self.attempts):
+        attempt = silent = 0
+        while attempt < self.attempts and silent < self.silent_attempts:
             if attempt:
                 self.retries += 1
                 self._resync()
+            attempt += 1
+            self.last_activity = time.monotonic()
             seq = self._seq
             self._seq = (seq + 1) & 0xFF
+            self._heard_frame = False
             try:
                 frame = self._exchange(command, seq, payload)
             except _Broken as error:
                 failure = str(error)
-                _log.debug("%s, attempt %d of %d: %s", _command_name(command), attempt + 1,
-                           self.attempts, failure)
-                continue
-            if frame.status == Status.OK:
-                return frame.payload
-            if frame.status not in RETRYABLE:
-                raise DeviceError(command, frame.status)
-            failure = (f"the device answered {_status_name(frame.status)} "
-                       f"({_STATUS_MEANING[frame.status]})")
-            _log.debug("%s, attempt %d of %d: %s", _command_name(command), attempt + 1,
-                       self.attempts, failure)
+            else:
+                if frame.status == Status.OK:
+                    return frame.payload
+                if frame.status not in RETRYABLE:
+                    raise DeviceError(command, frame.status)
+                failure = (f"the device answered {_status_name(frame.status)} "
+                           f"({_STATUS_MEANING[frame.status]})")
+            silent = 0 if self._heard_frame else silent + 1
+            _log.debug("%s, attempt %d (at most %d; %d in a row with no frame heard, at most "
+                       "%d): %s", _command_name(command), attempt, self.attempts, silent,
+                       self.silent_attempts, failure)
         heard = self.bytes_read - heard
         hint = ""
         if heard and frame is None:
             hint = (f"the device sent {heard} bytes meanwhile, none a reply to this request: "
                     f"it is busy (still answering an earlier request, e.g. an interrupted "
                     f"client's) or the baud rate is wrong")
-        raise LinkError(command, self.attempts, failure, hint=hint, heard=heard)
+        raise LinkError(command, attempt, failure, hint=hint, heard=heard)
 
     def _count(self, read=0, written=0):
+        self.last_activity = time.monotonic()
         self.bytes_read += read
         self.bytes_written += written
         if self.on_bytes is not None:
@@ -251,12 +270,14 @@ class Link:
                 else:
                     self.stale_replies += 1
             if match is not None:
+                self._heard_frame = True
                 if not match.intact:
                     raise _Broken("the reply failed its frame check")
                 return match
             now = time.monotonic()
             if replies or self._parser.partial() is not None:
                 framed_at = now
+                self._heard_frame = True
             elif now - framed_at > self.timeout_s:
                 raise _Broken(f"no reply within {self.timeout_s:g} s (only "
                               f"{self._parser.skipped_bytes - skipped} bytes that were no "

@@ -137,6 +137,11 @@ class SerialTransport(Transport):
         Longest a write may block before :class:`TransportError`.
     baud_from : str
         Where the rate came from, for messages (``"the default"``, ``"board ulx3s"``).
+
+    The port is opened exclusively (an advisory ``flock`` on POSIX, as pyserial's
+    ``exclusive=True`` takes it): a second opener, in this process or another, gets a
+    :class:`TransportError` saying the port is in use, as a second reader of an XDMA card gets
+    ``EBUSY``; threads share one :class:`~maxaccel.host.device.Device` instead.
     """
 
     def __init__(self, port, baud=DEFAULT_BAUD, *, write_timeout_s=5.0, baud_from="given"):
@@ -146,9 +151,16 @@ class SerialTransport(Transport):
             raise TransportError(f"serial transport needs pyserial: {error}") from None
         self._serial_module = serial
         try:
+            # exclusive: an advisory lock (flock), so a second opener is refused instead of
+            # mixing its frames with ours on the line.
             self._port = serial.serial_for_url(port, baudrate=baud, timeout=0,
-                                               write_timeout=write_timeout_s)
+                                               write_timeout=write_timeout_s, exclusive=True)
         except (serial.SerialException, ValueError, OSError) as error:
+            if "exclusively lock" in str(error):
+                raise TransportError(
+                    f"serial port {port!r} is already open (another Device, in this process "
+                    f"or another): one client at a time talks to a board; share one Device "
+                    f"between threads instead") from None
             raise TransportError(f"cannot open serial port {port!r} at {baud} baud: {error}") \
                 from None
         self.port = port
