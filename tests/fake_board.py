@@ -16,14 +16,12 @@ replies with values and Indices in the contract's layout (``separate_group_image
 reads).
 
 ``silent=True`` makes a board that never answers, ``answers=n`` one that stops answering after
-n replies. :class:`Faulty` wraps any transport (this board, the virtual board) and damages bytes
-in either direction at chosen byte offsets (:class:`Fault`) or at random (``fault_rate``).
-Not a user-facing device: tests register it as ``fake://``.
+n replies; tests damage its bytes with :mod:`maxaccel.sim.faults`. Not a user-facing device:
+tests register it as ``fake://``.
 """
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,38 +32,6 @@ from maxaccel.contract.wire import (COUNTERS, LANE_BYTES, PARAMETERS, VERSION, C
                                     FrameParser, Identity, MaxParameters, Status, encode_frame,
                                     WINDOW_INDEX_BYTES, request_verdict, window_fields)
 from maxaccel.sim import reference
-
-TO_DEVICE = "to_device"
-TO_HOST = "to_host"
-KINDS = ("drop", "flip", "insert", "duplicate")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """Damage byte ``offset`` (counted from the first byte ever sent that way) of a direction."""
-
-    direction: str
-    offset: int
-    kind: str
-
-
-def _inject(data, start, faults):
-    out = bytearray(data)
-    for fault in sorted((f for f in faults if start <= f.offset < start + len(data)),
-                        key=lambda f: f.offset, reverse=True):
-        i = fault.offset - start
-        if fault.kind == "drop":
-            del out[i]
-        elif fault.kind == "flip":
-            out[i] ^= 0x10
-        elif fault.kind == "insert":
-            out.insert(i, ord("M"))
-        elif fault.kind == "duplicate":
-            out.insert(i, out[i])
-        else:
-            raise ValueError(f"unknown fault kind {fault.kind!r}")
-    return bytes(out)
-
 
 class FakeBoard:
     """The device side of the protocol, in Python (see the module docstring).
@@ -300,72 +266,4 @@ class FakeBoard:
         return encode_window_reply(y, positions, fmt, group)
 
 
-class Faulty:
-    """A transport that damages the bytes of another on their way, in both directions.
-
-    Parameters
-    ----------
-    inner : transport
-        A :class:`FakeBoard`, a ``VirtualBoard``, any transport.
-    faults : iterable of Fault
-        Damage at given offsets (append more to :attr:`faults` at any time; :attr:`sent` gives
-        the offset the next byte of each direction will have).
-    fault_rate : float
-        Probability that each byte, in each direction, is damaged (random kind), with ``seed``.
-    close_inner : bool
-        Whether :meth:`close` closes ``inner`` (not for a board shared between tests).
-
-    Other attributes are those of ``inner``.
-    """
-
-    def __init__(self, inner, faults=(), fault_rate=0.0, seed=0, close_inner=True):
-        self.inner = inner
-        self.faults = list(faults)
-        self.fault_rate = fault_rate
-        self.rng = np.random.default_rng(seed)
-        self.close_inner = close_inner
-        self.sent = {TO_DEVICE: 0, TO_HOST: 0}
-        self.injected = 0
-        self.reply_timeout_s = getattr(inner, "reply_timeout_s", 1.0)
-        self.write_chunk = getattr(inner, "write_chunk", 4096)
-        self._held = bytearray()
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def _damage(self, direction, data):
-        start = self.sent[direction]
-        self.sent[direction] += len(data)
-        faults = [f for f in self.faults if f.direction == direction]
-        if self.fault_rate and data:
-            count = self.rng.binomial(len(data), self.fault_rate)
-            faults += [Fault(direction, start + int(i), KINDS[int(k)]) for i, k in zip(
-                self.rng.choice(len(data), count, replace=False),
-                self.rng.integers(0, len(KINDS), count))]
-        if not faults:
-            return data
-        damaged = _inject(data, start, faults)
-        self.injected += sum(start <= f.offset < start + len(data) for f in faults)
-        return damaged
-
-    def write(self, data):
-        self.inner.write(self._damage(TO_DEVICE, bytes(data)))
-
-    def read(self, size, timeout_s):
-        if len(self._held) < size:
-            self._held += self._damage(TO_HOST, self.inner.read(size - len(self._held),
-                                                                timeout_s))
-        data = bytes(self._held[:size])
-        del self._held[:size]
-        return data
-
-    def reset_input(self):
-        self._held.clear()
-        self.inner.reset_input()
-
-    def close(self):
-        if self.close_inner:
-            self.inner.close()
-
-
-__all__ = ["FakeBoard", "Faulty", "Fault", "KINDS", "TO_DEVICE", "TO_HOST"]
+__all__ = ["FakeBoard"]

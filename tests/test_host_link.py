@@ -1,6 +1,6 @@
 """Link layer and transports: faults in both directions, retries, timeouts, device URLs.
 
-Faults are injected between the host and a board (``tests/fake_board.py``'s ``Faulty``, around
+Faults are injected between the host and a board (``maxaccel.sim.faults.Faulty``, around
 the fake board and around the virtual board, the real gateware in simulation) at chosen byte
 offsets of either direction: a dropped, flipped, inserted or duplicated byte in a header, a
 payload or a trailer. The host must retry and still return the golden model's bits, or, after its bounded
@@ -16,13 +16,14 @@ import tty
 import numpy as np
 import pytest
 from limits import time_limit
-from fake_board import KINDS, TO_DEVICE, TO_HOST, FakeBoard, Fault, Faulty
+from fake_board import FakeBoard
 
 from maxaccel.host.device import Device, open_device
 from maxaccel.host.link import DeviceError, LinkError
 from maxaccel.contract.wire import FRAME_OVERHEAD, PARAMETERS, Command, Status
 from maxaccel.host.transport import TransportError, register_scheme
 from maxaccel.sim import reference
+from maxaccel.sim.faults import KINDS, TO_DEVICE, TO_HOST, Fault, Faulty
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.serve import pump
 from maxaccel.sim.values import random_values

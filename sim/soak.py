@@ -1,0 +1,393 @@
+"""Soak: every operation, random shapes and dtypes, through a link that damages bytes both ways.
+
+    python -m maxaccel.sim.soak --path serve --faults 1000000     # maxaccel serve over a pty
+    python -m maxaccel.sim.soak --path xdma --faults 1000000      # the XDMA driver's double
+    python -m maxaccel.sim.soak --path direct --faults 10000      # the board in this process
+
+Each operation (Max, Min, ReduceMax, ReduceMin, ArgMax, ArgMin, GlobalMaxPool, MaxPool with
+Indices) runs on the device through :class:`maxaccel.sim.faults.Faulty`, which drops, flips,
+inserts or duplicates each byte, in each direction, with probability ``--fault-rate``, and its
+result is compared bit for bit with the golden model's, under a watchdog. The paths:
+
+``serve``
+    ``maxaccel serve`` serves the board (``--device``) on a pseudo-terminal; the client is the
+    host's serial transport. Every ``--kill-every`` operations the client disconnects, another
+    client process starts a large request and is killed mid-frame, and the client reconnects
+    (the time that takes is reported).
+``xdma``
+    The host's XDMA transport against the driver's double around the board, the bytes damaged
+    on the host's side of the driver; besides, every ``--switch-every`` operations one of the
+    double's fault switches (a stalled card, a mute card, a reply cut short) is set for a
+    random fraction of a second.
+``direct``
+    The board in this process behind the injector: the fastest way to many faults.
+
+Reported: faults injected (by direction and kind, and the switches set), operations and how
+many succeeded, requests and retries, wrong results (must be 0), hangs (must be 0), operations
+given up (``LinkError`` after the link's retry budget) with their last failures, and how long
+operations took with and without retries. Exit status 0 when nothing was wrong and nothing hung.
+"""
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import pathlib
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from maxaccel.host.device import Device
+from maxaccel.host.link import LinkError
+from maxaccel.host.transport import SimTransport, TransportError, open_transport
+from maxaccel.sim import reference
+from maxaccel.sim.faults import Faulty
+from maxaccel.sim.values import random_values
+
+__all__ = ["main", "random_operation"]
+
+#: The element types operations draw from (every width, signed and unsigned, floats).
+DTYPES = (np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16,
+          np.int32, np.int64)
+
+#: A client process that starts a long request and never finishes it, until killed.
+KILLED_CLIENT = """
+import sys, serial
+from maxaccel.contract.dtypes import DType
+from maxaccel.contract.wire import PARAMETERS, Command, encode_frame
+port = serial.serial_for_url(sys.argv[1], timeout=0, write_timeout=5)
+runs = 1 << 16
+frame = encode_frame(Command.REDUCE, 0, PARAMETERS[Command.REDUCE].pack(
+    dtype=DType.FLOAT, runs=runs, run_length=1) + bytes(4 * runs))
+sent = 0
+while True:
+    port.write(frame[sent:sent + 256])
+    sent += 256
+    if sent == 256:
+        print("started", flush=True)
+"""
+
+
+class Hang(Exception):
+    """An operation outlived the watchdog."""
+
+
+def random_operation(rng, size):
+    """A random operation: ``(name, call)``, ``call(device_or_reference)`` giving its result.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    size : int
+        The most elements along a random axis (tensors stay small, so that at the fault rates
+        of a soak most attempts meet no fault).
+    """
+    dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+    n = int(rng.integers(1, size + 1))
+    m = int(rng.integers(1, 4))
+    kind = int(rng.integers(8))
+    if kind in (0, 1):
+        a = random_values(rng, dtype, (m, n))
+        b = random_values(rng, dtype, (1, n) if rng.integers(2) else (m, n))
+        name = ("max", "min")[kind]
+        return name, lambda d: getattr(d, name)(a, b)
+    if kind in (2, 3):
+        x = random_values(rng, dtype, (m, n))
+        axes = [[0], [1], [0, 1]][int(rng.integers(3))]
+        keepdims = bool(rng.integers(2))
+        name = ("reduce_max", "reduce_min")[kind - 2]
+        return name, lambda d: getattr(d, name)(x, axes=axes, keepdims=keepdims)
+    if kind in (4, 5):
+        x = random_values(rng, dtype, (m, n))
+        axis, last = int(rng.integers(2)), bool(rng.integers(2))
+        name = ("arg_max", "arg_min")[kind - 4]
+        return name, lambda d: getattr(d, name)(x, axis=axis, select_last_index=last)
+    floats = (np.float16, np.float32, np.float64)[int(rng.integers(3))]
+    if kind == 6:
+        x = random_values(rng, floats, (1, m, max(1, n // 4), 2))
+        return "global_max_pool", lambda d: d.global_max_pool(x)
+    x = random_values(rng, floats, (1, m, max(2, n // 4), 3))
+    return "max_pool", lambda d: d.max_pool(x, kernel_shape=[2, 2], return_indices=True)
+
+
+def _same_bits(result, expected):
+    if isinstance(expected, tuple):
+        return all(_same_bits(r, e) for r, e in zip(result, expected))
+    return (result.dtype == expected.dtype and result.shape == expected.shape
+            and result.tobytes() == expected.tobytes())
+
+
+@contextlib.contextmanager
+def _watchdog(seconds):
+    def fire(*_):
+        raise Hang
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class _Figures:
+    """What a soak counts."""
+
+    def __init__(self):
+        self.counts = collections.Counter({"wrong results": 0, "hangs": 0,
+                                           "operations given up": 0})
+        self.given_up = collections.Counter()
+        self.clean_s, self.retried_s, self.reconnect_s = [], [], []
+        self.kinds = collections.Counter()
+        self.switches = collections.Counter()
+        self.faults_closed = 0      # faults of injectors already closed
+
+    def faults(self, faulty):
+        return self.faults_closed + (faulty.injected if faulty is not None else 0)
+
+    def retire(self, faulty, device):
+        """Count what a client's injector and device saw before they are replaced."""
+        if faulty is not None:
+            self.faults_closed += faulty.injected
+            self.kinds.update(faulty.kinds)
+        if device is not None:
+            self.counts["requests"] += device.link.requests
+            self.counts["retries"] += device.link.retries
+
+    def report(self, args, seconds):
+        def spread(values):
+            if not values:
+                return None
+            return {"median": round(float(np.median(values)), 4),
+                    "p99": round(float(np.percentile(values, 99)), 4),
+                    "max": round(max(values), 4)}
+        operations = self.counts["operations"]
+        done = operations - self.counts["operations given up"] - self.counts["hangs"]
+        return {
+            "command": "python -m maxaccel.sim.soak " + " ".join(args.argv),
+            "path": args.path, "device": args.device, "fault rate (each byte, each way)":
+                args.fault_rate, "reply timeout s": args.timeout, "attempts": args.attempts,
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "seconds": round(seconds),
+            "faults injected": self.faults_closed,
+            **{k: v for k, v in sorted(self.counts.items())},
+            "operations that succeeded": f"{done} of {operations} "
+                                         f"({100 * done / max(1, operations):.3f}%)",
+            "faults by direction and kind": {f"{d} {k}": n for (d, k), n in
+                                             sorted(self.kinds.items())},
+            "fault switches set": dict(self.switches),
+            "last failure of operations given up": dict(self.given_up.most_common(6)),
+            "operation s, no retry": spread(self.clean_s),
+            "operation s, with retries": spread(self.retried_s),
+            "reconnect after a killed client s": spread(self.reconnect_s),
+        }
+
+
+def _run_one(device, rng, args, figures):
+    """One random operation on ``device``, counted; False when the device must be replaced."""
+    name, call = random_operation(rng, args.size)
+    retries, began = device.link.retries, time.monotonic()
+    figures.counts["operations"] += 1
+    try:
+        with _watchdog(args.watchdog):
+            result = call(device)
+    except Hang:
+        figures.counts["hangs"] += 1
+        return False
+    except LinkError as error:
+        figures.counts["operations given up"] += 1
+        figures.given_up[error.last_failure[:80]] += 1
+        return True
+    took = time.monotonic() - began
+    (figures.retried_s if device.link.retries > retries else figures.clean_s).append(took)
+    expected = call(reference)
+    if not _same_bits(result, expected):
+        figures.counts["wrong results"] += 1
+        print(f"WRONG: {name}: {result!r} != {expected!r}", file=sys.stderr, flush=True)
+    return True
+
+
+def _progress(figures, faulty, started):
+    if figures.counts["operations"] % 500 == 0:
+        print(f"{figures.counts['operations']} operations, {figures.faults(faulty)} faults, "
+              f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+
+
+def _device(faulty, url, args):
+    return Device(faulty, url=url, timeout_s=args.timeout, attempts=args.attempts,
+                  progress=None)
+
+
+def _kill_a_client_mid_frame(port, rng):
+    """A second client process starts a long request and is killed mid-frame."""
+    process = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, port],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = process.stdout.readline()
+        if line != b"started\n":
+            raise RuntimeError(f"the killed client did not start: {process.stderr.read()!r}")
+        time.sleep(float(rng.uniform(0.02, 0.3)))
+    finally:
+        process.kill()
+        process.communicate()
+
+
+def _soak_serve(args, figures, rng, started):
+    workdir = tempfile.mkdtemp(prefix="maxaccel-soak-")
+    link = os.path.join(workdir, "tty")
+    server = subprocess.Popen([sys.executable, "-m", "maxaccel", "-q", "serve", "--device",
+                               args.device, "--link", link], stdout=subprocess.PIPE)
+    device = faulty = None
+    try:
+        for _ in range(2):
+            server.stdout.readline()        # serving ..., connect with ...
+        while figures.faults(faulty) < args.faults:
+            if device is None:
+                began = time.monotonic()
+                faulty = Faulty(open_transport(f"serial://{link}"), fault_rate=args.fault_rate,
+                                seed=int(rng.integers(2**32)))
+                try:
+                    with _watchdog(args.watchdog):
+                        device = _device(faulty, f"serial://{link}", args)
+                except (LinkError, Hang):
+                    figures.counts["failed opens"] += 1
+                    figures.retire(faulty, None)
+                    faulty.close()
+                    faulty = None
+                    continue
+                figures.reconnect_s.append(time.monotonic() - began)
+            alive = _run_one(device, rng, args, figures)
+            _progress(figures, faulty, started)
+            if not alive or figures.counts["operations"] % args.kill_every == 0:
+                figures.retire(faulty, device)
+                device.close()
+                device = faulty = None
+                _kill_a_client_mid_frame(link, rng)
+                figures.counts["clients killed mid-frame"] += 1
+    finally:
+        figures.retire(faulty, device)
+        if device is not None:
+            device.close()
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=60)
+
+
+def _switch(model, rng, figures):
+    """Set one of the XDMA double's fault switches, and clear it after a while."""
+    kind = ("stall", "mute", "cut reply")[int(rng.integers(3))]
+    figures.switches[kind] += 1
+    if kind == "cut reply":
+        model.faults.cut_next_reply = int(rng.integers(1, 8))
+        return
+    setattr(model.faults, kind, True)
+    threading.Timer(float(rng.uniform(0.01, 0.3)), setattr,
+                    (model.faults, kind, False)).start()
+
+
+def _soak_xdma(args, figures, rng, started):
+    from maxaccel.host.transport import XdmaTransport
+    from maxaccel.sim.xdma_driver import XdmaDriverModel
+    board = SimTransport(args.device.split("?")[0], **_board_options(args.device)).board
+    model = XdmaDriverModel(board, h2c_timeout_s=args.driver_timeout,
+                            c2h_timeout_s=args.driver_timeout)
+    transport = XdmaTransport(model.prefix, files=model, write_timeout_s=args.driver_timeout,
+                              reply_timeout_s=args.timeout, driver_timeout_s=args.driver_timeout)
+    # The bytes are damaged on the host's side of the driver, both ways.
+    faulty = Faulty(transport, fault_rate=args.fault_rate, seed=int(rng.integers(2**32)))
+    device = _device(faulty, "xdma-model", args)
+    try:
+        while figures.faults(faulty) + sum(figures.switches.values()) < args.faults:
+            if args.switch_every and figures.counts["operations"] % args.switch_every == 0:
+                _switch(model, rng, figures)
+            if not _run_one(device, rng, args, figures):
+                raise RuntimeError("an operation hung behind the XDMA double")
+            _progress(figures, faulty, started)
+    finally:
+        figures.retire(faulty, device)
+        figures.faults_closed += sum(figures.switches.values())
+        device.close()
+
+
+def _soak_direct(args, figures, rng, started):
+    board = SimTransport(args.device.split("?")[0], **_board_options(args.device))
+    faulty = Faulty(board, fault_rate=args.fault_rate, seed=int(rng.integers(2**32)))
+    device = _device(faulty, args.device, args)
+    try:
+        while figures.faults(faulty) < args.faults:
+            if not _run_one(device, rng, args, figures):
+                raise RuntimeError("an operation hung on the board in this process")
+            _progress(figures, faulty, started)
+    finally:
+        figures.retire(faulty, device)
+        device.close()
+
+
+def _board_options(url):
+    """A virtual board URL's parameters (``verilator?lanes=2``) as keyword arguments."""
+    from urllib.parse import parse_qsl
+    query = url.partition("?")[2]
+    return {key: int(value) for key, value in parse_qsl(query)}
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(prog="python -m maxaccel.sim.soak",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", choices=("serve", "xdma", "direct"), default="serve",
+                        help="how the host reaches the board (default: serve)")
+    parser.add_argument("--device", default="verilator",
+                        help="the virtual board: sim, verilator, verilator?PARAMS")
+    parser.add_argument("--faults", type=int, default=10_000, help="stop after this many")
+    parser.add_argument("--fault-rate", type=float, default=0.002,
+                        help="probability of a fault at each byte, each direction")
+    parser.add_argument("--size", type=int, default=24,
+                        help="most elements along an operation's longest axis")
+    parser.add_argument("--timeout", type=float, default=0.2, help="reply timeout (s)")
+    parser.add_argument("--attempts", type=int, default=16,
+                        help="the link's most sends of one request")
+    parser.add_argument("--kill-every", type=int, default=200,
+                        help="serve: operations between clients killed mid-frame")
+    parser.add_argument("--switch-every", type=int, default=50,
+                        help="xdma: operations between fault switches (0: none)")
+    parser.add_argument("--driver-timeout", type=float, default=2.0,
+                        help="xdma: the double's h2c/c2h timeouts (s)")
+    parser.add_argument("--watchdog", type=float, default=120.0,
+                        help="an operation taking longer is a hang (s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return args
+
+
+def main(argv=None):
+    """Run a soak; the figures printed (and written as JSON with ``--json``)."""
+    args = _arguments(argv)
+    figures = _Figures()
+    rng = np.random.default_rng(args.seed)
+    started = time.monotonic()
+    soak = {"serve": _soak_serve, "xdma": _soak_xdma, "direct": _soak_direct}[args.path]
+    try:
+        soak(args, figures, rng, started)
+    except KeyboardInterrupt:
+        print("interrupted: the figures so far", file=sys.stderr)
+    except TransportError as error:
+        print(f"soak: {error}", file=sys.stderr)
+        return 2
+    report = figures.report(args, time.monotonic() - started)
+    width = max(map(len, report))
+    for key, value in report.items():
+        print(f"{key:<{width}}  {value}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return 0 if report["wrong results"] == 0 and report["hangs"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
