@@ -278,3 +278,42 @@ def test_every_name_in_backticks_exists():
 ])
 def test_the_check_tells_names_that_exist_from_names_that_do_not(span, wrong):
     assert bool(problems_of(span)) == wrong, problems_of(span)
+
+
+#: A doc naming a section of a page: ``docs/architecture.md``, "Command engine" or
+#: [boards.md](boards.md), "ULX3S 85F".
+SECTION = re.compile(r'(?:`+(?:docs/)?([\w-]+\.md)`+|\]\((?:docs/)?([\w-]+\.md)\))[),]?\s*"([^"\n]+)"')
+
+
+def section_titles(page):
+    """The headings and the bold run-in titles of a page, lower case, without punctuation at
+    their ends."""
+    text = re.sub(r"^```.*?^```", "", (ROOT / "docs" / page).read_text(), flags=re.S | re.M)
+    titles = re.findall(r"^#+\s+(.+)$", text, re.M) + re.findall(r"\*\*([^*]+)\*\*", text)
+    return {title.strip(" .:").replace("`", "").lower() for title in titles}
+
+
+def test_every_section_a_doc_or_a_docstring_names_exists():
+    """Sections named by the docs, and by the package's and the tests' docstrings and comments."""
+    sources = DOCS + sorted(path for folder in (*PACKAGES, "tests")
+                            for path in (ROOT / folder).rglob("*.py"))
+    missing = []
+    for doc in sources:
+        text = re.sub(r"\s*\n\s*(?:#:?\s*)?", " ", doc.read_text())
+        for match in SECTION.finditer(text):
+            page = match.group(1) or match.group(2)
+            title = match.group(3).strip(" .:").replace("`", "").lower()
+            if not (ROOT / "docs" / page).exists():
+                continue  # not a page of docs/: the file-name check above reports it
+            titles = section_titles(page)
+            if not any(t == title or t.startswith(title) for t in titles):
+                missing.append(f"{doc.relative_to(ROOT)}: {page}, \"{match.group(3)}\"")
+    assert not missing, "\n".join(missing)
+
+
+def test_the_section_check_reads_headings_and_run_in_titles():
+    titles = section_titles("architecture.md")
+    assert {"command engine", "the kernel extent per board"} <= titles
+    assert "behind the engine: windowlanes" not in titles
+    text = 'see `docs/architecture.md`, "Command engine" and [boards.md](boards.md), "ULX3S 85F"'
+    assert [m.group(3) for m in SECTION.finditer(text)] == ["Command engine", "ULX3S 85F"]
