@@ -121,9 +121,9 @@ WINDOW_IMAGE_MAX = (1 << 8 * WINDOW_INDEX_BYTES) - 1
 #: Parameter blocks of the commands whose block does not depend on the device (the ``MAX``
 #: block does: :func:`parameter_block`).
 PARAMETERS = {
-    # REDUCE's ``minimum`` (0: each run's maximum, 1: its minimum) sits in what was the
-    # block's padding, so a maximum's bytes and the block's size are what they were.
-    # ``arg`` (protocol 8: each run's position, not its extreme) likewise.
+    # REDUCE's ``minimum`` (0: each run's maximum, 1: its minimum) and ``arg`` (1: each run's
+    # position, not its extreme) sit in bytes the block's alignment padding would fill
+    # otherwise: they do not change the block's size, and a maximum's request has zeros there.
     Command.REDUCE: ParameterBlock([("dtype", 1), ("runs", 4), ("run_length", 4),
                                     ("minimum", 1), ("arg", 1)]),
     # POOL_CHANNELS_LAST's ``minimum`` (the per-channel minima) likewise, protocol 7.

@@ -1,8 +1,9 @@
 """The element types maxaccel supports, shared by the host, the golden model and the gateware.
 
 Each dtype is identified on the wire and in the gateware by its ONNX ``TensorProto`` code, so a
-command carries the same number an ONNX model does. This module is pure Python and numpy: the
-gateware (``maxaccel.hdl``) imports it as its source of truth, never the other way round.
+command carries the same number an ONNX model does. This module needs numpy and ml_dtypes (for
+bfloat16) only: the gateware (``maxaccel.hdl``) imports it as its source of truth, never the
+other way round.
 """
 
 import enum

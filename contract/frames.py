@@ -20,12 +20,12 @@ MAGIC = b"MX"
 #: images). 5: ``window_extent`` is the kernel extent of the two inner axes and
 #: ``window_extent_outer`` (a byte appended to ``IDENTIFY``) that of a 3-D pool's outermost
 #: axis, so a board sizes its plane buffers apart from its line buffers. 6: ``REDUCE``'s
-#: ``minimum`` byte (a run's minimum; before, that byte was padding the device ignored, so a
-#: version-5 core would answer a ReduceMin with the maximum). 7: ``MAX``'s ``minimum`` byte
-#: (element-wise Min; before, that byte was ``reserved`` and a version-6 core refused a 1) and
-#: ``POOL_CHANNELS_LAST``'s (a ReduceMin over the spatial axes of ``N x D1..Dn x C``; before,
-#: padding). 8: ``REDUCE``'s ``arg`` byte (ArgMax and ArgMin: each run's position; before,
-#: padding, so a version-7 core would answer with the runs' extremes).
+#: ``minimum`` byte (a run's minimum; a version-5 core takes that byte for padding and would
+#: answer a ReduceMin with the maximum). 7: ``MAX``'s ``minimum`` byte (element-wise Min; a
+#: version-6 core refuses a 1 there, its ``reserved`` byte) and ``POOL_CHANNELS_LAST``'s (a
+#: ReduceMin over the spatial axes of ``N x D1..Dn x C``; padding to a version-6 core). 8:
+#: ``REDUCE``'s ``arg`` byte (ArgMax and ArgMin: each run's position; padding to a version-7
+#: core, which would answer with the runs' extremes).
 VERSION = 8
 HEADER_SIZE = 12
 TRAILER_SIZE = 5

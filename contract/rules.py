@@ -386,8 +386,7 @@ def takes(command, capacities):
     unit (``window_lanes`` above 0), ``POOL_CHANNELS_LAST`` only with the channels-last one
     (``pool_channels`` above 0), ``LOAD`` and ``MAX`` only with the broadcast unit
     (``replay_depth`` above 0). Without its unit a command's code is unknown
-    (``BAD_COMMAND``, protocol 8; before, a reduce-only core checked such a request in full
-    and refused it ``TOO_LARGE``), so a small core spends nothing on its block and rules.
+    (``BAD_COMMAND``), so a small core spends nothing on its block and rules.
     ``capacities`` is a :class:`Capacities` or an :class:`Identity`."""
     unit = {Command.MAX_POOL: "window_lanes", Command.POOL_CHANNELS_LAST: "pool_channels",
             Command.LOAD: "replay_depth", Command.MAX: "replay_depth"}.get(command)

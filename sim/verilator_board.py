@@ -58,7 +58,7 @@ class BenchCore(wiring.Component):
     Verilator's schedule: logic a top-level input reaches combinationally (every register's
     next value reads the reset) is evaluated again on every ``eval()``, twice a cycle, where
     logic reached from registers only is evaluated once, after the clock edge. With ``rst``
-    and ``o.ready`` as inputs, that was most of the windowed pooling unit.
+    and ``o.ready`` as inputs, that would be most of the windowed pooling unit.
 
     Parameters
     ----------

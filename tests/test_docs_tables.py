@@ -49,8 +49,8 @@ def test_the_ratio_tables_of_the_docs_are_the_bench_file():
     assert {(r.operation, r.dtype) for r in pools} == {
         (p.name, d) for p in POOL_CLASSES for d in POOL_DTYPES}
     assert {r.where for r in ratios + pools} == {"verilator"}
-    # Every operation and every MaxPool class at the link's rate (issues 27 and 29: at most
-    # 1.1 x the link-bound cycles of a ReduceMax of as many bytes).
+    # Every operation and every MaxPool class at the link's rate: at most 1.1 x the link-bound
+    # cycles of a ReduceMax of as many bytes.
     slow = [(r.operation, r.dtype, round(r.ratio, 3)) for r in ratios + pools if r.ratio > 1.1]
     assert not slow, slow
     text = page("benchmarks.md")

@@ -74,3 +74,44 @@ def test_host_and_contract_load_without_amaranth():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def module_level_imports(path):
+    """The maxaccel packages and third-party top-level modules ``path`` imports outside any
+    function: ``{name: [line, ...]}`` (``maxaccel.boards.targets`` for a maxaccel module)."""
+    found = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            if node.module == "maxaccel":
+                names = [f"maxaccel.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            found.setdefault(name, []).append(node.lineno)
+    return found
+
+
+def test_the_host_contract_and_cluster_never_import_amaranth():
+    """Not even inside a function: a host script, the contract and a pool's driver run without
+    it (the virtual boards import it, in ``sim``)."""
+    for package in ("host", "contract", "cluster"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                    [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+                assert not [n for n in names if n.split(".")[0] == "amaranth"], \
+                    f"{path.relative_to(ROOT)}:{node.lineno} imports amaranth"
+
+
+def test_the_host_imports_sim_and_boards_inside_functions_but_the_targets():
+    """What ``docs/architecture.md`` says of the host's imports: ``sim`` only inside the
+    functions that open a virtual board or run the golden model, and of ``boards`` only the
+    targets (plain data) at module level."""
+    for path in sorted((ROOT / "host").rglob("*.py")):
+        for name, lines in module_level_imports(path).items():
+            parts = name.split(".")
+            if parts[0] == "maxaccel" and len(parts) > 1 and parts[1] in ("sim", "boards"):
+                assert name == "maxaccel.boards.targets", \
+                    f"{path.relative_to(ROOT)}:{lines} imports {name} at module level"
