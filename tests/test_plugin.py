@@ -1,0 +1,191 @@
+"""The pytest plugin as a user's project outside the repository sees it (pytester): the fixtures,
+the option and its ini key, the board marker, ``-p no:maxaccel`` and ``--strict-markers``,
+pytest-xdist workers, and what loading the plugin costs a suite that does not use it."""
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from fake_board import FakeBoard
+
+from maxaccel.host.transport import register_scheme
+
+pytest_plugins = ["pytester"]
+
+#: The boards ``recorded://`` opened, in order: the test sees what the user's run opened.
+OPENED = []
+
+
+def _recorded(url):
+    board = FakeBoard()
+    board.url = url
+    OPENED.append(board)
+    return board
+
+
+register_scheme("recorded", _recorded)
+
+USERS_TESTS = """
+    import numpy as np
+    import pytest
+
+    from maxaccel.sim import reference
+    from maxaccel.testing import assert_bits_equal
+
+    SEEN = []
+
+
+    def test_the_device_computes(maxaccel_device):
+        a, b = np.float32([1.0, 0.0, np.nan]), np.float32([-2.0, -0.0, 3.0])
+        assert_bits_equal(maxaccel_device.max(a, b), reference.max(a, b))
+        SEEN.append(maxaccel_device)
+
+
+    def test_one_device_a_session(maxaccel_device):
+        assert SEEN == [maxaccel_device]
+        print("URL", maxaccel_device.url)
+
+
+    def test_the_factory_opens_more(maxaccel_device_factory, maxaccel_device):
+        first = maxaccel_device_factory("recorded://first")
+        second = maxaccel_device_factory("recorded://second", attempts=2)
+        assert first is not second and maxaccel_device not in (first, second)
+        x = np.int8([[3, -1], [7, 2]])
+        assert_bits_equal(first.reduce_max(x, axes=[1]), np.int8([[3], [7]]))
+
+
+    @pytest.mark.maxaccel_board
+    def test_on_a_board():
+        pass
+"""
+
+
+def _users_project(pytester, ini=None):
+    """A project of the user's, outside the repository, with :data:`USERS_TESTS`."""
+    OPENED.clear()
+    if ini is not None:
+        pytester.makepyprojecttoml(f"[tool.pytest.ini_options]\n{ini}\n")
+    pytester.makepyfile(test_users=textwrap.dedent(USERS_TESTS))
+
+
+def _closed_boards():
+    return [(board.url, board.closed) for board in OPENED]
+
+
+def test_the_fixtures_on_the_option_s_device_and_the_factory_s(pytester):
+    _users_project(pytester)
+    result = pytester.runpytest("--maxaccel-device", "recorded://session", "-rs", "-s")
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(["*URL recorded://session*"])
+    # One session device, opened once and closed at the end; the factory's closed after
+    # their test, last first.
+    assert _closed_boards() == [("recorded://session", True), ("recorded://first", True),
+                                ("recorded://second", True)]
+
+
+def test_the_ini_key_names_the_device_and_the_option_overrides_it(pytester):
+    _users_project(pytester, ini='maxaccel_device = "recorded://from-ini"')
+    result = pytester.runpytest("-s")
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(["*URL recorded://from-ini*"])
+    result = pytester.runpytest("-s", "--maxaccel-device=recorded://from-option")
+    result.stdout.fnmatch_lines(["*URL recorded://from-option*"])
+
+
+def test_the_default_device_is_the_virtual_board(pytester):
+    _users_project(pytester)
+    result = pytester.runpytest("-s", "-k", "computes or session", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, deselected=2)
+    result.stdout.fnmatch_lines(["*URL sim*"])
+
+
+def test_board_tests_are_skipped_with_the_reason_unless_the_device_is_a_board(pytester):
+    _users_project(pytester)
+    result = pytester.runpytest("-k", "board", "-rs", "--strict-markers")
+    result.assert_outcomes(skipped=1, deselected=3)
+    result.stdout.fnmatch_lines([
+        "SKIPPED * needs a physical board (serial:// or xdma://); the device is sim "
+        "(--maxaccel-device URL or the ini key maxaccel_device)"])
+    for url in ("serial:///dev/ttyUSB1?board=ulx3s", "xdma:///dev/xdma0"):
+        result = pytester.runpytest("-k", "board", "--maxaccel-device", url, "--strict-markers")
+        result.assert_outcomes(passed=1, deselected=3)
+    result = pytester.runpytest("-k", "board", "--maxaccel-device", "xdma-model:sim")
+    result.assert_outcomes(skipped=1, deselected=3)
+
+
+def test_without_the_plugin_its_names_are_unknown(pytester):
+    """In new processes, as a user runs pytest (this one's warnings are errors)."""
+    _users_project(pytester)
+    result = pytester.runpytest_subprocess("-p", "no:maxaccel", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=3, warnings=1)
+    result.stdout.fnmatch_lines(["*fixture 'maxaccel_device' not found*",
+                                 "*Unknown pytest.mark.maxaccel_board*"])
+    result = pytester.runpytest_subprocess("-p", "no:maxaccel", "-p", "no:cacheprovider",
+                                           "--strict-markers")
+    result.stdout.fnmatch_lines(["*'maxaccel_board' not found in `markers` configuration option*"])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result = pytester.runpytest("-p", "no:maxaccel", "--maxaccel-device", "sim")
+    result.stderr.fnmatch_lines(["*unrecognized arguments: --maxaccel-device*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_the_options_have_their_heading_and_the_marker_its_line(pytester):
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["maxaccel:", "  --maxaccel-device=URL*"])
+    result.stdout.fnmatch_lines(["  maxaccel_device (args):*"])
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.maxaccel_board: the test needs a physical board*"])
+
+
+def test_a_suite_that_does_not_use_the_plugin_loads_no_amaranth_or_onnx(pytester):
+    """Run in a new process (this one has imported everything): the plugin is loaded, and
+    neither the driver nor amaranth, onnx or onnxruntime is."""
+    pytester.makepyfile(test_light="""
+        import sys
+
+        def test_nothing_heavy():
+            loaded = {name.split(".")[0] for name in sys.modules}
+            assert "maxaccel.testing.plugin" in sys.modules
+            assert not loaded & {"amaranth", "onnx", "onnxruntime"}
+            assert "maxaccel.host" not in sys.modules
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_each_xdist_worker_opens_its_own_device(pytester):
+    """Under ``-n 2`` with two URLs, worker gwN opens the N-th; with one virtual URL, each
+    worker opens its own device of it; one physical board is refused to two workers."""
+    pytester.makeconftest(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from fake_board import FakeBoard
+        from maxaccel.host.transport import register_scheme
+        register_scheme("fake", lambda url: FakeBoard())
+    """)
+    pytester.makepyfile(test_workers="""
+        import os
+
+        def test_a(maxaccel_device, worker_id):
+            print("WORKER", worker_id, maxaccel_device.url, os.getpid(), id(maxaccel_device))
+
+        def test_b(maxaccel_device, worker_id):
+            print("WORKER", worker_id, maxaccel_device.url, os.getpid(), id(maxaccel_device))
+    """)
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "each", "-p", "no:cacheprovider", "-rA",
+        "--maxaccel-device", "fake://zero", "--maxaccel-device", "fake://one")
+    result.assert_outcomes(passed=4)
+    seen = {tuple(line.split()[1:]) for line in result.outlines if line.startswith("WORKER")}
+    assert {(worker, url) for worker, url, *_ in seen} == {("gw0", "fake://zero"),
+                                                           ("gw1", "fake://one")}
+    # One device a worker: both tests of a worker saw the same process and device.
+    assert len({(pid, device) for _, _, pid, device in seen}) == 2
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider",
+                                           "--maxaccel-device", "serial:///dev/ttyUSB1")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines([
+        "*maxaccel_device: 2 xdist workers but 1 device URL(s), and serial:///dev/ttyUSB1 is a "
+        "physical board, which serves one process at a time: give --maxaccel-device once per "
+        "worker (-n 1), or run without xdist*"])
