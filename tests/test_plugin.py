@@ -93,13 +93,6 @@ def test_the_ini_key_names_the_device_and_the_option_overrides_it(pytester):
     result.stdout.fnmatch_lines(["*URL recorded://from-option*"])
 
 
-def test_the_default_device_is_the_virtual_board(pytester):
-    _users_project(pytester)
-    result = pytester.runpytest("-s", "-k", "computes or session", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, deselected=2)
-    result.stdout.fnmatch_lines(["*URL sim*"])
-
-
 def test_board_tests_are_skipped_with_the_reason_unless_the_device_is_a_board(pytester):
     _users_project(pytester)
     result = pytester.runpytest("-k", "board", "-rs", "--strict-markers")

@@ -1,16 +1,26 @@
 """maxaccel.testing.assert_bits_equal: the same dtype, shape and every bit, for every dtype the
-contract defines, with a message that names the first difference."""
+contract defines, with a message that names the first difference; the stream helpers' put and
+get; and every example of the guide, ``docs/testing.md``, run as written."""
 
 import doctest
+import random
 import re
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from amaranth.lib import fifo
+from amaranth.sim import Simulator
 
 import maxaccel.testing.bits
 from maxaccel.contract.dtypes import FORMATS, DType
+from maxaccel.sim.streams import StreamTimeout, receive, send
 from maxaccel.testing import assert_bits_equal
+
+pytest_plugins = ["pytester"]
+
+GUIDE = Path(__file__).parent.parent / "docs" / "testing.md"
 
 
 def bits_array(bits, fmt):
@@ -139,3 +149,68 @@ def test_a_message_line_per_fact():
     assert "\n" not in str(caught.value)
     assert re.search(r"got 0xffffffffffffffff \(.*18446744073709551615.*\), "
                      r"expected 0x0000000000000000", str(caught.value))
+
+
+def _simulate(dut, *testbenches):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for testbench in testbenches:
+        sim.add_testbench(testbench)
+    sim.run()
+
+
+def test_receive_takes_its_count_and_leaves_the_rest():
+    """``ready`` is low once the count is taken: the beats beyond it stay in the design."""
+    dut = fifo.SyncFIFOBuffered(width=8, depth=8)
+    seen = {}
+
+    async def producer(ctx):
+        await send(ctx, dut.w_stream, [5, 6, 7, 8], rng=random.Random(3), idle=0.3)
+
+    async def consumer(ctx):
+        seen["first"] = await receive(ctx, dut.r_stream, 2, rng=random.Random(4),
+                                      backpressure=0.6)
+        await ctx.tick().repeat(20)
+        seen["level"] = ctx.get(dut.level)
+        seen["rest"] = await receive(ctx, dut.r_stream, lambda beats: 8 in beats,
+                                     rng=random.Random(5))
+
+    _simulate(dut, producer, consumer)
+    assert seen == {"first": [5, 6], "level": 2, "rest": [7, 8]}
+
+
+def test_send_and_receive_give_up_after_their_timeout():
+    dut = fifo.SyncFIFOBuffered(width=8, depth=2)
+
+    async def stuck_producer(ctx):
+        await send(ctx, dut.w_stream, [1, 2, 3, 4], rng=random.Random(0), timeout=10)
+
+    with pytest.raises(StreamTimeout, match=r"^beat 2 of 4 not accepted in 10 cycles$"):
+        _simulate(dut, stuck_producer)
+
+    async def starved_consumer(ctx):
+        await receive(ctx, dut.r_stream, 1, rng=random.Random(0), timeout=10)
+
+    with pytest.raises(StreamTimeout, match=r"^the stream received 0 beats \(not complete\), "
+                                            r"then nothing for 10 cycles$"):
+        _simulate(fifo.SyncFIFOBuffered(width=8, depth=2), starved_consumer)
+
+
+def test_the_guide_s_examples_run_as_written(pytester):
+    """Each ``python`` block of the guide that starts with ``# test_NAME.py`` is that file of a
+    user's project; they pass (the board test is skipped on the virtual board, with the reason
+    the guide prints) under this suite's warnings-as-errors."""
+    text = GUIDE.read_text()
+    files = re.findall(r"```python\n# (test_\w+\.py)\n(.*?)```", text, re.S)
+    assert [name for name, _ in files] == ["test_device.py", "test_factory.py", "test_board.py",
+                                           "test_bits.py", "test_fifo.py"]
+    for name, code in files:
+        (pytester.path / name).write_text(f"# {name}\n{code}")
+    result = pytester.runpytest("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=8, skipped=1)
+    skipped = re.search(r"```\n(SKIPPED \[1\] .*)\n```", text).group(1)
+    assert skipped in result.outlines
+    message = re.search(r"```\n(1 of 2 elements differ.*)\n```", text).group(1)
+    with pytest.raises(AssertionError) as caught:
+        assert_bits_equal(np.float32([1.0, -0.0]), np.float32([1.0, 0.0]))
+    assert str(caught.value) == message
