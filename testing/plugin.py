@@ -1,7 +1,8 @@
 """The maxaccel pytest plugin: a device for tests, and a marker for tests that need a board.
 
-pytest loads it from the entry point ``maxaccel`` (group ``pytest11``) wherever maxaccel is
-installed; ``-p no:maxaccel`` turns it off. It offers:
+pytest loads it through the entry point ``maxaccel`` (group ``pytest11``, module
+``pytest_maxaccel``, which says why it is top-level) wherever maxaccel is installed;
+``-p no:maxaccel`` turns it off. It offers:
 
 ``--maxaccel-device URL`` (ini key ``maxaccel_device``, default ``sim``)
     The device of :func:`maxaccel_device`: any URL :func:`maxaccel.host.open_device` takes.

@@ -2,13 +2,14 @@
 the option and its ini key, the board marker, ``-p no:maxaccel`` and ``--strict-markers``,
 pytest-xdist workers, and what loading the plugin costs a suite that does not use it."""
 
-import sys
 import textwrap
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 from fake_board import FakeBoard
 
+import maxaccel.testing.plugin
 from maxaccel.host.transport import register_scheme
 
 pytest_plugins = ["pytester"]
@@ -139,12 +140,22 @@ def test_a_suite_that_does_not_use_the_plugin_loads_no_amaranth_or_onnx(pytester
 
         def test_nothing_heavy():
             loaded = {name.split(".")[0] for name in sys.modules}
-            assert "maxaccel.testing.plugin" in sys.modules
+            assert "pytest_maxaccel" in sys.modules
             assert not loaded & {"amaranth", "onnx", "onnxruntime"}
             assert "maxaccel.host" not in sys.modules
     """)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
     result.assert_outcomes(passed=1)
+
+
+def test_the_entry_point_s_module_is_top_level():
+    """pytest marks the top-level modules and packages of a plugin's distribution for
+    assertion rewriting; with none, it marks the next level down, ``__main__`` among them, and
+    warns in every run of an installed wheel that it cannot rewrite it (an error under
+    ``-W error``). A top-level module for the entry point keeps it from looking further."""
+    (entry_point,) = [ep for ep in entry_points(group="pytest11") if ep.name == "maxaccel"]
+    assert entry_point.value == "pytest_maxaccel"
+    assert entry_point.load().maxaccel_device is maxaccel.testing.plugin.maxaccel_device
 
 
 def test_each_xdist_worker_opens_its_own_device(pytester):
