@@ -11,6 +11,7 @@ from fake_board import FakeBoard
 
 import maxaccel.testing.plugin
 from maxaccel.host.transport import register_scheme
+from maxaccel.sim.serve import PtyServer
 
 pytest_plugins = ["pytester"]
 
@@ -108,6 +109,27 @@ def test_board_tests_are_skipped_with_the_reason_unless_the_device_is_a_board(py
     result.assert_outcomes(skipped=1, deselected=3)
 
 
+def test_a_board_test_runs_on_a_board_behind_a_serial_port(pytester):
+    """A serial port with a board behind it (a pseudo-terminal served by a board's double):
+    the marked test runs, and its device talks through pyserial."""
+    pytester.makepyfile(test_board="""
+        import numpy as np
+        import pytest
+
+        from maxaccel.testing import assert_bits_equal
+
+
+        @pytest.mark.maxaccel_board
+        def test_on_the_board(maxaccel_device):
+            assert maxaccel_device.url.startswith("serial:///dev/")
+            y = maxaccel_device.max(np.float32([0.0, np.nan]), np.float32([-0.0, 1.0]))
+            assert_bits_equal(y, np.float32([0.0, np.nan]))
+    """)
+    with PtyServer(FakeBoard()) as server:
+        result = pytester.runpytest("--maxaccel-device", server.url, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
 def test_without_the_plugin_its_names_are_unknown(pytester):
     """In new processes, as a user runs pytest (this one's warnings are errors)."""
     _users_project(pytester)
@@ -166,6 +188,7 @@ def test_each_xdist_worker_opens_its_own_device(pytester):
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from fake_board import FakeBoard
         from maxaccel.host.transport import register_scheme
+from maxaccel.sim.serve import PtyServer
         register_scheme("fake", lambda url: FakeBoard())
     """)
     pytester.makepyfile(test_workers="""
