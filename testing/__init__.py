@@ -5,6 +5,8 @@
 * :mod:`maxaccel.testing.plugin` -- the pytest plugin (entry point ``maxaccel``): the fixtures
   ``maxaccel_device`` and ``maxaccel_device_factory``, the option ``--maxaccel-device`` and the
   marker ``maxaccel_board``;
+* :mod:`maxaccel.testing.replay` -- a device's link traffic recorded where a board is attached
+  and replayed where none is (the plugin's ``--maxaccel-record`` and ``--maxaccel-replay``);
 * :mod:`maxaccel.sim.streams` -- for gateware: stream sources and sinks with seeded stalls.
 
 ``docs/testing.md`` is the guide. The names are imported on first use, so the plugin, which

@@ -17,6 +17,11 @@ pytest loads it through the entry point ``maxaccel`` (group ``pytest11``, module
 ``@pytest.mark.maxaccel_board``
     The test needs a physical board: it is skipped, with the reason, unless the device URL is
     one (``serial://`` or ``xdma://``).
+``--maxaccel-record FILE``, ``--maxaccel-replay FILE``
+    Record the link traffic of :func:`maxaccel_device` into ``FILE`` at the end of the
+    session; or make :func:`maxaccel_device` a replay of such a recording, which answers as
+    the recorded device did (:mod:`maxaccel.testing.replay`): board tests recorded where a
+    board is attached then run where none is. One process only (not under xdist workers).
 
 Loading the plugin imports pytest and the standard library only; the fixtures import the
 driver (and a virtual board its simulator) when a test first asks for them.
@@ -33,6 +38,9 @@ DEFAULT_URL = "sim"
 #: hardware); any other URL is a virtual board.
 BOARD_SCHEMES = ("serial", "xdma")
 
+#: The recording :func:`maxaccel_device` replays, loaded when the session is configured.
+_REPLAYED = pytest.StashKey[dict]()
+
 _BOARD_MARKER = ("maxaccel_board: the test needs a physical board; skipped unless the device "
                  "(--maxaccel-device, ini maxaccel_device) is serial:// or xdma://")
 
@@ -45,6 +53,15 @@ def pytest_addoption(parser):
              "serial:///dev/ttyUSB1, xdma:///dev/xdma0, ...); give it once per pytest-xdist "
              "worker to give each its own board. Default: the ini key maxaccel_device, "
              f"else {DEFAULT_URL}.")
+    group.addoption(
+        "--maxaccel-record", dest="maxaccel_record", metavar="FILE",
+        help="record the link traffic of the maxaccel_device fixture into FILE (written at "
+             "the end of the session)")
+    group.addoption(
+        "--maxaccel-replay", dest="maxaccel_replay", metavar="FILE",
+        help="make the maxaccel_device fixture a replay of a recording of --maxaccel-record: "
+             "it answers as the recorded device did, with none attached; its URL is the "
+             "recorded one (so board tests of a board's recording run)")
     parser.addini(
         "maxaccel_device", type="args", default=[DEFAULT_URL],
         help="device URL(s) of the maxaccel_device fixture, space-separated (one per xdist "
@@ -53,6 +70,16 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", _BOARD_MARKER)
+    record, replay = config.getoption("maxaccel_record"), config.getoption("maxaccel_replay")
+    if record and replay:
+        raise pytest.UsageError("--maxaccel-record and --maxaccel-replay: give one of them")
+    if replay:
+        from maxaccel.testing.replay import load_recording
+
+        try:
+            config.stash[_REPLAYED] = load_recording(replay)
+        except (OSError, ValueError) as error:
+            raise pytest.UsageError(f"--maxaccel-replay: {error}") from None
 
 
 def is_board_url(url):
@@ -77,8 +104,11 @@ def _worker(config):
 
 
 def device_url(config):
-    """The URL of this process's device: the N-th URL on xdist worker ``gwN`` (counting
-    round the list when there are fewer URLs than workers), the first elsewhere."""
+    """The URL of this process's device: the recorded one with ``--maxaccel-replay``; else
+    the N-th URL on xdist worker ``gwN`` (counting round the list when there are fewer URLs
+    than workers), the first elsewhere."""
+    if _REPLAYED in config.stash:
+        return config.stash[_REPLAYED]["url"]
     urls = _urls(config)
     worker = _worker(config)
     return urls[worker[0] % len(urls)] if worker else urls[0]
@@ -108,17 +138,50 @@ def pytest_collection_modifyitems(config, items):
                        f"(--maxaccel-device URL or the ini key maxaccel_device)"))
 
 
+def _open(config):
+    """``(device, recording)``: this process's device, and the :class:`RecordingTransport`
+    under it with ``--maxaccel-record`` (else None)."""
+    record = config.getoption("maxaccel_record")
+    if not record and _REPLAYED not in config.stash:
+        from maxaccel.host import open_device
+
+        url = device_url(config)
+        _check_not_shared(config, url)
+        return open_device(url), None
+    worker = _worker(config)
+    if worker and worker[1] > 1:
+        pytest.fail("maxaccel_device: --maxaccel-record and --maxaccel-replay follow one "
+                    "sequence of requests, so one process: run without xdist workers",
+                    pytrace=False)
+    from maxaccel.host import Device
+    from maxaccel.host.transport import open_transport
+    from maxaccel.testing.replay import RecordingTransport, ReplayTransport
+
+    if record:
+        url = device_url(config)
+        transport = RecordingTransport(open_transport(url), url)
+    else:
+        transport = ReplayTransport(config.stash[_REPLAYED])
+    try:
+        return Device(transport, url=transport.url), transport if record else None
+    except BaseException:
+        transport.close()
+        raise
+
+
 @pytest.fixture(scope="session")
 def maxaccel_device(request):
     """An open :class:`maxaccel.host.Device` on ``--maxaccel-device`` (default ``sim``), shared
-    by the tests of this process (of this xdist worker) and closed at the end."""
-    from maxaccel.host import open_device
-
-    url = device_url(request.config)
-    _check_not_shared(request.config, url)
-    device = open_device(url)
-    yield device
-    device.close()
+    by the tests of this process (of this xdist worker) and closed at the end; with
+    ``--maxaccel-record`` its traffic is then saved, with ``--maxaccel-replay`` it is the
+    recording's replay."""
+    device, recording = _open(request.config)
+    try:
+        yield device
+    finally:
+        device.close()
+        if recording is not None:
+            recording.save(request.config.getoption("maxaccel_record"))
 
 
 @pytest.fixture

@@ -1,19 +1,24 @@
 """The pytest plugin as a user's project outside the repository sees it (pytester): the fixtures,
-the option and its ini key, the board marker, ``-p no:maxaccel`` and ``--strict-markers``,
-pytest-xdist workers, and what loading the plugin costs a suite that does not use it."""
+the option and its ini key, the board marker (on a board behind a serial port too),
+``-p no:maxaccel`` and ``--strict-markers``, pytest-xdist workers, a board's traffic recorded
+and replayed, and what loading the plugin costs a suite that does not use it."""
 
 import textwrap
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from fake_board import FakeBoard
+from fake_board import TO_HOST, FakeBoard, Fault, Faulty
 
 import maxaccel.testing.plugin
 from maxaccel.host.transport import register_scheme
 from maxaccel.sim.serve import PtyServer
 
 pytest_plugins = ["pytester"]
+
+#: Options of the runs in new processes: no cache, and no hypothesis plugin (its import is most
+#: of a process's start here, and the runs do not use it).
+LIGHT = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
 
 #: The boards ``recorded://`` opened, in order: the test sees what the user's run opened.
 OPENED = []
@@ -130,15 +135,90 @@ def test_a_board_test_runs_on_a_board_behind_a_serial_port(pytester):
     result.assert_outcomes(passed=1)
 
 
+REPLAYED_TESTS = """
+    import numpy as np
+    import pytest
+
+    from maxaccel.testing import assert_bits_equal
+
+    X = np.float32([[0.0, -0.0], [np.nan, -1.0]])
+
+
+    @pytest.mark.maxaccel_board
+    def test_on_the_board(maxaccel_device):
+        y = maxaccel_device.reduce_max(X, axes=[1], keepdims=False)
+        assert_bits_equal(y, np.float32([0.0, np.nan]))
+
+
+    def test_max(maxaccel_device):
+        y = maxaccel_device.max(X, np.float32([-0.0]))
+        assert_bits_equal(y, np.float32([[0.0, -0.0], [np.nan, -0.0]]))
+        print("\\nLINK", maxaccel_device.url, maxaccel_device.link.requests,
+              maxaccel_device.link.retries)
+"""
+
+
+def test_a_board_s_traffic_recorded_and_replayed_where_no_board_is(pytester, tmp_path):
+    """Recorded through a serial port with a board behind it; replayed with none: the board
+    test runs, and the device answers the same bits, retries included (a byte of a reply
+    dropped on the way when it was recorded)."""
+    pytester.makepyfile(test_replayed=textwrap.dedent(REPLAYED_TESTS))
+    recording = tmp_path / "board.json"
+    board = Faulty(FakeBoard(), [Fault(TO_HOST, 40, "drop")])
+    with PtyServer(board) as server:
+        result = pytester.runpytest("-s", "--maxaccel-device", server.url,
+                                    "--maxaccel-record", str(recording))
+    result.assert_outcomes(passed=2)
+    assert board.injected == 1
+    (recorded,) = [line for line in result.outlines if line.startswith("LINK")]
+    assert recorded.split()[1] == server.url and recorded.split()[3] == "1"    # one retry
+    result = pytester.runpytest("-s", "-rs", "--maxaccel-replay", str(recording))
+    result.assert_outcomes(passed=2)
+    assert [line for line in result.outlines if line.startswith("LINK")] == [recorded]
+
+
+def test_a_replay_that_sends_other_bytes_fails_at_the_first(pytester, tmp_path):
+    pytester.makepyfile(test_replayed=textwrap.dedent(REPLAYED_TESTS))
+    recording = tmp_path / "fake.json"
+    result = pytester.runpytest("--maxaccel-device", "recorded://", "--maxaccel-record",
+                                str(recording))
+    result.assert_outcomes(passed=1, skipped=1)     # not a board: the board test skipped
+    pytester.makepyfile(test_replayed=textwrap.dedent(REPLAYED_TESTS).replace("-1.0", "-2.0"))
+    result = pytester.runpytest("--maxaccel-replay", str(recording))
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*ReplayMismatch: replay of recorded://: the host sent other bytes than were "
+        "recorded: byte * is 0x* where the recording has 0x* (a replay must make the recorded "
+        "run's requests, in the same order)"])
+    pytester.makepyfile(test_replayed=textwrap.dedent(REPLAYED_TESTS) + textwrap.dedent("""
+        def test_more(maxaccel_device):
+            maxaccel_device.max(X)
+    """))
+    result = pytester.runpytest("--maxaccel-replay", str(recording))
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*the recording ends after * bytes*"])
+
+
+def test_record_and_replay_refuse_what_they_cannot_do(pytester, tmp_path):
+    result = pytester.runpytest("--maxaccel-record", "a.json", "--maxaccel-replay", "b.json")
+    result.stderr.fnmatch_lines(["*--maxaccel-record and --maxaccel-replay: give one of them"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result = pytester.runpytest("--maxaccel-replay", str(tmp_path / "none.json"))
+    result.stderr.fnmatch_lines(["*--maxaccel-replay: *No such file or directory*none.json*"])
+    (tmp_path / "other.json").write_text('{"format": 0}')
+    result = pytester.runpytest("--maxaccel-replay", str(tmp_path / "other.json"))
+    result.stderr.fnmatch_lines(["*--maxaccel-replay: *other.json is not a maxaccel recording "
+                                 "of format 1"])
+
+
 def test_without_the_plugin_its_names_are_unknown(pytester):
     """In new processes, as a user runs pytest (this one's warnings are errors)."""
     _users_project(pytester)
-    result = pytester.runpytest_subprocess("-p", "no:maxaccel", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:maxaccel", *LIGHT)
     result.assert_outcomes(passed=1, errors=3, warnings=1)
     result.stdout.fnmatch_lines(["*fixture 'maxaccel_device' not found*",
                                  "*Unknown pytest.mark.maxaccel_board*"])
-    result = pytester.runpytest_subprocess("-p", "no:maxaccel", "-p", "no:cacheprovider",
-                                           "--strict-markers")
+    result = pytester.runpytest_subprocess("-p", "no:maxaccel", *LIGHT, "--strict-markers")
     result.stdout.fnmatch_lines(["*'maxaccel_board' not found in `markers` configuration option*"])
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result = pytester.runpytest("-p", "no:maxaccel", "--maxaccel-device", "sim")
@@ -188,7 +268,6 @@ def test_each_xdist_worker_opens_its_own_device(pytester):
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from fake_board import FakeBoard
         from maxaccel.host.transport import register_scheme
-from maxaccel.sim.serve import PtyServer
         register_scheme("fake", lambda url: FakeBoard())
     """)
     pytester.makepyfile(test_workers="""
@@ -201,7 +280,7 @@ from maxaccel.sim.serve import PtyServer
             print("WORKER", worker_id, maxaccel_device.url, os.getpid(), id(maxaccel_device))
     """)
     result = pytester.runpytest_subprocess(
-        "-n", "2", "--dist", "each", "-p", "no:cacheprovider", "-rA",
+        "-n", "2", "--dist", "each", *LIGHT, "-rA",
         "--maxaccel-device", "fake://zero", "--maxaccel-device", "fake://one")
     result.assert_outcomes(passed=4)
     seen = {tuple(line.split()[1:]) for line in result.outlines if line.startswith("WORKER")}
@@ -209,10 +288,19 @@ from maxaccel.sim.serve import PtyServer
                                                            ("gw1", "fake://one")}
     # One device a worker: both tests of a worker saw the same process and device.
     assert len({(pid, device) for _, _, pid, device in seen}) == 2
-    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider",
+    result = pytester.runpytest_subprocess("-n", "2", *LIGHT,
                                            "--maxaccel-device", "serial:///dev/ttyUSB1")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines([
         "*maxaccel_device: 2 xdist workers but 1 device URL(s), and serial:///dev/ttyUSB1 is a "
         "physical board, which serves one process at a time: give --maxaccel-device once per "
         "worker (-n 1), or run without xdist*"])
+    (pytester.path / "empty.json").write_text(
+        '{"format": 1, "url": "fake://", "reply_timeout_s": 1, "max_frame_bytes": null, '
+        '"sent": "", "received": []}')
+    result = pytester.runpytest_subprocess("-n", "2", *LIGHT,
+                                           "--maxaccel-replay", "empty.json")
+    result.assert_outcomes(errors=2)
+    result.stdout.fnmatch_lines(["*maxaccel_device: --maxaccel-record and --maxaccel-replay "
+                                 "follow one sequence of requests, so one process: run "
+                                 "without xdist workers*"])
