@@ -131,7 +131,8 @@ async def receive(ctx, stream, count, *, rng, backpressure=0.0, timeout=100_000)
     rng : random.Random
         The source of the backpressure; seed it, so a failing run can be run again.
     backpressure : float
-        Probability that ``ready`` is low in a cycle, from 0 (never) to below 1.
+        Probability that ``ready`` is low in a cycle, from 0 (never) to 1 (always: nothing is
+        taken, and it times out).
     timeout : int
         Cycles without a beat after which it gives up.
 
