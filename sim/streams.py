@@ -1,10 +1,24 @@
 """Stream testbench helpers: sources and sinks with seeded random stalls, and a runner.
 
-Every stream test in this project goes through :func:`run_streams`, which drives each input
-stream with random idle cycles, applies random backpressure on each output stream, waits for the
-expected number of beats, and then checks that nothing is left over: every input beat was
-accepted and no output beat beyond the expected count appears for ``drain_cycles`` cycles.
-A design from :func:`shared_design` is simulated by one kept simulator, reset between runs.
+For any Amaranth design with ``amaranth.lib.stream`` ports (``valid``, ``ready``, ``payload``)
+clocked by the ``sync`` domain, in ``Simulator.add_testbench`` testbenches:
+
+* :func:`send` puts payloads into a stream, idling at random between beats;
+* :func:`receive` gets a number of payloads from a stream under random backpressure;
+* :func:`run_streams` runs a whole test: a source per input stream, a sink per output stream,
+  each stalled by its own generator seeded from one :class:`Stalls`, and then checks that
+  nothing is left over: every input beat was accepted, and no output beat beyond the expected
+  count appears for ``drain_cycles`` cycles. It returns what each sink received and the cycle
+  of each beat (:class:`StreamRun`), so exact latencies can be asserted.
+
+The same seed gives the same stalls, so a failure seen once is seen again. Crossing a test
+with :data:`STALL_PATTERNS` (no stalls, idle sources, backpressure, both) is the discipline
+every stream test of this project follows (``docs/testing.md`` has a user's example).
+:func:`shared_design` keeps one simulator of a design for a test crossed with many cases.
+
+The remaining names (:func:`beats_from_rows`, :func:`rows_from_beats`, :func:`lanes_to_bytes`,
+:func:`words_from_bytes`, :func:`bytes_from_words`) pack and unpack the payload layouts of
+maxaccel's own units (``maxaccel.hdl.beat``, ``maxaccel.hdl.linkword``).
 """
 
 import collections
@@ -14,9 +28,9 @@ from dataclasses import dataclass, field
 
 from amaranth.sim import Simulator
 
-__all__ = ["Stalls", "StreamTimeout", "send", "run_streams", "shared_design", "beats_from_rows",
-           "rows_from_beats", "lanes_to_bytes", "words_from_bytes", "bytes_from_words",
-           "STALL_PATTERNS"]
+__all__ = ["Stalls", "STALL_PATTERNS", "StreamTimeout", "StreamRun", "send", "receive",
+           "run_streams", "shared_design", "beats_from_rows", "rows_from_beats",
+           "lanes_to_bytes", "words_from_bytes", "bytes_from_words"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +69,33 @@ class StreamTimeout(AssertionError):
 
 
 async def send(ctx, stream, payloads, *, rng, idle=0.0, timeout=100_000):
-    """Drive ``payloads`` into ``stream``, idling with probability ``idle`` before each beat."""
+    """Put ``payloads`` into ``stream`` (a testbench's put), idling at random between beats.
+
+    Before each beat, ``valid`` stays low for a cycle with probability ``idle`` (drawn again
+    each cycle); then the payload is offered with ``valid`` high until ``ready`` takes it. The
+    producer never waits for ``ready`` before raising ``valid``, as the stream rules require.
+    ``valid`` is low when it returns.
+
+    Parameters
+    ----------
+    ctx : amaranth.sim.SimulatorContext
+        The testbench's context.
+    stream : amaranth.lib.stream.Interface
+        The design's input stream (``valid``, ``ready``, ``payload``).
+    payloads : sequence
+        What ``ctx.set(stream.payload, ...)`` takes: ints, or dicts and lists for a layout.
+    rng : random.Random
+        The source of the idle cycles; seed it, so a failing run can be run again.
+    idle : float
+        Probability of an idle cycle before each beat, from 0 (none) to below 1.
+    timeout : int
+        Cycles a beat may wait for ``ready``.
+
+    Raises
+    ------
+    StreamTimeout
+        A beat was not accepted within ``timeout`` cycles.
+    """
     for index, payload in enumerate(payloads):
         while rng.random() < idle:
             ctx.set(stream.valid, 0)
@@ -69,6 +109,71 @@ async def send(ctx, stream, payloads, *, rng, idle=0.0, timeout=100_000):
         else:
             raise StreamTimeout(f"beat {index} of {len(payloads)} not accepted in {timeout} cycles")
     ctx.set(stream.valid, 0)
+
+
+async def receive(ctx, stream, count, *, rng, backpressure=0.0, timeout=100_000):
+    """Get ``count`` payloads from ``stream`` (a testbench's get), under random backpressure.
+
+    Each cycle ``ready`` is low with probability ``backpressure``, high otherwise; a beat is
+    taken on a clock edge where both ``valid`` and ``ready`` are high. ``ready`` is low when it
+    returns, so beats beyond ``count`` stay in the design (:func:`run_streams` checks there
+    are none).
+
+    Parameters
+    ----------
+    ctx : amaranth.sim.SimulatorContext
+        The testbench's context.
+    stream : amaranth.lib.stream.Interface
+        The design's output stream.
+    count : int or callable
+        The number of beats to take, or ``complete(payloads)``, true once the payloads taken
+        so far are all there are (for a stream whose number of beats depends on its data).
+    rng : random.Random
+        The source of the backpressure; seed it, so a failing run can be run again.
+    backpressure : float
+        Probability that ``ready`` is low in a cycle, from 0 (never) to 1 (always: nothing is
+        taken, and it times out).
+    timeout : int
+        Cycles without a beat after which it gives up.
+
+    Returns
+    -------
+    list
+        The payloads, as ``ctx.tick().sample`` gives them (ints, or views of a layout).
+
+    Raises
+    ------
+    StreamTimeout
+        No beat for ``timeout`` cycles before the last.
+    """
+    received, _, _ = await _take(ctx, stream, count, rng=rng, backpressure=backpressure,
+                                 timeout=timeout, name="the stream")
+    ctx.set(stream.ready, 0)
+    return received
+
+
+async def _take(ctx, stream, count, *, rng, backpressure, timeout, name):
+    """Take beats as :func:`receive` does, leaving ``ready`` as the last cycle set it;
+    ``(payloads, arrivals, edges)``: the edge of each beat and the edges waited in all,
+    counted from 1 at the first edge."""
+    complete = count if callable(count) else (lambda beats: len(beats) >= count)
+    edges, waited = 0, 0
+    received, arrivals = [], []
+    while not complete(received):
+        ready = rng.random() >= backpressure
+        ctx.set(stream.ready, ready)
+        _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
+        edges += 1
+        if ready and valid:
+            received.append(payload)
+            arrivals.append(edges)
+            waited = 0
+        else:
+            waited += 1
+            if waited > timeout:
+                raise StreamTimeout(f"{name} received {len(received)} beats (not complete), "
+                                    f"then nothing for {timeout} cycles")
+    return received, arrivals, edges
 
 
 #: ``{(factory, args, kwargs): design}``: the designs :func:`shared_design` made.
@@ -216,26 +321,9 @@ def run_streams(dut, *, sources, sinks, stalls=Stalls(), setup=None, drain_cycle
 
     for name, (stream, count) in sinks.items():
         async def sink(ctx, name=name, stream=stream, count=count):
-            edges = 0
-            received = []
-            arrivals = []
-            waited = 0
-            sink_rng = sink_rngs[name]
-            complete = count if callable(count) else (lambda beats: len(beats) >= count)
-            while not complete(received):
-                ready = sink_rng.random() >= stalls.backpressure
-                ctx.set(stream.ready, ready)
-                _, _, valid, payload = await ctx.tick().sample(stream.valid, stream.payload)
-                edges += 1
-                if ready and valid:
-                    received.append(payload)
-                    arrivals.append(edges)
-                    waited = 0
-                else:
-                    waited += 1
-                    if waited > timeout:
-                        raise StreamTimeout(f"sink {name!r} received {len(received)} beats "
-                                            f"(not complete), then nothing for {timeout} cycles")
+            received, arrivals, edges = await _take(
+                ctx, stream, count, rng=sink_rngs[name], backpressure=stalls.backpressure,
+                timeout=timeout, name=f"sink {name!r}")
             run.received[name] = received
             run.cycles[name] = edges
             run.arrivals[name] = arrivals
