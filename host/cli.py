@@ -711,6 +711,13 @@ def _parser(prog="maxaccel"):
                             "name for scripts)")
     serve.set_defaults(handler=_serve)
 
+    from maxaccel.host import soak as soak_module
+    soak = commands.add_parser("soak", help="drive every operation through a faulty link",
+                               description=soak_module.__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    soak_module.add_arguments(soak)
+    soak.set_defaults(handler=lambda args, out: soak_module.soak(args, out))
+
     boards = commands.add_parser("boards", help="list the FPGA boards maxaccel builds for",
                                  description=BOARDS_DESCRIPTION)
     boards.set_defaults(handler=_boards)

@@ -1,8 +1,8 @@
 """Soak: every operation, random shapes and dtypes, through a link that damages bytes both ways.
 
-    python -m maxaccel.sim.soak --path serve --faults 1000000     # maxaccel serve over a pty
-    python -m maxaccel.sim.soak --path xdma --faults 1000000      # the XDMA driver's double
-    python -m maxaccel.sim.soak --path direct --faults 10000      # the board in this process
+    maxaccel soak --path serve --faults 1000000     # maxaccel serve over a pty
+    maxaccel soak --path xdma --faults 1000000      # the XDMA driver's double
+    maxaccel soak --path direct --faults 10000      # the board in this process
 
 Each operation (Max, Min, ReduceMax, ReduceMin, ArgMax, ArgMin, GlobalMaxPool, MaxPool with
 Indices) runs on the device through :class:`maxaccel.sim.faults.Faulty`, which drops, flips,
@@ -46,12 +46,9 @@ import numpy as np
 
 from maxaccel.host.device import Device
 from maxaccel.host.link import LinkError
-from maxaccel.host.transport import SimTransport, TransportError, open_transport
-from maxaccel.sim import reference
-from maxaccel.sim.faults import Faulty
-from maxaccel.sim.values import random_values
+from maxaccel.host.transport import SimTransport, open_transport
 
-__all__ = ["main", "random_operation"]
+__all__ = ["add_arguments", "random_operation", "soak"]
 
 #: The element types operations draw from (every width, signed and unsigned, floats).
 DTYPES = (np.float16, np.float32, np.float64, np.int8, np.uint8, np.int16, np.uint16,
@@ -89,6 +86,7 @@ def random_operation(rng, size):
         The most elements along a random axis (tensors stay small, so that at the fault rates
         of a soak most attempts meet no fault).
     """
+    from maxaccel.sim.values import random_values
     dtype = DTYPES[int(rng.integers(len(DTYPES)))]
     n = int(rng.integers(1, size + 1))
     m = int(rng.integers(1, 4))
@@ -171,7 +169,7 @@ class _Figures:
         operations = self.counts["operations"]
         done = operations - self.counts["operations given up"] - self.counts["hangs"]
         return {
-            "command": "python -m maxaccel.sim.soak " + " ".join(args.argv),
+            "command": "maxaccel soak " + _options(args),
             "path": args.path, "device": args.device, "fault rate (each byte, each way)":
                 args.fault_rate, "reply timeout s": args.timeout, "attempts": args.attempts,
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -188,6 +186,16 @@ class _Figures:
             "operation s, with retries": spread(self.retried_s),
             "reconnect after a killed client s": spread(self.reconnect_s),
         }
+
+
+def _options(args):
+    """The command line that repeats a soak."""
+    return " ".join(f"--{name.replace('_', '-')} {value}" for name, value in vars(args).items()
+                    if name in _OPTION_NAMES and value is not None)
+
+
+_OPTION_NAMES = ("path", "device", "faults", "fault_rate", "size", "timeout", "attempts",
+                 "kill_every", "switch_every", "driver_timeout", "watchdog", "seed")
 
 
 def _run_one(device, rng, args, figures):
@@ -207,6 +215,7 @@ def _run_one(device, rng, args, figures):
         return True
     took = time.monotonic() - began
     (figures.retried_s if device.link.retries > retries else figures.clean_s).append(took)
+    from maxaccel.sim import reference
     expected = call(reference)
     if not _same_bits(result, expected):
         figures.counts["wrong results"] += 1
@@ -240,6 +249,7 @@ def _kill_a_client_mid_frame(port, rng):
 
 
 def _soak_serve(args, figures, rng, started):
+    from maxaccel.sim.faults import Faulty
     workdir = tempfile.mkdtemp(prefix="maxaccel-soak-")
     link = os.path.join(workdir, "tty")
     server = subprocess.Popen([sys.executable, "-m", "maxaccel", "-q", "serve", "--device",
@@ -293,6 +303,7 @@ def _switch(model, rng, figures):
 
 def _soak_xdma(args, figures, rng, started):
     from maxaccel.host.transport import XdmaTransport
+    from maxaccel.sim.faults import Faulty
     from maxaccel.sim.xdma_driver import XdmaDriverModel
     board = SimTransport(args.device.split("?")[0], **_board_options(args.device)).board
     model = XdmaDriverModel(board, h2c_timeout_s=args.driver_timeout,
@@ -316,6 +327,7 @@ def _soak_xdma(args, figures, rng, started):
 
 
 def _soak_direct(args, figures, rng, started):
+    from maxaccel.sim.faults import Faulty
     board = SimTransport(args.device.split("?")[0], **_board_options(args.device))
     faulty = Faulty(board, fault_rate=args.fault_rate, seed=int(rng.integers(2**32)))
     device = _device(faulty, args.device, args)
@@ -336,58 +348,51 @@ def _board_options(url):
     return {key: int(value) for key, value in parse_qsl(query)}
 
 
-def _arguments(argv):
-    parser = argparse.ArgumentParser(prog="python -m maxaccel.sim.soak",
-                                     description=__doc__.split("\n\n")[0])
+def add_arguments(parser):
+    """The soak's options, on ``parser`` (the ``maxaccel soak`` subcommand's)."""
     parser.add_argument("--path", choices=("serve", "xdma", "direct"), default="serve",
                         help="how the host reaches the board (default: serve)")
     parser.add_argument("--device", default="verilator",
-                        help="the virtual board: sim, verilator, verilator?PARAMS")
-    parser.add_argument("--faults", type=int, default=10_000, help="stop after this many")
+                        help="the virtual board: sim, verilator, verilator?PARAMS (default: "
+                             "verilator)")
+    parser.add_argument("--faults", type=int, default=10_000,
+                        help="stop after this many faults (default 10000)")
     parser.add_argument("--fault-rate", type=float, default=0.002,
-                        help="probability of a fault at each byte, each direction")
+                        help="probability of a fault at each byte, each direction (default "
+                             "0.002)")
     parser.add_argument("--size", type=int, default=24,
-                        help="most elements along an operation's longest axis")
-    parser.add_argument("--timeout", type=float, default=0.2, help="reply timeout (s)")
+                        help="most elements along an operation's longest axis (default 24)")
+    parser.add_argument("--timeout", type=float, default=0.2,
+                        help="reply timeout, seconds (default 0.2)")
     parser.add_argument("--attempts", type=int, default=16,
-                        help="the link's most sends of one request")
+                        help="the link's most sends of one request (default 16)")
     parser.add_argument("--kill-every", type=int, default=200,
-                        help="serve: operations between clients killed mid-frame")
+                        help="serve: operations between clients killed mid-frame (default 200)")
     parser.add_argument("--switch-every", type=int, default=50,
-                        help="xdma: operations between fault switches (0: none)")
+                        help="xdma: operations between fault switches, 0 for none (default 50)")
     parser.add_argument("--driver-timeout", type=float, default=2.0,
-                        help="xdma: the double's h2c/c2h timeouts (s)")
+                        help="xdma: the double's h2c/c2h timeouts, seconds (default 2)")
     parser.add_argument("--watchdog", type=float, default=120.0,
-                        help="an operation taking longer is a hang (s)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="also write the figures here")
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
-    return args
+                        help="an operation taking longer is a hang, seconds (default 120)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures here")
 
 
-def main(argv=None):
-    """Run a soak; the figures printed (and written as JSON with ``--json``)."""
-    args = _arguments(argv)
+def soak(args, out=sys.stdout):
+    """Run the soak ``args`` describe (:func:`add_arguments`); print the figures to ``out``
+    (and write them as JSON with ``--json``); 0 when nothing was wrong and nothing hung."""
     figures = _Figures()
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
-    soak = {"serve": _soak_serve, "xdma": _soak_xdma, "direct": _soak_direct}[args.path]
+    run = {"serve": _soak_serve, "xdma": _soak_xdma, "direct": _soak_direct}[args.path]
     try:
-        soak(args, figures, rng, started)
+        run(args, figures, rng, started)
     except KeyboardInterrupt:
         print("interrupted: the figures so far", file=sys.stderr)
-    except TransportError as error:
-        print(f"soak: {error}", file=sys.stderr)
-        return 2
     report = figures.report(args, time.monotonic() - started)
     width = max(map(len, report))
     for key, value in report.items():
-        print(f"{key:<{width}}  {value}")
+        print(f"{key:<{width}}  {value}", file=out)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
     return 0 if report["wrong results"] == 0 and report["hangs"] == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
