@@ -195,8 +195,9 @@ def test_models_are_cached_by_design(tmp_path, monkeypatch):
 
 
 def test_the_key_is_the_sources_contents(tmp_path, monkeypatch):
-    """Any change to a source of the design's packages changes the key; the same contents at
-    another path (another checkout) give the same key."""
+    """Any change to the code of the design's packages changes the key, a change to their
+    documentation does not; the same contents at another path (another checkout) give the
+    same key."""
     for copy in ("a", "b"):
         package = tmp_path / copy / "gateware_under_test"
         (package / "sub").mkdir(parents=True)
@@ -211,7 +212,10 @@ def test_the_key_is_the_sources_contents(tmp_path, monkeypatch):
     assert verilator.source_key("Unit(1)", packages=("gateware_under_test",)) != key
     (tmp_path / "b" / "gateware_under_test" / "sub" / "unit.py").write_text("WIDTH = 9\n")
     assert verilator.source_key("Unit()", packages=("gateware_under_test",)) != key
-    (tmp_path / "b" / "gateware_under_test" / "sub" / "unit.py").write_text("WIDTH = 8\n")
+    # Documentation is not design: a docstring, a comment or a blank line keeps the key.
+    (tmp_path / "b" / "gateware_under_test" / "sub" / "unit.py").write_text(
+        '"""The unit."""\n\n# its width\nWIDTH = 8\n')
+    assert verilator.source_key("Unit()", packages=("gateware_under_test",)) == key
     (tmp_path / "b" / "gateware_under_test" / "sub" / "new.py").write_text("")
     assert verilator.source_key("Unit()", packages=("gateware_under_test",)) != key
     # The core's gateware is all in the hashed packages: hdl imports only the contract.

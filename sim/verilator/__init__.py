@@ -20,6 +20,7 @@ with yosys's simulation models of that family's cells; the synthesis's fingerpri
 yosys version, cell models) joins the cache key.
 """
 
+import ast
 import contextlib
 import ctypes
 import hashlib
@@ -119,8 +120,9 @@ def _versions():
 
 def source_key(recipe, packages=DESIGN_PACKAGES):
     """A digest of what a design is made of, without elaborating it: ``recipe`` (a string
-    naming the design's class and parameters) and the name and contents of every ``.py`` file
-    of ``packages`` (content, not path: two checkouts of the same sources share a key).
+    naming the design's class and parameters) and the name and code (:func:`code_of`: the
+    syntax tree, docstrings and comments left out) of every ``.py`` file of ``packages``
+    (content, not path: two checkouts of the same sources share a key).
 
     Parameters
     ----------
@@ -143,8 +145,23 @@ def source_key(recipe, packages=DESIGN_PACKAGES):
             root = pathlib.Path(directory)
             for path in sorted(root.rglob("*.py")):
                 digest.update(f"\0{package}/{path.relative_to(root).as_posix()}\0".encode())
-                digest.update(path.read_bytes())
+                digest.update(code_of(path.read_text()).encode())
     return digest.hexdigest()
+
+
+def code_of(source):
+    """What of a module's ``source`` can change a design: its syntax tree without docstrings
+    (comments, line numbers and layout are not in the tree), so that editing documentation
+    does not rebuild a model."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def compile_model(elaboratable, harness, *, name, top="model", defines=None, synthesis=None,
