@@ -4,7 +4,8 @@ the modelled time (``maxaccel bench --device xdma-model:verilator --paced --mode
 
 Behind ``xdma-model:BOARD`` the host's ``xdma://`` transport talks to the XDMA driver's double
 (:mod:`maxaccel.sim.xdma_driver`), which keeps the time each DMA transfer would take on a
-NiteFury: a fixed cost per transfer and the link's rate (``docs/boards.md``, "The XDMA link").
+NiteFury: a fixed cost per transfer, a cost per page of the buffer it posts and the link's rate
+(``docs/boards.md``, "The XDMA link").
 For each transfer size, a ReduceMax whose every request carries one run of about that many
 bytes (one host-to-card transfer a request, a few-byte reply) runs through it, checked bit for
 bit against the golden model; its payload bytes over the modelled time are what a NiteFury

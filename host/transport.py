@@ -245,7 +245,8 @@ class XdmaTransport(Transport):
       reply is in. The card-to-host file is opened with ``O_TRUNC`` (the driver's
       ``eop_flush``): a read ends at the reply frame's ``tlast``. A packet's first read is one
       page; a frame longer than that is read on in one read of exactly its remaining bytes
-      (from its header). Reads go into a page-aligned buffer (``readv``), which meets the
+      (from its header). Reads go into a page-aligned buffer (one ``read`` call: ``readv``
+      would take the driver's asynchronous ``read_iter`` path), which meets the
       engine's alignment (``IOCTL_XDMA_ALIGN_GET``); writes are copied into one when the
       alignment asks more than a byte;
     * blocks every signal it can in both threads (``signal.pthread_sigmask``), so a signal
@@ -264,9 +265,9 @@ class XdmaTransport(Transport):
     device : str
         Path prefix, e.g. ``/dev/xdma0``.
     files : object, optional
-        ``open``, ``read``, ``readv``, ``write``, ``ioctl``, ``close`` and ``exists`` as
-        ``os.open``, ``os.read``, ``os.readv``, ``os.write``, ``fcntl.ioctl``, ``os.close`` and
-        ``os.path.exists`` (the default): a test passes the driver's double
+        ``open``, ``read``, ``readinto``, ``write``, ``ioctl``, ``close`` and ``exists`` as
+        ``os.open``, ``os.read``, ``io.FileIO.readinto`` (the file number first),
+        ``os.write``, ``fcntl.ioctl``, ``os.close`` and ``os.path.exists`` (the default): a test passes the driver's double
         (:class:`maxaccel.sim.xdma_driver.XdmaDriverModel`).
     write_timeout_s : float
         Longest a request's transfer may take before :class:`TransportError`.
@@ -541,12 +542,12 @@ class XdmaTransport(Transport):
                 self._cond.notify_all()
 
     def _read_into(self, fd, buffer):
-        readv = getattr(self.files, "readv", None)
-        if readv is None:
+        readinto = getattr(self.files, "readinto", None)
+        if readinto is None:
             data = self.files.read(fd, len(buffer))
             buffer[:len(data)] = data
             return len(data)
-        return readv(fd, [buffer])
+        return readinto(fd, buffer)
 
     def _writer(self):
         _block_signals()
@@ -619,10 +620,16 @@ class _OsFiles:
 
     open = staticmethod(os.open)
     read = staticmethod(os.read)
-    readv = staticmethod(getattr(os, "readv", None))
     write = staticmethod(os.write)
     close = staticmethod(os.close)
     exists = staticmethod(os.path.exists)
+
+    @staticmethod
+    def readinto(fd, buffer):
+        """One ``read(2)`` into ``buffer`` (the driver's ``read``, not its ``read_iter``)."""
+        import io
+        with io.FileIO(fd, "r", closefd=False) as file:
+            return file.readinto(buffer)
 
     @staticmethod
     def ioctl(fd, request, arg):

@@ -8,7 +8,7 @@ behaves as the driver does (``dma_ip_drivers``, ``XDMA/linux-kernel/xdma``: ``cd
 
 * **No poll.** The driver's ``file_operations`` have no ``poll``: ``select()`` says "ready"
   always, so this object offers no readiness either; the calls are ``open``, ``read``,
-  ``readv``, ``write``, ``ioctl`` and ``close`` (of file numbers it hands out).
+  ``readinto``, ``write``, ``ioctl`` and ``close`` (of file numbers it hands out).
 * **Whole, blocking transfers, split at descriptors.** A call pins the user buffer's pages
   (one descriptor each, the first and last partial when the buffer is not page-aligned) and
   runs them as transfers of at most 2048 descriptors, each also cut where the engine's ring
@@ -184,9 +184,9 @@ def _descriptors(offset, length):
 class XdmaDriverModel:
     """``/dev/xdmaN_h2c_0`` and ``/dev/xdmaN_c2h_0`` of the XDMA driver, a board behind them.
 
-    Its ``open``/``read``/``readv``/``write``/``ioctl``/``close``/``exists`` have the
-    signatures of ``os.open``, ``os.read``, ``os.readv``, ``os.write``, ``fcntl.ioctl``,
-    ``os.close`` and ``os.path.exists``, so :class:`~maxaccel.host.transport.XdmaTransport`
+    Its ``open``/``read``/``readinto``/``write``/``ioctl``/``close``/``exists`` take what
+    ``os.open``, ``os.read``, ``io.FileIO.readinto`` (with the file number first),
+    ``os.write``, ``fcntl.ioctl``, ``os.close`` and ``os.path.exists`` take, so :class:`~maxaccel.host.transport.XdmaTransport`
     takes it in their place (``files=``). Any number of threads may call it at once, as a
     process may call the driver.
 
@@ -373,10 +373,10 @@ class XdmaDriverModel:
         count = self._read(fd, buffer, _OS_READ_OFFSET)
         return bytes(buffer[:count])
 
-    def readv(self, fd, buffers):
-        """As ``os.readv`` with one writable buffer: the card's bytes land at their places in
-        it (a packet's hole keeps what the buffer held); returns the count."""
-        (buffer,) = buffers
+    def readinto(self, fd, buffer):
+        """A ``read`` into the writable ``buffer`` (as ``io.FileIO.readinto``, one ``read``
+        call): the card's bytes land at their places in it (a packet's hole keeps what the
+        buffer held); returns the count."""
         view = memoryview(buffer).cast("B")
         return self._read(fd, view, _address(view))
 

@@ -205,7 +205,7 @@ def test_transfers_are_cut_at_2048_descriptors_of_the_buffer_pages_and_at_the_ri
     frame = identify_frame()
     aligned[:len(frame)] = frame
     model.write(write_fd, memoryview(aligned)[:len(frame)])
-    count = model.readv(read_fd, [memoryview(aligned)[:3 * 4096]])
+    count = model.readinto(read_fd, memoryview(aligned)[:3 * 4096])
     assert FrameParser().feed(aligned[:count])[0].intact
     assert model.transfers[-1].pages == 3
 
@@ -224,14 +224,14 @@ def test_a_read_that_meets_two_packets_runs_them_as_the_descriptors_do():
     model.write(write_fd, reduce_frame(values, 1, seq=1))      # an 8 KB reply
     buffer = mmap.mmap(-1, 8 * 4096)
     buffer[:] = b"\xa5" * len(buffer)
-    count = model.readv(read_fd, [buffer])
+    count = model.readinto(read_fd, buffer)
     first, second = FrameParser(), FrameParser()
     (identity,) = first.feed(buffer[:count])
     head = len(identify_frame()) + len(identity.payload)
     hole = buffer[head:4096]
     assert set(hole) == {0xa5} and count == head + 4096
     assert second.feed(buffer[4096:4096 + count - head]) == []
-    assert model.readv(read_fd, [buffer]) < 8 * 4096             # the rest, to its tlast
+    assert model.readinto(read_fd, buffer) < 8 * 4096             # the rest, to its tlast
 
 
 def test_a_reply_with_no_read_posted_stops_the_card_and_the_write_times_out(board):
@@ -455,9 +455,9 @@ def test_modelled_throughput_against_transfer_size(device):
 
 def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_request_works(
         board):
-    """The driver's wait ignores signals until its timeout; the transport waits in its own
-    threads, so Ctrl-C returns at once, and the next request waits for the abandoned transfer
-    to end before it goes."""
+    """The transport waits in the driver only in its own threads, which block signals: Ctrl-C
+    goes to the calling thread and returns at once, the transfer in the driver is not aborted
+    by it, and the next request waits for the abandoned transfer to end before it goes."""
     import threading
     transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=2.0)
     # The disposition this test is about (a background job may have inherited SIGINT ignored).
@@ -689,7 +689,7 @@ def test_the_driver_timeouts_come_from_the_module_parameters(tmp_path):
     # The double with 0: a read waits until something ends it (here a signal).
     read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
     assert model.c2h_timeout_s == 0
-    thread, result = in_thread(model.readv, read_fd, [bytearray(4096)])
+    thread, result = in_thread(model.readinto, read_fd, bytearray(4096))
     time.sleep(0.5)
     assert thread.is_alive()
     model.faults.signal = {"c2h"}
