@@ -266,9 +266,9 @@ class XdmaTransport(Transport):
         Path prefix, e.g. ``/dev/xdma0``.
     files : object, optional
         ``open``, ``read``, ``readinto``, ``write``, ``ioctl``, ``close`` and ``exists`` as
-        ``os.open``, ``os.read``, ``io.FileIO.readinto`` (the file number first),
-        ``os.write``, ``fcntl.ioctl``, ``os.close`` and ``os.path.exists`` (the default): a test passes the driver's double
-        (:class:`maxaccel.sim.xdma_driver.XdmaDriverModel`).
+        ``os.open``, ``os.read``, ``io.FileIO.readinto`` (the file number first), ``os.write``,
+        ``fcntl.ioctl``, ``os.close`` and ``os.path.exists`` (the default): a test passes the
+        driver's double (:class:`maxaccel.sim.xdma_driver.XdmaDriverModel`).
     write_timeout_s : float
         Longest a request's transfer may take before :class:`TransportError`.
     reply_timeout_s : float

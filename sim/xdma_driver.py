@@ -185,10 +185,10 @@ class XdmaDriverModel:
     """``/dev/xdmaN_h2c_0`` and ``/dev/xdmaN_c2h_0`` of the XDMA driver, a board behind them.
 
     Its ``open``/``read``/``readinto``/``write``/``ioctl``/``close``/``exists`` take what
-    ``os.open``, ``os.read``, ``io.FileIO.readinto`` (with the file number first),
-    ``os.write``, ``fcntl.ioctl``, ``os.close`` and ``os.path.exists`` take, so :class:`~maxaccel.host.transport.XdmaTransport`
-    takes it in their place (``files=``). Any number of threads may call it at once, as a
-    process may call the driver.
+    ``os.open``, ``os.read``, ``io.FileIO.readinto`` (with the file number first), ``os.write``,
+    ``fcntl.ioctl``, ``os.close`` and ``os.path.exists`` take, so
+    :class:`~maxaccel.host.transport.XdmaTransport` takes it in their place (``files=``). Any
+    number of threads may call it at once, as a process may call the driver.
 
     Parameters
     ----------
