@@ -246,9 +246,9 @@ class XdmaTransport(Transport):
       ``eop_flush``): a read ends at the reply frame's ``tlast``. A packet's first read is one
       page; a frame longer than that is read on in one read of exactly its remaining bytes
       (from its header). Reads go into a page-aligned buffer (one ``read`` call: ``readv``
-      would take the driver's asynchronous ``read_iter`` path), which meets the
-      engine's alignment (``IOCTL_XDMA_ALIGN_GET``); writes are copied into one when the
-      alignment asks more than a byte;
+      would take the driver's asynchronous ``read_iter`` path), which meets the engines'
+      alignment (``IOCTL_XDMA_ALIGN_GET``); writes are copied into one when the alignment
+      asks more than a byte;
     * blocks every signal it can in both threads (``signal.pthread_sigmask``), so a signal
       (a watchdog's ``SIGALRM``, Ctrl-C) goes to another thread and never aborts a transfer;
       the calling thread waits with its own timeouts, so Ctrl-C still ends a request at once;
@@ -285,7 +285,7 @@ class XdmaTransport(Transport):
     files : object
         The file calls in use (``files``, or the operating system's).
     alignment : int
-        The card-to-host engine's address alignment, as the driver reports it.
+        The larger of the engines' address alignments, as the driver reports them.
     """
 
     #: A request is one write, whatever its size: the transfer size is the link's throughput
@@ -293,7 +293,8 @@ class XdmaTransport(Transport):
     #: several transfers itself.
     write_chunk = 1 << 40
     #: Largest tensor payload per request that :class:`~maxaccel.host.device.Device` uses on
-    #: this transport unless told otherwise (a request of about 8 MiB, one transfer).
+    #: this transport unless told otherwise (a request of about 8 MiB: one transfer, two where
+    #: the driver's ring of descriptors wraps).
     max_frame_bytes = (8 << 20) - 4096
     #: The module's parameter files (``module_param(h2c_timeout, uint, 0644)``).
     PARAMETERS = "/sys/module/xdma/parameters"
@@ -358,18 +359,19 @@ class XdmaTransport(Transport):
             thread.start()
 
     def _alignment(self):
-        """The engine's address alignment (``IOCTL_XDMA_ALIGN_GET``); 1 if it cannot be
-        asked."""
+        """The larger of the two engines' address alignments (``IOCTL_XDMA_ALIGN_GET``); 1
+        where it cannot be asked."""
         import struct
         from maxaccel.boards.targets import XDMA_IOCTL_ALIGN_GET
         ioctl = getattr(self.files, "ioctl", None)
-        if ioctl is None:
-            return 1
-        try:
-            (align,) = struct.unpack("i", ioctl(self._read_fd, XDMA_IOCTL_ALIGN_GET, bytes(4)))
-        except OSError:
-            return 1
-        return max(1, align)
+        alignment = 1
+        for fd in (self._read_fd, self._write_fd) if ioctl is not None else ():
+            try:
+                (align,) = struct.unpack("i", ioctl(fd, XDMA_IOCTL_ALIGN_GET, bytes(4)))
+            except OSError:
+                continue
+            alignment = max(alignment, align)
+        return alignment
 
     # --- the link's side ---------------------------------------------------------------------
 

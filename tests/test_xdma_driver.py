@@ -709,3 +709,18 @@ def test_a_read_costs_its_posted_pages_in_modelled_time():
     assert abs(many - one - 2048 * PAGE_COST_S) < 1e-9
     model.reset_clock()
     assert abs((8 << 20) / model._timed("h2c", 8 << 20, 0.0) / 1.6e9 - 1) < 1e-9
+
+
+def test_the_transport_asks_the_alignment_and_meets_it():
+    """Engines that want 64-byte-aligned buffers: the transport asks (IOCTL_XDMA_ALIGN_GET),
+    reads into a page-aligned buffer and copies each request into one, so nothing is refused;
+    each reply's first read posts one page."""
+    transport = fake_transport(addr_align=64)
+    model = transport.files
+    with Device(transport, progress=None) as dev:
+        assert transport.alignment == 64
+        x = random_values(np.random.default_rng(13), np.float32, (30, 700))
+        assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert_same_bits(dev.max(x, x[:1]), reference.max(x, x[:1]))
+    reads = [n for engine, n in model.calls if engine == "c2h"]
+    assert reads[0] == 4096 and all(n <= transport.read_bytes for n in reads)
