@@ -8,12 +8,16 @@ amaranth-boards platform when a build needs it.
 from dataclasses import dataclass, field
 import importlib
 
-__all__ = ["Target", "TARGETS", "DEFAULT_BAUD", "target", "check_lanes", "report_markdown", "load_reports",
+__all__ = ["Target", "TARGETS", "DEFAULT_BAUD", "XDMA_IOCTL_ALIGN_GET", "target",
+           "check_lanes", "report_markdown", "load_reports",
            "reports_dir"]
 
 #: The UART bit rate of the boards we build unless a target says otherwise; also the host's
 #: default for ``serial://PORT`` without ``?baud=`` or ``?board=``.
 DEFAULT_BAUD = 3_000_000
+#: The Xilinx XDMA driver's ``IOCTL_XDMA_ALIGN_GET`` (``cdev_sgdma.h``: ``_IOR('q', 6, int)``):
+#: the engine's address alignment, which a buffer given to ``read``/``write`` must meet.
+XDMA_IOCTL_ALIGN_GET = (2 << 30) | (4 << 16) | (ord("q") << 8) | 6
 
 
 @dataclass(frozen=True)

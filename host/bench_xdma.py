@@ -4,7 +4,8 @@ the modelled time (``maxaccel bench --device xdma-model:verilator --paced --mode
 
 Behind ``xdma-model:BOARD`` the host's ``xdma://`` transport talks to the XDMA driver's double
 (:mod:`maxaccel.sim.xdma_driver`), which keeps the time each DMA transfer would take on a
-NiteFury: a fixed cost per transfer and the link's rate (``docs/boards.md``, "The XDMA link").
+NiteFury: a fixed cost per transfer, a cost per page of the buffer it posts and the link's rate
+(``docs/boards.md``, "The XDMA link").
 For each transfer size, a ReduceMax whose every request carries one run of about that many
 bytes (one host-to-card transfer a request, a few-byte reply) runs through it, checked bit for
 bit against the golden model; its payload bytes over the modelled time are what a NiteFury
@@ -47,7 +48,7 @@ class TransferMeasurement:
     Attributes
     ----------
     transfer_bytes : int
-        Bytes of each request's host-to-card transfer (the frame: payload and framing).
+        Bytes of each request's host-to-card write (the frame: payload and framing).
     requests : int
     payload_bytes : int
         Tensor bytes moved.
@@ -120,13 +121,15 @@ def measure_transfers(device, sizes=TRANSFER_SIZES, *, total_bytes=64 << 20, min
             x = rng.standard_normal((runs, run)).astype(np.float32)
             device.max_frame_bytes = 4 * run
             model.reset_clock()
-            requests = device.link.requests
+            requests, calls = device.link.requests, len(model.calls)
             result = device.reduce_max(x, axes=[1])
             expected = reference.reduce_max(x, axes=[1])
             if result.tobytes() != expected.tobytes():
                 raise RuntimeError(f"ReduceMax through {device.url!r} differs from the golden "
                                    f"model at {size}-byte transfers")
-            writes = [t.nbytes for t in model.transfers if t.direction == "h2c"]
+            # Each request's write (the driver may run it as two transfers, cut where its
+            # ring of descriptors wraps).
+            writes = [n for engine, n in model.calls[calls:] if engine == "h2c"]
             measurement = TransferMeasurement(max(writes), device.link.requests - requests,
                                               x.nbytes + expected.nbytes, model.clock_s)
             results.append(measurement)

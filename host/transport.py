@@ -241,45 +241,63 @@ class XdmaTransport(Transport):
     """The Xilinx XDMA driver's streaming character devices of a PCIe board.
 
     ``<device>_h2c_0`` carries requests to the board, ``<device>_c2h_0`` replies from it
-    (AXI4-Stream mode). The driver (``dma_ip_drivers``, ``cdev_sgdma.c``) makes each ``read``
-    and ``write`` one blocking DMA transfer that ends when done or at its ``sgdma`` timeout
-    (10 s by default), whatever ``O_NONBLOCK`` says, and its files have no ``poll``
-    (``select`` says "ready" always). So this transport:
+    (AXI4-Stream mode). The driver (``dma_ip_drivers``, ``cdev_sgdma.c``, ``libxdma.c``) makes
+    each ``read`` and ``write`` blocking DMA transfers that end when done, at the module's
+    ``h2c_timeout``/``c2h_timeout`` or at a signal to the waiting thread (the transfer then
+    aborted: ``ETIMEDOUT`` or the count of the request's earlier transfers), whatever
+    ``O_NONBLOCK`` says, and its files have no ``poll``. So this transport:
 
-    * writes a request as one transfer (a few for requests above 8 MiB: the driver splits
-      them), from a writer thread;
-    * reads replies from a reader thread that posts a read whenever a reply is owed and the
-      request is still going in or the link wants more bytes, so a reply that streams back
-      while its request goes in (broadcast Max, pools) never backs up into the card. The
-      card-to-host file is opened with ``O_TRUNC`` (the driver's ``eop_flush``), so a read
-      ends at the reply frame's ``tlast``, which the C2H adapter puts on each reply's last
-      word; its buffer is the largest reply frame the protocol allows, so one read is one
-      reply;
-    * bounds every wait by its own timeouts (``write_timeout_s``, the link's reply timeout),
-      with the driver's timeout as the last resort: a transfer still pending in the driver
-      when ours expires is reported and waited for (at most the driver's timeout) before the
-      next request.
+    * writes a request as one ``write`` (the driver splits it into transfers), from a writer
+      thread; a short count fails that request (:class:`TransportError`): the rest is never
+      sent again, since the card may hold bytes of the aborted transfer;
+    * reads replies from a reader thread that posts a read only while a reply is owed and the
+      request is still going in (until a packet has ended), the link wants more bytes, or the
+      last read filled its buffer, so a reply that streams back while its request goes in
+      (broadcast Max, pools) never backs up into the card, and no read stays posted once the
+      reply is in. The card-to-host file is opened with ``O_TRUNC`` (the driver's
+      ``eop_flush``): a read ends at the reply frame's ``tlast``. A packet's first read is one
+      page; a frame longer than that is read on in one read of exactly its remaining bytes
+      (from its header). Reads go into a page-aligned buffer (one ``read`` call: ``readv``
+      would take the driver's asynchronous ``read_iter`` path), which meets the engines'
+      alignment (``IOCTL_XDMA_ALIGN_GET``); writes are copied into one when the alignment
+      asks more than a byte;
+    * blocks every signal it can in both threads (``signal.pthread_sigmask``), so a signal
+      (a watchdog's ``SIGALRM``, Ctrl-C) goes to another thread and never aborts a transfer;
+      the calling thread waits with its own timeouts, so Ctrl-C still ends a request at once;
+    * takes the driver's timeouts from the module's parameters
+      (``/sys/module/xdma/parameters/h2c_timeout``, ``c2h_timeout``; 10 s, the module's
+      default, when they cannot be read) and refuses a timeout of 0 (a transfer the card never
+      completes would hold its thread and the board forever); a transfer still in the driver
+      when our wait ended is waited for (at most the driver's timeout) before the next
+      request, and :meth:`close` waits so for a read still posted, so the board can be opened
+      again as soon as it returns.
 
     Parameters
     ----------
     device : str
         Path prefix, e.g. ``/dev/xdma0``.
     files : object, optional
-        ``open``, ``read``, ``write``, ``close`` and ``exists`` as ``os.open``, ``os.read``,
-        ``os.write``, ``os.close`` and ``os.path.exists`` (the default): a test passes the
+        ``open``, ``read``, ``readinto``, ``write``, ``ioctl``, ``close`` and ``exists`` as
+        ``os.open``, ``os.read``, ``io.FileIO.readinto`` (the file number first), ``os.write``,
+        ``fcntl.ioctl``, ``os.close`` and ``os.path.exists`` (the default): a test passes the
         driver's double (:class:`maxaccel.sim.xdma_driver.XdmaDriverModel`).
     write_timeout_s : float
         Longest a request's transfer may take before :class:`TransportError`.
     reply_timeout_s : float
         How long the link waits for a reply's next bytes (:attr:`Transport.reply_timeout_s`).
-    driver_timeout_s : float
-        The driver's ``h2c_timeout``/``c2h_timeout`` (how long a transfer still pending after
-        ours expired may take to end).
+    driver_timeout_s : float, optional
+        The driver's timeout in seconds (how long a transfer still pending after ours expired
+        may take to end); by default the larger of the module's ``h2c_timeout`` and
+        ``c2h_timeout``, read from ``parameters``.
+    parameters : str
+        The directory of the module's parameter files.
 
     Attributes
     ----------
     files : object
         The file calls in use (``files``, or the operating system's).
+    alignment : int
+        The larger of the engines' address alignments, as the driver reports them.
     """
 
     #: A request is one write, whatever its size: the transfer size is the link's throughput
@@ -287,11 +305,17 @@ class XdmaTransport(Transport):
     #: several transfers itself.
     write_chunk = 1 << 40
     #: Largest tensor payload per request that :class:`~maxaccel.host.device.Device` uses on
-    #: this transport unless told otherwise (a request of about 8 MiB, one transfer).
+    #: this transport unless told otherwise (a request of about 8 MiB: one transfer, two where
+    #: the driver's ring of descriptors wraps).
     max_frame_bytes = (8 << 20) - 4096
+    #: The module's parameter files (``module_param(h2c_timeout, uint, 0644)``).
+    PARAMETERS = "/sys/module/xdma/parameters"
+    #: The module's default timeouts, seconds (``cdev_sgdma.c``).
+    DEFAULT_DRIVER_TIMEOUT_S = 10
 
     def __init__(self, device, *, files=None, write_timeout_s=5.0, reply_timeout_s=1.0,
-                 driver_timeout_s=10.0):
+                 driver_timeout_s=None, parameters=PARAMETERS):
+        import mmap
         import threading
         from maxaccel.contract.wire import FRAME_OVERHEAD, PAYLOAD_ALIGN
         self.device = device
@@ -299,12 +323,14 @@ class XdmaTransport(Transport):
         self.read_path = f"{device}_c2h_0"
         self.write_timeout_s = write_timeout_s
         self.reply_timeout_s = reply_timeout_s
-        self.driver_timeout_s = driver_timeout_s
         self.files = _OS_FILES if files is None else files
-        # One read holds the largest reply frame (payload, parameter block, frame overhead)
-        # with room to spare, so a read that fills its buffer means a reply continues.
+        self.driver_timeout_s = (_driver_timeout_s(parameters) if driver_timeout_s is None
+                                 else driver_timeout_s)
+        # The largest reply frame (payload, parameter block, frame overhead) with room to
+        # spare: a read never asks more.
         self.read_bytes = self.max_frame_bytes + FRAME_OVERHEAD + 2 * PAYLOAD_ALIGN + 4096
         self._read_fd = self._write_fd = None
+        self._cond = None
         for path in (self.write_path, self.read_path):
             if not self.files.exists(path):
                 raise TransportError(
@@ -323,11 +349,17 @@ class XdmaTransport(Transport):
         except OSError as error:
             self.close()
             raise TransportError(f"cannot open {self.write_path}: {error}") from None
+        self.alignment = self._alignment()
+        # Anonymous mappings start on a page: the driver maps whole pages of it.
+        self._read_buffer = mmap.mmap(-1, -(-self.read_bytes // mmap.PAGESIZE) * mmap.PAGESIZE)
         self._cond = threading.Condition()
         self._received = bytearray()
         self._owed = False          # a request was sent whose reply is not complete yet
         self._wanting = False       # the link waits for bytes and none are here
-        self._read_full = False     # the last read filled its buffer: the reply goes on
+        self._read_full = False     # the last read filled its buffer: the packet goes on
+        self._packet_ended = False  # a packet ended since this request's write began
+        self._packet = None         # (bytes read, frame length or None) of a packet going on
+        self._reading = False       # a read is in the driver
         self._read_error = None
         self._job = None            # bytes for the writer thread
         self._writing = False       # a write is with the writer thread (or the driver)
@@ -337,6 +369,21 @@ class XdmaTransport(Transport):
                          threading.Thread(target=self._writer, name="xdma-h2c", daemon=True)]
         for thread in self._threads:
             thread.start()
+
+    def _alignment(self):
+        """The larger of the two engines' address alignments (``IOCTL_XDMA_ALIGN_GET``); 1
+        where it cannot be asked."""
+        import struct
+        from maxaccel.boards.targets import XDMA_IOCTL_ALIGN_GET
+        ioctl = getattr(self.files, "ioctl", None)
+        alignment = 1
+        for fd in (self._read_fd, self._write_fd) if ioctl is not None else ():
+            try:
+                (align,) = struct.unpack("i", ioctl(fd, XDMA_IOCTL_ALIGN_GET, bytes(4)))
+            except OSError:
+                continue
+            alignment = max(alignment, align)
+        return alignment
 
     # --- the link's side ---------------------------------------------------------------------
 
@@ -351,13 +398,14 @@ class XdmaTransport(Transport):
             self._owed = self._wanting = False
 
     def write(self, data):
-        data = bytes(data)
+        data = self._aligned(data)
         with self._cond:
             if self._writing and not self._cond.wait_for(lambda: not self._writing,
                                                           self.driver_timeout_s + 1.0):
                 raise TransportError(f"{self.write_path}: an earlier transfer is still pending "
                                      f"in the XDMA driver after its timeout")
             self._job, self._writing, self._write_result = data, True, None
+            self._packet_ended = False
             self._cond.notify_all()
             if not self._cond.wait_for(lambda: not self._writing, self.write_timeout_s):
                 raise TransportError(
@@ -371,7 +419,19 @@ class XdmaTransport(Transport):
             raise TransportError(f"writing to {self.write_path} failed: {reason}")
         if result != len(data):
             raise TransportError(f"writing to {self.write_path}: the driver took {result} of "
-                                 f"{len(data)} bytes (the rest timed out)")
+                                 f"{len(data)} bytes, then a transfer timed out (h2c_timeout); "
+                                 f"the request is not sent again in part")
+
+    def _aligned(self, data):
+        """``data`` as bytes, in a page-aligned copy when the engine's alignment asks more
+        than a byte."""
+        data = bytes(data)
+        if self.alignment == 1:
+            return data
+        import mmap
+        buffer = mmap.mmap(-1, max(1, -(-len(data) // mmap.PAGESIZE)) * mmap.PAGESIZE)
+        buffer[:len(data)] = data
+        return memoryview(buffer)[:len(data)]
 
     def read(self, size, timeout_s):
         with self._cond:
@@ -405,11 +465,13 @@ class XdmaTransport(Transport):
         return f"tried {self.write_path} and {self.read_path}"
 
     def close(self):
-        cond = getattr(self, "_cond", None)
+        cond = self._cond
         if cond is not None:
             with cond:
                 self._closing = True
                 cond.notify_all()
+                # A read still in the driver holds the card-to-host file until it returns.
+                cond.wait_for(lambda: not self._reading, self.driver_timeout_s + 1.0)
         for name in ("_read_fd", "_write_fd"):
             fd = getattr(self, name)
             if fd is not None:
@@ -421,35 +483,88 @@ class XdmaTransport(Transport):
 
     # --- the threads that wait in the driver ---------------------------------------------------
 
+    def _post(self):
+        """Whether a read should be in the driver now (the lock held)."""
+        return self._owed and (self._wanting or self._read_full
+                               or (self._writing and not self._packet_ended))
+
+    def _read_size(self):
+        """Bytes to ask of the next read: a page for a packet's start, the frame's remaining
+        bytes for its continuation (the largest frame when its header is not one)."""
+        if self._packet is None:
+            return _PAGE_BYTES
+        got, length = self._packet
+        return min(self.read_bytes, length - got) if length else self.read_bytes
+
+    def _track(self, data, size):
+        """After a read of ``size`` that returned ``data``: whether the packet goes on."""
+        from maxaccel.contract.frames import HEADER_SIZE, FrameParser
+        if len(data) < size:
+            self._packet = None                 # ended at tlast
+            return False
+        if self._packet is None:
+            parser = FrameParser()
+            parser.feed(data[:HEADER_SIZE])
+            length = None
+            if parser.partial() is not None:
+                length = HEADER_SIZE + parser.wanted()
+            self._packet = (0, length)
+        got, length = self._packet
+        got += len(data)
+        if length is not None and got >= length:
+            self._packet = None                 # the frame's last byte: its tlast
+            return False
+        self._packet = (got, length)
+        return True
+
     def _reader(self):
+        _block_signals()
+        view = memoryview(self._read_buffer)
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._closing or (
-                    self._owed and (self._writing or self._wanting or self._read_full)))
+                self._cond.wait_for(lambda: self._closing or self._post())
                 if self._closing:
                     return
-                fd = self._read_fd
+                fd, size = self._read_fd, self._read_size()
+                self._reading = True
             try:
-                data = self.files.read(fd, self.read_bytes)
+                count = self._read_into(fd, view[:size])
             except OSError as error:
                 with self._cond:
+                    self._reading = False
+                    self._cond.notify_all()
                     if self._closing or error.errno == errno.EBADF:
                         return
                     self._read_full = False
+                    self._packet = None
                     if error.errno != errno.ETIMEDOUT:
                         self._read_error = error
                         self._owed = False
                     # ETIMEDOUT: the driver gave the read up (nothing ended a packet in
-                    # time) and what it had received is lost; another read is posted if a
-                    # reply is still owed, and the link's timeout and retries say the rest.
-                    self._cond.notify_all()
+                    # time, or a signal) and what it had received is lost; another read is
+                    # posted if the link still wants bytes, its timeout and retries say the
+                    # rest.
                 continue
             with self._cond:
-                self._received += data
-                self._read_full = len(data) == self.read_bytes
+                self._reading = False
+                self._received += view[:count]
+                self._read_full = self._track(view[:count], size)
+                if not self._read_full:
+                    self._packet_ended = True
+                if count:
+                    self._wanting = False       # the link asks again if it needs more
                 self._cond.notify_all()
 
+    def _read_into(self, fd, buffer):
+        readinto = getattr(self.files, "readinto", None)
+        if readinto is None:
+            data = self.files.read(fd, len(buffer))
+            buffer[:len(data)] = data
+            return len(data)
+        return readinto(fd, buffer)
+
     def _writer(self):
+        _block_signals()
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._closing or self._job is not None)
@@ -458,19 +573,60 @@ class XdmaTransport(Transport):
                 data, self._job = self._job, None
                 fd = self._write_fd
             try:
-                view, done = memoryview(data), 0
-                while done < len(data):
-                    written = self.files.write(fd, view[done:])
-                    if not written:
-                        break
-                    done += written
-                result = done
+                # One call: a short count is the request's failure (the card may hold bytes
+                # of the transfer that timed out), never a reason to send the rest.
+                result = self.files.write(fd, data)
             except OSError as error:
                 result = error
             with self._cond:
                 self._write_result = result
                 self._writing = False
                 self._cond.notify_all()
+
+
+_PAGE_BYTES = 4096
+
+#: Signals a thread cannot block usefully (raised by its own faults) or at all.
+_UNBLOCKABLE = {"SIGKILL", "SIGSTOP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP",
+                "SIGSYS", "SIGABRT"}
+
+
+def _block_signals():
+    """Block in the calling thread every signal another thread can take instead, so a signal
+    never ends a wait in the XDMA driver (which aborts the transfer)."""
+    import signal
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {s for s in signal.valid_signals()
+                                              if getattr(s, "name", "") not in _UNBLOCKABLE})
+
+
+def _driver_timeout_s(parameters):
+    """The larger of the xdma module's ``h2c_timeout`` and ``c2h_timeout`` (seconds) read from
+    the directory ``parameters``; the module's default if they cannot be read.
+
+    Raises
+    ------
+    TransportError
+        A timeout of 0: the driver then waits for a transfer without end.
+    """
+    values = []
+    for name in ("h2c_timeout", "c2h_timeout"):
+        path = os.path.join(parameters, name)
+        try:
+            with open(path) as file:
+                value = int(file.read().strip())
+        except (OSError, ValueError):
+            log.debug(f"{path} unreadable: taking the xdma module's default, "
+                      f"{XdmaTransport.DEFAULT_DRIVER_TIMEOUT_S} s")
+            value = XdmaTransport.DEFAULT_DRIVER_TIMEOUT_S
+        if value == 0:
+            raise TransportError(
+                f"the xdma module's {name} is 0 (no timeout): a transfer the card never "
+                f"completes would hold this process and the board until it is killed; set "
+                f"one, as root: echo 10 > {path}")
+        values.append(value)
+    return float(max(values))
 
 
 class _OsFiles:
@@ -481,6 +637,18 @@ class _OsFiles:
     write = staticmethod(os.write)
     close = staticmethod(os.close)
     exists = staticmethod(os.path.exists)
+
+    @staticmethod
+    def readinto(fd, buffer):
+        """One ``read(2)`` into ``buffer`` (the driver's ``read``, not its ``read_iter``)."""
+        import io
+        with io.FileIO(fd, "r", closefd=False) as file:
+            return file.readinto(buffer)
+
+    @staticmethod
+    def ioctl(fd, request, arg):
+        import fcntl
+        return fcntl.ioctl(fd, request, arg)
 
 
 _OS_FILES = _OsFiles()
@@ -523,8 +691,9 @@ class XdmaModelTransport(XdmaTransport):
             raise
 
     def close(self):
-        super().close()
+        # The double first: a call still in it ends at once, as when the board goes away.
         self.model.shutdown()
+        super().close()
 
 
 class SimTransport(Transport):

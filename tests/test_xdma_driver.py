@@ -1,12 +1,16 @@
 """The ``xdma://`` transport against the XDMA driver's double (``sim/xdma_driver.py``).
 
 First the double itself, against what the driver's source says (``cdev_sgdma.c``,
-``libxdma.c``): whole blocking transfers, a read that ends at ``tlast`` only with ``O_TRUNC``
-(``eop_flush``), one reader, ``ETIMEDOUT`` with the received bytes lost, a card that stops
-taking bytes when its reply has nowhere to go. Then the transport through it, around the
+``libxdma.c``): whole blocking transfers cut at 2048 descriptors and the ring's wrap, a read
+that ends at ``tlast`` only with ``O_TRUNC`` (``eop_flush``), one reader (held while a read is
+in flight), ``ETIMEDOUT`` with the received bytes lost, at the module's timeouts or at a signal
+the waiting thread does not block, a card that stops taking bytes when its reply has nowhere
+to go. Then the transport through it, around the
 compiled board: every operation exact (64 MB tensors included), requests of any size,
 replies that stream back while their request goes in, and each failure ending in a clear error
-within the configured time with the next request answered. Every test is bounded by an alarm.
+within the configured time with the next request answered; signals at its threads, a short
+write, packets back to back while it recovers, the board reopened after ``close``. Every test
+is bounded by an alarm.
 """
 
 import errno
@@ -112,6 +116,124 @@ def reduce_frame(values, run_length, seq=0):
     return encode_frame(Command.REDUCE, seq, block + values.tobytes())
 
 
+def wait_until(condition):
+    """Poll ``condition`` (another thread's progress) until it holds; the alarm bounds it."""
+    while not condition():
+        time.sleep(0.005)
+
+
+def in_thread(function, *args, block=()):
+    """Run ``function(*args)`` in a thread that blocks the signals ``block``; its result (or
+    exception) lands in the returned list."""
+    import threading
+    result = []
+
+    def run():
+        signal.pthread_sigmask(signal.SIG_BLOCK, block)
+        try:
+            result.append(function(*args))
+        except OSError as error:
+            result.append(error)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_a_signal_ends_a_wait_in_the_driver_at_once_with_etimedout():
+    """swait_event_interruptible_timeout returns at a signal; xdma_xfer_submit aborts the
+    transfer and returns -ETIMEDOUT, never EINTR. A thread that blocks the signal waits on."""
+    model = XdmaDriverModel(FakeBoard(), c2h_timeout_s=60)
+    read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    write_fd = model.open(H2C, os.O_WRONLY)
+    model.faults.signal = {"c2h"}
+    thread, result = in_thread(model.read, read_fd, 4096)
+    thread.join()
+    assert isinstance(result[0], OSError) and result[0].errno == errno.ETIMEDOUT
+    assert (model.signals_taken, model.signals_blocked) == (1, 0)
+
+    model.faults.signal = {"c2h"}
+    thread, result = in_thread(model.read, read_fd, 4096, block={signal.SIGALRM})
+    wait_until(lambda: model.signals_blocked == 1)
+    model.write(write_fd, identify_frame())
+    thread.join()
+    (reply,) = FrameParser().feed(result[0])
+    assert reply.intact and reply.status == Status.OK and model.signals_taken == 1
+
+
+def test_the_c2h_file_is_held_while_a_read_is_in_flight():
+    """close() frees the file number at once; the driver's release (device_open = 0) runs when
+    the read in flight returns, so until then the C2H file cannot be opened again."""
+    model = XdmaDriverModel(FakeBoard(), c2h_timeout_s=60)
+    read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    write_fd = model.open(H2C, os.O_WRONLY)
+    thread, result = in_thread(model.read, read_fd, 4096)
+    wait_until(lambda: model.calls)
+    model.close(read_fd)
+    with pytest.raises(OSError) as busy:
+        model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    assert busy.value.errno == errno.EBUSY
+    with pytest.raises(OSError) as closed:
+        model.read(read_fd, 4096)
+    assert closed.value.errno == errno.EBADF
+    model.write(write_fd, identify_frame())
+    thread.join()
+    assert FrameParser().feed(result[0])[0].intact
+    model.close(model.open(C2H, os.O_RDONLY | os.O_TRUNC))
+
+
+def test_transfers_are_cut_at_2048_descriptors_of_the_buffer_pages_and_at_the_ring_wrap():
+    """One descriptor per page the buffer touches (an unaligned buffer one more); a transfer
+    of at most 2048, cut again where the engine's ring of 2048 wraps; the alignment the
+    engine asks is reported by IOCTL_XDMA_ALIGN_GET and a buffer off it is refused."""
+    import mmap
+    from maxaccel.boards.targets import XDMA_IOCTL_ALIGN_GET
+    model = XdmaDriverModel(FakeBoard(), addr_align=64)
+    read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    write_fd = model.open(H2C, os.O_WRONLY)
+    assert model.ioctl(read_fd, XDMA_IOCTL_ALIGN_GET, bytes(4)) == (64).to_bytes(4, "little")
+    aligned = mmap.mmap(-1, 4096 * 4096)
+    assert model.write(write_fd, memoryview(aligned)[:100]) == 100
+    assert model.write(write_fd, memoryview(aligned)[:2048 * 4096]) == 2048 * 4096
+    assert [(t.pages, t.nbytes) for t in model.transfers] == [
+        (1, 100), (2047, 2047 * 4096), (1, 4096)]
+    with pytest.raises(OSError) as misaligned:
+        model.write(write_fd, memoryview(aligned)[1:101])
+    assert misaligned.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as unaligned_read:
+        model.read(read_fd, 4096)          # os.read's buffer is not page-aligned
+    assert unaligned_read.value.errno == errno.EINVAL
+    frame = identify_frame()
+    aligned[:len(frame)] = frame
+    model.write(write_fd, memoryview(aligned)[:len(frame)])
+    count = model.readinto(read_fd, memoryview(aligned)[:3 * 4096])
+    assert FrameParser().feed(aligned[:count])[0].intact
+    assert model.transfers[-1].pages == 3
+
+
+def test_a_read_that_meets_two_packets_runs_them_as_the_descriptors_do():
+    """With the completion serviced late, a read that meets the end of one packet with the
+    next behind it returns the first, a hole to the next descriptor, and the start of the
+    second cut at the completed descriptors; the second's rest comes in the next read."""
+    import mmap
+    model = XdmaDriverModel(FakeBoard(), c2h_timeout_s=5, c2h_fifo_bytes=1 << 16)
+    read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    write_fd = model.open(H2C, os.O_WRONLY)
+    values = np.arange(2000, dtype=np.float32)
+    model.faults.hold_packets, model.faults.back_to_back = 2, 1
+    model.write(write_fd, identify_frame())
+    model.write(write_fd, reduce_frame(values, 1, seq=1))      # an 8 KB reply
+    buffer = mmap.mmap(-1, 8 * 4096)
+    buffer[:] = b"\xa5" * len(buffer)
+    count = model.readinto(read_fd, buffer)
+    first, second = FrameParser(), FrameParser()
+    (identity,) = first.feed(buffer[:count])
+    head = len(identify_frame()) + len(identity.payload)
+    hole = buffer[head:4096]
+    assert set(hole) == {0xa5} and count == head + 4096
+    assert second.feed(buffer[4096:4096 + count - head]) == []
+    assert model.readinto(read_fd, buffer) < 8 * 4096             # the rest, to its tlast
+
+
 def test_a_reply_with_no_read_posted_stops_the_card_and_the_write_times_out(board):
     """A REDUCE of one-element runs streams its results back while its data goes in; with no
     read posted the card's output buffer fills, the core stops, and the host's write blocks
@@ -183,9 +305,16 @@ def test_every_operation_is_exact_through_the_driver(device):
     assert_same_bits(y, y_ref)
     np.testing.assert_array_equal(idx, idx_ref)
     transfers = device.link.transport.model.transfers
-    # One write per request, one read per reply (every reply ended by its tlast).
+    # One write per request; a reply is one read of a page, ended by its tlast, and for a
+    # reply longer than a page one more read of exactly its rest.
     assert sum(t.direction == "h2c" for t in transfers) == device.link.requests
-    assert sum(t.direction == "c2h" for t in transfers) == device.link.requests
+    replies, rest = 0, False
+    for read in (t for t in transfers if t.direction == "c2h"):
+        if not rest:
+            assert read.pages == 1
+            replies += 1
+        rest = not rest and read.nbytes == 4096
+    assert replies == device.link.requests
 
 
 def test_a_64_mb_reduce_max_is_exact_at_over_90_percent_of_the_link(device):
@@ -195,9 +324,12 @@ def test_a_64_mb_reduce_max_is_exact_at_over_90_percent_of_the_link(device):
     assert device.max_frame_bytes == XdmaTransport.max_frame_bytes
     a = random_values(np.random.default_rng(6), np.float32, (1 << 12, 1 << 12))
     model.reset_clock()
+    calls = len(model.calls)
     assert_same_bits(device.reduce_max(a, axes=[0]), reference.reduce_max(a, axes=[0]))
-    writes = [t.nbytes for t in model.transfers if t.direction == "h2c"]
+    writes = [n for engine, n in model.calls[calls:] if engine == "h2c"]
     assert len(writes) == device.link.requests - 1 == 9     # IDENTIFY came before the clock
+    # Each is one or two transfers: cut where the engine's ring of descriptors wraps.
+    assert 9 <= sum(t.direction == "h2c" for t in model.transfers) <= 18
     link_rate = (8 << 20) / (TRANSFER_OVERHEAD_S + (8 << 20) / model.rates["h2c"])
     assert a.nbytes / model.clock_s >= 0.9 * link_rate
 
@@ -210,11 +342,21 @@ def test_requests_larger_than_a_transfer_and_replies_that_stream_back(board):
     transport = XdmaModelTransport(board, close_board=False)
     with Device(transport, progress=None, max_frame_bytes=20 << 20) as dev:
         transport.model.reset_clock()
+        calls = len(transport.model.calls)
         assert_same_bits(dev.reduce_max(a), reference.reduce_max(a))
-        sizes = [t.nbytes for t in transport.model.transfers if t.direction == "h2c"]
-        # The first request (20 MiB of data) is one write, three transfers: 8, 8 and 4 MiB.
-        assert sizes[:2] == [8 << 20] * 2 and sizes[2] < 8 << 20
-        assert len(sizes) == dev.link.requests - 1 + 2
+        writes = [n for engine, n in transport.model.calls[calls:] if engine == "h2c"]
+        assert len(writes) == dev.link.requests - 1
+        # The first request (20 MiB of data) is one write, which the driver runs as transfers
+        # of at most 2048 pages, cut again where its ring of descriptors wraps.
+        transfers = [t for t in transport.model.transfers if t.direction == "h2c"]
+        first, total = [], 0
+        for transfer in transfers:
+            first.append(transfer)
+            total += transfer.nbytes
+            if total == writes[0]:
+                break
+        assert total == writes[0] and len(first) >= 3
+        assert all(t.pages <= 2048 for t in transfers)
         row = random_values(rng, np.float32, (1, 1 << 11))
         b = a[:1 << 10]
         assert_same_bits(dev.max(b, row), reference.max(b, row))
@@ -313,9 +455,9 @@ def test_modelled_throughput_against_transfer_size(device):
 
 def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_request_works(
         board):
-    """The driver's wait ignores signals until its timeout; the transport waits in its own
-    threads, so Ctrl-C returns at once, and the next request waits for the abandoned transfer
-    to end before it goes."""
+    """The transport waits in the driver only in its own threads, which block signals: Ctrl-C
+    goes to the calling thread and returns at once, the transfer in the driver is not aborted
+    by it, and the next request waits for the abandoned transfer to end before it goes."""
     import threading
     transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=2.0)
     # The disposition this test is about (a background job may have inherited SIGINT ignored).
@@ -411,3 +553,174 @@ def test_a_paced_device_needs_the_xdma_double_and_a_driver_wait(board):
         with pytest.raises(ValueError, match="wait must be one of interrupts, polling, not "
                                              "'spin'"):
             PacedDevice(dev, "spin")
+
+
+# --- the transport as the driver really behaves -------------------------------------------------
+
+
+def fake_transport(**model_options):
+    """The xdma:// transport on the double around a fake board (answers as requests arrive)."""
+    model = XdmaDriverModel(FakeBoard(), **model_options)
+    return XdmaTransport(model.prefix, files=model, driver_timeout_s=5.0,
+                         write_timeout_s=30.0, reply_timeout_s=30.0)
+
+
+def test_a_signal_at_the_transports_threads_mid_transfer_loses_nothing(board):
+    """A signal (a watchdog's SIGALRM) arrives at the threads waiting in the driver, one in a
+    write, one in a read: both block it, so neither transfer is aborted; the result is exact
+    with no retry."""
+    transport = XdmaModelTransport(board, close_board=False)
+    with Device(transport, progress=None) as dev:
+        transport.model.faults.signal = {"h2c", "c2h"}
+        x = random_values(np.random.default_rng(10), np.float32, (1 << 10, 1 << 10))
+        assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert transport.model.signals_blocked == 2 and transport.model.signals_taken == 0
+        assert dev.link.retries == 0
+
+
+def test_a_request_then_close_leaves_the_board_reopenable_at_once():
+    """No read stays posted once a reply is in, so close() releases the C2H file at once and
+    the board opens again; after a request that got no reply (its read still posted), close()
+    waits for that read (at most the driver's c2h_timeout) and the board opens again."""
+    transport = fake_transport(c2h_timeout_s=60)
+    model = transport.files
+    with Device(transport, progress=None, max_frame_bytes=1 << 16) as dev:
+        x = np.arange(1 << 15, dtype=np.int32)
+        assert_same_bits(dev.reduce_max(x.reshape(8, -1), axes=[1]),
+                         reference.reduce_max(x.reshape(8, -1), axes=[1]))
+    again = XdmaTransport(model.prefix, files=model, driver_timeout_s=60.0)
+    again.close()
+
+    model.c2h_timeout_s = 0.5
+    transport = XdmaTransport(model.prefix, files=model, driver_timeout_s=0.5)
+    with Device(transport, progress=None, timeout_s=0.1, attempts=1) as dev:
+        model.faults.mute = True
+        with pytest.raises(LinkError):
+            dev.reduce_max(np.ones(10, np.float32))
+    model.faults.mute = False
+    with Device(XdmaTransport(model.prefix, files=model, driver_timeout_s=0.5),
+                progress=None) as dev:
+        assert_same_bits(dev.reduce_max(np.ones(10, np.float32)), np.float32([1]))
+
+
+def test_a_write_stalled_after_some_bytes_fails_once_and_sends_nothing_twice():
+    """The card stops taking bytes inside a request of three transfers: the driver returns the
+    count of the transfers done; the transport fails the request with it (one write call, one
+    h2c_timeout), never sending the rest, which the card may partly hold."""
+    transport = fake_transport(h2c_timeout_s=0.3)
+    model = transport.files
+    try:
+        model.faults.stall_after = 10 << 20
+        frame = bytes(20 << 20)
+        transport.expect_reply()
+        with pytest.raises(TransportError, match=r"the driver took \d+ of 20971520 bytes, then "
+                                                 r"a transfer timed out \(h2c_timeout\); the "
+                                                 r"request is not sent again in part"):
+            transport.write(frame)
+        assert [n for engine, n in model.calls if engine == "h2c"] == [20 << 20]
+    finally:
+        transport.close()
+
+
+def back_to_back(model, descriptors=1):
+    """The card holds its next reply until a second is ready and the read that meets them
+    completes late (a late reply, then the next one)."""
+    model.faults.hold_packets, model.faults.back_to_back = 2, descriptors
+
+
+def test_packets_back_to_back_after_a_timed_out_attempt_are_recovered_exactly():
+    """The first attempt's reply comes late, behind the retry's, into one read: the link
+    takes the stale one for stale and the retry's reply, within its budget of attempts."""
+    transport = fake_transport(c2h_timeout_s=5, c2h_fifo_bytes=1 << 16)
+    model = transport.files
+    with Device(transport, progress=None, timeout_s=0.2, attempts=4) as dev:
+        x = random_values(np.random.default_rng(11), np.float32, (300, 40))
+        back_to_back(model)
+        assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert 1 <= dev.link.retries <= 3 and model.faults.hold_packets == 0
+        assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+
+
+def test_packets_back_to_back_after_ctrl_c_are_recovered_exactly():
+    """Ctrl-C while the reply is held: that reply reaches the card's output behind the next
+    request's; the next request is exact within its budget of attempts."""
+    import threading
+    transport = fake_transport(c2h_timeout_s=5, c2h_fifo_bytes=1 << 16)
+    model = transport.files
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    main = threading.main_thread().ident
+    try:
+        with Device(transport, progress=None, timeout_s=2.0, attempts=4) as dev:
+            x = random_values(np.random.default_rng(12), np.float32, (300, 40))
+            back_to_back(model)
+            wait = threading.Thread(target=lambda: (wait_until(lambda: any(
+                e == "c2h" for e, _ in model.calls[2:])), signal.pthread_kill(main,
+                                                                                signal.SIGINT)))
+            wait.start()
+            with pytest.raises(KeyboardInterrupt):
+                dev.reduce_max(x, axes=[1])
+            wait.join()
+            assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+            assert dev.link.retries <= 3
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_the_driver_timeouts_come_from_the_module_parameters(tmp_path):
+    """h2c_timeout and c2h_timeout read like /sys/module/xdma/parameters/: 3 s is the
+    transport's bound on a transfer left in the driver and the double's timeout (a double's
+    second is 0.1 s here); 0, no timeout at all in the driver, is refused with the fix."""
+    model = XdmaDriverModel(FakeBoard(), parameters_root=tmp_path, second_s=0.1,
+                            h2c_timeout_s=0.3, c2h_timeout_s=0.3)
+    parameters = tmp_path / "sys/module/xdma/parameters"
+    assert (parameters / "h2c_timeout").read_text() == "3\n"
+    transport = XdmaTransport(model.prefix, files=model, parameters=str(parameters),
+                              write_timeout_s=30.0)
+    try:
+        assert transport.driver_timeout_s == 3
+        model.faults.stall = True
+        with pytest.raises(TransportError, match=r"timed out in the driver \(h2c_timeout\)"):
+            transport.write(identify_frame())
+    finally:
+        transport.close()
+    (parameters / "c2h_timeout").write_text("0\n")
+    with pytest.raises(TransportError, match=r"c2h_timeout is 0 \(no timeout\).*echo 10 > "):
+        XdmaTransport(model.prefix, files=model, parameters=str(parameters))
+    # The double with 0: a read waits until something ends it (here a signal).
+    read_fd = model.open(C2H, os.O_RDONLY | os.O_TRUNC)
+    assert model.c2h_timeout_s == 0
+    thread, result = in_thread(model.readinto, read_fd, bytearray(4096))
+    time.sleep(0.5)
+    assert thread.is_alive()
+    model.faults.signal = {"c2h"}
+    thread.join()
+    assert result[0].errno == errno.ETIMEDOUT
+
+
+def test_a_read_costs_its_posted_pages_in_modelled_time():
+    """Pinning, mapping and describing each page of the posted buffer costs time whatever the
+    card sends: a 20-byte reply into a buffer of 2049 pages costs about half a millisecond
+    more than into one page; a whole 8 MiB transfer still runs at the published rate."""
+    from maxaccel.sim.xdma_driver import PAGE_COST_S
+    model = XdmaDriverModel(FakeBoard())
+    one = model._timed("c2h", 20, 0.0, pages=1)
+    model.reset_clock()
+    many = model._timed("c2h", 20, 0.0, pages=2049)
+    assert abs(many - one - 2048 * PAGE_COST_S) < 1e-9
+    model.reset_clock()
+    assert abs((8 << 20) / model._timed("h2c", 8 << 20, 0.0) / 1.6e9 - 1) < 1e-9
+
+
+def test_the_transport_asks_the_alignment_and_meets_it():
+    """Engines that want 64-byte-aligned buffers: the transport asks (IOCTL_XDMA_ALIGN_GET),
+    reads into a page-aligned buffer and copies each request into one, so nothing is refused;
+    each reply's first read posts one page."""
+    transport = fake_transport(addr_align=64)
+    model = transport.files
+    with Device(transport, progress=None) as dev:
+        assert transport.alignment == 64
+        x = random_values(np.random.default_rng(13), np.float32, (30, 700))
+        assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert_same_bits(dev.max(x, x[:1]), reference.max(x, x[:1]))
+    reads = [n for engine, n in model.calls if engine == "c2h"]
+    assert reads[0] == 4096 and all(n <= transport.read_bytes for n in reads)
