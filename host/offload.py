@@ -340,10 +340,19 @@ def _indices_wanted(op_type, outputs):
 
 def _reduction_arguments(attributes, inputs):
     """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax or ReduceMin of any opset
-    version: axes from the attribute (before 18) or the optional second input (18 and later)."""
+    version: axes from the attribute (before 18) or the optional second input (18 and later).
+
+    Axes that name one axis more than once (``[1, -1]`` of a rank-2 tensor) name it once, as
+    onnxruntime reads them (the device's ``reduce_max`` refuses them); an axis out of range is
+    left for the device to name."""
     axes = attributes.get("axes")
     if axes is None and len(inputs) > 1 and inputs[1] is not None:
         axes = inputs[1]
+    if axes is not None and len(axes) > 1:
+        rank = np.ndim(inputs[0])
+        named = [int(a) + rank if a < 0 else int(a) for a in np.asarray(axes).reshape(-1)]
+        if len(set(named)) < len(named) and all(0 <= a < rank for a in named):
+            axes = list(dict.fromkeys(named))
     return axes, attributes.get("keepdims", 1), attributes.get("noop_with_empty_axes", 0)
 
 
