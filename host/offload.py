@@ -356,6 +356,17 @@ def _reduction_arguments(attributes, inputs):
     return axes, attributes.get("keepdims", 1), attributes.get("noop_with_empty_axes", 0)
 
 
+class _OneRun:
+    """What one run of the one session records, apart from any other run on the session (runs
+    may be made from several threads at once): its device calls (``{operator index: (start,
+    seconds, where)}``) and the exceptions its device operators raised."""
+
+    __slots__ = ("calls", "failures")
+
+    def __init__(self):
+        self.calls, self.failures = {}, []
+
+
 class OffloadSession:
     """An ONNX model whose max-family nodes run on a maxaccel device and whose other nodes run
     on onnxruntime: onnxruntime's ``InferenceSession`` API.
@@ -397,6 +408,10 @@ class OffloadSession:
         that could not was not).
     **kwargs
         Passed to each ``onnxruntime.InferenceSession``.
+
+    :meth:`run` may be called from several threads at once, as onnxruntime's: each call gets
+    its own results and its own exceptions; :attr:`last_run` and :attr:`last_steps` are those
+    of the run that returned last.
 
     Attributes
     ----------
@@ -688,10 +703,14 @@ class OffloadSession:
                            for step, block in zip(device_steps, blocks)]
         self._one_run = _direct_run(self._one)
         # What the kernels' calls (_kernel_call) share: each operator's (call, where) for
-        # self._operators_device, this run's device calls and failure, the link's lock.
+        # self._operators_device, the run each thread is in (_OneRun), the link's lock.
         self._operators = [None] * len(device_steps)
         self._operators_device = None
-        self._calls, self._failures = {}, []
+        self._current = threading.local()
+        # onnxruntime's parallel executor calls kernels on its own threads, which are in no
+        # run of their own: its runs on this session go one at a time, the run in ``_shared``.
+        self._parallel = options.execution_mode == onnxruntime.ExecutionMode.ORT_PARALLEL
+        self._shared, self._one_at_a_time = [None], threading.Lock()
         self._device_lock = threading.Lock()
         return None
 
@@ -726,10 +745,11 @@ class OffloadSession:
         holds the session weakly, and its operator is worked out on its first call after
         :meth:`_run_one` saw a new device."""
         session = weakref.ref(self)
-        operators, calls, failures = self._operators, self._calls, self._failures
+        operators, current, shared = self._operators, self._current, self._shared
         lock, clock = self._device_lock, time.perf_counter
 
         def call(inputs, room):
+            run = getattr(current, "run", None) or shared[0] or _OneRun()
             try:
                 made = operators[index]
                 if made is None:
@@ -739,9 +759,9 @@ class OffloadSession:
                 with lock:
                     started = clock()
                     results = made[0](inputs, room)
-                    calls[index] = (started, clock() - started, made[1])
+                    run.calls[index] = (started, clock() - started, made[1])
             except BaseException as error:
-                failures.append(error)  # raised by run() in place of onnxruntime's error
+                run.failures.append(error)  # raised by run() in place of onnxruntime's error
                 raise
             return results
         return call
@@ -799,19 +819,28 @@ class OffloadSession:
         if self._operators_device is not self.device:
             self._operators[:] = [None] * len(self._operators)
             self._operators_device = self.device
-        self._calls.clear()
-        self._failures.clear()
+        run = _OneRun()
+        current = self._current
+        if self._parallel:
+            self._one_at_a_time.acquire()
+            self._shared[0] = run
+        current.run = run
         clock = time.perf_counter
         started = clock()
         try:
             results = self._one_run(output_names, feeds, run_options)
         except Exception:
-            if self._failures:
-                raise self._failures.pop() from None
+            if run.failures:
+                raise run.failures[-1] from None
             raise
+        finally:
+            current.run = None
+            if self._parallel:
+                self._shared[0] = None
+                self._one_at_a_time.release()
         # The run's records are worked out when read (cold after the run, they cost as much
         # as a device step's glue).
-        self._one_last = (started, clock(), dict(self._calls))
+        self._one_last = (started, clock(), run.calls)
         return results
 
     def _one_records(self, started, ended, calls):
