@@ -108,10 +108,13 @@ class TensorSpec:
     not a tensor or unknown) and ``dims`` (the shape as a tuple, None when undeclared).
     """
 
-    __slots__ = ("name", "type", "dtype", "dims")
+    __slots__ = ("name", "type", "dtype", "dims", "kind")
 
-    def __init__(self, name, type_text, dtype, dims):
+    def __init__(self, name, type_text, dtype, dims, kind="tensor_type"):
         self.name, self.type, self.dtype, self.dims = name, type_text, dtype, dims
+        #: The ``onnx.TypeProto`` field the value's type is in: ``"tensor_type"``,
+        #: ``"sequence_type"``, ``"optional_type"``, ``"map_type"``...
+        self.kind = kind
 
     @property
     def shape(self):
@@ -128,7 +131,7 @@ class TensorSpec:
             if tensor.HasField("shape"):
                 dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                              for d in tensor.shape.dim)
-        return cls(value_info.name, _type_text(value_info.type), dtype, dims)
+        return cls(value_info.name, _type_text(value_info.type), dtype, dims, kind)
 
     def __repr__(self):
         shape = "?" if self.dims is None else "[" + ", ".join(
@@ -1006,8 +1009,9 @@ class OffloadSession:
     def _run_subgraph(self, step, values):
         results = self._engines[id(step)].run(None, {n: values[n] for n in step.inputs})
         for name, result in zip(step.node.output, results):
-            if name:
-                values[name] = np.asarray(result)
+            if name:    # a sequence (list), a map (dict) or an absent optional (None) as it is
+                values[name] = result if result is None or isinstance(result, (list, dict)) \
+                    else np.asarray(result)
         return ONNX_REFERENCE
 
     def _family(self, op_type, attributes, inputs, indices=False):
@@ -1088,6 +1092,10 @@ class OffloadSession:
         A big-endian (non-native) array of the input's element type is accepted, as
         onnxruntime accepts it, and converted to the native order (onnxruntime 1.31 reads its
         bytes as native ones: wrong values).
+
+        A feed of an input that is no tensor (a sequence, an optional or a map: a list, None
+        or a dict, as onnxruntime takes them) is passed as given: onnxruntime checks it where
+        it is read (no device step reads one).
         """
         if not isinstance(feeds, dict):
             raise TypeError(f"input_feed must be a dict of input name to array, "
@@ -1104,6 +1112,9 @@ class OffloadSession:
         checked = {}
         for name, value in feeds.items():
             spec = specs[name]
+            if spec.kind != "tensor_type":
+                checked[name] = value
+                continue
             array = value if isinstance(value, np.ndarray) else np.asarray(value)
             if not array.dtype.isnative:
                 array = array.astype(array.dtype.newbyteorder("="))
