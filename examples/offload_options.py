@@ -81,7 +81,7 @@ their length: the one session timed as ``maxaccel bench`` times it, on the golde
 results after a busy wait of ``--busy`` ms touching no memory, after a busy wait as long that
 writes 16 MB over and over, and on ``--device`` itself; ``maxaccel bench --paced`` is the
 device whose calls last what a NiteFury's would.
-Models are the names of ``maxaccel.host.models.BUILT_IN``, ``conv`` or ONNX files.
+Models are the names of ``maxaccel.bench.models.BUILT_IN``, ``conv`` or ONNX files.
 """
 
 import argparse
@@ -130,7 +130,7 @@ def _cases(args, device):
     each ``--busy`` ms a call."""
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     for threading in ("1 thread", "default threads"):
         for name in args.models:
             label, model, feeds = bench.load_model(name)
@@ -180,7 +180,7 @@ def _options(threads, configure=None):
 def spinning(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RUN,
                                        OffloadSession)
     timed = bench._TimedDevice(device)
@@ -217,7 +217,7 @@ def spinning(args, device):
 def global_pool(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import OffloadSession
     timed = bench._TimedDevice(device)
 
@@ -236,7 +236,7 @@ def global_pool(args, device):
 def pause(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import OffloadSession
     from maxaccel.sim import reference
 
@@ -270,7 +270,7 @@ def pause(args, device):
 def instant(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import OffloadSession
     from maxaccel.sim import reference
 
@@ -340,7 +340,7 @@ class _Instant:
 def gap(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import OffloadSession
     for name in args.models:
         label, model, feeds = bench.load_model(name)
@@ -405,7 +405,7 @@ def _print_partition_rows(name, times):
 def handover(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import _for_onnxruntime
     from maxaccel.host.partition import CpuPartition
     for name in args.models:
@@ -462,7 +462,7 @@ def handover(args, device):
 def layout(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import _for_onnxruntime
     from maxaccel.host.partition import CpuPartition
     for name in args.models:
@@ -496,7 +496,7 @@ def cold(args, device):
     import onnxruntime
     from onnx import TensorProto, helper
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "one_node",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
@@ -537,7 +537,7 @@ def neighbour(args, device):
     import os
     import threading
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     cores = sorted(os.sched_getaffinity(0))
     for name in args.models:
         _, model, feeds = bench.load_model(name)
@@ -587,7 +587,7 @@ def neighbour(args, device):
 def wrapper(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import OffloadSession
     for name in args.models:
         label, model, feeds = bench.load_model(name)
@@ -613,7 +613,7 @@ def wrapper(args, device):
 def iobinding(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import OffloadSession, _for_onnxruntime
     from maxaccel.host.partition import CpuPartition
     from maxaccel.sim import reference
@@ -702,7 +702,8 @@ def glue(args, device):
     own Python between the two costs."""
     import onnxruntime
 
-    from maxaccel.host import bench, device_ops
+    from maxaccel import bench
+    from maxaccel.host import device_ops
     from maxaccel.host.offload import OffloadSession
     timed = bench._TimedDevice(device)
     straight, perf = {}, time.perf_counter
@@ -787,7 +788,7 @@ def single(args, device):
 def order(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import STOP_SPINNING_AFTER_RUN, OffloadSession
 
     def blocks(session, timed, runtime, feeds, repeats):
@@ -834,7 +835,7 @@ class _Writing(_Instant):
 def length(args, device):
     import onnxruntime
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     from maxaccel.host.offload import OffloadSession
     for threading in ("1 thread", "default threads"):
         for name in args.models:
@@ -860,7 +861,7 @@ def awake(args, device):
     import os
     import subprocess
 
-    from maxaccel.host import bench
+    from maxaccel import bench
     keeper = ("import os\nos.sched_setaffinity(0, {%d})\n"
               "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nwhile True: pass")
     for name in args.models:

@@ -14,9 +14,9 @@ new bench file changes the page with it, and a page edited by hand fails here.
 import pathlib
 
 from maxaccel.boards.targets import TARGETS, load_reports, report_markdown
-from maxaccel.host.bench_cycles import RATIO_DTYPES, RATIO_OPERATIONS, format_core_link, \
+from maxaccel.bench.cycles import RATIO_DTYPES, RATIO_OPERATIONS, format_core_link, \
     format_ratios, load_core_link
-from maxaccel.host.bench_pools import POOL_CLASSES, POOL_DTYPES, RATIOS_FILE, \
+from maxaccel.bench.pools import POOL_CLASSES, POOL_DTYPES, RATIOS_FILE, \
     format_pool_ratios, load_ratio_tables
 
 ROOT = pathlib.Path(__file__).parent.parent
@@ -62,6 +62,6 @@ def test_the_link_elements_table_of_the_docs_is_the_planners():
     """docs/boards.md's elements on the link per pool and board, as the host's planners give
     them on each target's ``IDENTIFY``."""
     from maxaccel.boards.build import target_identity
-    from maxaccel.host.bench_pools import format_link_elements
+    from maxaccel.bench.pools import format_link_elements
     identities = {name: target_identity(t) for name, t in TARGETS.items()}
     assert format_link_elements(identities) in page("boards.md")

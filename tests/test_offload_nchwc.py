@@ -10,7 +10,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from maxaccel.host import bench, device_ops
+from maxaccel import bench
+from maxaccel.host import device_ops
 from maxaccel.host.offload import OffloadSession
 from maxaccel.host.partition import DeviceStep
 from maxaccel.sim import reference

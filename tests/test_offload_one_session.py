@@ -11,7 +11,9 @@ from onnx import TensorProto, helper
 
 from fake_board import FakeBoard
 from maxaccel.contract.dtypes import DType
-from maxaccel.host import bench, device_ops, models
+from maxaccel.bench import models
+from maxaccel.host import device_ops
+from maxaccel import bench
 from maxaccel.host.device import Device
 from maxaccel.host.offload import OffloadSession
 from maxaccel.sim import reference

@@ -24,7 +24,7 @@ from maxaccel.contract.rules import _window_extents
 from maxaccel.contract.wire import Command
 from maxaccel.host import open_device
 from maxaccel.host.device import plan_max_pool
-from maxaccel.host.bench_pools import POOL_CLASSES, RATIOS_FILE, load_ratio_tables, \
+from maxaccel.bench.pools import POOL_CLASSES, RATIOS_FILE, load_ratio_tables, \
     measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
 from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
@@ -55,7 +55,7 @@ COMPILED = dict(lanes=VERILATOR_DEFAULTS["lanes"],
 
 
 def test_the_table_covers_every_class_and_dtype():
-    from maxaccel.host.bench_pools import POOL_DTYPES
+    from maxaccel.bench.pools import POOL_DTYPES
     assert set(POOL_CYCLES) == {(name, d) for name in CLASSES for d in POOL_DTYPES}
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from maxaccel.contract.wire import Command
 from maxaccel.host.device import open_device
-from maxaccel.host.bench_cycles import cycle_counter
+from maxaccel.bench.cycles import cycle_counter
 from maxaccel.sim import reference
 from maxaccel.sim.values import random_values
 from maxaccel.contract.dtypes import format_of

@@ -1,8 +1,8 @@
 """Wall-clock benchmarks behind ``maxaccel bench``: device throughput, host overhead, link
 efficiency, and the same operations on the CPU (numpy, onnxruntime) for comparison; and whole
 models, an OffloadSession against onnxruntime. The device-cycle tables are elsewhere:
-``host/bench_cycles.py`` (each operation over a ReduceMax; core against link per board),
-``host/bench_pools.py`` (the MaxPool classes), ``host/bench_xdma.py`` (XDMA transfer sizes).
+``bench/cycles.py`` (each operation over a ReduceMax; core against link per board),
+``bench/pools.py`` (the MaxPool classes), ``bench/xdma.py`` (XDMA transfer sizes).
 
 Every device figure comes from one timed call of a public :class:`~maxaccel.host.device.Device`
 operation on a fresh random tensor, checked bit for bit against the golden model (a wrong
@@ -25,6 +25,7 @@ partitions and glue), which is what the session costs a user over onnxruntime.
 
 from dataclasses import asdict, dataclass
 import functools
+import inspect
 import math
 import platform
 import statistics
@@ -332,8 +333,18 @@ def plot(measurements, path, *, title=""):
 
 # --- whole models: OffloadSession against onnxruntime --------------------------------------------
 
-#: The Device methods an OffloadSession calls; their time is the device's, not the session's.
-DEVICE_METHODS = ("max", "reduce_max", "global_max_pool", "max_pool")
+def _device_operations():
+    """The names of :class:`~maxaccel.host.device.Device`'s public operations: its public
+    methods that take a tensor (every one but ``close``)."""
+    from maxaccel.host.device import Device
+    return tuple(name for name, member in vars(Device).items()
+                 if not name.startswith("_") and inspect.isfunction(member)
+                 and len(inspect.signature(member).parameters) > 1)
+
+
+#: The Device operations (an OffloadSession calls them); their time is the device's, not the
+#: session's.
+DEVICE_METHODS = _device_operations()
 
 
 class _OperatorWrapper:
@@ -479,7 +490,7 @@ def _default_options():
 def load_model(path_or_model):
     """``(name, model, feeds)`` for a model file (random normal float32 inputs, symbolic sizes
     set to 1, seed 0) or for one of the built-in models by name (``"conv"``, and the names of
-    :data:`maxaccel.host.models.BUILT_IN`).
+    :data:`maxaccel.bench.models.BUILT_IN`).
 
     Raises FileNotFoundError, or ValueError for a file that is not ONNX
     (:func:`~maxaccel.host.offload.read_model`)."""
@@ -487,7 +498,7 @@ def load_model(path_or_model):
 
     import onnx
 
-    from maxaccel.host import models
+    from maxaccel.bench import models
     from maxaccel.host.offload import read_model
     if path_or_model == "conv":
         model, feeds = conv_model()
