@@ -23,6 +23,7 @@ splits into the time inside the device's operator calls and the time *outside* t
 partitions and glue), which is what the session costs a user over onnxruntime.
 """
 
+import dataclasses
 from dataclasses import asdict, dataclass
 import functools
 import inspect
@@ -36,7 +37,8 @@ import numpy as np
 __all__ = ["OPERATIONS", "Measurement", "TimedTransport", "measure_device", "measure_cpu",
            "default_elements", "format_table", "plot", "check_operations", "machine_description",
            "square_shape", "random_tensor", "ModelMeasurement", "conv_model", "load_model",
-           "measure_model", "format_model_table"]
+           "measure_model", "format_model_table", "MODELS_FILE", "MODELS_COMMAND",
+           "load_model_measurements"]
 
 
 def square_shape(elements):
@@ -616,3 +618,23 @@ def format_model_table(measurements):
                      f"{_si(m.default_onnxruntime_s, 's')} | {m.default_ratio:.2f}x | "
                      f"{m.partitions} |")
     return "\n".join(lines)
+
+
+#: The ``maxaccel bench --json`` file whose whole-model table docs/offload.md quotes
+#: ("Performance"); :data:`MODELS_COMMAND` writes it anew.
+MODELS_FILE = "docs/bench/models.json"
+#: The command that measures :data:`MODELS_FILE` (a few minutes with the compiled model cached):
+#: every built-in model and SqueezeNet 1.1, each device call paced as on a NiteFury.
+MODELS_COMMAND = ("maxaccel bench --device xdma-model:verilator --paced --no-cpu -q "
+                  "--model audio --model segnet --model kws --model resnet18 "
+                  f"--model examples/squeezenet1_1.onnx --model control --json {MODELS_FILE}")
+
+
+def load_model_measurements(path):
+    """The whole-model figures (:class:`ModelMeasurement` s, in order) of a file
+    ``maxaccel bench --model ... --json`` wrote, such as :data:`MODELS_FILE`."""
+    import json
+    names = {f.name for f in dataclasses.fields(ModelMeasurement)}
+    with open(path) as file:
+        models = json.load(file)["models"]
+    return [ModelMeasurement(**{k: v for k, v in m.items() if k in names}) for m in models]
