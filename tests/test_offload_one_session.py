@@ -102,6 +102,7 @@ def test_two_sessions_on_one_options_object_each_get_their_operators():
 
 
 def test_a_dropped_session_leaves_no_step_behind():
+    gc.collect()    # sessions other tests dropped in reference cycles: gone before counting
     before = len(device_ops._steps)
     session = OffloadSession(mixed_model(), device=reference)
     assert len(device_ops._steps) == before + 3
@@ -140,6 +141,44 @@ def test_models_it_leaves_to_the_partitions_say_why(monkeypatch, tmp_path):
     for got, want in zip(session.run(None, FEEDS),
                          OffloadSession(mixed_model(), device=reference).run(None, FEEDS)):
         assert_same_bits(got, want)
+
+
+@pytest.mark.parametrize("case", ["unwritable cache", "old onnxruntime", "registration refused"])
+def test_operators_that_cannot_be_built_loaded_or_registered_leave_the_partitions(
+        case, monkeypatch, tmp_path):
+    """A fresh process whose cache directory cannot be made (a file where it should be), whose
+    onnxruntime serves an OrtApi older than the kernels ask for, or whose registration
+    onnxruntime refuses: the session runs as partitions, the reason in one_session_refusal,
+    and nothing is raised from the constructor."""
+    monkeypatch.setattr(device_ops, "_loaded", None)
+    if case == "unwritable cache":
+        blocked = tmp_path / "a file"
+        blocked.write_text("")
+        monkeypatch.setenv("MAXACCEL_CACHE_DIR", str(blocked))
+        reason = "cannot build the operators' library"
+    elif case == "old onnxruntime":
+        monkeypatch.setattr(onnxruntime, "__version__", "1.15.1")
+        reason = f"onnxruntime 1.15.1 serves OrtApi 15; the device operators need " \
+                 f"{device_ops.API_VERSION}"
+    else:
+        def refuse(self, path):
+            raise onnxruntime.capi.onnxruntime_pybind11_state.Fail("refused")
+        monkeypatch.setattr(onnxruntime.SessionOptions, "register_custom_ops_library", refuse)
+        reason = "onnxruntime does not register them: refused"
+    session = OffloadSession(mixed_model(), device=reference)
+    assert session.one_session_refusal.startswith("the device operators are unavailable: ")
+    assert reason in session.one_session_refusal
+    for got, want in zip(session.run(None, FEEDS), OffloadSession(
+            mixed_model(), device=reference, one_session=False).run(None, FEEDS)):
+        assert_same_bits(got, want)
+
+
+def test_the_running_onnxruntime_is_checked_against_the_kernels_api_version():
+    device_ops.check_onnxruntime()
+    device_ops.check_onnxruntime(f"1.{device_ops.API_VERSION}.0")
+    for version in (f"1.{device_ops.API_VERSION - 1}.3", "unknown"):
+        with pytest.raises(device_ops.OperatorsUnavailable, match=version):
+            device_ops.check_onnxruntime(version)
 
 
 def test_bfloat16_between_onnxruntime_and_the_device():
