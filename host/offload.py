@@ -530,7 +530,7 @@ class OffloadSession:
                     self._one_schedule.append((*entry, tuple(later)))
         self._output_names = [o.name for o in self.outputs]
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
-        self._step_calls = {}   # id(step) -> (device, dtype, block, call): _step_call
+        self._step_calls = {}   # id(step) -> (device, dtype, call): _step_call
         self._last = ([], [])    # (last_run, last_steps)
         self._one_last = None   # or, after a one-session run, what _one_records makes them of
         self._owns_device = False
@@ -952,33 +952,18 @@ class OffloadSession:
                 values[name] = result
         return where
 
-    def _step_call(self, step, dtype, block=None):
+    def _step_call(self, step, dtype):
         """What runs device step ``step`` on inputs of element type ``dtype``, worked out once
         per step, element type and device (the steps' run path is cold after every device
         call: each layer of Python on it costs microseconds): ``call(*inputs)``, the step's
         inputs in order (None for an absent optional one), returns ``(results, where)``, one
-        result per name of ``step.outputs`` (None for an empty name). With ``block``, the
-        step is a pool on onnxruntime's NCHWc tensors of that block, C-contiguous
-        (:meth:`_blocked_pool`), and a MaxPool's result is ``(dims, array)``: onnxruntime's
-        output dims, and the array whose items in C order are its elements."""
+        result per name of ``step.outputs`` (None for an empty name)."""
         made = self._step_calls.get(id(step))
-        if made is not None and made[0] is self.device and made[1] == dtype and \
-                made[2] == block:
-            return made[3]
+        if made is not None and made[0] is self.device and made[1] == dtype:
+            return made[2]
         device, where = self._device_for(dtype)
         node = step.node
-        if block:
-            blocked, _ = self._blocked_pool(step, dtype, block)
-
-            def call(x):
-                rooms = {}  # the kernel's room: new arrays
-
-                def room(index, dims):
-                    rooms[index] = np.empty(dims, x.dtype)
-                    return memoryview(rooms[index]).cast("B")
-                results = blocked([(x, None, x.shape)], room)
-                return tuple(rooms[j] if r is None else r for j, r in enumerate(results)), where
-        elif step.transpose is None:
+        if step.transpose is None:
             indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)
 
@@ -1003,7 +988,7 @@ class OffloadSession:
                     result = result.reshape([n for a, n in enumerate(result.shape)
                                              if a not in dropped])
                 return (result,), where
-        self._step_calls[id(step)] = (self.device, dtype, block, call)
+        self._step_calls[id(step)] = (self.device, dtype, call)
         return call
 
     def _run_subgraph(self, step, values):

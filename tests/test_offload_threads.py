@@ -58,7 +58,7 @@ def test_the_callers_options_reach_every_partition_with_pools_that_never_spin_be
     options.enable_mem_pattern = False
     options.add_session_config_entry("session.disable_prepacking", "1")
     session = OffloadSession(mixed_model(), options, device=reference, one_session=one_session)
-    assert (session._one is not None) == one_session
+    assert (session.one_session_refusal is None) == one_session
     for given in partition_options(session):
         assert given.intra_op_num_threads == 2 and not given.enable_mem_pattern
         assert entry(given, "session.disable_prepacking") == "1"
@@ -88,7 +88,7 @@ def test_a_model_left_to_the_partitions_gets_pools_that_sleep(monkeypatch):
     it is: the partitions' pools sleep (stopping the spinning after a run, set for the one
     session, then changes nothing)."""
     options = onnxruntime.SessionOptions()
-    assert OffloadSession(bfloat16_model(), options, device=reference)._one is None
+    assert OffloadSession(bfloat16_model(), options, device=reference).one_session_refusal
     assert pools(options) == POOLS[False]
     make = OffloadSession._onnxruntime_session
     made = []
