@@ -510,24 +510,7 @@ class OffloadSession:
                               if t.name in wanted}
         self.placements = [(name, node.op_type, self._where(step))
                            for step in self._steps for name, node in step.nodes]
-        # What a run needs of each step, worked out once: its kind, its nodes' names and ops.
-        self._schedule = [(step, _PARTITION if isinstance(step, CpuPartition) else
-                           _DEVICE_STEP if isinstance(step, DeviceStep) else _SUBGRAPH,
-                           tuple(name for name, _ in step.nodes),
-                           [(name, node.op_type) for name, node in step.nodes])
-                          for step in self._steps]
-        if self._one is not None:
-            # Each schedule entry with its device operator's index, or for a partition the
-            # indices of the device operators after it in the plan (``_run_one``).
-            index = {id(step): i for i, (step, *_) in enumerate(self._one_steps)}
-            later = [index[id(entry[0])] for entry in self._schedule if entry[1] is _DEVICE_STEP]
-            self._one_schedule = []
-            for entry in self._schedule:
-                if entry[1] is _DEVICE_STEP:
-                    later.pop(0)
-                    self._one_schedule.append((*entry, index[id(entry[0])]))
-                else:
-                    self._one_schedule.append((*entry, tuple(later)))
+        self._make_schedules()
         self._output_names = [o.name for o in self.outputs]
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
         self._step_calls = {}   # id(step) -> (device, dtype, call): _step_call
@@ -545,6 +528,28 @@ class OffloadSession:
             raise TypeError(f"device must be a Device (open_device(url)), a device URL such as "
                             f"'sim', or maxaccel.sim.reference, not {type(device).__name__}")
         self.device = device
+
+    def _make_schedules(self):
+        """What a run needs of each step, worked out once: its kind, its nodes' names and ops
+        (``_schedule``); for the one session, each entry with its device operator's index, or
+        for a partition the indices of the device operators after it in the plan
+        (``_one_schedule``, read by :meth:`_one_records`)."""
+        self._schedule = [(step, _PARTITION if isinstance(step, CpuPartition) else
+                           _DEVICE_STEP if isinstance(step, DeviceStep) else _SUBGRAPH,
+                           tuple(name for name, _ in step.nodes),
+                           [(name, node.op_type) for name, node in step.nodes])
+                          for step in self._steps]
+        if self._one is None:
+            return
+        index = {id(step): i for i, (step, *_) in enumerate(self._one_steps)}
+        later = [index[id(entry[0])] for entry in self._schedule if entry[1] is _DEVICE_STEP]
+        self._one_schedule = []
+        for entry in self._schedule:
+            if entry[1] is _DEVICE_STEP:
+                later.pop(0)
+                self._one_schedule.append((*entry, index[id(entry[0])]))
+            else:
+                self._one_schedule.append((*entry, tuple(later)))
 
     # --- the onnxruntime API -------------------------------------------------------------------
 
