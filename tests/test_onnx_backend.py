@@ -1,32 +1,55 @@
 """maxaccel.onnx_backend under onnx's own conformance harness (``onnx.backend.test.BackendTest``):
-every node case of the max family, the sequence, optional and map cases, and a fixed sample of
-the rest, on the golden model (``docs/measure_backend_suite.py`` runs the whole node suite);
-and the backend's own API (its devices, a prepared model's feeds, ``run_node``, ``on``)."""
+every node case of the max family, the sequence and optional cases, and those of a fixed sample
+of the other operators' generators, on the golden model (``docs/measure_backend_suite.py`` runs
+the whole node suite); and the backend's own API (its devices, a prepared model's feeds,
+``run_node``, ``on``)."""
 
+import importlib
+import unittest.mock
 import warnings
 
 import numpy as np
 import onnx.backend.test
+import onnx.backend.test.runner
 import pytest
 from fake_board import FakeBoard
 from onnx import TensorProto, helper
-from onnx.backend.test.loader import load_model_tests
 
 import maxaccel.onnx_backend as backend
 from maxaccel.host.device import Device
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 
-#: The node cases run whole: the max family, and those whose feeds or outputs are sequences,
-#: optionals or maps (onnxruntime's Python values for them: lists, None, dicts).
-WHOLE = ("test_max_", "test_min_", "test_reduce_max_", "test_reduce_min_", "test_argmax_",
-         "test_argmin_", "test_globalmaxpool", "test_maxpool_", "test_identity_sequence",
-         "test_identity_opt", "test_loop13_seq", "test_loop16_seq_none", "test_sequence_",
-         "test_optional_", "test_split_to_sequence", "test_concat_from_sequence")
-#: The max family's prefixes in WHOLE: every case of theirs runs, onnxruntime's failures too.
-FAMILY = WHOLE[:8]
-#: One node case in SAMPLE_EVERY of the others (by name), as a sample of the rest.
-SAMPLE_EVERY = 12
+#: The generator modules (``onnx.backend.test.case.node``) whose every node case runs: the max
+#: family, and those whose feeds or outputs are sequences or optionals (onnxruntime's Python
+#: values for them: lists, None).
+FAMILY_MODULES = ("max", "min", "reducemax", "reducemin", "argmax", "argmin", "globalmaxpool",
+                  "maxpool")
+WHOLE_MODULES = FAMILY_MODULES + ("identity", "loop", "sequence_map", "sequenceinsert",
+                                  "splittosequence", "optionalgetelement",
+                                  "optionalhaselement")
+#: One generator module in SAMPLE_EVERY of the others (by name), as a sample of the rest: onnx
+#: makes a module's cases, expected outputs included, when it is imported (all of them: 15 s).
+SAMPLE_EVERY = 8
+
+
+def node_cases(modules):
+    """The node cases of the generator ``modules``, as ``onnx.backend.test.loader`` gives
+    every module's (a module imported before is made again: its cases are made on import)."""
+    import sys
+
+    import onnx.backend.test.case.node as generators
+    generators._TargetOpType = None
+    cases = []
+    for module in modules:
+        name = f"onnx.backend.test.case.node.{module}"
+        first = len(generators._NodeTestCases)
+        if name in sys.modules:
+            importlib.reload(sys.modules[name])
+        else:
+            importlib.import_module(name)
+        cases += generators._NodeTestCases[first:]
+    return cases
 
 
 def onnxruntime_passes(case):
@@ -46,30 +69,39 @@ def onnxruntime_passes(case):
 
 
 def chosen_cases():
-    """``(whole, sampled)``: the names of every node case of :data:`WHOLE` (of the max family,
-    and of the others those onnxruntime passes) and of one in :data:`SAMPLE_EVERY` of the
-    rest that onnxruntime passes."""
+    """``(cases, whole, sampled)``: the node cases of :data:`WHOLE_MODULES` and of the
+    sample's modules; the names of those of :data:`WHOLE_MODULES` that run (the max family's
+    all, the others' those onnxruntime passes), and of the sample's that onnxruntime passes."""
+    import pkgutil
+
+    import onnx.backend.test.case.node as generators
     import onnxruntime
     onnxruntime.set_default_logger_severity(4)
-    cases = sorted(load_model_tests(kind="node"), key=lambda c: c.name)
-    whole = [c.name for c in cases if c.name.startswith(WHOLE) and (
-        c.name.startswith(FAMILY) or onnxruntime_passes(c))]
-    rest = [c for c in cases if not c.name.startswith(WHOLE)][::SAMPLE_EVERY]
-    return whole, [c.name for c in rest if onnxruntime_passes(c)]
+    others = sorted(m.name for m in pkgutil.iter_modules(generators.__path__)
+                    if m.name not in WHOLE_MODULES)
+    sample = others[::SAMPLE_EVERY]
+    made = {module: node_cases([module]) for module in WHOLE_MODULES + tuple(sample)}
+    cases = {c.name: c for found in made.values() for c in found}
+    family = {c.name for m in FAMILY_MODULES for c in made[m]}
+    whole = {c.name for m in WHOLE_MODULES for c in made[m]}
+    chosen = sorted(n for n in whole if n in family or onnxruntime_passes(cases[n]))
+    sampled = sorted(n for n in cases if n not in whole and onnxruntime_passes(cases[n]))
+    return list(cases.values()), chosen, sampled
 
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")     # some generators overflow and divide by zero on purpose
-    WHOLE_CASES, SAMPLED_CASES = chosen_cases()
-    _runner = onnx.backend.test.BackendTest(backend, __name__)
+    _CASES, WHOLE_CASES, SAMPLED_CASES = chosen_cases()
+    # The harness made of the chosen cases only (it would load, and make, every node case).
+    with unittest.mock.patch.object(onnx.backend.test.runner, "load_model_tests",
+                                    lambda kind=None, **_: _CASES if kind == "node" else []):
+        _runner = onnx.backend.test.BackendTest(backend, __name__)
 _runner.include("^(?:" + "|".join(WHOLE_CASES + SAMPLED_CASES) + ")_cpu$")
-# The node cases only (the harness adds the real, simple and PyTorch models too).
-globals().update({name: case for name, case in _runner.test_cases.items()
-                  if name == "OnnxBackendNodeModelTest"})
+globals().update(_runner.test_cases)
 
 
 def test_the_cases_are_chosen():
-    assert len(WHOLE_CASES) > 110 and len(SAMPLED_CASES) > 100
+    assert len(WHOLE_CASES) > 110 and len(SAMPLED_CASES) > 60
     for name in ("test_identity_sequence", "test_identity_opt", "test_loop13_seq",
                  "test_sequence_insert_at_back",
                  "test_sequence_insert_at_front", "test_sequence_map_add_2_sequences",
@@ -82,7 +114,7 @@ def test_a_loop_over_an_optional_sequence_runs_as_onnxruntime_runs_it():
     cannot take its sequence holding a 0-d tensor, for onnxruntime either): the same values as
     onnxruntime's."""
     import onnxruntime
-    (case,) = [c for c in load_model_tests(kind="node") if c.name == "test_loop16_seq_none"]
+    (case,) = [c for c in _CASES if c.name == "test_loop16_seq_none"]
     for inputs, _ in case.data_sets:
         feeds = dict(zip([i.name for i in case.model.graph.input], [
             onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x
