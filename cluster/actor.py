@@ -43,7 +43,7 @@ class BoardActor:
         self.device = open_device(url, progress=None, **(options or {}))
         self.sessions = {}
         try:
-            from maxaccel.host.bench_cycles import NoCycleCounter, cycle_counter
+            from maxaccel.bench.cycles import NoCycleCounter, cycle_counter
             self._board = cycle_counter(self.device)
         except NoCycleCounter:
             self._board = None           # a real board: no clock cycles to count

@@ -1,5 +1,6 @@
 """Host driver for maxaccel: the link (framing, retries), transports, the tensor API and its
-planners, ONNX offload, benchmarks and the ``maxaccel`` command. The wire protocol itself is
+planners, ONNX offload and the ``maxaccel`` command (whose ``bench`` subcommand loads the
+benchmarks, :mod:`maxaccel.bench`, when it runs). The wire protocol itself is
 the contract's (:mod:`maxaccel.contract.wire`), shared with the gateware.
 
 This package never imports amaranth: a host script talks to a board with numpy alone::

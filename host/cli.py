@@ -35,7 +35,7 @@ Measure throughput, host overhead and link efficiency per device and tensor size
 onnxruntime on this CPU for comparison; optionally a plot and the figures as JSON, and the table
 of the board build reports shipped with the package. With --ratios, each operation's device
 cycles over a ReduceMax of the same input bytes, per dtype, on virtual boards (sim, verilator),
-and the MaxPool table: each MaxPool class of real networks (bench_pools.POOL_CLASSES) over a
+and the MaxPool table: each MaxPool class of real networks (maxaccel.bench.pools.POOL_CLASSES) over a
 ReduceMax of the larger of its input and output bytes (Indices included), in float32, float16
 and uint8; --pool-routes times the pools that go through the pooling unit through REDUCE too.
 With --core-link (or --board NAME), each board build report's core on the compiled virtual
@@ -263,7 +263,7 @@ def _check_bench_arguments(args, urls):
     """Refuse every bad ``bench`` argument before anything is measured; returns the models
     ``--model`` names, loaded."""
     from maxaccel.contract.dtypes import format_of
-    from maxaccel.host import bench
+    from maxaccel import bench
 
     for url in urls:
         _check_url(url)
@@ -296,7 +296,7 @@ def _check_bench_arguments(args, urls):
                            f"holds at least 64 bytes")
         _needs_xdma_model(urls, "--transfers", "keeps the modelled transfer times")
     if args.paced is not None:
-        from maxaccel.host.bench_xdma import WAITS
+        from maxaccel.bench.xdma import WAITS
         if args.paced not in WAITS:
             raise _Failure(f"--paced {args.paced}: the wait is one of {', '.join(WAITS)}")
         if not args.model:
@@ -328,7 +328,7 @@ def _bench_core_link(args, out):
     import json
 
     from maxaccel.boards.targets import TARGETS, load_reports
-    from maxaccel.host import bench_cycles
+    from maxaccel.bench import cycles as bench_cycles
 
     elements = args.ratios or 1 << 18
     reports = [r for r in load_reports(args.reports)
@@ -368,7 +368,8 @@ def _bench_core_link(args, out):
 def _measure_on(url, args, loaded, out, found):
     """Measure what ``bench`` asks on the device at ``url``, adding to the lists of ``found``
     (``measurements``, ``ratios``, ``pools``, ``models``, ``transfers``)."""
-    from maxaccel.host import bench, bench_cycles, bench_pools
+    from maxaccel import bench
+    from maxaccel.bench import cycles as bench_cycles, pools as bench_pools
 
     elements = args.elements or bench.default_elements(url)
     with _open(url) as device:
@@ -391,14 +392,14 @@ def _measure_on(url, args, loaded, out, found):
                 progress=lambda r: print(f"  {bench_pools.pool_ratio_line(r)}", file=out,
                                          flush=True))
         if args.transfers is not None:
-            from maxaccel.host import bench_xdma
+            from maxaccel.bench import xdma as bench_xdma
             found["transfers"][url] = bench_xdma.measure_transfers(
                 device, args.transfers or bench_xdma.TRANSFER_SIZES,
                 total_bytes=bench_xdma.default_total_bytes(url),
                 progress=lambda m: print(f"  {bench_xdma.transfer_line(m)}", file=out,
                                          flush=True))
         if args.paced is not None and loaded:
-            from maxaccel.host import bench_xdma
+            from maxaccel.bench import xdma as bench_xdma
             device = bench_xdma.PacedDevice(device, args.paced)
         for model in loaded:
             found["models"].append(bench.measure_model(device, *model))
@@ -411,7 +412,8 @@ def _measure_on(url, args, loaded, out, found):
 def _bench(args, out):
     import json
 
-    from maxaccel.host import bench, bench_cycles, bench_pools
+    from maxaccel import bench
+    from maxaccel.bench import cycles as bench_cycles, pools as bench_pools
     from maxaccel.host.transport import TransportError
 
     if args.board:
@@ -448,7 +450,7 @@ def _bench(args, out):
         print(bench_pools.format_pool_ratios([r for r in pools if r.where == url]), file=out)
     for url, results in transfers.items():
         from maxaccel.boards.targets import TARGETS
-        from maxaccel.host import bench_xdma
+        from maxaccel.bench import xdma as bench_xdma
         link = TARGETS["nitefury"].link_bytes_per_s
         print(f"{url}: modelled XDMA throughput against transfer size (ReduceMax, tensor "
               f"bytes over the modelled time; the link is {link / 1e9:g} GB/s):", file=out)
@@ -655,7 +657,7 @@ def _parser(prog="maxaccel"):
                             "device, outside its device calls, against onnxruntime, on one "
                             "thread and with default threading; 'conv' is a built-in model of "
                             "two 3x3 Convs, a ReduceMax and a Gemm, and 'audio', 'segnet', "
-                            "'kws', 'resnet18', 'control' those of maxaccel.host.models "
+                            "'kws', 'resnet18', 'control' those of maxaccel.bench.models "
                             "(with --model, operations are timed only if --elements is given)")
     bench.add_argument("--ratios", type=int, nargs="?", const=1 << 18, metavar="N",
                        help="also print each operation's device cycles over those of a "
@@ -663,7 +665,7 @@ def _parser(prog="maxaccel"):
                             "and float64, N elements per operand (default 262144); virtual "
                             "boards only (with --ratios, operations are timed only if "
                             "--elements is given); and the MaxPool table "
-                            "(bench_pools.POOL_CLASSES)")
+                            "(maxaccel.bench.pools.POOL_CLASSES)")
     bench.add_argument("--pool-routes", action="store_true",
                        help="with --ratios: also time each MaxPool class that goes through "
                             "the pooling unit (MAX_POOL) through REDUCE, its fallback route")

@@ -380,7 +380,11 @@ class Device:
         order), strided or not, that ``y`` is written into and returned as (an
         :class:`~maxaccel.host.offload.OffloadSession` hands onnxruntime's own output this
         way, so that the reply lands where onnxruntime wants it). Through ``MAX_POOL`` each
-        tile's maxima go straight into it.
+        tile's maxima go straight into it, unless ``out`` may share memory with ``x``: then,
+        as numpy does, the result is made apart and copied into ``out`` at the end.
+
+        A pool with no images (``N`` or ``C`` is 0) returns its empty result without a
+        request, and :attr:`last_max_pool_route` is then None.
         """
         values, fmt, geometry, return_indices = check_max_pool(
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
@@ -391,6 +395,20 @@ class Device:
         if route not in (None, Command.REDUCE):
             raise ValueError(f"max_pool(route=...) takes None (the planner's choice) or "
                              f"Command.REDUCE, not {route!r}")
+        if 0 in geometry.output_shape:
+            self.last_max_pool_route = None
+            y = np.empty(geometry.output_shape, values.dtype) if out is None else out
+            return (y, np.empty(geometry.output_shape, np.int64)) if return_indices else y
+        if out is not None and np.may_share_memory(out, values):
+            # Tiles written into out would overwrite input later tiles still read.
+            result = self._max_pool_routed(values, fmt, geometry, return_indices, route, None)
+            store_bits(out, result[0] if return_indices else result)
+            return (out, result[1]) if return_indices else out
+        return self._max_pool_routed(values, fmt, geometry, return_indices, route, out)
+
+    def _max_pool_routed(self, values, fmt, geometry, return_indices, route, out):
+        """:meth:`max_pool` of checked ``values`` through the route ``route`` names, or the
+        planner's choice (None)."""
         if route == Command.REDUCE:
             return self._max_pool_by_reduce(values, fmt, plan_reduce_pool(geometry),
                                             return_indices, out)

@@ -5,6 +5,9 @@
  * onnxruntime's Python module carries its own copy of onnxruntime, so everything goes through
  * the OrtApi table it hands to RegisterCustomOps. Its slots are onnxruntime's C ABI, which only
  * ever grows (the numbers below hold from API 1 on; version 16 is asked for, onnxruntime 1.16).
+ * The slot numbers and API_VERSION are written here only: host/device_ops.py reads them from
+ * this file (the registration's slots too) and checks the running onnxruntime against
+ * API_VERSION before loading it.
  *
  * A kernel's inputs go to one Python call (what its node's key resolved to when the kernel
  * first ran) as memoryviews over onnxruntime's buffers (no copy), with a function that hands
@@ -25,8 +28,11 @@
 
 typedef void *Status;
 
+/* OrtApi slots; CREATE_CUSTOM_OP_DOMAIN, CUSTOM_OP_DOMAIN_ADD and ADD_CUSTOM_OP_DOMAIN are
+ * called from host/device_ops.py (the registration). */
 enum {
-    CREATE_STATUS = 0, ERROR_MESSAGE = 2, MUTABLE_DATA = 51, ELEMENT_TYPE = 60, DIMS_COUNT = 61,
+    CREATE_STATUS = 0, ERROR_MESSAGE = 2, CREATE_CUSTOM_OP_DOMAIN = 26, CUSTOM_OP_DOMAIN_ADD = 27,
+    ADD_CUSTOM_OP_DOMAIN = 28, MUTABLE_DATA = 51, ELEMENT_TYPE = 60, DIMS_COUNT = 61,
     DIMS = 62, TYPE_AND_SHAPE = 65, ATTRIBUTE_INT64 = 86, INPUT_COUNT = 88, GET_INPUT = 90,
     GET_OUTPUT = 91, RELEASE_STATUS = 93, RELEASE_TYPE_AND_SHAPE = 99,
 };

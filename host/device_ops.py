@@ -19,7 +19,10 @@ onnxruntime once a run, not once per partition.
 onnxruntime's Python module carries its own copy of onnxruntime; the operators are made with the
 ``OrtApi`` it hands to the library's ``RegisterCustomOps`` when
 ``SessionOptions.register_custom_ops_library`` loads it. The ``OrtApi`` slot numbers and the
-``OrtCustomOp`` layout are onnxruntime's C ABI (append-only; checked against 1.32.0).
+``OrtCustomOp`` layout are onnxruntime's C ABI (append-only; checked against 1.32.0); the slot
+numbers and the ``OrtApi`` version the kernels ask for are ``device_ops.c``'s, read from it
+here (:data:`API_VERSION`, :data:`SLOTS`), and the running onnxruntime is checked against that
+version before the library is loaded.
 """
 
 import ctypes
@@ -28,6 +31,7 @@ import itertools
 import os
 import pathlib
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +43,8 @@ import weakref
 import numpy as np
 from onnx import helper
 
-__all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "library", "register", "step_key",
+__all__ = ["DOMAIN", "NCHWC_DOMAIN", "OperatorsUnavailable", "API_VERSION", "SLOTS",
+           "check_onnxruntime", "library", "register", "step_key",
            "one_model", "with_domain", "nchwc_block", "with_blocked_pools", "element_dtype",
            "arrays_of", "kept", "blocked_pool", "exportable"]
 
@@ -60,17 +65,28 @@ class OperatorsUnavailable(RuntimeError):
     """The operators' library cannot be built or loaded here."""
 
 
+def _source_facts(text):
+    """``(API_VERSION, {slot name: number})`` as ``device_ops.c`` defines them."""
+    version = int(re.search(r"#define API_VERSION (\d+)", text).group(1))
+    enum = re.search(r"enum \{([^}]*)\};", text).group(1)
+    return version, {name: int(number) for name, number in re.findall(r"(\w+) = (\d+)", enum)}
+
+
+#: The ``OrtApi`` version the kernels ask onnxruntime for, and its slots they and the
+#: registration call (``device_ops.c``'s, read from it).
+API_VERSION, SLOTS = _source_facts(SOURCE.read_text())
+
 _P, _SIZE = ctypes.c_void_p, ctypes.c_size_t
 _PP = ctypes.POINTER(ctypes.c_void_p)
 
-#: The ``OrtApi`` slots used from Python (when the operators are registered): slot, result
-#: type, argument types.
+#: The ``OrtApi`` functions called from Python (when the operators are registered): slot,
+#: result type, argument types.
 _SLOTS = {
-    "CreateCustomOpDomain": (26, _P, (ctypes.c_char_p, _PP)),
-    "CustomOpDomain_Add": (27, _P, (_P, _P)),
-    "AddCustomOpDomain": (28, _P, (_P, _P)),
-    "GetErrorMessage": (2, ctypes.c_char_p, (_P,)),
-    "ReleaseStatus": (93, None, (_P,)),
+    "CreateCustomOpDomain": (SLOTS["CREATE_CUSTOM_OP_DOMAIN"], _P, (ctypes.c_char_p, _PP)),
+    "CustomOpDomain_Add": (SLOTS["CUSTOM_OP_DOMAIN_ADD"], _P, (_P, _P)),
+    "AddCustomOpDomain": (SLOTS["ADD_CUSTOM_OP_DOMAIN"], _P, (_P, _P)),
+    "GetErrorMessage": (SLOTS["ERROR_MESSAGE"], ctypes.c_char_p, (_P,)),
+    "ReleaseStatus": (SLOTS["RELEASE_STATUS"], None, (_P,)),
 }
 
 #: ``OrtCustomOp``'s function pointers, in order after its ``uint32_t version``.
@@ -108,6 +124,29 @@ def _compiler():
     return None
 
 
+def check_onnxruntime(version=None):
+    """Refuse an onnxruntime (``version``, default the running one's ``__version__``) whose
+    ``OrtApi`` is older than :data:`API_VERSION` (onnxruntime 1.N serves ``OrtApi`` N).
+
+    Raises
+    ------
+    OperatorsUnavailable
+        The version is too old, or not one this check can read.
+    """
+    if version is None:
+        import onnxruntime
+        version = onnxruntime.__version__
+    found = re.match(r"(\d+)\.(\d+)", version)
+    if found is None:
+        raise OperatorsUnavailable(f"onnxruntime {version}: not a version the device operators "
+                                   f"can check for OrtApi {API_VERSION}")
+    major, minor = map(int, found.groups())
+    if major == 1 and minor < API_VERSION:
+        raise OperatorsUnavailable(f"onnxruntime {version} serves OrtApi {minor}; the device "
+                                   f"operators need {API_VERSION} (onnxruntime 1.{API_VERSION} "
+                                   f"or later)")
+
+
 def library():
     """The path of the operators' shared library, built on first use (and cached per source,
     interpreter and machine in ``$MAXACCEL_CACHE_DIR/operators``).
@@ -115,8 +154,16 @@ def library():
     Raises
     ------
     OperatorsUnavailable
-        No C compiler, no ``Python.h``, or the build failed (the reason says which).
+        No C compiler, no ``Python.h``, a cache directory that cannot be written, or the build
+        failed (the reason says which).
     """
+    try:
+        return _library()
+    except OSError as error:
+        raise OperatorsUnavailable(f"cannot build the operators' library: {error}") from None
+
+
+def _library():
     from maxaccel.sim.verilator import cache_dir
     source = SOURCE.read_bytes()
     include = sysconfig.get_paths()["include"]
@@ -151,6 +198,7 @@ def _load():
     global _loaded, _loaded_path
     with _lock:
         if _loaded is None:
+            check_onnxruntime()
             path = library()
             try:
                 handle = ctypes.CDLL(path)
@@ -180,7 +228,7 @@ def register(options, signatures):
     Raises
     ------
     OperatorsUnavailable
-        The library cannot be built or loaded.
+        The library cannot be built, loaded or registered (onnxruntime's reason included).
     """
     path = _load()
     with _lock:
@@ -189,6 +237,9 @@ def register(options, signatures):
         _pending = (domain, signatures)
         try:
             options.register_custom_ops_library(path)
+        except Exception as error:  # onnxruntime's exception types, one per status
+            raise OperatorsUnavailable(f"onnxruntime does not register them: {error}") \
+                from None
         finally:
             _pending = None
     return domain

@@ -108,10 +108,13 @@ class TensorSpec:
     not a tensor or unknown) and ``dims`` (the shape as a tuple, None when undeclared).
     """
 
-    __slots__ = ("name", "type", "dtype", "dims")
+    __slots__ = ("name", "type", "dtype", "dims", "kind")
 
-    def __init__(self, name, type_text, dtype, dims):
+    def __init__(self, name, type_text, dtype, dims, kind="tensor_type"):
         self.name, self.type, self.dtype, self.dims = name, type_text, dtype, dims
+        #: The ``onnx.TypeProto`` field the value's type is in: ``"tensor_type"``,
+        #: ``"sequence_type"``, ``"optional_type"``, ``"map_type"``...
+        self.kind = kind
 
     @property
     def shape(self):
@@ -128,7 +131,7 @@ class TensorSpec:
             if tensor.HasField("shape"):
                 dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                              for d in tensor.shape.dim)
-        return cls(value_info.name, _type_text(value_info.type), dtype, dims)
+        return cls(value_info.name, _type_text(value_info.type), dtype, dims, kind)
 
     def __repr__(self):
         shape = "?" if self.dims is None else "[" + ", ".join(
@@ -340,11 +343,31 @@ def _indices_wanted(op_type, outputs):
 
 def _reduction_arguments(attributes, inputs):
     """``(axes, keepdims, noop_with_empty_axes)`` of a ReduceMax or ReduceMin of any opset
-    version: axes from the attribute (before 18) or the optional second input (18 and later)."""
+    version: axes from the attribute (before 18) or the optional second input (18 and later).
+
+    Axes that name one axis more than once (``[1, -1]`` of a rank-2 tensor) name it once, as
+    onnxruntime reads them (the device's ``reduce_max`` refuses them); an axis out of range is
+    left for the device to name."""
     axes = attributes.get("axes")
     if axes is None and len(inputs) > 1 and inputs[1] is not None:
         axes = inputs[1]
+    if axes is not None and len(axes) > 1:
+        rank = np.ndim(inputs[0])
+        named = [int(a) + rank if a < 0 else int(a) for a in np.asarray(axes).reshape(-1)]
+        if len(set(named)) < len(named) and all(0 <= a < rank for a in named):
+            axes = list(dict.fromkeys(named))
     return axes, attributes.get("keepdims", 1), attributes.get("noop_with_empty_axes", 0)
+
+
+class _OneRun:
+    """What one run of the one session records, apart from any other run on the session (runs
+    may be made from several threads at once): its device calls (``{operator index: (start,
+    seconds, where)}``) and the exceptions its device operators raised."""
+
+    __slots__ = ("calls", "failures")
+
+    def __init__(self):
+        self.calls, self.failures = {}, []
 
 
 class OffloadSession:
@@ -388,6 +411,10 @@ class OffloadSession:
         that could not was not).
     **kwargs
         Passed to each ``onnxruntime.InferenceSession``.
+
+    :meth:`run` may be called from several threads at once, as onnxruntime's: each call gets
+    its own results and its own exceptions; :attr:`last_run` and :attr:`last_steps` are those
+    of the run that returned last.
 
     Attributes
     ----------
@@ -483,27 +510,10 @@ class OffloadSession:
                               if t.name in wanted}
         self.placements = [(name, node.op_type, self._where(step))
                            for step in self._steps for name, node in step.nodes]
-        # What a run needs of each step, worked out once: its kind, its nodes' names and ops.
-        self._schedule = [(step, _PARTITION if isinstance(step, CpuPartition) else
-                           _DEVICE_STEP if isinstance(step, DeviceStep) else _SUBGRAPH,
-                           tuple(name for name, _ in step.nodes),
-                           [(name, node.op_type) for name, node in step.nodes])
-                          for step in self._steps]
-        if self._one is not None:
-            # Each schedule entry with its device operator's index, or for a partition the
-            # indices of the device operators after it in the plan (``_run_one``).
-            index = {id(step): i for i, (step, *_) in enumerate(self._one_steps)}
-            later = [index[id(entry[0])] for entry in self._schedule if entry[1] is _DEVICE_STEP]
-            self._one_schedule = []
-            for entry in self._schedule:
-                if entry[1] is _DEVICE_STEP:
-                    later.pop(0)
-                    self._one_schedule.append((*entry, index[id(entry[0])]))
-                else:
-                    self._one_schedule.append((*entry, tuple(later)))
+        self._make_schedules()
         self._output_names = [o.name for o in self.outputs]
         self._routes = {}   # dtype -> (the device it was worked out for, (device, where))
-        self._step_calls = {}   # id(step) -> (device, dtype, block, call): _step_call
+        self._step_calls = {}   # id(step) -> (device, dtype, call): _step_call
         self._last = ([], [])    # (last_run, last_steps)
         self._one_last = None   # or, after a one-session run, what _one_records makes them of
         self._owns_device = False
@@ -518,6 +528,28 @@ class OffloadSession:
             raise TypeError(f"device must be a Device (open_device(url)), a device URL such as "
                             f"'sim', or maxaccel.sim.reference, not {type(device).__name__}")
         self.device = device
+
+    def _make_schedules(self):
+        """What a run needs of each step, worked out once: its kind, its nodes' names and ops
+        (``_schedule``); for the one session, each entry with its device operator's index, or
+        for a partition the indices of the device operators after it in the plan
+        (``_one_schedule``, read by :meth:`_one_records`)."""
+        self._schedule = [(step, _PARTITION if isinstance(step, CpuPartition) else
+                           _DEVICE_STEP if isinstance(step, DeviceStep) else _SUBGRAPH,
+                           tuple(name for name, _ in step.nodes),
+                           [(name, node.op_type) for name, node in step.nodes])
+                          for step in self._steps]
+        if self._one is None:
+            return
+        index = {id(step): i for i, (step, *_) in enumerate(self._one_steps)}
+        later = [index[id(entry[0])] for entry in self._schedule if entry[1] is _DEVICE_STEP]
+        self._one_schedule = []
+        for entry in self._schedule:
+            if entry[1] is _DEVICE_STEP:
+                later.pop(0)
+                self._one_schedule.append((*entry, index[id(entry[0])]))
+            else:
+                self._one_schedule.append((*entry, tuple(later)))
 
     # --- the onnxruntime API -------------------------------------------------------------------
 
@@ -679,10 +711,14 @@ class OffloadSession:
                            for step, block in zip(device_steps, blocks)]
         self._one_run = _direct_run(self._one)
         # What the kernels' calls (_kernel_call) share: each operator's (call, where) for
-        # self._operators_device, this run's device calls and failure, the link's lock.
+        # self._operators_device, the run each thread is in (_OneRun), the link's lock.
         self._operators = [None] * len(device_steps)
         self._operators_device = None
-        self._calls, self._failures = {}, []
+        self._current = threading.local()
+        # onnxruntime's parallel executor calls kernels on its own threads, which are in no
+        # run of their own: its runs on this session go one at a time, the run in ``_shared``.
+        self._parallel = options.execution_mode == onnxruntime.ExecutionMode.ORT_PARALLEL
+        self._shared, self._one_at_a_time = [None], threading.Lock()
         self._device_lock = threading.Lock()
         return None
 
@@ -717,10 +753,11 @@ class OffloadSession:
         holds the session weakly, and its operator is worked out on its first call after
         :meth:`_run_one` saw a new device."""
         session = weakref.ref(self)
-        operators, calls, failures = self._operators, self._calls, self._failures
+        operators, current, shared = self._operators, self._current, self._shared
         lock, clock = self._device_lock, time.perf_counter
 
         def call(inputs, room):
+            run = getattr(current, "run", None) or shared[0] or _OneRun()
             try:
                 made = operators[index]
                 if made is None:
@@ -730,9 +767,9 @@ class OffloadSession:
                 with lock:
                     started = clock()
                     results = made[0](inputs, room)
-                    calls[index] = (started, clock() - started, made[1])
+                    run.calls[index] = (started, clock() - started, made[1])
             except BaseException as error:
-                failures.append(error)  # raised by run() in place of onnxruntime's error
+                run.failures.append(error)  # raised by run() in place of onnxruntime's error
                 raise
             return results
         return call
@@ -790,19 +827,28 @@ class OffloadSession:
         if self._operators_device is not self.device:
             self._operators[:] = [None] * len(self._operators)
             self._operators_device = self.device
-        self._calls.clear()
-        self._failures.clear()
+        run = _OneRun()
+        current = self._current
+        if self._parallel:
+            self._one_at_a_time.acquire()
+            self._shared[0] = run
+        current.run = run
         clock = time.perf_counter
         started = clock()
         try:
             results = self._one_run(output_names, feeds, run_options)
         except Exception:
-            if self._failures:
-                raise self._failures.pop() from None
+            if run.failures:
+                raise run.failures[-1] from None
             raise
+        finally:
+            current.run = None
+            if self._parallel:
+                self._shared[0] = None
+                self._one_at_a_time.release()
         # The run's records are worked out when read (cold after the run, they cost as much
         # as a device step's glue).
-        self._one_last = (started, clock(), dict(self._calls))
+        self._one_last = (started, clock(), run.calls)
         return results
 
     def _one_records(self, started, ended, calls):
@@ -911,33 +957,18 @@ class OffloadSession:
                 values[name] = result
         return where
 
-    def _step_call(self, step, dtype, block=None):
+    def _step_call(self, step, dtype):
         """What runs device step ``step`` on inputs of element type ``dtype``, worked out once
         per step, element type and device (the steps' run path is cold after every device
         call: each layer of Python on it costs microseconds): ``call(*inputs)``, the step's
         inputs in order (None for an absent optional one), returns ``(results, where)``, one
-        result per name of ``step.outputs`` (None for an empty name). With ``block``, the
-        step is a pool on onnxruntime's NCHWc tensors of that block, C-contiguous
-        (:meth:`_blocked_pool`), and a MaxPool's result is ``(dims, array)``: onnxruntime's
-        output dims, and the array whose items in C order are its elements."""
+        result per name of ``step.outputs`` (None for an empty name)."""
         made = self._step_calls.get(id(step))
-        if made is not None and made[0] is self.device and made[1] == dtype and \
-                made[2] == block:
-            return made[3]
+        if made is not None and made[0] is self.device and made[1] == dtype:
+            return made[2]
         device, where = self._device_for(dtype)
         node = step.node
-        if block:
-            blocked, _ = self._blocked_pool(step, dtype, block)
-
-            def call(x):
-                rooms = {}  # the kernel's room: new arrays
-
-                def room(index, dims):
-                    rooms[index] = np.empty(dims, x.dtype)
-                    return memoryview(rooms[index]).cast("B")
-                results = blocked([(x, None, x.shape)], room)
-                return tuple(rooms[j] if r is None else r for j, r in enumerate(results)), where
-        elif step.transpose is None:
+        if step.transpose is None:
             indices = _indices_wanted(node.op_type, step.outputs)
             operation = self._prepare(device, node.op_type, step.attributes, indices)
 
@@ -962,14 +993,15 @@ class OffloadSession:
                     result = result.reshape([n for a, n in enumerate(result.shape)
                                              if a not in dropped])
                 return (result,), where
-        self._step_calls[id(step)] = (self.device, dtype, block, call)
+        self._step_calls[id(step)] = (self.device, dtype, call)
         return call
 
     def _run_subgraph(self, step, values):
         results = self._engines[id(step)].run(None, {n: values[n] for n in step.inputs})
         for name, result in zip(step.node.output, results):
-            if name:
-                values[name] = np.asarray(result)
+            if name:    # a sequence (list), a map (dict) or an absent optional (None) as it is
+                values[name] = result if result is None or isinstance(result, (list, dict)) \
+                    else np.asarray(result)
         return ONNX_REFERENCE
 
     def _family(self, op_type, attributes, inputs, indices=False):
@@ -1050,6 +1082,10 @@ class OffloadSession:
         A big-endian (non-native) array of the input's element type is accepted, as
         onnxruntime accepts it, and converted to the native order (onnxruntime 1.31 reads its
         bytes as native ones: wrong values).
+
+        A feed of an input that is no tensor (a sequence, an optional or a map: a list, None
+        or a dict, as onnxruntime takes them) is passed as given: onnxruntime checks it where
+        it is read (no device step reads one).
         """
         if not isinstance(feeds, dict):
             raise TypeError(f"input_feed must be a dict of input name to array, "
@@ -1066,6 +1102,9 @@ class OffloadSession:
         checked = {}
         for name, value in feeds.items():
             spec = specs[name]
+            if spec.kind != "tensor_type":
+                checked[name] = value
+                continue
             array = value if isinstance(value, np.ndarray) else np.asarray(value)
             if not array.dtype.isnative:
                 array = array.astype(array.dtype.newbyteorder("="))

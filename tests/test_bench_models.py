@@ -8,7 +8,8 @@ import pytest
 
 from fake_board import FakeBoard
 
-from maxaccel.host import bench, cli
+from maxaccel import bench
+from maxaccel.host import cli
 from maxaccel.host.device import Device
 from maxaccel.host.transport import register_scheme
 
@@ -43,6 +44,23 @@ def test_the_timed_device_counts_only_operator_calls():
     assert measurement.device_nodes == 1 and measurement.nodes == 6
     assert measurement.session_s > measurement.device_s > 0
     assert measurement.ratio > 0
+
+
+def test_every_device_operation_is_timed_as_the_devices():
+    """The operations the bench times as the device's are Device's public operations (Min,
+    ReduceMin, ArgMax and ArgMin included), and cover every call an OffloadSession makes."""
+    from maxaccel.host.offload import _DEVICE_CALLS
+    assert set(bench.DEVICE_METHODS) == {"max", "min", "reduce_max", "reduce_min", "arg_max",
+                                         "arg_min", "global_max_pool", "max_pool"}
+    assert set(_DEVICE_CALLS.values()) | {"max_pool"} <= set(bench.DEVICE_METHODS)
+    import numpy as np
+    with Device(FakeBoard()) as dev:
+        timed = bench._TimedDevice(dev)
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        for name in ("min", "reduce_min", "arg_max", "arg_min"):
+            getattr(timed, name)(x)
+        assert timed.calls == 4 and timed.seconds > 0
+        assert timed.close == dev.close     # anything else is the device's own
 
 
 class _Spinners:

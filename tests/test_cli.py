@@ -186,8 +186,8 @@ def test_bench_prints_the_ratio_table_of_the_compiled_board(tmp_path):
     """``maxaccel bench --ratios``: every operation of ``RATIO_OPERATIONS`` in every dtype
     against a ReduceMax of its input bytes, each result checked against the golden model (the
     exact cycles at the table's size are asserted in tests/test_verilator_board.py)."""
-    from maxaccel.host.bench_cycles import RATIO_DTYPES, RATIO_OPERATIONS
-    from maxaccel.host.bench_pools import POOL_CLASSES, POOL_DTYPES
+    from maxaccel.bench.cycles import RATIO_DTYPES, RATIO_OPERATIONS
+    from maxaccel.bench.pools import POOL_CLASSES, POOL_DTYPES
     figures = tmp_path / "bench.json"
     status, text = run("bench", "--device", "verilator", "--ratios", "1024", "--no-cpu",
                        "--pool-channels", "2", "--json", str(figures))
@@ -326,7 +326,7 @@ def test_core_link_of_a_board_report():
     4 GB/s at 125 MHz against the link's 1.6 (at 4096 elements per-request costs weigh: the
     2^18-element figures are in the file)."""
     from maxaccel.boards.targets import load_reports
-    from maxaccel.host.bench_cycles import RATIO_OPERATIONS, format_core_link, measure_core_link
+    from maxaccel.bench.cycles import RATIO_OPERATIONS, format_core_link, measure_core_link
     (report,) = [r for r in load_reports() if r["board"] == "nitefury"]
     peak = report["core_bytes_per_s"] / report["link_bytes_per_s"]
     assert peak == 32 * 125e6 / 1.6e9

@@ -7,16 +7,18 @@ new bench file changes the page with it, and a page edited by hand fails here.
   ``format_core_link``) and the elements on the link per pool and board (the host's planners
   on each target's ``IDENTIFY``: ``format_link_elements``);
 * ``docs/benchmarks.md``: the ratio table and the MaxPool table (``docs/bench/ratios.json``,
-  ``bench_pools.RATIOS_FILE``: ``format_ratios``, ``format_pool_ratios``), whose cycles
-  ``tests/test_pool_classes.py`` asserts against the compiled board.
+  ``maxaccel.bench.pools.RATIOS_FILE``: ``format_ratios``, ``format_pool_ratios``), whose cycles
+  ``tests/test_pool_classes.py`` asserts against the compiled board;
+* ``docs/offload.md``: the whole-model table (``docs/bench/models.json``, ``bench.MODELS_FILE``,
+  written by ``bench.MODELS_COMMAND``: ``format_model_table``).
 """
 
 import pathlib
 
 from maxaccel.boards.targets import TARGETS, load_reports, report_markdown
-from maxaccel.host.bench_cycles import RATIO_DTYPES, RATIO_OPERATIONS, format_core_link, \
+from maxaccel.bench.cycles import RATIO_DTYPES, RATIO_OPERATIONS, format_core_link, \
     format_ratios, load_core_link
-from maxaccel.host.bench_pools import POOL_CLASSES, POOL_DTYPES, RATIOS_FILE, \
+from maxaccel.bench.pools import POOL_CLASSES, POOL_DTYPES, RATIOS_FILE, \
     format_pool_ratios, load_ratio_tables
 
 ROOT = pathlib.Path(__file__).parent.parent
@@ -62,6 +64,18 @@ def test_the_link_elements_table_of_the_docs_is_the_planners():
     """docs/boards.md's elements on the link per pool and board, as the host's planners give
     them on each target's ``IDENTIFY``."""
     from maxaccel.boards.build import target_identity
-    from maxaccel.host.bench_pools import format_link_elements
+    from maxaccel.bench.pools import format_link_elements
     identities = {name: target_identity(t) for name, t in TARGETS.items()}
     assert format_link_elements(identities) in page("boards.md")
+
+
+def test_the_performance_table_of_the_offload_guide_is_the_bench_file():
+    """docs/offload.md's table is the models of ``bench.MODELS_FILE`` as ``maxaccel bench``
+    prints them, with the command that wrote the file; every model of the command, paced."""
+    from maxaccel import bench
+    models = bench.load_model_measurements(ROOT / bench.MODELS_FILE)
+    assert len(models) == bench.MODELS_COMMAND.count("--model ")
+    assert all(m.where.endswith("paced (interrupts)") for m in models)
+    text = page("offload.md")
+    assert bench.format_model_table(models) in text
+    assert bench.MODELS_COMMAND in text

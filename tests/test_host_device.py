@@ -759,6 +759,58 @@ def test_max_pool_writes_each_tile_into_out():
     assert_same_bits(out, want)
 
 
+@pytest.mark.parametrize("route", [None, Command.REDUCE], ids=["planned", "REDUCE"])
+def test_max_pool_into_out_that_overlaps_its_input(route):
+    """``out`` sharing memory with ``x`` (``x`` itself, and a shifted view of the same
+    buffer), as numpy's ``out``: the golden model's bits, through a plan of several batches
+    of tiles on the MAX_POOL route (later tiles read input earlier ones would overwrite) and
+    through REDUCE."""
+    from test_pool_tiles import SMALL, CountingBoard
+    rng = np.random.default_rng(17)
+    fmt = FORMATS[DType.FLOAT]
+    for shape, attributes, view in [
+            ((1, 3, 9, 30), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), lambda b: b),
+            ((1, 2, 10, 31), dict(kernel_shape=[2, 2]), lambda b: b[:, :, 1:, 1:]),
+            ((2, 2, 12, 34), dict(kernel_shape=[2, 2]), lambda b: b[:, :, :-1, :-1])]:
+        buffer = random_values(rng, fmt, shape, edge_fraction=0.2)
+        x = buffer
+        want = reference.max_pool(x, **attributes, return_indices=True)
+        board = CountingBoard(**SMALL)
+        with Device(board, max_frame_bytes=512) as device:
+            for indices in (False, True):
+                x = buffer.copy()
+                out = view(x)
+                got = device.max_pool(x, **attributes, return_indices=indices, route=route,
+                                      out=out)
+                assert (got[0] if indices else got) is out
+                assert_same_bits(out, want[0], f"{shape} {attributes}")
+                if indices:
+                    np.testing.assert_array_equal(got[1], want[1])
+                assert device.last_max_pool_route == (route or Command.MAX_POOL)
+        if route is None:
+            assert len({tuple(sorted(b.items())) for b in board.blocks}) > 1
+
+
+@pytest.mark.parametrize("route", [None, Command.REDUCE], ids=["planned", "REDUCE"])
+def test_max_pool_of_no_images_is_empty(route):
+    """N = 0 or C = 0: the empty result (and empty Indices) of the golden model's shape,
+    into ``out`` too, without a request."""
+    board = FakeBoard()
+    with Device(board) as device:
+        sent = len(board.log)
+        for shape, kernel in [((0, 3, 8, 8), [2, 2]), ((1, 0, 8, 8), [3, 3]),
+                              ((2, 0, 4), [2]), ((0, 0, 5, 5, 5), [2, 2, 2])]:
+            x = np.zeros(shape, np.float32)
+            y_ref, indices_ref = reference.max_pool(x, kernel, return_indices=True)
+            y, indices = device.max_pool(x, kernel, return_indices=True, route=route)
+            assert y.shape == y_ref.shape and y.dtype == y_ref.dtype
+            assert indices.shape == indices_ref.shape and indices.dtype == np.int64
+            assert device.last_max_pool_route is None
+            out = np.empty(y_ref.shape, np.float32)
+            assert device.max_pool(x, kernel, route=route, out=out) is out
+        assert len(board.log) == sent
+
+
 def test_max_pool_refuses_an_out_that_does_not_fit_before_sending():
     board = FakeBoard()
     with Device(board) as dev:

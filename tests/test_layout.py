@@ -1,5 +1,7 @@
 """The package layout's rules: imports go one way, and the host, the contract and the cluster
-never import amaranth (``docs/architecture.md``, "Packages and imports")."""
+never import amaranth (``docs/architecture.md``, "Packages and imports"). The benchmarks
+(``bench/``, ``maxaccel.bench``) use the driver; the driver's ``maxaccel bench`` command loads
+them in its own functions only, so that the driver never loads them otherwise."""
 
 import ast
 import subprocess
@@ -7,7 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
-PACKAGES = ("contract", "hdl", "sim", "host", "boards", "cluster", "testing")
+PACKAGES = ("contract", "hdl", "sim", "host", "boards", "cluster", "testing", "onnx_backend",
+            "bench")
 #: What each package may import of the others; the graph has no cycle.
 ALLOWED = {
     "contract": set(),
@@ -15,25 +18,45 @@ ALLOWED = {
     "sim": {"contract", "hdl", "boards"},
     "boards": {"contract", "hdl"},
     "host": {"contract", "sim", "boards"},
-    "cluster": {"contract", "sim", "host"},
+    "cluster": {"contract", "sim", "host", "bench"},
     "testing": {"contract", "sim", "host"},
+    "onnx_backend": {"sim", "host"},
+    "bench": {"contract", "sim", "host", "boards"},
 }
+#: Imports that go against the graph, allowed only inside functions of one file: the command's
+#: ``bench`` subcommand loads the benchmarks when it runs.
+LAZY = {("host", "bench"): "host/cli.py"}
 
 
-def imported_packages(package):
+def _in_functions(tree):
+    """The ids of the import statements inside a function of ``tree``."""
+    return {id(inner) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for inner in ast.walk(node) if isinstance(inner, (ast.Import, ast.ImportFrom))}
+
+
+def imported_packages(package, lazy=False):
     """``{imported package: [file:line, ...]}`` of every maxaccel import in ``package``,
-    function-level imports included."""
+    function-level imports included; without ``lazy``, the imports :data:`LAZY` allows are
+    left out; with it, only those are given."""
     found = {}
     for path in sorted((ROOT / package).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        in_functions = _in_functions(tree)
+        for node in ast.walk(tree):
             names = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if isinstance(node, ast.ImportFrom) and node.module == "maxaccel":
+                names = [f"maxaccel.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [node.module]
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             for name in names:
                 parts = name.split(".")
-                if parts[0] == "maxaccel" and len(parts) > 1 and parts[1] != package:
+                allowed = LAZY.get((package, parts[1] if len(parts) > 1 else None)) == \
+                    str(path.relative_to(ROOT)) and id(node) in in_functions
+                if parts[0] == "maxaccel" and len(parts) > 1 and parts[1] != package and \
+                        allowed == lazy:
                     found.setdefault(parts[1], []).append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return found
 
@@ -43,6 +66,17 @@ def test_imports_go_one_way():
         unexpected = {p: sites for p, sites in imported_packages(package).items()
                       if p not in ALLOWED[package]}
         assert not unexpected, f"{package} imports {unexpected}"
+
+
+def test_the_benchmarks_are_loaded_by_the_command_only_when_it_runs_them():
+    """The one import against the graph (:data:`LAZY`) is used, and the driver's modules,
+    the command's included, load no benchmark module when imported."""
+    assert set(imported_packages("host", lazy=True)) == {"bench"}
+    code = ("import sys, maxaccel.host.device, maxaccel.host.offload, maxaccel.host.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('maxaccel.bench')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
 
 
 def test_every_allowed_import_is_used_and_the_graph_has_no_cycle():

@@ -212,6 +212,45 @@ def test_reductions_every_opset_version(device, op_type, opset, element, shape, 
     check_on_device(device, model, {"data": data})
 
 
+@pytest.mark.parametrize("op_type, want", [("ReduceMin", [1.0, 2.0]), ("ReduceMax", [3.0, 5.0])])
+@pytest.mark.parametrize("opset", [13, 18, 20])
+def test_axes_named_twice_are_reduced_once_as_onnxruntime_does(device, op_type, want, opset):
+    """``axes=[1, -1]`` on a rank-2 input (an attribute before opset 18, the axes input from
+    18): the session reduces axis 1 once, onnxruntime's result, on the device."""
+    axes, attributes = [1, -1], {"keepdims": 0}
+    initializers = [("axes", np.array(axes, np.int64))] if opset >= 18 else []
+    if opset < 18:
+        attributes["axes"] = axes
+    model = single_node_model(op_type, opset, [("data", TensorProto.FLOAT, [2, 2])],
+                              [("reduced", TensorProto.FLOAT, [2])], initializers, **attributes)
+    data = np.array([[3, 1], [2, 5]], np.float32)
+    session = OffloadSession(model, device=device)
+    (got,) = session.run(None, {"data": data})
+    assert [where for _, _, where in session.last_run] == ["device"]
+    assert_same_bits(got, np.array(want, np.float32))
+    import onnxruntime
+    (theirs,) = onnxruntime.InferenceSession(model.SerializeToString()).run(None, {"data": data})
+    assert_same_bits(got, theirs)
+
+
+@pytest.mark.parametrize("one_session", [True, False])
+@pytest.mark.parametrize("shape", [(0, 3, 8, 8), (1, 0, 8, 8), (2, 0, 4)])
+def test_a_pool_of_no_images_gives_the_empty_result(device, shape, one_session):
+    """MaxPool (and its Indices) of a tensor with N = 0 or C = 0 through the session: the
+    golden model's empty result."""
+    kernel = [2] * (len(shape) - 2)
+    y, indices = reference.max_pool(np.zeros(shape, np.float32), kernel, return_indices=True)
+    dims = [None] * len(shape)
+    model = single_node_model("MaxPool", 12, [("x", TensorProto.FLOAT, dims)],
+                              [("y", TensorProto.FLOAT, dims), ("i", TensorProto.INT64, dims)],
+                              kernel_shape=kernel)
+    session = OffloadSession(model, device=device, one_session=one_session)
+    got = session.run(None, {"x": np.zeros(shape, np.float32)})
+    assert [where for _, _, where in session.last_run] == ["device"]
+    assert_same_bits(got[0], y)
+    assert got[1].shape == indices.shape and got[1].dtype == np.int64
+
+
 ARG_VERSIONS = [  # opset, element type, shape, attributes (1: axis >= 0; 12: select_last)
     (1, TensorProto.FLOAT, (3, 4), {}),
     (1, TensorProto.DOUBLE, (2, 3, 5), {"axis": 2, "keepdims": 0}),

@@ -11,7 +11,9 @@ from onnx import TensorProto, helper
 
 from fake_board import FakeBoard
 from maxaccel.contract.dtypes import DType
-from maxaccel.host import bench, device_ops, models
+from maxaccel.bench import models
+from maxaccel.host import device_ops
+from maxaccel import bench
 from maxaccel.host.device import Device
 from maxaccel.host.offload import OffloadSession
 from maxaccel.sim import reference
@@ -100,6 +102,7 @@ def test_two_sessions_on_one_options_object_each_get_their_operators():
 
 
 def test_a_dropped_session_leaves_no_step_behind():
+    gc.collect()    # sessions other tests dropped in reference cycles: gone before counting
     before = len(device_ops._steps)
     session = OffloadSession(mixed_model(), device=reference)
     assert len(device_ops._steps) == before + 3
@@ -119,7 +122,7 @@ def bfloat16_model():
 
 def test_models_it_leaves_to_the_partitions_say_why(monkeypatch, tmp_path):
     session = OffloadSession(bfloat16_model(), device=reference)
-    assert "no bfloat16 arrays" in session.one_session_refusal and session._one is None
+    assert "no bfloat16 arrays" in session.one_session_refusal
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "cpu",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
@@ -138,6 +141,44 @@ def test_models_it_leaves_to_the_partitions_say_why(monkeypatch, tmp_path):
     for got, want in zip(session.run(None, FEEDS),
                          OffloadSession(mixed_model(), device=reference).run(None, FEEDS)):
         assert_same_bits(got, want)
+
+
+@pytest.mark.parametrize("case", ["unwritable cache", "old onnxruntime", "registration refused"])
+def test_operators_that_cannot_be_built_loaded_or_registered_leave_the_partitions(
+        case, monkeypatch, tmp_path):
+    """A fresh process whose cache directory cannot be made (a file where it should be), whose
+    onnxruntime serves an OrtApi older than the kernels ask for, or whose registration
+    onnxruntime refuses: the session runs as partitions, the reason in one_session_refusal,
+    and nothing is raised from the constructor."""
+    monkeypatch.setattr(device_ops, "_loaded", None)
+    if case == "unwritable cache":
+        blocked = tmp_path / "a file"
+        blocked.write_text("")
+        monkeypatch.setenv("MAXACCEL_CACHE_DIR", str(blocked))
+        reason = "cannot build the operators' library"
+    elif case == "old onnxruntime":
+        monkeypatch.setattr(onnxruntime, "__version__", "1.15.1")
+        reason = f"onnxruntime 1.15.1 serves OrtApi 15; the device operators need " \
+                 f"{device_ops.API_VERSION}"
+    else:
+        def refuse(self, path):
+            raise onnxruntime.capi.onnxruntime_pybind11_state.Fail("refused")
+        monkeypatch.setattr(onnxruntime.SessionOptions, "register_custom_ops_library", refuse)
+        reason = "onnxruntime does not register them: refused"
+    session = OffloadSession(mixed_model(), device=reference)
+    assert session.one_session_refusal.startswith("the device operators are unavailable: ")
+    assert reason in session.one_session_refusal
+    for got, want in zip(session.run(None, FEEDS), OffloadSession(
+            mixed_model(), device=reference, one_session=False).run(None, FEEDS)):
+        assert_same_bits(got, want)
+
+
+def test_the_running_onnxruntime_is_checked_against_the_kernels_api_version():
+    device_ops.check_onnxruntime()
+    device_ops.check_onnxruntime(f"1.{device_ops.API_VERSION}.0")
+    for version in (f"1.{device_ops.API_VERSION - 1}.3", "unknown"):
+        with pytest.raises(device_ops.OperatorsUnavailable, match=version):
+            device_ops.check_onnxruntime(version)
 
 
 def test_bfloat16_between_onnxruntime_and_the_device():
@@ -188,7 +229,7 @@ def test_a_device_lacking_a_steps_call_fails_with_its_own_error(one_session):
     model = single_node_model("ArgMax", 13, [("x", TensorProto.FLOAT, [2, 3])],
                               [("i", TensorProto.INT64, [1, 3])])
     session = OffloadSession(model, device=WithoutArgMax(), one_session=one_session)
-    assert (session._one is not None) == one_session
+    assert (session.one_session_refusal is None) == one_session
     with pytest.raises(AttributeError, match="arg_max"):
         session.run(None, {"x": np.zeros((2, 3), np.float32)})
 

@@ -9,7 +9,8 @@ import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
-from maxaccel.host import bench, models
+from maxaccel import bench
+from maxaccel.bench import models
 from maxaccel.host.offload import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RUN,
                                    OffloadSession)
 from maxaccel.sim import reference
@@ -57,7 +58,7 @@ def test_the_callers_options_reach_every_partition_with_pools_that_never_spin_be
     options.enable_mem_pattern = False
     options.add_session_config_entry("session.disable_prepacking", "1")
     session = OffloadSession(mixed_model(), options, device=reference, one_session=one_session)
-    assert (session._one is not None) == one_session
+    assert (session.one_session_refusal is None) == one_session
     for given in partition_options(session):
         assert given.intra_op_num_threads == 2 and not given.enable_mem_pattern
         assert entry(given, "session.disable_prepacking") == "1"
@@ -87,7 +88,7 @@ def test_a_model_left_to_the_partitions_gets_pools_that_sleep(monkeypatch):
     it is: the partitions' pools sleep (stopping the spinning after a run, set for the one
     session, then changes nothing)."""
     options = onnxruntime.SessionOptions()
-    assert OffloadSession(bfloat16_model(), options, device=reference)._one is None
+    assert OffloadSession(bfloat16_model(), options, device=reference).one_session_refusal
     assert pools(options) == POOLS[False]
     make = OffloadSession._onnxruntime_session
     made = []
@@ -149,3 +150,77 @@ def test_the_built_in_models_run_as_onnxruntime_runs_them(name):
     want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
     for value, expected in zip(got, want):
         np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-5)
+
+
+#: Runs each thread makes (every other one with a bad feed).
+TURNS = 100
+
+
+def axes_input_model():
+    """Relu, then ReduceMax-18 over the axes the feed ``axes`` names, then Neg: a device step
+    between two partitions whose failure depends on a feed the session's checks let through
+    (an axis out of range)."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("ReduceMax", ["r", "axes"], ["m"], keepdims=1),
+         helper.make_node("Neg", ["m"], ["y"])], "axes_input",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
+         helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+@pytest.mark.parametrize("one_session, parallel", [(False, False), (True, False), (True, True)],
+                         ids=["partitions", "one session", "one session, parallel executor"])
+def test_threads_sharing_a_session_each_get_their_own_results_and_errors(one_session, parallel):
+    """Four threads run one session at once, each alternating good feeds (its own data, its
+    own axis) and bad ones (an axis out of range that names the thread): each gets exactly
+    the golden model's result of its own feeds, and the device's error naming its own axis;
+    as partitions, as one session, and as one session on onnxruntime's parallel executor
+    (whose kernels run on its own threads)."""
+    import re
+    import threading
+    options = onnxruntime.SessionOptions()
+    if parallel:
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_PARALLEL
+    session = OffloadSession(axes_input_model(), options, device=reference,
+                             one_session=one_session)
+    assert (session.one_session_refusal is None) == one_session
+    outcomes = {t: [] for t in range(4)}
+    start = threading.Barrier(4)
+
+    def work(thread):
+        rng = np.random.default_rng(thread)
+        start.wait()
+        for turn in range(TURNS):
+            x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+            if turn % 2:
+                bad = 10 + thread
+                try:
+                    session.run(None, {"x": x, "axes": np.array([bad], np.int64)})
+                    outcomes[thread].append(("no error", bad))
+                except Exception as error:  # noqa: BLE001 (checked below: the device's own)
+                    # its type and text: the exception itself would keep the session alive
+                    outcomes[thread].append(("error", bad, type(error), str(error)))
+            else:
+                axis = (thread + turn) % 3
+                got = session.run(None, {"x": x, "axes": np.array([axis], np.int64)})
+                want = -reference.reduce_max(np.maximum(x, 0), axes=[axis])
+                outcomes[thread].append(("result", got[0], want))
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for thread, seen in outcomes.items():
+        assert len(seen) == TURNS
+        for outcome in seen:
+            if outcome[0] == "result":
+                assert_same_bits(outcome[1], outcome[2])
+            else:
+                assert outcome[0] == "error", outcome
+                assert issubclass(outcome[2], ValueError), outcome
+                text = outcome[3]
+                assert re.search(rf"\baxis {outcome[1]}\b", text), outcome
+                others = {10 + t for t in range(4)} - {outcome[1]}
+                assert not any(re.search(rf"\b{o}\b", text) for o in others), outcome

@@ -1,10 +1,10 @@
-"""The MaxPool classes of ``maxaccel bench --ratios`` (``host/bench_pools.py``: ``POOL_CLASSES``) on
+"""The MaxPool classes of ``maxaccel bench --ratios`` (``bench/pools.py``: ``POOL_CLASSES``) on
 the default compiled board (the NiteFury's core: 4 lanes, 32-byte link words, kernel extent 13
 on the inner axes and 3 on the outermost, window_columns 64, window_plane 1024): their exact
 device cycles, their route, and the ratio to the link-bound time (a ReduceMax of the larger of
 the pool's input and output bytes, Indices included: ``PoolClass.link_bytes``), every result
 checked bit for bit by the bench itself. The cycles asserted are those of the bench file
-docs/benchmarks.md quotes (``bench_pools.RATIOS_FILE``): a change that costs a cycle fails here
+docs/benchmarks.md quotes (``maxaccel.bench.pools.RATIOS_FILE``): a change that costs a cycle fails here
 until that file is measured again.
 
 Cycles are deterministic: a change that costs a cycle fails here.
@@ -24,14 +24,14 @@ from maxaccel.contract.rules import _window_extents
 from maxaccel.contract.wire import Command
 from maxaccel.host import open_device
 from maxaccel.host.device import plan_max_pool
-from maxaccel.host.bench_pools import POOL_CLASSES, RATIOS_FILE, load_ratio_tables, \
+from maxaccel.bench.pools import POOL_CLASSES, RATIOS_FILE, load_ratio_tables, \
     measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
 from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
 
 # (class name, dtype) -> (route, device cycles of the pool, device cycles of the ReduceMax of
-# its link bytes): the figures docs/benchmarks.md's MaxPool table quotes (bench_pools.RATIOS_FILE,
-# written by bench_pools.RATIOS_COMMAND), asserted here against the compiled board.
+# its link bytes): the figures docs/benchmarks.md's MaxPool table quotes (maxaccel.bench.pools.RATIOS_FILE,
+# written by maxaccel.bench.pools.RATIOS_COMMAND), asserted here against the compiled board.
 POOL_CYCLES = {(r.operation, r.dtype): (r.route, r.cycles, r.reduce_cycles)
                for r in load_ratio_tables(pathlib.Path(__file__).parent.parent / RATIOS_FILE)[1]}
 
@@ -55,7 +55,7 @@ COMPILED = dict(lanes=VERILATOR_DEFAULTS["lanes"],
 
 
 def test_the_table_covers_every_class_and_dtype():
-    from maxaccel.host.bench_pools import POOL_DTYPES
+    from maxaccel.bench.pools import POOL_DTYPES
     assert set(POOL_CYCLES) == {(name, d) for name in CLASSES for d in POOL_DTYPES}
 
 

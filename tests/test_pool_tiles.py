@@ -353,7 +353,7 @@ def test_the_planner_sends_padding_only_to_save_zero_images():
     sends none either."""
     from test_pool_classes import COMPILED
 
-    from maxaccel.host.bench_pools import POOL_CLASSES, POOL_DTYPES
+    from maxaccel.bench.pools import POOL_CLASSES, POOL_DTYPES
     identity = FakeBoard(**COMPILED).identity
     fmt = format_of(np.uint8)
     geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])

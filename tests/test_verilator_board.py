@@ -318,7 +318,7 @@ def test_a_built_compiled_board_opens_in_under_a_second(default_board):
 @pytest.mark.parametrize("dtype, elements", list(ROW_COLUMN_CYCLES))
 def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(default_board,
                                                                                dtype, elements):
-    from maxaccel.host.bench_cycles import measure_ratios
+    from maxaccel.bench.cycles import measure_ratios
     identity = default_board.identity
     assert (identity.lanes, identity.replay_depth) == (4, 1024)
     (ratio,) = measure_ratios(default_board, elements, dtypes=(dtype,),
@@ -339,7 +339,7 @@ def test_min_rows_take_the_cycles_of_their_max_rows(default_board, dtype, rows):
     """``maxaccel bench --ratios``'s ReduceMin, Min, ArgMax and ArgMin rows: the ReduceMax and
     Max rows' tensors through REDUCE's and MAX's minimum select (and REDUCE's arg select),
     cycle for cycle the same requests as their maxima."""
-    from maxaccel.host.bench_cycles import measure_ratios
+    from maxaccel.bench.cycles import measure_ratios
     maximum, minimum = measure_ratios(default_board, 1 << 14, dtypes=(dtype,),
                                       operations=list(rows))
     assert minimum.operation == rows[1]

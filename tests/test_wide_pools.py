@@ -14,7 +14,7 @@ import pytest
 
 from maxaccel.contract.wire import Command
 from maxaccel.host.device import open_device
-from maxaccel.host.bench_cycles import cycle_counter
+from maxaccel.bench.cycles import cycle_counter
 from maxaccel.sim import reference
 from maxaccel.sim.values import random_values
 from maxaccel.contract.dtypes import format_of
@@ -160,7 +160,7 @@ def _spp(kernel):
     return dict(kernel_shape=[kernel, kernel], pads=[kernel // 2] * 4)
 
 
-#: The SPP, SPPF and 1-D k4 classes of the MaxPool table (host/bench_pools.py POOL_CLASSES): name ->
+#: The SPP, SPPF and 1-D k4 classes of the MaxPool table (bench/pools.py POOL_CLASSES): name ->
 #: (float32 input shape, attributes).
 SPP_CASES = {
     "SPPF 5x5 s1 p2 on 1x256x13x13": ((1, 256, 13, 13), _spp(5)),

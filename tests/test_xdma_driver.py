@@ -439,7 +439,7 @@ def test_modelled_throughput_against_transfer_size(device):
     """The bench's table: the published NiteFury points come out of the model (512 B at about
     9.2 MB/s, 4 KiB at about 68.5 MB/s, both less the few bytes of framing), larger
     transfers approach the link's rate."""
-    from maxaccel.host.bench_xdma import format_transfers, measure_transfers
+    from maxaccel.bench.xdma import format_transfers, measure_transfers
     results = measure_transfers(device, (512, 4096, 1 << 20), min_requests=4, max_requests=16)
     # A request of n elements is 4 n bytes plus the framing: up to 3 bytes under the size.
     assert all(size - 4 < m.transfer_bytes <= size
@@ -483,7 +483,7 @@ def test_a_paced_device_answers_inputs_it_has_seen_in_their_modelled_time(device
     (a copy, a strided view) returns copies of the board's results, without the board, after
     the call's modelled time on a NiteFury; inputs one bit apart (-0 for +0) run on the board
     again; each wait of the driver's waits at least as long."""
-    from maxaccel.host.bench_xdma import PacedDevice
+    from maxaccel.bench.xdma import PacedDevice
     model = device.link.transport.model
     x = random_values(np.random.default_rng(8), np.float32, (1, 8, 12, 12))
     x[0, 0, :2, :2] = [[np.nan, 0.0], [-0.0, np.inf]]
@@ -524,7 +524,7 @@ def test_a_paced_device_writes_what_it_answers_into_out(device):
     """A call given ``out`` (a strided view) records and replays with the same bits written
     into it, Indices as without it, whatever ``out`` it gets (not part of what it
     recognises); an ``out`` of another shape gets the device's own error."""
-    from maxaccel.host.bench_xdma import PacedDevice
+    from maxaccel.bench.xdma import PacedDevice
     x = random_values(np.random.default_rng(9), np.float32, (1, 8, 12, 12), edge_fraction=0.5)
     pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     expected = reference.max_pool(x, **pool, return_indices=True)
@@ -544,7 +544,7 @@ def test_a_paced_device_writes_what_it_answers_into_out(device):
 
 
 def test_a_paced_device_needs_the_xdma_double_and_a_driver_wait(board):
-    from maxaccel.host.bench_xdma import PacedDevice
+    from maxaccel.bench.xdma import PacedDevice
     with Device(FakeBoard(), progress=None) as plain:
         with pytest.raises(ValueError, match="is no xdma-model:BOARD device"):
             PacedDevice(plain)

@@ -24,7 +24,7 @@ import numpy as np
 
 from maxaccel.contract.checks import check_out
 from maxaccel.contract.dtypes import format_of
-from maxaccel.host.bench import _OperatorWrapper
+from maxaccel.bench import _OperatorWrapper
 from maxaccel.host.reduction import store_bits
 
 __all__ = ["TRANSFER_SIZES", "TransferMeasurement", "measure_transfers", "format_transfers",

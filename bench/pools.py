@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from maxaccel.contract.wire import Command
-from maxaccel.host.bench import random_tensor
-from maxaccel.host.bench_cycles import Ratio, cycle_counter
+from maxaccel.bench import random_tensor
+from maxaccel.bench.cycles import Ratio, cycle_counter
 
 __all__ = ["PoolClass", "POOL_CLASSES", "POOL_DTYPES", "PoolRatio", "measure_pool_ratios",
            "pool_ratio_line", "format_pool_ratios", "RATIOS_FILE", "RATIOS_COMMAND",

@@ -9,14 +9,14 @@ On a virtual board cycles are deterministic, unlike wall time, so these tables a
   which its core takes an operation's request bytes over its link's rate (above 1 the link is
   the limit); the table is saved beside the reports (:data:`CORE_LINK_FILE`).
 
-The MaxPool table is ``host/bench_pools.py``'s; wall-clock throughput, ``host/bench.py``'s.
+The MaxPool table is ``bench/pools.py``'s; wall-clock throughput, ``bench/__init__.py``'s.
 """
 
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from maxaccel.host.bench import random_tensor, square_shape
+from maxaccel.bench import random_tensor, square_shape
 
 __all__ = ["RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio", "NoCycleCounter", "cycle_counter",
            "measure_ratios", "ratio_line", "format_ratios", "measure_core_link",

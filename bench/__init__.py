@@ -1,8 +1,8 @@
 """Wall-clock benchmarks behind ``maxaccel bench``: device throughput, host overhead, link
 efficiency, and the same operations on the CPU (numpy, onnxruntime) for comparison; and whole
 models, an OffloadSession against onnxruntime. The device-cycle tables are elsewhere:
-``host/bench_cycles.py`` (each operation over a ReduceMax; core against link per board),
-``host/bench_pools.py`` (the MaxPool classes), ``host/bench_xdma.py`` (XDMA transfer sizes).
+``bench/cycles.py`` (each operation over a ReduceMax; core against link per board),
+``bench/pools.py`` (the MaxPool classes), ``bench/xdma.py`` (XDMA transfer sizes).
 
 Every device figure comes from one timed call of a public :class:`~maxaccel.host.device.Device`
 operation on a fresh random tensor, checked bit for bit against the golden model (a wrong
@@ -23,8 +23,10 @@ splits into the time inside the device's operator calls and the time *outside* t
 partitions and glue), which is what the session costs a user over onnxruntime.
 """
 
+import dataclasses
 from dataclasses import asdict, dataclass
 import functools
+import inspect
 import math
 import platform
 import statistics
@@ -35,7 +37,8 @@ import numpy as np
 __all__ = ["OPERATIONS", "Measurement", "TimedTransport", "measure_device", "measure_cpu",
            "default_elements", "format_table", "plot", "check_operations", "machine_description",
            "square_shape", "random_tensor", "ModelMeasurement", "conv_model", "load_model",
-           "measure_model", "format_model_table"]
+           "measure_model", "format_model_table", "MODELS_FILE", "MODELS_COMMAND",
+           "load_model_measurements"]
 
 
 def square_shape(elements):
@@ -332,8 +335,18 @@ def plot(measurements, path, *, title=""):
 
 # --- whole models: OffloadSession against onnxruntime --------------------------------------------
 
-#: The Device methods an OffloadSession calls; their time is the device's, not the session's.
-DEVICE_METHODS = ("max", "reduce_max", "global_max_pool", "max_pool")
+def _device_operations():
+    """The names of :class:`~maxaccel.host.device.Device`'s public operations: its public
+    methods that take a tensor (every one but ``close``)."""
+    from maxaccel.host.device import Device
+    return tuple(name for name, member in vars(Device).items()
+                 if not name.startswith("_") and inspect.isfunction(member)
+                 and len(inspect.signature(member).parameters) > 1)
+
+
+#: The Device operations (an OffloadSession calls them); their time is the device's, not the
+#: session's.
+DEVICE_METHODS = _device_operations()
 
 
 class _OperatorWrapper:
@@ -479,7 +492,7 @@ def _default_options():
 def load_model(path_or_model):
     """``(name, model, feeds)`` for a model file (random normal float32 inputs, symbolic sizes
     set to 1, seed 0) or for one of the built-in models by name (``"conv"``, and the names of
-    :data:`maxaccel.host.models.BUILT_IN`).
+    :data:`maxaccel.bench.models.BUILT_IN`).
 
     Raises FileNotFoundError, or ValueError for a file that is not ONNX
     (:func:`~maxaccel.host.offload.read_model`)."""
@@ -487,7 +500,7 @@ def load_model(path_or_model):
 
     import onnx
 
-    from maxaccel.host import models
+    from maxaccel.bench import models
     from maxaccel.host.offload import read_model
     if path_or_model == "conv":
         model, feeds = conv_model()
@@ -605,3 +618,23 @@ def format_model_table(measurements):
                      f"{_si(m.default_onnxruntime_s, 's')} | {m.default_ratio:.2f}x | "
                      f"{m.partitions} |")
     return "\n".join(lines)
+
+
+#: The ``maxaccel bench --json`` file whose whole-model table docs/offload.md quotes
+#: ("Performance"); :data:`MODELS_COMMAND` writes it anew.
+MODELS_FILE = "docs/bench/models.json"
+#: The command that measures :data:`MODELS_FILE` (a few minutes with the compiled model cached):
+#: every built-in model and SqueezeNet 1.1, each device call paced as on a NiteFury.
+MODELS_COMMAND = ("maxaccel bench --device xdma-model:verilator --paced --no-cpu -q "
+                  "--model audio --model segnet --model kws --model resnet18 "
+                  f"--model examples/squeezenet1_1.onnx --model control --json {MODELS_FILE}")
+
+
+def load_model_measurements(path):
+    """The whole-model figures (:class:`ModelMeasurement` s, in order) of a file
+    ``maxaccel bench --model ... --json`` wrote, such as :data:`MODELS_FILE`."""
+    import json
+    names = {f.name for f in dataclasses.fields(ModelMeasurement)}
+    with open(path) as file:
+        models = json.load(file)["models"]
+    return [ModelMeasurement(**{k: v for k, v in m.items() if k in names}) for m in models]
