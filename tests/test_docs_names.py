@@ -25,9 +25,9 @@ import re
 from pathlib import Path
 
 import pytest
+from package_layout import PACKAGES
 
 ROOT = Path(__file__).parent.parent
-PACKAGES = ("contract", "hdl", "sim", "host", "boards", "cluster")
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Folders a relative path in a doc is resolved under (the repository's own).
 FOLDERS = (*PACKAGES, "tests", "docs", "examples", "maxaccel", ".ci")

@@ -7,10 +7,9 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from package_layout import PACKAGES
 
 ROOT = Path(__file__).parent.parent
-PACKAGES = ("contract", "hdl", "sim", "host", "boards", "cluster", "testing", "onnx_backend",
-            "bench")
 #: What each package may import of the others; the graph has no cycle.
 ALLOWED = {
     "contract": set(),

@@ -8,7 +8,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from fake_board import TO_HOST, FakeBoard, Fault, Faulty
+from fake_board import FakeBoard
+from maxaccel.sim.faults import TO_HOST, Fault, Faulty
 
 import maxaccel.testing.plugin
 from maxaccel.host.transport import register_scheme
