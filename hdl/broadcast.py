@@ -34,7 +34,8 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.contract.dtypes import DType
 
 from .beat import beat_layout
-from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat, lane_format
+from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
+from .lane import lane_format as constant_format
 from .kit import (Stall, Unit, UnitSignature, accumulate_runs, check_dtype, delay, from_key,
                   key_max, lane_of, register, to_keys)
 from .reduce import RunAccumulator
@@ -352,7 +353,7 @@ class BroadcastMax(Unit):
             m.d.comb += decode.dtype.eq(config.dtype)
             decoded = decode.format
         else:
-            decoded = lane_format(self.dtype)    # a static element type
+            decoded = constant_format(self.dtype)    # a static element type
         lane_format = Signal(LaneFormat, reset_less=True)
         lane_minimum = Signal(reset_less=True)
         stream_only = Signal(reset_less=True)
