@@ -510,6 +510,8 @@ class LaneMax(Unit):
         keys are registered too. 3: the comparison is split as well (``KeyMax(latency=2)``),
         the fastest. Registers are in the ``sync`` domain and advance every cycle; wrap the lane
         in :class:`amaranth.hdl.EnableInserter` to stall it.
+    dtype : DType, optional
+        A static element type: no ``dtype`` port and no decode.
 
     Ports
     -----
