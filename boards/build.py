@@ -101,11 +101,8 @@ def target_identity(target):
     """The ``IDENTIFY`` of a target's bitstream at its default lanes and clock: what its
     :class:`~maxaccel.hdl.top.Core` reports (constructed, not elaborated), for the host's
     planners to ask what the board would do with a request."""
-    from maxaccel.hdl.kit import set_aside
     from maxaccel.hdl.top import Core
-    core = Core(**core_parameters(target, target.lanes, target.clock_mhz))
-    set_aside(core)
-    return core.identity
+    return Core.identity_of(**core_parameters(target, target.lanes, target.clock_mhz))
 
 
 def uart_top(target, lanes, clock_mhz):

@@ -11,7 +11,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.hdl.kit import refuse
+from maxaccel.hdl.kit import Checked
 from maxaccel.hdl.linkword import link_signature, word_fields
 
 __all__ = ["axi_stream_signature", "WordsToBytes", "BytesToWords", "CoreOverAXIStream"]
@@ -28,13 +28,17 @@ def axi_stream_signature(width):
     })
 
 
-def _check_adapter_link(adapter, width, link_bytes):
-    if link_bytes not in (1, width, 2 * width):
-        refuse(adapter, f"link_bytes must be 1, the AXI width {width} or twice it, "
-                        f"not {link_bytes!r}")
+class _AdapterLink(Checked):
+    """An adapter's parameters, checked before it exists."""
+
+    @classmethod
+    def check_parameters(cls, width=8, link_bytes=1):
+        if link_bytes not in (1, width, 2 * width):
+            raise ValueError(f"link_bytes must be 1, the AXI width {width} or twice it, "
+                             f"not {link_bytes!r}")
 
 
-class WordsToBytes(wiring.Component):
+class WordsToBytes(_AdapterLink, wiring.Component):
     """H2C: AXI4-Stream words to the core's link stream, the bytes ``tkeep`` marks, in order.
 
     Parameters
@@ -70,7 +74,6 @@ class WordsToBytes(wiring.Component):
     """
 
     def __init__(self, width=8, link_bytes=1):
-        _check_adapter_link(self, width, link_bytes)
         self.width = width
         self.link_bytes = link_bytes
         super().__init__({"axis": In(axi_stream_signature(width)),
@@ -164,7 +167,7 @@ class WordsToBytes(wiring.Component):
         return m
 
 
-class BytesToWords(wiring.Component):
+class BytesToWords(_AdapterLink, wiring.Component):
     """C2H: the core's link stream to AXI4-Stream words; a reply ends with ``tlast``.
 
     Link words (or bytes) are appended to a buffer of ``width + link_bytes - 1`` bytes; every
@@ -203,7 +206,6 @@ class BytesToWords(wiring.Component):
     """
 
     def __init__(self, width=8, link_bytes=1):
-        _check_adapter_link(self, width, link_bytes)
         self.width = width
         self.link_bytes = link_bytes
         super().__init__({"i": In(link_signature(link_bytes)), "flush": In(1),

@@ -32,11 +32,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.contract.wire import MAX_COUNT, MAX_STREAMED, Command
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneDecode, LaneFormat
-from .kit import accumulate_runs, delay, from_key, key_max, lane_of, register, to_keys
+from .lane import lane_format as constant_format
+from .kit import (Stall, Unit, UnitSignature, accumulate_runs, check_dtype, delay, from_key,
+                  key_max, lane_of, register, to_keys)
 from .reduce import RunAccumulator
 
 __all__ = ["BroadcastOp", "BroadcastMax"]
@@ -51,7 +52,7 @@ class BroadcastOp(enum.Enum, shape=1):
     RUN = 1
 
 
-class BroadcastMax(wiring.Component):
+class BroadcastMax(Unit):
     """Element-wise maximum of up to ``max_operands + 1`` broadcast operands.
 
     Parameters
@@ -67,10 +68,13 @@ class BroadcastMax(wiring.Component):
     max_operands : int
         Replayed operands per pass; a pass folds at most ``max_operands + 1`` operands.
     max_count : int
-        Largest outer count and largest row length in beats (default the protocol's
-        :data:`~maxaccel.contract.wire.MAX_COUNT`).
+        Largest outer count and largest row length in beats (default 65535).
+    max_streamed : int
+        Most streamed operands a fold takes (``config.streamed``; default 255).
+    dtype : DType, optional
+        A static element type: no ``config.dtype``, and the other formats' logic folds away.
 
-    All five are available as attributes of the same names, and together as :attr:`limits`
+    Each is an attribute of the same name; the first five together are :attr:`limits`
     (keyword arguments of :func:`maxaccel.host.plan.plan_broadcast`).
 
     Ports
@@ -175,27 +179,61 @@ class BroadcastMax(wiring.Component):
     #: block RAM each), so an output beat of M replayed operands takes ``ceil(M / 2)`` cycles.
     READ_PORTS = 2
 
-    def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=MAX_COUNT):
-        for name, value, least in [("lanes", lanes, 1), ("depth", depth, 2),
-                                   ("max_dims", max_dims, 1), ("max_operands", max_operands, 1),
-                                   ("max_count", max_count, 1)]:
-            if not isinstance(value, int) or value < least:
-                raise ValueError(f"BroadcastMax {name} must be an integer >= {least}, "
-                                 f"not {value!r}")
-        self.lanes = lanes
-        self.depth = depth
-        self.max_dims = max_dims
-        self.max_operands = max_operands
-        self.max_count = max_count
+    class Signature(UnitSignature):
+        """:class:`BroadcastMax`'s signature: ``BroadcastMax.Signature(lanes, depth, max_dims,
+        max_operands, *, max_count=65535, max_streamed=255, dtype=None)``, the unit's
+        parameters, each checked (``ValueError``); without ``dtype`` a ``config.dtype``
+        field. Its :attr:`stall`: ``streamed.ready`` is combinational on ``output.ready``."""
+
+        stall = Stall("streamed", "output", registered=False)
+
+        def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=65535,
+                     max_streamed=255, dtype=None):
+            dtype = self.check_parameters(lanes, depth, max_dims, max_operands,
+                                          max_count=max_count, max_streamed=max_streamed,
+                                          dtype=dtype)
+            command_layout, config_layout = BroadcastMax.layouts(
+                lanes, depth, max_dims, max_operands, max_count, max_streamed, dtype)
+            beat = beat_layout(lanes)
+            super().__init__({
+                "command": In(stream.Signature(command_layout)),
+                "config": In(config_layout),
+                "load": In(stream.Signature(beat)),
+                "streamed": In(stream.Signature(beat)),
+                "output": Out(stream.Signature(beat)),
+                "busy": Out(1),
+            }, lanes=lanes, depth=depth, max_dims=max_dims, max_operands=max_operands,
+               max_count=max_count, max_streamed=max_streamed, dtype=dtype)
+
+        @classmethod
+        def check_parameters(cls, lanes, depth, max_dims, max_operands, *, max_count=65535,
+                             max_streamed=255, dtype=None):
+            """The static element type; ``ValueError`` for a parameter below its least
+            value (``depth`` 2, the others 1) or an unknown ``dtype``."""
+            for name, value, least in [("lanes", lanes, 1), ("depth", depth, 2),
+                                       ("max_dims", max_dims, 1),
+                                       ("max_operands", max_operands, 1),
+                                       ("max_count", max_count, 1),
+                                       ("max_streamed", max_streamed, 2)]:
+                if not isinstance(value, int) or value < least:
+                    raise ValueError(f"BroadcastMax {name} must be an integer >= {least}, "
+                                     f"not {value!r}")
+            return check_dtype(dtype, "BroadcastMax")
+
+    def __init__(self, lanes, depth, max_dims, max_operands, *, max_count=65535,
+                 max_streamed=255, dtype=None):
+        super().__init__(lanes, depth, max_dims, max_operands, max_count=max_count,
+                         max_streamed=max_streamed, dtype=dtype)
         #: Width of a buffer address; operand steps are taken modulo ``2**addr_bits``.
         self.addr_bits = (depth - 1).bit_length()
-        self.command_layout, self.config_layout = self.layouts(lanes, depth, max_dims,
-                                                               max_operands, max_count)
-        super().__init__(self.signature_for(lanes, depth, max_dims, max_operands, max_count))
+        self.command_layout = self.command.payload.shape()
+        self.config_layout = self.config.shape()
 
     @staticmethod
-    def layouts(lanes, depth, max_dims, max_operands, max_count):
-        """``(command_layout, config_layout)`` of a unit with these parameters."""
+    def layouts(lanes, depth, max_dims, max_operands, max_count, max_streamed=255,
+                dtype=None):
+        """``(command_layout, config_layout)`` of a unit with these parameters (no
+        ``config.dtype`` with a static ``dtype``)."""
         address = unsigned((depth - 1).bit_length())
         command_layout = data.StructLayout({
             "op": BroadcastOp,
@@ -204,10 +242,10 @@ class BroadcastMax(wiring.Component):
             "fill": 1,
         })
         config_layout = data.StructLayout({
-            "dtype": DType,
+            **({"dtype": DType} if dtype is None else {}),
             "minimum": 1,
             "operands": range(max_operands + 1),
-            "streamed": range(MAX_STREAMED + 1),
+            "streamed": range(max_streamed + 1),
             "row_beats": range(max_count + 1),
             "last_nbytes": range(LANE_BYTES * lanes + 1),
             "counts": data.ArrayLayout(range(max_count + 1), max_dims),
@@ -218,61 +256,6 @@ class BroadcastMax(wiring.Component):
             }), max_operands),
         })
         return command_layout, config_layout
-
-    @classmethod
-    def signature_for(cls, lanes, depth, max_dims, max_operands, max_count=MAX_COUNT):
-        """The unit's signature for these parameters, without building a unit (what the
-        command engine connects to, or stands in for when the core has no such unit)."""
-        command_layout, config_layout = cls.layouts(lanes, depth, max_dims, max_operands,
-                                                    max_count)
-        beat = beat_layout(lanes)
-        return wiring.Signature({
-            "command": In(stream.Signature(command_layout)),
-            "config": In(config_layout),
-            "load": In(stream.Signature(beat)),
-            "streamed": In(stream.Signature(beat)),
-            "output": Out(stream.Signature(beat)),
-            "busy": Out(1),
-        })
-
-    @staticmethod
-    def configure(port, fields, request):
-        """The command engine's configuration of the unit for a ``LOAD`` or a ``MAX``: its
-        ``command`` payload from the ``LOAD`` block (or a ``RUN`` for a ``MAX``), its ``config``
-        from the ``MAX`` block and the request's geometry (``dtype``, ``row_beats``,
-        ``last_nbytes``, the ``beats`` product); see
-        :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments."""
-        load, run, config = fields[Command.LOAD], fields[Command.MAX], port.config
-        command = port.command.payload
-        max_dims, max_operands = len(config.counts), len(config.operand)
-        statements = [
-            config.dtype.eq(request.dtype),
-            config.minimum.eq(run["minimum"][0]),
-            config.operands.eq(run["operands"]),
-            config.streamed.eq(run["streamed"]),
-            config.row_beats.eq(request.row_beats),
-            config.last_nbytes.eq(request.last_nbytes),
-            *(config.counts[d].eq(run[f"counts[{d}]"]) for d in range(max_dims)),
-        ]
-        for k in range(max_operands):
-            statements += [config.operand[k].base.eq(run[f"slot[{k}].base"]),
-                           config.operand[k].splat.eq(run[f"slot[{k}].splat"][0])]
-            statements += [config.operand[k].steps[d].eq(run[f"slot[{k}].steps[{d}]"])
-                           for d in range(max_dims)]
-        return statements + [
-            command.op.eq(Mux(request.command == Command.LOAD, BroadcastOp.LOAD,
-                              BroadcastOp.RUN)),
-            command.base.eq(load["base"]),
-            command.count.eq(request.product("beats")),
-            # Rows of one element are a splat operand's: stored repeated across their beat.
-            command.fill.eq(load["row_length"] == 1),
-        ]
-
-    @staticmethod
-    def settled(port, selected):
-        """The command engine may send a request's status: no command in progress (a ``LOAD``
-        is done when its last beat is written)."""
-        return ~port.busy
 
     @property
     def limits(self):
@@ -337,7 +320,7 @@ class BroadcastMax(wiring.Component):
         # S streamed beats of a fold. Slot p reads operands 2p and 2p + 1.
         pairs = -(-operand_count // self.READ_PORTS)
         port_bits = self.READ_PORTS.bit_length() - 1      # READ_PORTS is a power of two
-        slot_limit = max(pairs, MAX_STREAMED)
+        slot_limit = max(pairs, self.max_streamed)
         issuing = Signal()
         # The registers below are all loaded when a RUN is accepted, so they need no reset
         # (which would keep their enables out of the flip-flops' clock enables).
@@ -365,8 +348,12 @@ class BroadcastMax(wiring.Component):
         # Registered when the RUN is accepted: the element format, decoded once per RUN so the
         # decode is off the datapath, the minimum select that goes with it, and "no operand is
         # replayed" (the streamed beat is then the only operand).
-        m.submodules.decode = decode = LaneDecode()
-        m.d.comb += decode.dtype.eq(config.dtype)
+        if self.signature.dtype is None:
+            m.submodules.decode = decode = LaneDecode()
+            m.d.comb += decode.dtype.eq(config.dtype)
+            decoded = decode.format
+        else:
+            decoded = constant_format(self.dtype)    # a static element type
         lane_format = Signal(LaneFormat, reset_less=True)
         lane_minimum = Signal(reset_less=True)
         stream_only = Signal(reset_less=True)
@@ -460,7 +447,7 @@ class BroadcastMax(wiring.Component):
                 m.d.sync += issuing.eq(0)
         return SimpleNamespace(slot_tag=slot_tag, entry=entry, queue=queue,
                                lane_format=lane_format, lane_minimum=lane_minimum,
-                               stream_only=stream_only, decode=decode,
+                               stream_only=stream_only, decoded=decoded,
                                issuing=issuing, slot=slot, beat=beat, left=left, at_end=at_end,
                                port_bits=port_bits, operand_count=operand_count,
                                before_final_slot=before_final_slot, full_pairs=full_pairs,
@@ -575,7 +562,7 @@ class BroadcastMax(wiring.Component):
         """The commands, accepted only when idle (so nothing else is active)."""
         config = self.config
         load_address, load_left, fill_size = load.address, load.left, load.fill_size
-        decode, issuing, slot, beat = run.decode, run.issuing, run.slot, run.beat
+        decoded, issuing, slot, beat = run.decoded, run.issuing, run.slot, run.beat
         lane_format, lane_minimum, stream_only = run.lane_format, run.lane_minimum, run.stream_only
         left, at_end = run.left, run.at_end
         port_bits, operand_count = run.port_bits, run.operand_count
@@ -591,13 +578,13 @@ class BroadcastMax(wiring.Component):
                 m.d.sync += [
                     load_address.eq(command.base),
                     load_left.eq(command.count),
-                    fill_size.eq(Mux(command.fill, decode.format.size, 0)),
+                    fill_size.eq(Mux(command.fill, decoded.size, 0)),
                     loading.eq(command.count != 0),
                     busy.eq(command.count != 0),
                 ]
             with m.Else():
                 m.d.sync += [busy.eq(1), issuing.eq(1), slot.eq(0), beat.eq(0),
-                             lane_format.eq(decode.format), lane_minimum.eq(config.minimum),
+                             lane_format.eq(decoded), lane_minimum.eq(config.minimum),
                              stream_only.eq(config.operands == 0)]
                 for d in range(self.max_dims):
                     m.d.sync += [left[d].eq(config.counts[d] - 1),

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.wire import STATUS_ORDER, WINDOW_INDEX_BYTES, Status
 
-from .kit import refuse
+from .kit import Checked
 
 __all__ = ["SATURATED", "SaturatingMultiplier", "RequestChecks", "check_programs",
            "verdict_logic"]
@@ -37,7 +37,7 @@ class _HardwareOps:
 SATURATED = (1 << 36) - 1
 
 
-class SaturatingMultiplier(wiring.Component):
+class SaturatingMultiplier(Checked, wiring.Component):
     """``a * b`` for checking lengths: bit-serial, ``digit_bits`` bits of ``b`` a cycle,
     saturating at ``2**width``.
 
@@ -73,9 +73,12 @@ class SaturatingMultiplier(wiring.Component):
     ``start`` (0 when ``b`` is 0); a ``start`` may come in the first cycle ``busy`` is low.
     """
 
-    def __init__(self, width=32, digit_bits=2):
+    @classmethod
+    def check_parameters(cls, width=32, digit_bits=2):
         if digit_bits not in (1, 2):
-            refuse(self, f"digit_bits must be 1 or 2, not {digit_bits!r}")
+            raise ValueError(f"digit_bits must be 1 or 2, not {digit_bits!r}")
+
+    def __init__(self, width=32, digit_bits=2):
         self.width, self.digit_bits = width, digit_bits
         super().__init__({
             "start": In(1),

@@ -12,24 +12,28 @@ gateware agree by construction. Its parts, each in a module of its own:
 * :mod:`~maxaccel.hdl.checks` -- :class:`RequestChecks`, the status rules on registers and
   the :class:`SaturatingMultiplier` that computes their products;
 * :mod:`~maxaccel.hdl.routing` -- :class:`UnitRouter`, which unit a command's beats go to
-  (``ROUTES``); each unit configures itself from the block (its ``configure``);
+  (``ROUTES``), and each unit's adapter (``ADAPTERS``: its configuration from the block, its
+  reply beats, when it has settled);
 * here, :class:`CommandEngine` -- the control FSM that ties them together.
 
 See ``docs/architecture.md``, "Command engine".
 """
+
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import FORMATS
-from maxaccel.contract.wire import (COUNTERS, DATA_COMMANDS, VERSION, Capacities, Command,
-                                    Identity, Status, command_rules, parameter_block, takes)
+from maxaccel.contract.wire import (COUNTERS, DATA_COMMANDS, MAX_STREAMED, VERSION, Capacities,
+                                    Command, Identity, Status, command_rules, parameter_block,
+                                    takes)
 
 from .broadcast import BroadcastMax
 from .checks import RequestChecks
 from .framing import FrameReceiver, FrameTransmitter
-from .kit import refuse
+from .kit import Checked
 from .linkword import check_link_bytes, link_signature, one_byte, word_fields
 from .packing import RowPacker, RowUnpacker
 from .parameters import PARAMETER_BYTES, ParameterRegister
@@ -38,10 +42,41 @@ from .routing import UNIT_NAMES, UnitRouter
 from .window_lanes import WindowLanes
 from .lane import LANE_BYTES
 
-__all__ = ["CommandEngine"]
+__all__ = ["CommandEngine", "engine_identity"]
 
 
-class CommandEngine(wiring.Component):
+def _present(reducer, pool, broadcast, window):
+    """The units given (or their signatures), by port name, as signatures."""
+    units = {"reducer": reducer, "pool": pool, "broadcast": broadcast, "window": window}
+    return {name: getattr(unit, "signature", unit) for name, unit in units.items() if unit}
+
+
+def _broadcast_limits(broadcast):
+    """``(depth, max_dims, max_operands, max_count)`` of the broadcast unit (a signature), or
+    of none: one dimension and one operand, so the MAX block stays small, and no buffer."""
+    if broadcast is None:
+        return 0, 1, 1, 0
+    return broadcast.depth, broadcast.max_dims, broadcast.max_operands, broadcast.max_count
+
+
+def engine_identity(*, reducer, pool=None, broadcast=None, window=None, clock_hz,
+                    frame_timeout_cycles=None, link_bytes=1):
+    """What ``IDENTIFY`` of a :class:`CommandEngine` with these units (or their signatures)
+    reports, without building one."""
+    present = _present(reducer, pool, broadcast, window)
+    pool, window = present.get("pool"), present.get("window")
+    depth, max_dims, max_operands, _ = _broadcast_limits(present.get("broadcast"))
+    if frame_timeout_cycles is None:
+        frame_timeout_cycles = max(clock_hz // 100, 1)
+    return Identity(
+        version=VERSION, lanes=present["reducer"].lanes,
+        dtypes=frozenset(int(code) for code in FORMATS), replay_depth=depth,
+        max_dims=max_dims, max_operands=max_operands,
+        pool_channels=(pool.capacity_bytes if pool else 0) // LANE_BYTES, clock_hz=clock_hz,
+        frame_timeout_cycles=frame_timeout_cycles, **(window.limits if window else {}))
+
+
+class CommandEngine(Checked, wiring.Component):
     """Request frames in, datapath commands, reply frames out (``docs/protocol.md``).
 
     The engine is transport-agnostic: a byte stream in, a byte stream out. It drives up to four
@@ -54,8 +89,10 @@ class CommandEngine(wiring.Component):
     2. **Parameters.** The command's parameter block (``parameter_block`` of
        :mod:`maxaccel.contract.wire`) goes into the :class:`ParameterRegister`, its fields only
        (the padding that aligns the data is counted, not stored). A payload shorter than the
-       block is ``BAD_LENGTH``, an unknown command ``BAD_COMMAND`` (``MAX_POOL`` too without a
-       window unit); both are decided from the header.
+       block is ``BAD_LENGTH``, an unknown command ``BAD_COMMAND`` (so is the command of a
+       unit the core lacks: ``LOAD`` and ``MAX`` without a broadcast unit,
+       ``POOL_CHANNELS_LAST`` without a pool, ``MAX_POOL`` without a window unit); both are
+       decided from the header.
     3. **Checks.** :class:`RequestChecks` computes the row geometry and the products the
        contract's rules name (``command_rules``: the data length, the reply length, ...) with
        a bit-serial multiplier, then one cycle decides the status: the first of
@@ -83,14 +120,15 @@ class CommandEngine(wiring.Component):
 
     Parameters
     ----------
-    reducer : RunReducer
-    pool : ChannelsLastPool or None
-    broadcast : BroadcastMax or None
-    window : WindowLanes or None
-        The units; they must have the same ``lanes``, a power of two. The engine reads their
-        capacities and signatures (it does not elaborate them). Without a pool or broadcast
-        unit the engine reports its capacity as 0 in ``IDENTIFY``, so the status rules refuse
-        its commands as ``TOO_LARGE``, and it has no port for it.
+    reducer : RunReducer or RunReducer.Signature
+    pool : ChannelsLastPool, its Signature, or None
+    broadcast : BroadcastMax, its Signature, or None
+    window : WindowLanes, its Signature, or None
+        The units, or their signatures (which carry their parameters): the engine reads their
+        capacities and signatures only (it builds and elaborates no unit). They must have the
+        same ``lanes``, a power of two. Without a pool, broadcast or window unit the engine
+        reports its capacity as 0 in ``IDENTIFY``, takes none of its commands (``takes``), so
+        it answers them ``BAD_COMMAND``, and has no port for it.
     clock_hz : int
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional
@@ -154,45 +192,47 @@ class CommandEngine(wiring.Component):
     a MAX reply trails its request by about ``8 * lanes`` cycles).
     """
 
+    @classmethod
+    def check_parameters(cls, *, reducer, pool=None, broadcast=None, window=None, clock_hz,
+                         frame_timeout_cycles=None, link_bytes=1):
+        """``ValueError`` unless the units have the same ``lanes`` and ``link_bytes`` fits
+        them."""
+        present = _present(reducer, pool, broadcast, window)
+        lanes = present["reducer"].lanes
+        if any(unit.lanes != lanes for unit in present.values()):
+            raise ValueError("the units must have the same lanes, not "
+                             + ", ".join(f"{name} {unit.lanes}"
+                                         for name, unit in present.items()))
+        check_link_bytes(link_bytes, lanes=lanes)
+
     def __init__(self, *, reducer, pool=None, broadcast=None, window=None, clock_hz,
                  frame_timeout_cycles=None, link_bytes=1):
-        lanes = reducer.lanes
-        present = {name: unit for name, unit in
-                   [("reducer", reducer), ("pool", pool), ("broadcast", broadcast),
-                    ("window", window)] if unit}
-        if any(unit.lanes != lanes for unit in present.values()):
-            refuse(self, "the units must have the same lanes, not "
-                         + ", ".join(f"{name} {unit.lanes}" for name, unit in present.items()))
+        present = _present(reducer, pool, broadcast, window)
+        lanes = present["reducer"].lanes
         if frame_timeout_cycles is None:
             frame_timeout_cycles = max(clock_hz // 100, 1)
-        check_link_bytes(link_bytes, lanes=lanes, unit=self)
         self.lanes = lanes
         self.link_bytes = link_bytes
         self.units = tuple(present)
+        pool, broadcast, window = (present.get(name) for name in ("pool", "broadcast", "window"))
         self.pool_capacity_bytes = pool.capacity_bytes if pool else 0
-        if broadcast:
-            self.depth, self.max_dims = broadcast.depth, broadcast.max_dims
-            self.max_operands, self.max_count = broadcast.max_operands, broadcast.max_count
-        else:
-            # One dimension and one operand, so the MAX block stays small; no buffer.
-            self.depth, self.max_dims, self.max_operands, self.max_count = 0, 1, 1, 0
+        self.depth, self.max_dims, self.max_operands, self.max_count = _broadcast_limits(
+            broadcast)
         self.clock_hz = clock_hz
         self.frame_timeout_cycles = frame_timeout_cycles
         self.max_parameters = parameter_block(Command.MAX, self.max_dims, self.max_operands)
-        self.identity = Identity(
-            version=VERSION, lanes=lanes, dtypes=frozenset(int(code) for code in FORMATS),
-            replay_depth=self.depth, max_dims=self.max_dims, max_operands=self.max_operands,
-            pool_channels=self.pool_capacity_bytes // LANE_BYTES, clock_hz=clock_hz,
-            frame_timeout_cycles=frame_timeout_cycles, **(window.limits if window else {}))
+        self.identity = engine_identity(**present, clock_hz=clock_hz,
+                                        frame_timeout_cycles=frame_timeout_cycles)
         #: The data commands this engine takes: those of its units (``takes``).
         self.commands = tuple(code for code in DATA_COMMANDS if takes(code, self.identity))
         # The signatures of the units' ports; an absent unit's stands in inside the engine.
         self._unit_signatures = {
-            "reducer": reducer.signature,
-            "pool": pool.signature if pool else ChannelsLastPool.signature_for(lanes, 1),
-            "broadcast": broadcast.signature if broadcast else BroadcastMax.signature_for(
-                lanes, 2, self.max_dims, self.max_operands, 1),
-            "window": window.signature if window else WindowLanes.signature_for(lanes, 1),
+            "reducer": present["reducer"],
+            "pool": pool or ChannelsLastPool.Signature(lanes, 1),
+            "broadcast": broadcast or BroadcastMax.Signature(
+                lanes, 2, self.max_dims, self.max_operands, max_count=1,
+                max_streamed=MAX_STREAMED),
+            "window": window or WindowLanes.Signature(lanes, 1),
         }
         super().__init__({
             "i": In(link_signature(link_bytes)),
@@ -210,14 +250,24 @@ class CommandEngine(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        lanes, max_dims, max_operands = self.lanes, self.max_dims, self.max_operands
-        beat_bytes = LANE_BYTES * lanes
-        if beat_bytes & (beat_bytes - 1):
-            raise ValueError(f"lanes must be a power of two, not {lanes}")
         ports = {name: getattr(self, name) if name in self.units
                  else UnitRouter.stand_in(m, name, signature)
                  for name, signature in self._unit_signatures.items()}
+        parts = self._parts(m, ports)
+        self._payload_paths(m, parts)
+        with m.FSM() as fsm:
+            self._request_states(m, parts)
+            self._reply_states(m, parts)
+        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & parts.receiver.hunting
+                                 & parts.transmitter.idle)
+        return m
 
+    def _parts(self, m, ports):
+        """The engine's parts and registers (a namespace): the framing, the packer and the
+        unpacker, the parameter register, the request checks, the unit router, and the
+        registers of a request's header and reply."""
+        lanes, max_dims, max_operands = self.lanes, self.max_dims, self.max_operands
+        beat_bytes = LANE_BYTES * lanes
         width = self.link_bytes
         m.submodules.receiver = receiver = FrameReceiver(self.frame_timeout_cycles, width)
         m.submodules.transmitter = transmitter = FrameTransmitter(width)
@@ -246,7 +296,7 @@ class CommandEngine(wiring.Component):
                                 multipliers=2 if width > 1 else 1,
                                 digit_bits=2 if width > 1 else 1)
         command = request.command
-        length = Signal(32)
+        length = Signal(32, name="length")
         request.build(m, checks)
         router = UnitRouter(ports, self.units, commands)
         router.build(m, checks, streams, command=command, request=request,
@@ -254,25 +304,33 @@ class CommandEngine(wiring.Component):
                      active={name: getattr(self, f"{UNIT_NAMES[name]}_active")
                              for name in ports})
 
-        seq = Signal(8)
-        status = Signal(8)
-        final = Signal(8)
-        pad = Signal()
-        reply_length = Signal(32)
-        packer_rows = Signal(32)
-        packer_row_bytes = Signal(32)
-        m.d.comb += [packer.rows.eq(packer_rows), packer.row_bytes.eq(packer_row_bytes)]
+        parts = SimpleNamespace(
+            receiver=receiver, transmitter=transmitter, packer=packer, unpacker=unpacker,
+            streams=streams, parameters=parameters, request=request, router=router,
+            command=command, length=length,
+            seq=Signal(8, name="seq"), status=Signal(8, name="status"),
+            final=Signal(8, name="final"), pad=Signal(name="pad"),
+            reply_length=Signal(32, name="reply_length"),
+            packer_rows=Signal(32, name="packer_rows"),
+            packer_row_bytes=Signal(32, name="packer_row_bytes"))
+        m.d.comb += [packer.rows.eq(parts.packer_rows),
+                     packer.row_bytes.eq(parts.packer_row_bytes)]
 
-        reply_word = self._reply_source(m, streams, command=command, receiver=receiver,
-                                        transmitter=transmitter, unpacker=unpacker)
-        streams.d.comb += transmitter.pad.eq(pad)
+        parts.reply_word = self._reply_source(m, streams, command=command, receiver=receiver,
+                                              transmitter=transmitter, unpacker=unpacker)
+        streams.d.comb += transmitter.pad.eq(parts.pad)
 
         wiring.connect(streams, wiring.flipped(self.i), receiver.i)
         wiring.connect(streams, transmitter.o, wiring.flipped(self.o))
+        return parts
 
-        # Request payload: into the parameter register, to the packer, or discarded, by phase.
+    def _payload_paths(self, m, parts):
+        """Where the request payload goes, by phase: into the parameter register, to the
+        packer, or discarded (``parts.taking_parameters``, ``streaming``, ``draining``)."""
+        receiver, packer, parameters = parts.receiver, parts.packer, parts.parameters
+        width = self.link_bytes
         taking_parameters, streaming, draining = Signal(), Signal(), Signal()
-        streams.d.comb += [
+        parts.streams.d.comb += [
             receiver.payload.ready.eq(taking_parameters | draining
                                       | (streaming & packer.i.ready)),
             receiver.payload_limit.eq(Mux(taking_parameters, parameters.limit(),
@@ -280,137 +338,153 @@ class CommandEngine(wiring.Component):
             packer.i.valid.eq(streaming & receiver.payload.valid),
             packer.i.payload.eq(receiver.payload.payload),
         ]
-        payload_data, payload_count = word_fields(receiver.payload.payload, width)
+        parts.payload_data, parts.payload_count = word_fields(receiver.payload.payload, width)
+        parts.taking_parameters, parts.streaming = taking_parameters, streaming
+        parts.draining = draining
 
-        # ---- The control FSM.
-        def take_trailer(then):
-            """Accept the receiver's trailer and decide the final status."""
-            m.d.comb += receiver.trailer.ready.eq(1)
-            with m.If(receiver.trailer.valid):
-                outcome = receiver.trailer.payload
-                m.d.sync += final.eq(Mux(outcome.timeout, Status.TIMEOUT,
-                                         Mux(outcome.intact, status, Status.CRC_ERROR)))
-                then(outcome)
+    def _take_trailer(self, m, parts, then):
+        """Accept the receiver's trailer and decide the final status; ``then(outcome)``."""
+        receiver = parts.receiver
+        m.d.comb += receiver.trailer.ready.eq(1)
+        with m.If(receiver.trailer.valid):
+            outcome = receiver.trailer.payload
+            m.d.sync += parts.final.eq(Mux(outcome.timeout, Status.TIMEOUT,
+                                           Mux(outcome.intact, parts.status,
+                                               Status.CRC_ERROR)))
+            then(outcome)
+
+    def _request_states(self, m, parts):
+        """The control FSM's states that take a request: the header, the parameter block, the
+        checks, the verdict."""
+        receiver, parameters, request = parts.receiver, parts.parameters, parts.request
+        command, status = parts.command, parts.status
 
         def to_reply(outcome):
             m.next = "REPLY"
 
-        with m.FSM() as fsm:
-            with m.State("IDLE"):
-                m.d.comb += receiver.header.ready.eq(1)
-                m.d.sync += pad.eq(0)
-                with m.If(receiver.header.valid):
-                    header = receiver.header.payload
-                    m.d.sync += [
-                        command.eq(header.command),
-                        seq.eq(header.seq),
-                        length.eq(header.length),
-                        status.eq(Status.OK),
-                    ]
-                    parameters.clear(m)
-                    m.next = "DRAIN"
-                    with m.Switch(header.command):
-                        with m.Case(Command.IDENTIFY, Command.COUNTERS):
-                            with m.If(header.length != 0):
-                                m.d.sync += status.eq(Status.BAD_LENGTH)
-                        for code, block in parameters.blocks.items():
-                            with m.Case(code):
-                                parameters.expect(m, code)
-                                with m.If(header.length < block.size):
-                                    m.d.sync += status.eq(Status.BAD_LENGTH)
-                                with m.Else():
-                                    m.next = "PARAMS"
-                        with m.Default():
-                            m.d.sync += status.eq(Status.BAD_COMMAND)
-
-            with m.State("PARAMS"):
-                m.d.comb += taking_parameters.eq(1)
-                with m.If(receiver.payload.valid):
-                    with m.If(parameters.take(m, payload_data, payload_count)):
-                        m.next = "GEOMETRY_DTYPE"
-                take_trailer(to_reply)   # only a timeout ends a frame here
-
-            request.states(m, then="VALIDATE", length=length, needed=parameters.needed)
-
-            with m.State("VALIDATE"):
-                m.d.sync += [status.eq(request.verdict), reply_length.eq(request.reply_bytes)]
-                with m.Switch(command):
-                    for code in commands:
-                        with m.Case(code):
-                            m.d.sync += packer_rows.eq(request.request_rows(code))
-                m.d.sync += packer_row_bytes.eq(request.row_bytes)
-                m.next = "DECIDE"
-
-            with m.State("DECIDE"):
-                with m.If(status == Status.OK):
-                    m.next = "START"
-                with m.Else():
-                    m.next = "DRAIN"
-
-            with m.State("START"):
-                m.d.comb += [
-                    transmitter.start.valid.eq(1),
-                    transmitter.start.payload.command.eq(command),
-                    transmitter.start.payload.seq.eq(seq),
-                    transmitter.start.payload.length.eq(reply_length),
+        with m.State("IDLE"):
+            m.d.comb += receiver.header.ready.eq(1)
+            m.d.sync += parts.pad.eq(0)
+            with m.If(receiver.header.valid):
+                header = receiver.header.payload
+                m.d.sync += [
+                    command.eq(header.command),
+                    parts.seq.eq(header.seq),
+                    parts.length.eq(header.length),
+                    status.eq(Status.OK),
                 ]
-                with m.If(transmitter.start.ready):
-                    m.d.comb += [packer.start.eq(1), *router.start(command)]
-                    with m.If(router.takes_command(command)):
-                        m.next = "COMMAND"
-                    with m.Else():
-                        m.next = "STREAM"
+                parameters.clear(m)
+                m.next = "DRAIN"
+                with m.Switch(header.command):
+                    with m.Case(Command.IDENTIFY, Command.COUNTERS):
+                        with m.If(header.length != 0):
+                            m.d.sync += status.eq(Status.BAD_LENGTH)
+                    for code, block in parameters.blocks.items():
+                        with m.Case(code):
+                            parameters.expect(m, code)
+                            with m.If(header.length < block.size):
+                                m.d.sync += status.eq(Status.BAD_LENGTH)
+                            with m.Else():
+                                m.next = "PARAMS"
+                    with m.Default():
+                        m.d.sync += status.eq(Status.BAD_COMMAND)
 
-            with m.State("COMMAND"):
-                unit_command = router.command_stream
-                m.d.comb += [streaming.eq(1), unit_command.valid.eq(1)]
-                with m.If(unit_command.ready):
+        with m.State("PARAMS"):
+            m.d.comb += parts.taking_parameters.eq(1)
+            with m.If(receiver.payload.valid):
+                with m.If(parameters.take(m, parts.payload_data, parts.payload_count)):
+                    m.next = "GEOMETRY_DTYPE"
+            self._take_trailer(m, parts, to_reply)   # only a timeout ends a frame here
+
+        request.states(m, then="VALIDATE", length=parts.length, needed=parameters.needed)
+
+        with m.State("VALIDATE"):
+            m.d.sync += [status.eq(request.verdict),
+                         parts.reply_length.eq(request.reply_bytes)]
+            with m.Switch(command):
+                for code in self.commands:
+                    with m.Case(code):
+                        m.d.sync += parts.packer_rows.eq(request.request_rows(code))
+            m.d.sync += parts.packer_row_bytes.eq(request.row_bytes)
+            m.next = "DECIDE"
+
+        with m.State("DECIDE"):
+            with m.If(status == Status.OK):
+                m.next = "START"
+            with m.Else():
+                m.next = "DRAIN"
+
+    def _reply_states(self, m, parts):
+        """The control FSM's states that answer a request: the reply header, the data through
+        the unit, the status, and the refused request's drain."""
+        transmitter, packer, router = parts.transmitter, parts.packer, parts.router
+        command = parts.command
+
+        def to_reply(outcome):
+            m.next = "REPLY"
+
+        with m.State("START"):
+            m.d.comb += [
+                transmitter.start.valid.eq(1),
+                transmitter.start.payload.command.eq(command),
+                transmitter.start.payload.seq.eq(parts.seq),
+                transmitter.start.payload.length.eq(parts.reply_length),
+            ]
+            with m.If(transmitter.start.ready):
+                m.d.comb += [packer.start.eq(1), *router.start(command)]
+                with m.If(router.takes_command(command)):
+                    m.next = "COMMAND"
+                with m.Else():
                     m.next = "STREAM"
 
-            with m.State("STREAM"):
-                m.d.comb += streaming.eq(1)
+        with m.State("COMMAND"):
+            unit_command = router.command_stream
+            m.d.comb += [parts.streaming.eq(1), unit_command.valid.eq(1)]
+            with m.If(unit_command.ready):
+                m.next = "STREAM"
 
-                def streamed_outcome(outcome):
-                    with m.If(outcome.timeout):
-                        m.next = "ABORT"
-                    with m.Else():
-                        m.next = "SETTLE"
-                take_trailer(streamed_outcome)
+        with m.State("STREAM"):
+            m.d.comb += parts.streaming.eq(1)
 
-            with m.State("SETTLE"):
-                with m.If(packer.idle & router.settled()):
-                    router.late_status(m, final)
-                    m.next = "STATUS"
+            def streamed_outcome(outcome):
+                with m.If(outcome.timeout):
+                    m.next = "ABORT"
+                with m.Else():
+                    m.next = "SETTLE"
+            self._take_trailer(m, parts, streamed_outcome)
 
-            with m.State("ABORT"):
-                m.d.comb += self.abort.eq(1)
-                m.d.sync += pad.eq(1)
+        with m.State("SETTLE"):
+            with m.If(packer.idle & router.settled()):
+                router.late_status(m, parts.final)
                 m.next = "STATUS"
 
-            with m.State("DRAIN"):
-                m.d.comb += draining.eq(1)
-                take_trailer(to_reply)
+        with m.State("ABORT"):
+            m.d.comb += self.abort.eq(1)
+            m.d.sync += parts.pad.eq(1)
+            m.next = "STATUS"
 
-            with m.State("REPLY"):
-                self._word_reply(m, reply_word, command=command, seq=seq, final=final,
-                                 receiver=receiver, transmitter=transmitter)
-                with m.If(transmitter.start.ready):
-                    m.next = "STATUS"
+        with m.State("DRAIN"):
+            m.d.comb += parts.draining.eq(1)
+            self._take_trailer(m, parts, to_reply)
 
-            with m.State("STATUS"):
-                m.d.comb += [
-                    transmitter.status.valid.eq(1),
-                    transmitter.status.payload.eq(final),
-                ]
-                with m.If(transmitter.status.ready):
-                    m.next = "FINISH"
+        with m.State("REPLY"):
+            self._word_reply(m, parts.reply_word, command=command, seq=parts.seq,
+                             final=parts.final, receiver=parts.receiver,
+                             transmitter=transmitter)
+            with m.If(transmitter.start.ready):
+                m.next = "STATUS"
 
-            with m.State("FINISH"):
-                with m.If(transmitter.idle):
-                    m.next = "IDLE"
+        with m.State("STATUS"):
+            m.d.comb += [
+                transmitter.status.valid.eq(1),
+                transmitter.status.payload.eq(parts.final),
+            ]
+            with m.If(transmitter.status.ready):
+                m.next = "FINISH"
 
-        m.d.comb += self.idle.eq(fsm.ongoing("IDLE") & receiver.hunting & transmitter.idle)
-        return m
+        with m.State("FINISH"):
+            with m.If(transmitter.idle):
+                m.next = "IDLE"
 
     def _counters(self, receiver):
         counters = Cat(self.uart_framing_errors, self.uart_overruns,

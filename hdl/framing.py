@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.wire import HEADER_SIZE, MAGIC, MAX_PAYLOAD, TRAILER_SIZE
 
-from .kit import refuse
+from .kit import Checked
 from .linkword import (WordCRC, WordSplitter, check_link_bytes, link_signature, one_byte,
                        word_fields)
 
@@ -27,7 +27,7 @@ header_layout = data.StructLayout({"command": 8, "seq": 8, "length": 32})
 #: Outcome of a received frame: the frame check passed, or bytes stopped arriving mid-frame.
 trailer_layout = data.StructLayout({"intact": 1, "timeout": 1})
 
-class FrameReceiver(wiring.Component):
+class FrameReceiver(Checked, wiring.Component):
     """Finds and checks request frames in a link stream.
 
     Hunting: the last 12 bytes received sit in a window; whenever the window starts with the
@@ -80,10 +80,14 @@ class FrameReceiver(wiring.Component):
     ``trailer`` one cycle after the trailer's last byte.
     """
 
-    def __init__(self, timeout_cycles, link_bytes=1):
+    @classmethod
+    def check_parameters(cls, timeout_cycles, link_bytes=1):
         if not isinstance(timeout_cycles, int) or timeout_cycles < 1:
-            refuse(self, f"timeout_cycles must be a positive integer, not {timeout_cycles!r}")
-        check_link_bytes(link_bytes, unit=self)
+            raise ValueError(f"timeout_cycles must be a positive integer, not "
+                             f"{timeout_cycles!r}")
+        check_link_bytes(link_bytes)
+
+    def __init__(self, timeout_cycles, link_bytes=1):
         self.timeout_cycles = timeout_cycles
         self.link_bytes = link_bytes
         super().__init__({
@@ -248,7 +252,7 @@ class FrameReceiver(wiring.Component):
         return m
 
 
-class FrameTransmitter(wiring.Component):
+class FrameTransmitter(Checked, wiring.Component):
     """Sends one reply frame per ``start`` transfer.
 
     The header (magic, command, sequence number, length, header CRC) goes out first; then
@@ -285,8 +289,11 @@ class FrameTransmitter(wiring.Component):
     after ``start`` is taken.
     """
 
+    @classmethod
+    def check_parameters(cls, link_bytes=1):
+        check_link_bytes(link_bytes)
+
     def __init__(self, link_bytes=1):
-        check_link_bytes(link_bytes, unit=self)
         self.link_bytes = link_bytes
         super().__init__({
             "start": In(stream.Signature(header_layout)),

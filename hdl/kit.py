@@ -8,65 +8,37 @@ and any new unit build their pipelines the same way:
 * slicing: :func:`~maxaccel.hdl.lane.byte` (re-exported), :func:`lane_of`;
 * key space: :func:`decode_format`, :func:`to_keys`, :func:`key_max`, :func:`from_key`,
   :func:`accumulate_runs` (the two-cycle run accumulator loop);
-* construction: :func:`check_lanes`, :func:`refuse`, :func:`set_aside`.
+* construction: :class:`Unit` (a component whose nested ``Signature``, a
+  :class:`UnitSignature`, carries and checks its parameters before the unit exists),
+  :class:`Checked`, :func:`check_lanes`, :func:`check_dtype`, :func:`set_aside`.
 
-The stall discipline they assume: a pipeline advances when its output register is empty or
-being taken (``advance = ~o.valid | o.ready``, :func:`stall_control`), and every register of a
-stage loads with ``advance``. See ``docs/architecture.md``, "Reduction tree and run reducer".
+**Stall discipline.** Every unit states how its input stalls behind its output in its
+``Signature`` (:class:`Stall`), and ``tests/test_stall.py`` checks each the same way. The
+pieces here build the *combinational* one: a pipeline advances when its output register is
+empty or being taken (``advance = ~o.valid | o.ready``, :func:`stall_control`), every register
+of a stage loads with ``advance``, and ``i.ready`` is ``advance``. Units with block RAM loops
+(:class:`~maxaccel.hdl.pool.ChannelsLastPool`, :class:`~maxaccel.hdl.window.WindowMaxPool`)
+keep the *registered* one instead: ``i.ready`` is a register and a skid register takes the
+beat that finds the output full. See ``docs/library.md``.
 """
 
 from amaranth.hdl import EnableInserter, Mux, Signal, Value
 
+from maxaccel.contract.dtypes import DType
+
+from .unit import Checked, Stall, Unit, UnitSignature, check_dtype, check_lanes, set_aside
 from .lane import (FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
-                   LaneFormat, ToKey, byte, float_key, splat_constant)
+                   LaneFormat, ToKey, byte, float_key, lane_format, splat_constant)
 
-__all__ = ["refuse", "set_aside", "check_lanes", "decode_format", "stall_control", "register", "key_max",
-           "delay", "to_keys", "byte", "lane_of", "from_key", "accumulate_runs"]
-
-
-def refuse(unit, message):
-    """Raise ``ValueError(message)`` from the constructor of ``unit``, an Elaboratable.
-
-    Amaranth warns about an Elaboratable that is created and never elaborated; one whose
-    construction failed is not a design mistake, so its warning is silenced first. This is
-    the one place (with :func:`set_aside`) that touches Amaranth's private ``MustUse`` flags.
-    """
-    unit._MustUse__silence = True
-    set_aside(unit)     # and what it had built before it refused
-    raise ValueError(message)
-
-
-def set_aside(design):
-    """Mark ``design`` and the Amaranth elaboratables it holds (in its attributes, dicts, lists
-    and tuples) as used, as Amaranth marks what it elaborates: for a design that will not be
-    elaborated and is no mistake (its compiled model came from a cache; the units a
-    constructor had built before another one refused), which Amaranth would otherwise warn
-    about, one warning per unit, when it is collected."""
-    from amaranth._unused import MustUse
-    seen, stack = set(), [design]
-    while stack:
-        item = stack.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, MustUse):
-            item._MustUse__used = True
-            stack.extend(vars(item).values())
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            stack.extend(item)
-
-
-def check_lanes(unit, lanes):
-    if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1 or lanes & (lanes - 1):
-        refuse(unit, f"{type(unit).__name__}: lanes must be a power of two (1, 2, 4, 8, "
-                     f"...), not {lanes!r}")
+__all__ = ["Checked", "UnitSignature", "Unit", "Stall", "set_aside", "check_lanes",
+           "check_dtype", "decode_format", "stall_control", "register", "key_max", "delay",
+           "to_keys", "byte", "lane_of", "from_key", "accumulate_runs"]
 
 
 def decode_format(m, dtype, registered=True):
     """The format of ``dtype``, registered (one cycle after ``dtype``) unless ``registered`` is
-    false.
+    false; a constant if ``dtype`` is a :class:`~maxaccel.contract.dtypes.DType` (a unit's
+    static element type), so the logic of the other formats folds away.
 
     In a pipelined unit every stage that needs the format runs at least one cycle after its
     beat was accepted (the key conversion's NaN tests need none), so ``dtype`` only has to be
@@ -75,6 +47,8 @@ def decode_format(m, dtype, registered=True):
     unit that converts keys combinationally in the cycle a beat is accepted needs the decode
     unregistered for ``dtype`` to keep that contract.
     """
+    if isinstance(dtype, DType):
+        return lane_format(dtype)       # a static element type: a constant, nothing to decode
     m.submodules.decode = decode = LaneDecode()
     m.d.comb += decode.dtype.eq(dtype)
     if not registered:

@@ -36,13 +36,17 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType, FORMATS
-from maxaccel.contract.wire import LANE_BYTES
+
+from .unit import UnitSignature, Unit, check_dtype
 
 __all__ = ["LANE_BITS", "LANE_BYTES", "ELEMENT_SIZES", "FLOAT_FORMATS", "LaneFormat",
-           "LaneDecode", "ToKey", "FromKey", "KeyMax", "LaneMax", "spread_from_top",
+           "LaneDecode", "lane_format", "ToKey", "FromKey", "KeyMax", "LaneMax", "spread_from_top",
            "splat_constant", "spans_at_least", "key_compare_level", "float_key"]
 
-#: Bits of one lane (the lane width is a fact of the wire contract, ``IDENTIFY``'s lanes).
+#: Bytes of one lane: one element of the widest format (the wire contract's ``LANE_BYTES``,
+#: ``IDENTIFY``'s unit of lanes, is the same, which ``tests/test_layout.py`` checks).
+LANE_BYTES = max(spec.nbytes for spec in FORMATS.values())
+#: Bits of one lane.
 LANE_BITS = 8 * LANE_BYTES
 #: Element widths in bytes a lane can hold.
 ELEMENT_SIZES = (1, 2, 4, 8)
@@ -146,13 +150,21 @@ def _lane_format(code):
     return Const.cast(data.Layout.cast(LaneFormat).const(fields)).value
 
 
+def lane_format(dtype):
+    """The :class:`LaneFormat` of ``dtype`` (a :class:`~maxaccel.contract.dtypes.DType`) as a
+    constant: a static element type, whose every test of the format is decided at
+    elaboration."""
+    layout = data.Layout.cast(LaneFormat)
+    return data.View(layout, Const(_lane_format(DType(dtype)), layout.size))
+
+
 def float_key(spec, bits):
     """The order key of a float bit pattern ``bits`` of format ``spec`` (NaNs as they are)."""
     negative = bits & spec.sign_mask
     return ~bits & ((1 << spec.bits) - 1) if negative else bits | spec.sign_mask
 
 
-class ToKey(wiring.Component):
+class ToKey(Unit):
     """Maps a lane of values to a lane of order keys; every NaN gets the canonical NaN's key.
 
     Keys: unsigned integers as they are; signed integers with the sign bit flipped; floats with
@@ -183,10 +195,13 @@ class ToKey(wiring.Component):
         in the second cycle and must not change in between (a format is static during a
         command; pass the unit's registered decode), and so is ``minimum``. Wrap the unit in
         :class:`amaranth.hdl.EnableInserter` to stall it.
+    dtype : DType, optional
+        A static element type: no ``format`` port, and the other formats' logic folds away.
 
     Ports
     -----
     format : In(LaneFormat)
+        Only without ``dtype``.
     minimum : In(1)
         0 (default): order keys, for a maximum. 1: keys for a minimum (above). Read with
         ``format``.
@@ -198,22 +213,34 @@ class ToKey(wiring.Component):
         ``latency`` cycles after ``value``.
     """
 
-    def __init__(self, *, latency=0):
-        if latency not in (0, 1):
-            raise ValueError(f"ToKey latency must be 0 or 1, not {latency!r}")
-        self.latency = latency
-        super().__init__({
-            "format": In(LaneFormat),
-            "minimum": In(1),
-            "value": In(LANE_BITS),
-            "filled": In(LANE_BYTES, init=(1 << LANE_BYTES) - 1),
-            "key": Out(LANE_BITS),
-        })
+    class Signature(UnitSignature):
+        """:class:`ToKey`'s signature: ``ToKey.Signature(*, latency=0, dtype=None)``, the
+        unit's parameters (``ValueError`` for a bad one); without ``dtype`` a ``format``
+        port."""
+
+        def __init__(self, *, latency=0, dtype=None):
+            dtype = self.check_parameters(latency=latency, dtype=dtype)
+            members = {} if dtype is not None else {"format": In(LaneFormat)}
+            super().__init__({
+                **members,
+                "minimum": In(1),
+                "value": In(LANE_BITS),
+                "filled": In(LANE_BYTES, init=(1 << LANE_BYTES) - 1),
+                "key": Out(LANE_BITS),
+            }, latency=latency, dtype=dtype)
+
+        @classmethod
+        def check_parameters(cls, *, latency=0, dtype=None):
+            """The static element type (``None`` or a ``DType``); ``ValueError`` for a
+            ``latency`` other than 0 or 1 or an unknown ``dtype``."""
+            if latency not in (0, 1):
+                raise ValueError(f"ToKey latency must be 0 or 1, not {latency!r}")
+            return check_dtype(dtype, "ToKey")
 
     def elaborate(self, platform):
         m = Module()
         stage = m.d.sync if self.latency else m.d.comb
-        fmt = self.format
+        fmt = self.format if self.dtype is None else lane_format(self.dtype)
         value = Signal(LANE_BITS, name="value_s1", reset_less=True)
         filled = Signal(LANE_BYTES, name="filled_s1", reset_less=True)
         stage += [value.eq(self.value), filled.eq(self.filled)]
@@ -258,7 +285,7 @@ class ToKey(wiring.Component):
         return m
 
 
-class FromKey(wiring.Component):
+class FromKey(Unit):
     """Maps a lane of order keys back to values. Combinational.
 
     The inverse of :class:`ToKey` (with the same ``minimum``): ``FromKey(ToKey(x)) == x`` for
@@ -270,23 +297,39 @@ class FromKey(wiring.Component):
     value keeps its bits: with the exponent all ones it is ``-inf``, whose quiet bit is clear),
     so a test of those bits per element, for the float format in use, finds the NaN.
 
+    Parameters
+    ----------
+    dtype : DType, optional
+        A static element type: no ``format`` port.
+
     Ports
     -----
     format : In(LaneFormat)
+        Only without ``dtype``.
     minimum : In(1)
         0 (default): order keys (a maximum's). 1: a minimum's keys (see :class:`ToKey`).
     key : In(64)
     value : Out(64)
     """
 
-    format: In(LaneFormat)
-    minimum: In(1)
-    key: In(LANE_BITS)
-    value: Out(LANE_BITS)
+    class Signature(UnitSignature):
+        """:class:`FromKey`'s signature: ``FromKey.Signature(*, dtype=None)``."""
+
+        def __init__(self, *, dtype=None):
+            dtype = self.check_parameters(dtype=dtype)
+            members = {} if dtype is not None else {"format": In(LaneFormat)}
+            super().__init__({**members, "minimum": In(1), "key": In(LANE_BITS),
+                              "value": Out(LANE_BITS)}, dtype=dtype)
+
+        @classmethod
+        def check_parameters(cls, *, dtype=None):
+            """The static element type; ``ValueError`` for an unknown ``dtype``."""
+            return check_dtype(dtype, "FromKey")
 
     def elaborate(self, platform):
         m = Module()
-        fmt, key = self.format, self.key
+        fmt = self.format if self.dtype is None else lane_format(self.dtype)
+        key = self.key
         is_float = fmt.float_format.any()
         # A minimum's NaN key (top, exponent and quiet bits set), per float format and element.
         nan = Signal(LANE_BYTES)
@@ -308,7 +351,7 @@ class FromKey(wiring.Component):
         return m
 
 
-class KeyMax(wiring.Component):
+class KeyMax(Unit):
     """Element-wise maximum of two lanes of order keys.
 
     Each byte pair is compared on its own (``a >= b`` and ``a == b``, eight 8-bit compares), then
@@ -325,11 +368,15 @@ class KeyMax(wiring.Component):
         butterfly level are registered too (with both operands and the size), leaving two
         butterfly levels and the select for the second cycle (for pipelined trees; a loop that
         must close in one cycle uses latency 0 or 1).
+    tag_width : int
+        Bits of a tag per byte (0: no tags).
+    dtype : DType, optional
+        A static element type: no ``size`` port.
 
     Ports
     -----
     size : In(4)
-        One-hot element size (``LaneFormat.size``).
+        One-hot element size (``LaneFormat.size``); only without ``dtype``.
     a, b : In(64)
         Key lanes.
     take_b : In(1)
@@ -348,34 +395,48 @@ class KeyMax(wiring.Component):
         Each byte's tag from the operand its element's result came from, with ``result``.
     """
 
-    def __init__(self, *, latency=0, tag_width=0):
-        if latency not in (0, 1, 2):
-            raise ValueError(f"KeyMax latency must be 0, 1 or 2, not {latency!r}")
-        self.latency = latency
-        self.tag_width = tag_width
-        members = {
-            "size": In(len(ELEMENT_SIZES)),
-            "a": In(LANE_BITS),
-            "b": In(LANE_BITS),
-            "take_b": In(1),
-            "tie_b": In(1),
-            "result": Out(LANE_BITS),
-        }
-        if tag_width:
-            tags = data.ArrayLayout(tag_width, LANE_BYTES)
-            members.update(a_tags=In(tags), b_tags=In(tags), result_tags=Out(tags))
-        super().__init__(members)
+    class Signature(UnitSignature):
+        """:class:`KeyMax`'s signature: ``KeyMax.Signature(*, latency=0, tag_width=0,
+        dtype=None)``, the unit's parameters (``ValueError`` for a bad one); without
+        ``dtype`` a ``size`` port."""
+
+        def __init__(self, *, latency=0, tag_width=0, dtype=None):
+            dtype = self.check_parameters(latency=latency, tag_width=tag_width, dtype=dtype)
+            members = {} if dtype is not None else {"size": In(len(ELEMENT_SIZES))}
+            members.update({
+                "a": In(LANE_BITS),
+                "b": In(LANE_BITS),
+                "take_b": In(1),
+                "tie_b": In(1),
+                "result": Out(LANE_BITS),
+            })
+            if tag_width:
+                tags = data.ArrayLayout(tag_width, LANE_BYTES)
+                members.update(a_tags=In(tags), b_tags=In(tags), result_tags=Out(tags))
+            super().__init__(members, latency=latency, tag_width=tag_width, dtype=dtype)
+
+        @classmethod
+        def check_parameters(cls, *, latency=0, tag_width=0, dtype=None):
+            """The static element type; ``ValueError`` for a ``latency`` other than 0, 1 or
+            2, a negative ``tag_width`` or an unknown ``dtype``."""
+            if latency not in (0, 1, 2):
+                raise ValueError(f"KeyMax latency must be 0, 1 or 2, not {latency!r}")
+            if not isinstance(tag_width, int) or isinstance(tag_width, bool) or tag_width < 0:
+                raise ValueError(f"KeyMax tag_width must be an integer >= 0, not "
+                                 f"{tag_width!r}")
+            return check_dtype(dtype, "KeyMax")
 
     def elaborate(self, platform):
         m = Module()
         first = m.d.sync if self.latency == 2 else m.d.comb
+        size_in = self.size if self.dtype is None else lane_format(self.dtype).size
         # Datapath registers need no reset (the valid bits of the unit using it have one).
         a = Signal(LANE_BITS, name="a_s1", reset_less=True)
         b = Signal(LANE_BITS, name="b_s1", reset_less=True)
         size = Signal(len(ELEMENT_SIZES), name="size_s1", reset_less=True)
         tie_b = Signal(name="tie_b_s1", reset_less=True)
-        first += [a.eq(self.a), b.eq(self.b), size.eq(self.size), tie_b.eq(self.tie_b)]
-        at_least = spans_at_least(self.size)
+        first += [a.eq(self.a), b.eq(self.b), size.eq(size_in), tie_b.eq(self.tie_b)]
+        at_least = spans_at_least(size_in)
         flags = ([byte(self.a, i) >= byte(self.b, i) for i in range(LANE_BYTES)],
                  [byte(self.a, i) == byte(self.b, i) for i in range(LANE_BYTES)])
         flags = key_compare_level(flags, 1, at_least[1])
@@ -434,7 +495,7 @@ def key_compare_level(flags, level, merge):
     return merged_ge, merged_eq
 
 
-class LaneMax(wiring.Component):
+class LaneMax(Unit):
     """Element-wise maximum (or, with ``minimum``, minimum) of two 64-bit lanes of values under
     the maxaccel order.
 
@@ -449,13 +510,16 @@ class LaneMax(wiring.Component):
         keys are registered too. 3: the comparison is split as well (``KeyMax(latency=2)``),
         the fastest. Registers are in the ``sync`` domain and advance every cycle; wrap the lane
         in :class:`amaranth.hdl.EnableInserter` to stall it.
+    dtype : DType, optional
+        A static element type: no ``dtype`` port and no decode.
 
     Ports
     -----
     a, b : In(64)
         Operand lanes, elements packed little-endian (element j in bits ``j*w .. j*w+w-1``).
     dtype : In(DType)
-        Element type, sampled together with ``a`` and ``b``.
+        Element type, sampled together with ``a`` and ``b``; only without the ``dtype``
+        parameter (a static element type, which drops the decode).
     minimum : In(1)
         0 (default): the maximum. 1: the minimum (IEEE 754-2019 ``minimum``: NaN absorbing,
         ``-0`` below ``+0``). Sampled together with ``a`` and ``b``.
@@ -467,37 +531,49 @@ class LaneMax(wiring.Component):
     Throughput is one pair of lanes per cycle (8 bytes of each operand) for every dtype.
     """
 
-    def __init__(self, *, latency=0):
-        if latency not in (0, 1, 2, 3):
-            raise ValueError(f"LaneMax latency must be 0, 1, 2 or 3, not {latency!r}")
-        self.latency = latency
-        super().__init__({
-            "a": In(LANE_BITS),
-            "b": In(LANE_BITS),
-            "dtype": In(DType),
-            "minimum": In(1),
-            "result": Out(LANE_BITS),
-        })
+    class Signature(UnitSignature):
+        """:class:`LaneMax`'s signature: ``LaneMax.Signature(*, latency=0, dtype=None)``;
+        without ``dtype`` a ``dtype`` port."""
+
+        def __init__(self, *, latency=0, dtype=None):
+            dtype = self.check_parameters(latency=latency, dtype=dtype)
+            members = {"a": In(LANE_BITS), "b": In(LANE_BITS)}
+            if dtype is None:
+                members["dtype"] = In(DType)
+            members.update({"minimum": In(1), "result": Out(LANE_BITS)})
+            super().__init__(members, latency=latency, dtype=dtype)
+
+        @classmethod
+        def check_parameters(cls, *, latency=0, dtype=None):
+            """The static element type; ``ValueError`` for a ``latency`` other than 0 to 3 or
+            an unknown ``dtype``."""
+            if latency not in (0, 1, 2, 3):
+                raise ValueError(f"LaneMax latency must be 0, 1, 2 or 3, not {latency!r}")
+            return check_dtype(dtype, "LaneMax")
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.decode = decode = LaneDecode()
+        if self.signature.dtype is None:
+            m.submodules.decode = decode = LaneDecode()
+            m.d.comb += decode.dtype.eq(self.dtype)
+            decoded = decode.format
+        else:
+            decoded = lane_format(self.dtype)
         m.submodules.key_a = key_a = ToKey()
         m.submodules.key_b = key_b = ToKey()
         compare_latency = {0: 0, 1: 1, 2: 1, 3: 2}[self.latency]
         m.submodules.compare = compare = KeyMax(latency=compare_latency)
         m.submodules.value = value = FromKey()
         m.d.comb += [
-            decode.dtype.eq(self.dtype),
-            key_a.format.eq(decode.format), key_a.value.eq(self.a),
-            key_b.format.eq(decode.format), key_b.value.eq(self.b),
+            key_a.format.eq(decoded), key_a.value.eq(self.a),
+            key_b.format.eq(decoded), key_b.value.eq(self.b),
             key_a.minimum.eq(self.minimum), key_b.minimum.eq(self.minimum),
         ]
         # The format and the select travel alongside the data through every register stage.
         keyed_format, keyed_minimum = Signal(LaneFormat), Signal()
         keys = m.d.sync if self.latency >= 2 else m.d.comb
         keys += [
-            keyed_format.eq(decode.format), keyed_minimum.eq(self.minimum),
+            keyed_format.eq(decoded), keyed_minimum.eq(self.minimum),
             compare.a.eq(key_a.key), compare.b.eq(key_b.key),
         ]
         m.d.comb += compare.size.eq(keyed_format.size)

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.wire import CRC_ALGORITHM
 
-from .kit import refuse
+from .kit import Checked
 from .lane import LANE_BYTES
 
 __all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "word_fields",
@@ -26,10 +26,9 @@ __all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "
 LINK_WIDTHS = (1, 2, 4, 8, 16, 32)
 
 
-def check_link_bytes(link_bytes, *, lanes=None, unit=None):
+def check_link_bytes(link_bytes, *, lanes=None):
     """Raise a :class:`ValueError` unless ``link_bytes`` is one of :data:`LINK_WIDTHS` and, if
-    ``lanes`` is given, at most the ``8 * lanes`` bytes of a beat. ``unit``: the component
-    being constructed, which then must not also warn that it was never elaborated."""
+    ``lanes`` is given, at most the ``8 * lanes`` bytes of a beat."""
     if link_bytes not in LINK_WIDTHS:
         problem = (f"link_bytes must be one of {', '.join(map(str, LINK_WIDTHS))}, "
                    f"not {link_bytes!r}")
@@ -38,8 +37,6 @@ def check_link_bytes(link_bytes, *, lanes=None, unit=None):
                    f"of a beat of {lanes} lanes")
     else:
         return
-    if unit is not None:
-        refuse(unit, problem)
     raise ValueError(problem)
 
 
@@ -79,7 +76,7 @@ def link_signature(link_bytes):
     return stream.Signature(8 if link_bytes == 1 else word_layout(link_bytes))
 
 
-class WordSplitter(wiring.Component):
+class WordSplitter(Checked, wiring.Component):
     """Passes link words on in pieces of at most ``limit`` bytes.
 
     A word used up in the cycle it arrives passes straight through (combinationally); a word
@@ -109,10 +106,13 @@ class WordSplitter(wiring.Component):
     pieces. ``i.ready`` is ``o.ready`` while no word is held.
     """
 
-    def __init__(self, width):
+    @classmethod
+    def check_parameters(cls, width):
         if width == 1:
-            refuse(self, "a WordSplitter needs words of more than one byte")
-        check_link_bytes(width, unit=self)
+            raise ValueError("a WordSplitter needs words of more than one byte")
+        check_link_bytes(width)
+
+    def __init__(self, width):
         self.width = width
         super().__init__({
             "i": In(stream.Signature(word_layout(width))),

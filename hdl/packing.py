@@ -13,12 +13,13 @@ from amaranth.lib.wiring import In, Out
 
 from .beat import beat_layout
 from .lane import LANE_BYTES
+from .kit import Checked
 from .linkword import check_link_bytes, link_signature, word_fields
 
 __all__ = ["RowPacker", "RowUnpacker"]
 
 
-class RowPacker(wiring.Component):
+class RowPacker(Checked, wiring.Component):
     """Packs dense little-endian link bytes into row-aligned beats.
 
     After ``start``, ``rows`` rows of ``row_bytes`` bytes each are taken from ``i`` and sent as
@@ -68,8 +69,11 @@ class RowPacker(wiring.Component):
     beat boundary costs one transfer more.
     """
 
+    @classmethod
+    def check_parameters(cls, lanes, link_bytes=1):
+        check_link_bytes(link_bytes, lanes=lanes)
+
     def __init__(self, lanes, link_bytes=1):
-        check_link_bytes(link_bytes, lanes=lanes, unit=self)
         self.lanes = lanes
         self.link_bytes = link_bytes
         super().__init__({
@@ -211,7 +215,7 @@ class RowPacker(wiring.Component):
         return m
 
 
-class RowUnpacker(wiring.Component):
+class RowUnpacker(Checked, wiring.Component):
     """Sends the valid bytes of each beat (bytes ``0 .. nbytes - 1``) as a dense link stream.
 
     Empty beats (``nbytes == 0``) are taken and produce nothing. Besides the beat being sent the
@@ -242,8 +246,11 @@ class RowUnpacker(wiring.Component):
     predecessor's last word; one word per cycle.
     """
 
+    @classmethod
+    def check_parameters(cls, lanes, link_bytes=1):
+        check_link_bytes(link_bytes, lanes=lanes)
+
     def __init__(self, lanes, link_bytes=1):
-        check_link_bytes(link_bytes, lanes=lanes, unit=self)
         self.lanes = lanes
         self.link_bytes = link_bytes
         super().__init__({

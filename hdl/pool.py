@@ -13,16 +13,16 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType, format_of
-from maxaccel.contract.wire import Command
 
 from .beat import beat_layout
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, LaneFormat
-from .kit import decode_format, from_key, key_max, lane_of, register, to_keys
+from .kit import (Stall, Unit, UnitSignature, check_dtype, decode_format, from_key, key_max,
+                  lane_of, register, to_keys)
 
 __all__ = ["ChannelsLastPool"]
 
 
-class ChannelsLastPool(wiring.Component):
+class ChannelsLastPool(Unit):
     """GlobalMaxPool of channels-last pixels: one running maximum per channel, in block RAM.
 
     An image of ``P`` pixels of ``C`` channels arrives as ``P`` rows (see
@@ -49,6 +49,8 @@ class ChannelsLastPool(wiring.Component):
         of float16/bfloat16/(u)int16, eight times of (u)int8/bool (see :meth:`capacity`).
     pixel_bits : int
         Width of the ``pixels`` port (default 32: up to ``2**32 - 1`` pixels per image).
+    dtype : DType, optional
+        A static element type: no ``dtype`` port, and the other formats' logic folds away.
 
     Ports
     -----
@@ -60,7 +62,7 @@ class ChannelsLastPool(wiring.Component):
         One row per image: the per-channel maxima, framed exactly as the image's last pixel
         row (same number of beats, same ``nbytes`` per beat, ``first``/``last`` set).
     dtype : In(DType)
-        Element type. Every dtype works: the float types ONNX GlobalMaxPool allows, the
+        Element type (only without the ``dtype`` parameter). Every dtype works: the float types ONNX GlobalMaxPool allows, the
         integers and bool, which give what ``reduce_max`` over the spatial axes gives.
     minimum : In(1)
         0: the per-channel maxima; 1: the minima (``reduce_min`` over the spatial axes:
@@ -131,65 +133,62 @@ class ChannelsLastPool(wiring.Component):
 
     LATENCY = 7
 
-    def __init__(self, lanes, max_channels, *, pixel_bits=32):
-        if not isinstance(lanes, int) or lanes < 1:
-            raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
-        if not isinstance(max_channels, int) or max_channels < 1:
-            raise ValueError(f"max_channels must be a positive integer, not {max_channels!r}")
-        if not isinstance(pixel_bits, int) or pixel_bits < 1:
-            raise ValueError(f"pixel_bits must be a positive integer, not {pixel_bits!r}")
-        self.lanes = lanes
-        self.max_channels = max_channels
-        self.pixel_bits = pixel_bits
+    class Signature(UnitSignature):
+        """:class:`ChannelsLastPool`'s signature: ``ChannelsLastPool.Signature(lanes,
+        max_channels, *, pixel_bits=32, dtype=None)``, the unit's parameters, each checked
+        (``ValueError``); without ``dtype`` a ``dtype`` port. Its :attr:`stall`: ``i.ready``
+        is registered (a skid register behind the output register)."""
+
+        stall = Stall("i", "o", registered=True)
+
+        def __init__(self, lanes, max_channels, *, pixel_bits=32, dtype=None):
+            dtype = self.check_parameters(lanes, max_channels, pixel_bits=pixel_bits,
+                                          dtype=dtype)
+            layout = beat_layout(lanes)
+            capacity_bytes = LANE_BYTES * lanes * -(-max_channels // lanes)
+            members = {
+                "i": In(stream.Signature(layout)),
+                "o": Out(stream.Signature(layout)),
+            }
+            if dtype is None:
+                members["dtype"] = In(DType)
+            members.update({
+                "minimum": In(1),
+                "pixels": In(pixel_bits),
+                "channels": In(range(capacity_bytes + 1)),
+                "clear": In(1),
+                "idle": Out(1),
+                "row_error": Out(1),
+                "config_error": Out(1),
+            })
+            super().__init__(members, lanes=lanes, max_channels=max_channels,
+                             pixel_bits=pixel_bits, dtype=dtype)
+
+        @property
+        def capacity_bytes(self):
+            """The longest pixel row the accumulators hold, in bytes."""
+            return LANE_BYTES * self.lanes * -(-self.max_channels // self.lanes)
+
+        @classmethod
+        def check_parameters(cls, lanes, max_channels, *, pixel_bits=32, dtype=None):
+            """The static element type; ``ValueError`` unless ``lanes``, ``max_channels`` and
+            ``pixel_bits`` are positive integers and ``dtype`` is ``None`` or a dtype."""
+            for name, value in [("lanes", lanes), ("max_channels", max_channels),
+                                ("pixel_bits", pixel_bits)]:
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ValueError(f"{name} must be a positive integer, not {value!r}")
+            return check_dtype(dtype, "ChannelsLastPool")
+
+    def __init__(self, lanes, max_channels, *, pixel_bits=32, dtype=None):
+        super().__init__(lanes, max_channels, pixel_bits=pixel_bits, dtype=dtype)
         self.beat_bytes = LANE_BYTES * lanes
         self.depth = -(-max_channels // lanes)
-        self.capacity_bytes = self.beat_bytes * self.depth
-        super().__init__(self.signature_for(lanes, max_channels, pixel_bits=pixel_bits))
-
-    @staticmethod
-    def signature_for(lanes, max_channels, *, pixel_bits=32):
-        """The unit's signature for these parameters, without building a unit (what the
-        command engine connects to, or stands in for when the core has no such unit)."""
-        layout = beat_layout(lanes)
-        capacity_bytes = LANE_BYTES * lanes * -(-max_channels // lanes)
-        return wiring.Signature({
-            "i": In(stream.Signature(layout)),
-            "o": Out(stream.Signature(layout)),
-            "dtype": In(DType),
-            "minimum": In(1),
-            "pixels": In(pixel_bits),
-            "channels": In(range(capacity_bytes + 1)),
-            "clear": In(1),
-            "idle": Out(1),
-            "row_error": Out(1),
-            "config_error": Out(1),
-        })
+        self.capacity_bytes = self.signature.capacity_bytes
 
     def capacity(self, dtype):
         """Channels of ``dtype`` (anything :func:`~maxaccel.contract.dtypes.format_of` takes) the
         accumulators hold."""
         return self.capacity_bytes // format_of(dtype).nbytes
-
-    @staticmethod
-    def configure(port, fields, request):
-        """The command engine's configuration of the unit for a ``POOL_CHANNELS_LAST``.
-
-        Parameters
-        ----------
-        port : the unit's signature, flipped (the engine's side)
-        fields : dict of Command to dict
-            The parameter block's fields, as slices of the engine's parameter register.
-        request : RequestChecks
-            The request's registered geometry (``dtype``).
-
-        Returns
-        -------
-        list of Assign
-            Combinational, static while the command runs.
-        """
-        pool = fields[Command.POOL_CHANNELS_LAST]
-        return [port.dtype.eq(request.dtype), port.minimum.eq(pool["minimum"][0]),
-                port.pixels.eq(pool["pixels"]), port.channels.eq(pool["channels"])]
 
     def elaborate(self, platform):
         m = Module()
@@ -198,7 +197,8 @@ class ChannelsLastPool(wiring.Component):
         # The registered decode: every stage that needs the format runs at least a cycle after
         # acceptance. The configuration check reads it too, and is registered twice more.
         fmt = decode_format(m, self.dtype)
-        decoded = m.submodules.decode.format      # the same, unregistered (for stage 1's tag)
+        # The same, unregistered (for stage 1's tag); a static element type's is a constant.
+        decoded = fmt if self.signature.dtype is not None else m.submodules.decode.format
         row_bytes_configured = Signal(range(8 * self.capacity_bytes + 1))
         for k, size in enumerate(ELEMENT_SIZES):
             with m.If(fmt.size[k]):

@@ -33,11 +33,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.contract.wire import MAX_PAYLOAD, WINDOW_INDEX_BYTES, Command
 
 from .beat import beat_layout
-from .kit import (accumulate_runs, byte, check_lanes, decode_format, delay, from_key, key_max,
-                  refuse, register, stall_control, to_keys)
+from .kit import (Checked, Stall, Unit, UnitSignature, accumulate_runs, byte, check_dtype,
+                  check_lanes, decode_format, delay, from_key, key_max, register, stall_control,
+                  to_keys)
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES, key_compare_level, spans_at_least
 
 __all__ = ["BeatKeys", "ReductionTree", "LaneFold", "RunAccumulator", "RunReducer",
@@ -133,7 +133,7 @@ def _fold_stages(m, advance, fmt, lane, registered=True, tags=None):
     return lane if tags is None else (lane, tags[0])
 
 
-class BeatKeys(wiring.Component):
+class BeatKeys(Checked, wiring.Component):
     """The lanes of each beat as order keys, padding bytes as key 0.
 
     Each lane goes through :class:`~maxaccel.hdl.lane.ToKey` in two register stages (the NaN
@@ -164,8 +164,11 @@ class BeatKeys(wiring.Component):
 
     LATENCY = 2
 
+    @classmethod
+    def check_parameters(cls, lanes):
+        check_lanes(lanes, "BeatKeys")
+
     def __init__(self, lanes):
-        check_lanes(self, lanes)
         self.lanes = lanes
         super().__init__({
             "i": In(stream.Signature(beat_layout(lanes))),
@@ -189,7 +192,7 @@ class BeatKeys(wiring.Component):
         return m
 
 
-class ReductionTree(wiring.Component):
+class ReductionTree(Checked, wiring.Component):
     """Element-wise maximum across the lanes of each beat.
 
     A binary tree of two-stage :class:`~maxaccel.hdl.lane.KeyMax` (``latency=2``): level ``k``
@@ -231,8 +234,11 @@ class ReductionTree(wiring.Component):
     ``o`` is ``i``, ``i.ready = o.ready``.
     """
 
+    @classmethod
+    def check_parameters(cls, lanes, tag_shape=0, *, keys=False):
+        check_lanes(lanes, "ReductionTree")
+
     def __init__(self, lanes, tag_shape=0, *, keys=False):
-        check_lanes(self, lanes)
         self.lanes = lanes
         self.tag_shape = tag_shape
         self.keys = keys
@@ -413,7 +419,7 @@ class RunAccumulator(wiring.Component):
         return m
 
 
-class RunReducer(wiring.Component):
+class RunReducer(Unit):
     """ReduceMax (or ReduceMin) over runs of beats: one result per run, whatever the run
     lengths.
 
@@ -465,6 +471,11 @@ class RunReducer(wiring.Component):
     pipeline : str
         ``"deep"`` (default) or ``"shallow"`` (:data:`PIPELINES`; ``ValueError`` otherwise).
         The results are the same bits; the latency, the size and the Fmax differ.
+    position_bits : int
+        Bits of an ``arg`` result, a byte offset in a run (default 32: runs under 4 GiB).
+    dtype : DType, optional
+        A static element type: no ``dtype`` port, and the logic of the other formats folds
+        away (``docs/library.md`` measures it).
 
     Ports
     -----
@@ -475,15 +486,15 @@ class RunReducer(wiring.Component):
         bytes are zero.
     dtype : In(DType)
         Element type; valid with the first beat and constant while runs are in the unit (static
-        during a command).
+        during a command). Only without the ``dtype`` parameter.
     minimum : In(1)
         0: the maximum of each run; 1: the minimum. Valid and constant as ``dtype``.
     arg : In(1)
         0: each run's extreme value; 1: where it is (ArgMax, with ``minimum`` ArgMin), as
         the byte offset in its run of its first element whose key is the run's extreme (a
         NaN's key is the greatest either way, so the first NaN if there is one), in the low
-        :attr:`POSITION_BITS` of ``o`` (runs of at least one element and fewer than
-        ``2**POSITION_BITS`` bytes). Valid and constant as ``dtype``.
+        ``position_bits`` of ``o`` (runs of at least one element and fewer than
+        ``2**position_bits`` bytes). Valid and constant as ``dtype``.
 
     Latency and throughput
     ----------------------
@@ -503,17 +514,46 @@ class RunReducer(wiring.Component):
     comes after every element of its beat, so it never wins a tie with one.
     """
 
-    #: Bits of a position (a byte offset in a run) and so of an ``arg`` result: a run is part
-    #: of one request's payload, so its offsets are below ``MAX_PAYLOAD``.
-    POSITION_BITS = (MAX_PAYLOAD - 1).bit_length()
+    class Signature(UnitSignature):
+        """:class:`RunReducer`'s signature: ``RunReducer.Signature(lanes, pipeline="deep", *,
+        position_bits=32, dtype=None)``, the unit's parameters, each checked
+        (``ValueError``); without ``dtype`` a ``dtype`` port. Its :attr:`stall`: ``i.ready``
+        is ``~o.valid | o.ready``, combinational."""
 
-    def __init__(self, lanes, pipeline="deep"):
-        check_lanes(self, lanes)
-        if pipeline not in PIPELINES:
-            refuse(self, f"RunReducer: pipeline must be one of {', '.join(PIPELINES)}, "
-                         f"not {pipeline!r}")
-        self.lanes = lanes
-        self.pipeline = pipeline
+        stall = Stall("i", "o", registered=False)
+
+        def __init__(self, lanes, pipeline="deep", *, position_bits=32, dtype=None):
+            dtype = self.check_parameters(lanes, pipeline, position_bits=position_bits,
+                                          dtype=dtype)
+            members = {
+                "i": In(stream.Signature(beat_layout(lanes))),
+                "o": Out(stream.Signature(LANE_BITS)),
+            }
+            if dtype is None:
+                members["dtype"] = In(DType)
+            members.update({"minimum": In(1), "arg": In(1)})
+            super().__init__(members, lanes=lanes, pipeline=pipeline,
+                             position_bits=position_bits, dtype=dtype)
+
+        @classmethod
+        def check_parameters(cls, lanes, pipeline="deep", *, position_bits=32, dtype=None):
+            """The static element type (``None`` or a ``DType``); ``ValueError`` for
+            ``lanes`` not a power of two, an unknown ``pipeline``, ``position_bits`` too
+            narrow to count a beat of ``lanes`` lanes, or an unknown ``dtype``."""
+            check_lanes(lanes, "RunReducer")
+            if pipeline not in PIPELINES:
+                raise ValueError(f"RunReducer: pipeline must be one of {', '.join(PIPELINES)}, "
+                                 f"not {pipeline!r}")
+            least = (LANE_BYTES * lanes - 1).bit_length() + 1
+            if not isinstance(position_bits, int) or isinstance(position_bits, bool) \
+                    or position_bits < least:
+                raise ValueError(f"RunReducer: position_bits must be an integer >= {least} "
+                                 f"(a beat of {lanes} lanes and a beat count), not "
+                                 f"{position_bits!r}")
+            return check_dtype(dtype, "RunReducer")
+
+    def __init__(self, lanes, pipeline="deep", *, position_bits=32, dtype=None):
+        super().__init__(lanes, pipeline, position_bits=position_bits, dtype=dtype)
         # Register stages: key conversion, tree, fold, accumulation, output.
         if pipeline == "deep":
             self._stages = (BeatKeys.LATENCY, 2 * (lanes.bit_length() - 1),
@@ -521,38 +561,6 @@ class RunReducer(wiring.Component):
         else:
             self._stages = (1, 0, 0, 1, 0)
         self.latency = sum(self._stages)
-        super().__init__({
-            "i": In(stream.Signature(beat_layout(lanes))),
-            "o": Out(stream.Signature(LANE_BITS)),
-            "dtype": In(DType),
-            "minimum": In(1),
-            "arg": In(1),
-        })
-
-    @staticmethod
-    def configure(port, fields, request):
-        """The command engine's configuration of the unit for a ``REDUCE``: its ``dtype``, its
-        ``minimum`` and its ``arg`` (the block's fields; the status rules let only 0 and 1
-        through); see :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the
-        arguments."""
-        reduce = fields[Command.REDUCE]
-        return [port.dtype.eq(request.dtype), port.minimum.eq(reduce["minimum"][0]),
-                port.arg.eq(reduce["arg"][0])]
-
-    @staticmethod
-    def result_beat(port, beat, request):
-        """The command engine's reply beat of a result (one element, a row of its own).
-
-        Parameters
-        ----------
-        port : the unit's signature, flipped
-        beat : a ``beat_layout`` view, the unpacker's input payload
-        request : RequestChecks
-            The request's registered geometry (``shift``, log2 of the itemsize).
-        """
-        return [beat.data[0].eq(port.o.payload),
-                beat.nbytes.eq(Mux(port.arg, WINDOW_INDEX_BYTES, Const(1, 4) << request.shift)),
-                beat.first.eq(1), beat.last.eq(1)]
 
     def elaborate(self, platform):
         m = Module()
@@ -584,7 +592,7 @@ class RunReducer(wiring.Component):
                                           for i, tag in enumerate(tags)])
         valid, last = delay(m, "beat", advance, self.i.valid, beat.last, 1,
                              key_latency + tree_latency + fold_latency)
-        beat_number = Signal(self.POSITION_BITS - len(offset))   # this beat's in its run
+        beat_number = Signal(self.position_bits - len(offset))   # this beat's in its run
         with m.If(advance & valid):
             m.d.sync += beat_number.eq(Mux(last, 0, beat_number + 1))
         (result,), result_valid, position = accumulate_runs(

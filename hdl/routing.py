@@ -1,23 +1,36 @@
-"""The command engine's unit router: which unit a command's beats go to and come from.
+"""The command engine's unit router: which unit a command's beats go to and come from, and
+how the engine drives each unit from a request.
 
 A data command is served by one datapath unit. :data:`ROUTES` says which, and through which of
-its streams; each unit configures itself from the parameter block (its ``configure``, beside
-the unit), so adding a command touches the contract, its unit and one line here.
+its streams; the unit's adapter here (:data:`ADAPTERS`) configures it from the parameter block
+and the request's geometry, so adding a command touches the contract, its unit and this
+module. The units themselves know nothing of the wire protocol: every field name, command
+code and reply format a unit is driven by is here (``tests/test_layout.py`` checks that the
+library units import nothing of ``maxaccel.contract.wire``).
 """
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Signal
+from amaranth.hdl import Cat, Const, Mux, Signal
 from amaranth.lib.wiring import In
 
-from maxaccel.contract.wire import Command, Status, command_rules
+from maxaccel.contract.pooling import WINDOW_RANK
+from maxaccel.contract.wire import (MAX_PAYLOAD, WINDOW_INDEX_BYTES, Command, Status,
+                                    command_rules, window_fields)
+
+from .broadcast import BroadcastOp
 
 from .broadcast import BroadcastMax
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
 from .window_lanes import WindowLanes
 
-__all__ = ["Route", "ROUTES", "UNIT_CLASSES", "UNIT_NAMES", "UnitRouter"]
+__all__ = ["Route", "ROUTES", "UNIT_CLASSES", "UNIT_NAMES", "Adapter", "ADAPTERS",
+           "POSITION_BITS", "UnitRouter"]
+
+#: Bits of a ``REDUCE`` ``arg`` result (the reducer's ``position_bits``): a run is part of one
+#: request's payload, so its byte offsets are below ``MAX_PAYLOAD``.
+POSITION_BITS = (MAX_PAYLOAD - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,116 @@ UNIT_CLASSES = {"reducer": RunReducer, "pool": ChannelsLastPool, "broadcast": Br
 #: the engine's ``<name>_active`` outputs).
 UNIT_NAMES = {"reducer": "reduce", "pool": "pool", "broadcast": "broadcast",
               "window": "window"}
+
+
+def _configure_reducer(port, fields, request):
+    """A ``REDUCE``: the reducer's ``dtype``, ``minimum`` and ``arg`` (the block's fields; the
+    status rules let only 0 and 1 through)."""
+    reduce = fields[Command.REDUCE]
+    return [port.dtype.eq(request.dtype), port.minimum.eq(reduce["minimum"][0]),
+            port.arg.eq(reduce["arg"][0])]
+
+
+def _reducer_result_beat(port, beat, request):
+    """The reply beat of a reducer's result: one element (or a u32 position with ``arg``), a
+    row of its own."""
+    return [beat.data[0].eq(port.o.payload),
+            beat.nbytes.eq(Mux(port.arg, WINDOW_INDEX_BYTES, Const(1, 4) << request.shift)),
+            beat.first.eq(1), beat.last.eq(1)]
+
+
+def _configure_pool(port, fields, request):
+    """A ``POOL_CHANNELS_LAST``: the pool's ``dtype``, ``minimum``, ``pixels`` and
+    ``channels``."""
+    pool = fields[Command.POOL_CHANNELS_LAST]
+    return [port.dtype.eq(request.dtype), port.minimum.eq(pool["minimum"][0]),
+            port.pixels.eq(pool["pixels"]), port.channels.eq(pool["channels"])]
+
+
+def _configure_broadcast(port, fields, request):
+    """A ``LOAD`` or a ``MAX``: the broadcast unit's ``command`` payload from the ``LOAD`` block
+    (or a ``RUN`` for a ``MAX``), its ``config`` from the ``MAX`` block and the request's
+    geometry (``dtype``, ``row_beats``, ``last_nbytes``, the ``beats`` product)."""
+    load, run, config = fields[Command.LOAD], fields[Command.MAX], port.config
+    command = port.command.payload
+    max_dims, max_operands = len(config.counts), len(config.operand)
+    statements = [
+        config.dtype.eq(request.dtype),
+        config.minimum.eq(run["minimum"][0]),
+        config.operands.eq(run["operands"]),
+        config.streamed.eq(run["streamed"]),
+        config.row_beats.eq(request.row_beats),
+        config.last_nbytes.eq(request.last_nbytes),
+        *(config.counts[d].eq(run[f"counts[{d}]"]) for d in range(max_dims)),
+    ]
+    for k in range(max_operands):
+        statements += [config.operand[k].base.eq(run[f"slot[{k}].base"]),
+                       config.operand[k].splat.eq(run[f"slot[{k}].splat"][0])]
+        statements += [config.operand[k].steps[d].eq(run[f"slot[{k}].steps[{d}]"])
+                       for d in range(max_dims)]
+    return statements + [
+        command.op.eq(Mux(request.command == Command.LOAD, BroadcastOp.LOAD, BroadcastOp.RUN)),
+        command.base.eq(load["base"]),
+        command.count.eq(request.product("beats")),
+        # Rows of one element are a splat operand's: stored repeated across their beat.
+        command.fill.eq(load["row_length"] == 1),
+    ]
+
+
+def _configure_window(port, fields, request):
+    """A ``MAX_POOL``: the window units' ``dtype``, ``group``, ``indices`` and each axis's
+    configuration, the block's fields by their contract names
+    (:func:`~maxaccel.contract.wire.window_fields`)."""
+    pool = fields[Command.MAX_POOL]
+    statements = [port.dtype.eq(request.dtype), port.group.eq(pool["group"]),
+                  port.indices.eq(pool["indices"][0])]
+    for axis in range(WINDOW_RANK):
+        for name, field in window_fields(axis).items():
+            statements.append(getattr(port.config[axis], name).eq(pool[field]))
+    return statements
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How the command engine drives one unit port.
+
+    Attributes
+    ----------
+    configure : callable
+        ``configure(port, fields, request)``: the unit's configuration for its commands, a list
+        of assignments (combinational, static while a command runs). ``port`` is the unit's
+        signature, flipped (the engine's side); ``fields`` the parameter register's fields by
+        command (:attr:`~maxaccel.hdl.parameters.ParameterRegister.fields`); ``request`` the
+        request's registered geometry (:class:`~maxaccel.hdl.checks.RequestChecks`).
+    result_beat : callable or None
+        ``result_beat(port, beat, request)``: the reply beat (a ``beat_layout`` view, the
+        unpacker's input payload) of a result, for a unit whose results are not beats
+        already; ``None``: the results stream is connected as it is.
+    settled : callable or None
+        ``settled(port, selected)``: the engine may send a request's status (``selected``:
+        the request is this unit's); ``None``: as soon as the packer is idle.
+    gated_input : bool
+        The unit's input payload is driven only during its commands, so its input logic holds
+        still for every other command (which keeps the Python simulation of a whole core fast).
+    """
+
+    configure: object
+    result_beat: object = None
+    settled: object = None
+    gated_input: bool = False
+
+
+#: The adapter of each unit port.
+ADAPTERS = {
+    "reducer": Adapter(_configure_reducer, result_beat=_reducer_result_beat),
+    "pool": Adapter(_configure_pool),
+    # No command in progress: a LOAD is done when its last beat is written.
+    "broadcast": Adapter(_configure_broadcast, settled=lambda port, selected: ~port.busy),
+    # Its last window is out of the units, which then know whether a window held only
+    # padding (the contract's late status, ``error``).
+    "window": Adapter(_configure_window, settled=lambda port, selected: port.idle | ~selected,
+                      gated_input=True),
+}
 
 
 class UnitRouter:
@@ -123,12 +246,12 @@ class UnitRouter:
         for name, port in self.ports.items():
             if all(code in self.commands for code, route in ROUTES.items()
                    if route.unit == name):
-                checks.d.comb += UNIT_CLASSES[name].configure(port, fields, request)
+                checks.d.comb += ADAPTERS[name].configure(port, fields, request)
         for code, selected in self.selected.items():
             route = ROUTES[code]
-            unit_class, port = UNIT_CLASSES[route.unit], self.ports[route.unit]
+            adapter, port = ADAPTERS[route.unit], self.ports[route.unit]
             into = getattr(port, route.into)
-            if getattr(unit_class, "GATED_INPUT", False):
+            if adapter.gated_input:
                 with streams.If(selected):
                     streams.d.comb += into.payload.eq(packer.o.payload)
             else:
@@ -141,8 +264,8 @@ class UnitRouter:
             with streams.If(selected):
                 streams.d.comb += [unpacker.i.valid.eq(results.valid),
                                    results.ready.eq(unpacker.i.ready)]
-                if hasattr(unit_class, "result_beat"):
-                    streams.d.comb += unit_class.result_beat(port, unpacker.i.payload, request)
+                if adapter.result_beat is not None:
+                    streams.d.comb += adapter.result_beat(port, unpacker.i.payload, request)
                 else:
                     streams.d.comb += unpacker.i.payload.eq(results.payload)
 
@@ -169,8 +292,8 @@ class UnitRouter:
     def settled(self):
         """Every present unit is done with the request (its ``settled``; a ``LOAD`` when its
         last beat is written, a ``MAX_POOL`` when its last window is out of the units)."""
-        conditions = [UNIT_CLASSES[name].settled(self.ports[name], self._selected_of(name))
-                      for name in self.present if hasattr(UNIT_CLASSES[name], "settled")]
+        conditions = [ADAPTERS[name].settled(self.ports[name], self._selected_of(name))
+                      for name in self.present if ADAPTERS[name].settled is not None]
         return Cat(*conditions).all()
 
     def _selected_of(self, unit):

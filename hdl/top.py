@@ -10,15 +10,15 @@ from amaranth.hdl import Elaboratable, EnableInserter, Module, ResetInserter, Si
 from amaranth.lib import fifo, io, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.contract.wire import MAX_COUNT
+from maxaccel.contract.wire import MAX_COUNT, MAX_STREAMED
 
 from .broadcast import BroadcastMax
-from .engine import CommandEngine
-from .kit import refuse, set_aside
+from .engine import CommandEngine, engine_identity
+from .kit import Checked
 from .linkword import link_signature
 from .pool import ChannelsLastPool
 from .reduce import RunReducer
-from .routing import UNIT_NAMES
+from .routing import POSITION_BITS, UNIT_CLASSES, UNIT_NAMES
 from .uart import UARTReceiver, UARTTransmitter
 from .window_lanes import WindowLanes
 
@@ -28,7 +28,7 @@ __all__ = ["Core", "UARTTop", "UNITS"]
 UNITS = ("reduce", "pool", "broadcast", "window")
 
 
-class Core(wiring.Component):
+class Core(Checked, wiring.Component):
     """The accelerator: :class:`~maxaccel.hdl.engine.CommandEngine` and its datapath units.
 
     Units: :class:`~maxaccel.hdl.reduce.RunReducer` (``REDUCE``),
@@ -69,10 +69,10 @@ class Core(wiring.Component):
         Default ``clock_hz // 100`` (10 ms).
     units : tuple of str
         The datapath units to build (:data:`UNITS`; ``"reduce"`` is required). Without
-        ``"broadcast"`` the core reports a replay depth of 0 and refuses ``LOAD`` and ``MAX``;
-        without ``"pool"`` it reports 0 pooling channels and refuses ``POOL_CHANNELS_LAST``,
-        without ``"window"`` 0 window lanes and answers ``MAX_POOL`` with ``BAD_COMMAND`` (the
-        others as ``TOO_LARGE``).
+        ``"broadcast"`` the core reports a replay depth of 0, without ``"pool"`` 0 pooling
+        channels, without ``"window"`` 0 window lanes, and it answers the commands of a unit
+        it lacks (``LOAD`` and ``MAX``, ``POOL_CHANNELS_LAST``, ``MAX_POOL``) with
+        ``BAD_COMMAND``: it does not take them (``takes``).
         The host then does everything through ``REDUCE``: ReduceMax, GlobalMaxPool and
         same-shape Max as always, a broadcasting Max by expanding the operands on the host, a
         windowed MaxPool one window per run (more bytes on the link). For devices too small
@@ -106,38 +106,56 @@ class Core(wiring.Component):
     :class:`~maxaccel.hdl.engine.CommandEngine`).
     """
 
-    def __init__(self, *, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
-                 reduce_pipeline="deep",
-                 max_count=MAX_COUNT, pool_channels=32, window_lanes=None, window_extent=3,
-                 window_columns=64, window_plane=1024, window_extent_outer=None,
-                 clock_hz=100_000_000,
-                 frame_timeout_cycles=None, units=UNITS, link_bytes=1):
+    @staticmethod
+    def unit_signatures(*, lanes=2, replay_depth=64, max_dims=4, max_operands=4,
+                        reduce_pipeline="deep", max_count=MAX_COUNT, pool_channels=32,
+                        window_lanes=None, window_extent=3, window_columns=64,
+                        window_plane=1024, window_extent_outer=None, clock_hz=100_000_000,
+                        frame_timeout_cycles=None, units=UNITS, link_bytes=1):
+        """The signatures of the units a core with these parameters is built with, by the
+        engine's port name (each checks its parameters: ``ValueError``), and the engine's
+        other arguments; nothing is built."""
         if "reduce" not in units or set(units) - set(UNITS):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
                              f"not {units!r}")
-        self.units = tuple(u for u in UNITS if u in units)
         makers = {
-            "reducer": lambda: RunReducer(lanes, reduce_pipeline),
-            "pool": lambda: ChannelsLastPool(lanes, pool_channels),
-            "broadcast": lambda: BroadcastMax(lanes, replay_depth, max_dims, max_operands,
-                                              max_count=max_count),
-            "window": lambda: WindowLanes(lanes, lanes if window_lanes is None
-                                          else window_lanes, max_extent=window_extent,
-                                          max_extent_outer=window_extent_outer,
-                                          max_columns=window_columns, max_plane=window_plane),
+            "reducer": lambda: RunReducer.Signature(lanes, reduce_pipeline,
+                                                    position_bits=POSITION_BITS),
+            "pool": lambda: ChannelsLastPool.Signature(lanes, pool_channels),
+            "broadcast": lambda: BroadcastMax.Signature(lanes, replay_depth, max_dims,
+                                                        max_operands, max_count=max_count,
+                                                        max_streamed=MAX_STREAMED),
+            "window": lambda: WindowLanes.Signature(
+                lanes, lanes if window_lanes is None else window_lanes,
+                max_extent=window_extent, max_extent_outer=window_extent_outer,
+                max_columns=window_columns, max_plane=window_plane),
         }
+        signatures = {name: make() for name, make in makers.items()
+                      if UNIT_NAMES[name] in units}
+        engine = dict(clock_hz=clock_hz, frame_timeout_cycles=frame_timeout_cycles,
+                      link_bytes=link_bytes)
+        return signatures, engine
+
+    @classmethod
+    def check_parameters(cls, **parameters):
+        """``ValueError`` (or ``TypeError``) for parameters a core cannot be built with."""
+        signatures, engine = cls.unit_signatures(**parameters)
+        CommandEngine.check_parameters(**signatures, **engine)
+
+    @classmethod
+    def identity_of(cls, **parameters):
+        """What ``IDENTIFY`` of a core with these parameters reports, without building one."""
+        signatures, engine = cls.unit_signatures(**parameters)
+        return engine_identity(**signatures, **engine)
+
+    def __init__(self, **parameters):
+        signatures, engine = self.unit_signatures(**parameters)
+        self.units = tuple(UNIT_NAMES[name] for name in signatures)
         #: The datapath units built, by the engine's port name.
-        self.datapath = {}
-        try:
-            for name, make in makers.items():
-                if UNIT_NAMES[name] in self.units:
-                    self.datapath[name] = make()
-            self.engine = CommandEngine(**self.datapath, clock_hz=clock_hz,
-                                        frame_timeout_cycles=frame_timeout_cycles,
-                                        link_bytes=link_bytes)
-        except ValueError as error:
-            set_aside(self.datapath)    # the units built before the one that refused
-            refuse(self, str(error))
+        self.datapath = {name: UNIT_CLASSES[name](**signature.parameters)
+                         for name, signature in signatures.items()}
+        self.engine = CommandEngine(**self.datapath, **engine)
+        link_bytes = engine["link_bytes"]
         self.identity = self.engine.identity
         self.link_bytes = link_bytes
         super().__init__({
@@ -166,7 +184,7 @@ class Core(wiring.Component):
         return m
 
 
-class UARTTop(Elaboratable):
+class UARTTop(Checked, Elaboratable):
     """:class:`Core` behind a UART (8N1, ``clock_hz / baud`` cycles per bit).
 
     With a platform, the pins come from ``platform.request("uart", 0)``; the design must then be
@@ -205,14 +223,20 @@ class UARTTop(Elaboratable):
         Nothing received, queued, processed or being sent.
     """
 
+    @classmethod
+    def check_parameters(cls, clock_hz, baud, *, rx_fifo_depth=512, **core_parameters):
+        """``ValueError`` for a link wider than a byte, fewer than 4 cycles per bit, or
+        parameters the core refuses."""
+        if core_parameters.get("link_bytes", 1) != 1:
+            raise ValueError(f"a UART carries one byte per cycle: link_bytes must be 1, not "
+                             f"{core_parameters['link_bytes']!r}")
+        if clock_hz // baud < 4:
+            raise ValueError(f"clock_hz / baud = {clock_hz} / {baud} gives {clock_hz // baud} "
+                             f"cycles per bit; the UART needs at least 4")
+        Core.check_parameters(clock_hz=clock_hz, **core_parameters)
+
     def __init__(self, clock_hz, baud, *, rx_fifo_depth=512, **core_parameters):
         self.divisor = clock_hz // baud
-        if core_parameters.get("link_bytes", 1) != 1:
-            refuse(self, f"a UART carries one byte per cycle: link_bytes must be 1, not "
-                         f"{core_parameters['link_bytes']!r}")
-        if self.divisor < 4:
-            refuse(self, f"clock_hz / baud = {clock_hz} / {baud} gives {self.divisor} cycles "
-                         f"per bit; the UART needs at least 4")
         self.clock_hz = clock_hz
         self.baud = baud
         self.rx_fifo_depth = rx_fifo_depth

@@ -29,17 +29,13 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
 from maxaccel.contract.pooling import WINDOW_FIELDS
-from maxaccel.contract.wire import WINDOW_FIELD_MAX
 
-from .kit import decode_format, from_key, refuse, register, to_keys
+from .kit import (Stall, Unit, UnitSignature, check_dtype, decode_format, from_key, register,
+                  to_keys)
 from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level,
                    spans_at_least)
 
 __all__ = ["axis_layout", "item_layout", "AxisPass", "WindowMaxPool"]
-
-#: Width of a configuration field of the ``MAX_POOL`` unit (the contract's
-#: ``WINDOW_FIELD_MAX`` is the largest value it holds).
-WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
 
 
 
@@ -524,7 +520,7 @@ def _earliest_max(m, name, enable, at_least, earlier, later=None):
     return winner
 
 
-class WindowMaxPool(wiring.Component):
+class WindowMaxPool(Unit):
     """Streaming windowed max pooling of ``N x C`` images with the index of each maximum, a
     64-bit lane of images at a time.
 
@@ -560,6 +556,8 @@ class WindowMaxPool(wiring.Component):
         Width of every configuration field.
     index_bits : int
         Width of the output index: ``prod(size)`` must be below ``2**index_bits``.
+    dtype : DType, optional
+        A static element type: no ``dtype`` port, and the other formats' logic folds away.
 
     Ports
     -----
@@ -568,6 +566,7 @@ class WindowMaxPool(wiring.Component):
         ``data``: the pooled lane; ``index``: a slot per byte, slot ``k`` for the element that
         starts at byte ``k`` (the other slots are don't-care).
     dtype : In(DType)
+        Only without the ``dtype`` parameter.
     config : In(ArrayLayout(axis_layout(dim_bits), max_rank))
         Entry 0 is the outermost spatial axis. ``dtype`` and ``config`` are static while an
         image is in flight: change them only while ``idle`` (or with ``clear``).
@@ -626,32 +625,74 @@ class WindowMaxPool(wiring.Component):
     #: deep) are read no earlier than the step after an image's first.
     SETTLE = 2
 
-    def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
-                 dim_bits=16, index_bits=32):
-        def integer(value, least):
-            return isinstance(value, int) and not isinstance(value, bool) and value >= least
+    class Signature(UnitSignature):
+        """:class:`WindowMaxPool`'s signature: ``WindowMaxPool.Signature(*, max_rank=3,
+        max_extent=3, max_columns=64, max_plane=1024, dim_bits=16, index_bits=32,
+        dtype=None)``, the unit's parameters, each checked (``ValueError``); without
+        ``dtype`` a ``dtype`` port. Its :attr:`stall`: ``i.ready`` is registered (the first
+        pass's skid register)."""
 
-        for name, value, least in [("max_rank", max_rank, 1),
-                                   ("max_columns", max_columns, 1), ("max_plane", max_plane, 1),
-                                   ("dim_bits", dim_bits, 2), ("index_bits", index_bits, 1)]:
-            if not integer(value, least):
-                refuse(self, f"WindowMaxPool: {name} must be an integer >= {least}, "
-                             f"not {value!r}")
-        if max_rank > 3:
-            refuse(self, f"WindowMaxPool: max_rank must be 1, 2 or 3, not {max_rank}")
-        extents = (max_extent,) * max_rank if integer(max_extent, 1) else max_extent
-        if not (isinstance(extents, (tuple, list)) and len(extents) == max_rank
-                and all(integer(e, 1) for e in extents)):
-            refuse(self, f"WindowMaxPool: max_extent must be an integer >= 1 or {max_rank} of "
-                         f"them (one per axis), not {max_extent!r}")
-        self.max_rank = max_rank
+        stall = Stall("i", "o", registered=True)
+
+        def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
+                     dim_bits=16, index_bits=32, dtype=None):
+            dtype = self.check_parameters(
+                max_rank=max_rank, max_extent=max_extent, max_columns=max_columns,
+                max_plane=max_plane, dim_bits=dim_bits, index_bits=index_bits, dtype=dtype)
+            members = {
+                "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
+                "o": Out(stream.Signature(data.StructLayout({
+                    "data": LANE_BITS, "index": data.ArrayLayout(index_bits, LANE_BYTES)}))),
+            }
+            if dtype is None:
+                members["dtype"] = In(DType)
+            members.update({
+                "config": In(data.ArrayLayout(axis_layout(dim_bits), max_rank)),
+                "clear": In(1),
+                "idle": Out(1),
+                "config_error": Out(1),
+                "capacity_error": Out(1),
+                "empty_window": Out(1),
+            })
+            super().__init__(members, max_rank=max_rank, max_extent=max_extent,
+                             max_columns=max_columns, max_plane=max_plane, dim_bits=dim_bits,
+                             index_bits=index_bits, dtype=dtype)
+
+        @classmethod
+        def check_parameters(cls, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
+                             dim_bits=16, index_bits=32, dtype=None):
+            """The static element type; ``ValueError`` for a parameter out of range (see
+            :class:`WindowMaxPool`) or an unknown ``dtype``."""
+            def integer(value, least):
+                return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+            for name, value, least in [("max_rank", max_rank, 1),
+                                       ("max_columns", max_columns, 1),
+                                       ("max_plane", max_plane, 1),
+                                       ("dim_bits", dim_bits, 2), ("index_bits", index_bits, 1)]:
+                if not integer(value, least):
+                    raise ValueError(f"WindowMaxPool: {name} must be an integer >= {least}, "
+                                     f"not {value!r}")
+            if max_rank > 3:
+                raise ValueError(f"WindowMaxPool: max_rank must be 1, 2 or 3, not {max_rank}")
+            extents = (max_extent,) * max_rank if integer(max_extent, 1) else max_extent
+            if not (isinstance(extents, (tuple, list)) and len(extents) == max_rank
+                    and all(integer(e, 1) for e in extents)):
+                raise ValueError(f"WindowMaxPool: max_extent must be an integer >= 1 or "
+                                 f"{max_rank} of them (one per axis), not {max_extent!r}")
+            return check_dtype(dtype, "WindowMaxPool")
+
+    def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
+                 dim_bits=16, index_bits=32, dtype=None):
+        super().__init__(max_rank=max_rank, max_extent=max_extent, max_columns=max_columns,
+                         max_plane=max_plane, dim_bits=dim_bits, index_bits=index_bits,
+                         dtype=dtype)
+        extents = (max_extent,) * max_rank if isinstance(max_extent, int) else max_extent
         #: Largest kernel extent per axis, entry 0 the outermost.
         self.extents = tuple(extents)
         self.max_extent = max(self.extents)
         self.max_columns = max_columns if max_rank >= 2 else 1
         self.max_plane = max_plane if max_rank >= 3 else 1
-        self.dim_bits = dim_bits
-        self.index_bits = index_bits
         # Items a row holds, per axis: one element for the innermost axis (registers), a row
         # of out[-1] for the next (line buffers), a plane for the third (plane buffers).
         self._depths = {max_rank - 1: 1, max_rank - 2: self.max_columns,
@@ -659,18 +700,6 @@ class WindowMaxPool(wiring.Component):
         self.latency = 3 + sum(_pass_latency(self.extents[axis], self._depths[axis])
                                for axis in range(max_rank))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
-        super().__init__({
-            "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
-            "o": Out(stream.Signature(data.StructLayout({
-                "data": LANE_BITS, "index": data.ArrayLayout(index_bits, LANE_BYTES)}))),
-            "dtype": In(DType),
-            "config": In(self.config_shape),
-            "clear": In(1),
-            "idle": Out(1),
-            "config_error": Out(1),
-            "capacity_error": Out(1),
-            "empty_window": Out(1),
-        })
 
     @property
     def limits(self):

@@ -1,5 +1,8 @@
 """Lanes of windowed pooling units behind one beat: the ``MAX_POOL`` unit of the core.
 
+Not a library unit: the command engine's side of :class:`~maxaccel.hdl.window.WindowMaxPool`,
+whose reply beats and configuration widths are the wire protocol's.
+
 :class:`WindowLanes` puts ``window_lanes`` :class:`~maxaccel.hdl.window.WindowMaxPool` units
 side by side (each pools ``8 / itemsize`` images of a ``MAX_POOL`` group), splits each input
 beat among them and sends their results, values then indices, as reply beats.
@@ -12,14 +15,26 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
 from maxaccel.contract.pooling import WINDOW_RANK
-from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command, window_fields
+from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES
 
 from .beat import beat_layout
-from .kit import decode_format, lane_of, refuse
+from .kit import Unit, UnitSignature, decode_format, lane_of
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES
-from .window import WINDOW_DIM_BITS, WindowMaxPool, axis_layout
+from .window import WindowMaxPool, axis_layout
 
-__all__ = ["WindowLanes"]
+__all__ = ["WindowLanes", "WINDOW_DIM_BITS"]
+
+#: Width of a configuration field of the ``MAX_POOL`` unit (the contract's
+#: ``WINDOW_FIELD_MAX`` is the largest value it holds).
+WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
+
+
+def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane):
+    """The parameters of each :class:`WindowMaxPool` of a :class:`WindowLanes`."""
+    outer = max_extent if max_extent_outer is None else max_extent_outer
+    return dict(max_rank=WINDOW_RANK, max_extent=(outer,) + (max_extent,) * (WINDOW_RANK - 1),
+                max_columns=max_columns, max_plane=max_plane, dim_bits=WINDOW_DIM_BITS,
+                index_bits=8 * WINDOW_INDEX_BYTES)
 
 
 class _ReplyFIFO(SyncFIFOBuffered):
@@ -35,7 +50,7 @@ class _ReplyFIFO(SyncFIFOBuffered):
         return m
 
 
-class WindowLanes(wiring.Component):
+class WindowLanes(Unit):
     """``MAX_POOL``'s unit: :class:`WindowMaxPool` units side by side, a 64-bit lane of the
     engine's beats each, fed from and emptied into the beats.
 
@@ -111,70 +126,64 @@ class WindowLanes(wiring.Component):
     cycles for float16 groups and every 5 for uint8 on 32-byte beats.)
     """
 
+    class Signature(UnitSignature):
+        """:class:`WindowLanes`'s signature: ``WindowLanes.Signature(lanes, window_lanes, *,
+        max_extent=3, max_extent_outer=None, max_columns=64, max_plane=1024)``, its
+        parameters checked (``ValueError``), and their :attr:`limits`."""
+
+        def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
+                     max_columns=64, max_plane=1024):
+            self.check_parameters(lanes, window_lanes, max_extent=max_extent,
+                                  max_extent_outer=max_extent_outer, max_columns=max_columns,
+                                  max_plane=max_plane)
+            beats = stream.Signature(beat_layout(lanes))
+            super().__init__({
+                "i": In(beats), "o": Out(beats),
+                "dtype": In(DType),
+                "config": In(data.ArrayLayout(axis_layout(WINDOW_DIM_BITS), WINDOW_RANK)),
+                "group": In(range(LANE_BYTES * window_lanes + 1)),
+                "indices": In(1),
+                "clear": In(1),
+                "idle": Out(1),
+                "error": Out(1),
+            }, lanes=lanes, window_lanes=window_lanes, max_extent=max_extent,
+               max_extent_outer=max_extent_outer, max_columns=max_columns, max_plane=max_plane)
+
+        @classmethod
+        def check_parameters(cls, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
+                             max_columns=64, max_plane=1024):
+            """``ValueError`` unless ``window_lanes`` is 1 to ``lanes`` and the units'
+            capacities are valid (:class:`WindowMaxPool`)."""
+            if not isinstance(window_lanes, int) or isinstance(window_lanes, bool) \
+                    or not 1 <= window_lanes <= lanes:
+                raise ValueError(f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a "
+                                 f"beat of {lanes} lanes), not {window_lanes!r}")
+            WindowMaxPool.Signature.check_parameters(**_unit_parameters(
+                max_extent, max_extent_outer, max_columns, max_plane))
+
+        @property
+        def limits(self):
+            """``window_lanes``, ``window_extent``, ``window_extent_outer``,
+            ``window_columns``, ``window_plane``: what ``IDENTIFY`` reports."""
+            outer = self.max_extent if self.max_extent_outer is None else self.max_extent_outer
+            return {"window_lanes": self.window_lanes, "window_extent": self.max_extent,
+                    "window_extent_outer": outer, "window_columns": self.max_columns,
+                    "window_plane": self.max_plane}
+
     def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
                  max_columns=64, max_plane=1024):
-        if not isinstance(window_lanes, int) or isinstance(window_lanes, bool) \
-                or not 1 <= window_lanes <= lanes:
-            refuse(self, f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a beat of "
-                         f"{lanes} lanes), not {window_lanes!r}")
-        self.lanes = lanes
-        self.window_lanes = window_lanes
-        outer = max_extent if max_extent_outer is None else max_extent_outer
-        extents = (outer,) + (max_extent,) * (WINDOW_RANK - 1)
-        self.units = [WindowMaxPool(max_rank=WINDOW_RANK, max_extent=extents,
-                                    max_columns=max_columns, max_plane=max_plane,
-                                    dim_bits=WINDOW_DIM_BITS,
-                                    index_bits=8 * WINDOW_INDEX_BYTES)
+        super().__init__(lanes, window_lanes, max_extent=max_extent,
+                         max_extent_outer=max_extent_outer, max_columns=max_columns,
+                         max_plane=max_plane)
+        self.units = [WindowMaxPool(**_unit_parameters(max_extent, max_extent_outer,
+                                                       max_columns, max_plane))
                       for _ in range(window_lanes)]
         unit = self.units[0]
         self.latency = unit.latency
         #: Entries of the reply FIFO (results waiting for their indices to be sent): a row of
         #: outputs, the line buffers' ``max_columns``.
         self.reply_depth = unit.max_columns
-        self.limits = {"window_lanes": window_lanes, "window_extent": unit.extents[-1],
-                       "window_extent_outer": unit.extents[0],
-                       "window_columns": unit.max_columns, "window_plane": unit.max_plane}
-        super().__init__(self.signature_for(lanes, window_lanes))
-
-    #: The command engine gives the unit beats only during its command: its input logic (a
-    #: select per unit, the keys) then holds still for every other command, which keeps the
-    #: Python simulation of the whole core fast.
-    GATED_INPUT = True
-
-    @staticmethod
-    def settled(port, selected):
-        """The command engine may send the status of a request (``selected``: a ``MAX_POOL``):
-        its last window is out of the units, which then know whether a window held only
-        padding (the contract's late status, ``error``)."""
-        return port.idle | ~selected
-
-    @staticmethod
-    def configure(port, fields, request):
-        """The command engine's configuration of the units for a ``MAX_POOL``: the block's
-        fields by their contract names (:func:`~maxaccel.contract.wire.window_fields`; see
-        :meth:`maxaccel.hdl.pool.ChannelsLastPool.configure` for the arguments)."""
-        pool = fields[Command.MAX_POOL]
-        statements = [port.dtype.eq(request.dtype), port.group.eq(pool["group"]),
-                      port.indices.eq(pool["indices"][0])]
-        for axis in range(WINDOW_RANK):
-            for name, field in window_fields(axis).items():
-                statements.append(getattr(port.config[axis], name).eq(pool[field]))
-        return statements
-
-    @staticmethod
-    def signature_for(lanes, window_lanes):
-        """The signature of a :class:`WindowLanes` (without building one)."""
-        beats = stream.Signature(beat_layout(lanes))
-        return wiring.Signature({
-            "i": In(beats), "o": Out(beats),
-            "dtype": In(DType),
-            "config": In(data.ArrayLayout(axis_layout(WINDOW_DIM_BITS), WINDOW_RANK)),
-            "group": In(range(LANE_BYTES * window_lanes + 1)),
-            "indices": In(1),
-            "clear": In(1),
-            "idle": Out(1),
-            "error": Out(1),
-        })
+        self.limits = self.signature.limits
 
     def elaborate(self, platform):
         m = Module()

@@ -149,3 +149,52 @@ def test_the_host_imports_sim_and_boards_inside_functions_but_the_targets():
             if parts[0] == "maxaccel" and len(parts) > 1 and parts[1] in ("sim", "boards"):
                 assert name == "maxaccel.boards.targets", \
                     f"{path.relative_to(ROOT)}:{lines} imports {name} at module level"
+#: The library units (``docs/library.md``): they know nothing of the wire protocol, which the
+#: command engine's adapters (``hdl/routing.py``) translate into their ports.
+LIBRARY_MODULES = ("unit", "kit", "lane", "beat", "reduce", "pool", "broadcast", "window")
+
+
+def test_the_library_units_import_nothing_of_the_wire_protocol():
+    """No module of a library unit imports ``maxaccel.contract.wire`` (its commands, field
+    names, reply formats or limits), directly or through another hdl module; the engine's
+    modules do (the adapters live there)."""
+    hdl = ROOT / "hdl"
+    imports = {}
+    for path in hdl.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level == 1 and node.module:
+                    found.add(node.module)
+                elif node.level == 0 and node.module and node.module.startswith("maxaccel."):
+                    found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+        imports[path.stem] = found
+
+    def reaches_wire(module, seen=()):
+        if module in seen:
+            return False
+        return any(name == "maxaccel.contract.wire"
+                   or (name in imports and reaches_wire(name, seen + (module,)))
+                   for name in imports[module])
+
+    offenders = [module for module in LIBRARY_MODULES if reaches_wire(module)]
+    assert not offenders, f"library units that import maxaccel.contract.wire: {offenders}"
+    assert reaches_wire("routing")      # the test sees an import when there is one
+
+
+def test_the_lane_width_is_the_wire_contracts():
+    """The gateware's lane (one element of the widest format) is the contract's unit of
+    ``IDENTIFY``'s lanes."""
+    from maxaccel.contract.wire import LANE_BYTES
+    from maxaccel.hdl.lane import LANE_BYTES as lane_bytes
+    assert lane_bytes == LANE_BYTES
+
+
+def test_the_library_exports_the_units():
+    """``from maxaccel.hdl import ...`` gives the units and the key lane pieces."""
+    import maxaccel.hdl as library
+    for name in ("KeyMax", "RunReducer", "ChannelsLastPool", "WindowMaxPool", "BroadcastMax",
+                 "ToKey", "FromKey", "LaneMax", "LaneDecode", "LaneFormat", "beat_layout"):
+        assert name in library.__all__ and hasattr(library, name), name
