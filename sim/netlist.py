@@ -445,5 +445,5 @@ class NetlistBoard(VerilatorBoard):
         self.synthesis = synthesis or Synthesis(find_target(board).family)
         super().__init__(timeout=timeout, **parameters)
 
-    def _compile(self, core, parameters):
-        return _load(core, parameters, self.synthesis, name=f"netlist-{self.board}")
+    def _compile(self, parameters):
+        return _load(parameters, self.synthesis, name=f"netlist-{self.board}")

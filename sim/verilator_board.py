@@ -115,18 +115,20 @@ class BenchCore(wiring.Component):
 _BENCH_KEY = hashlib.sha256(inspect.getsource(BenchCore).encode()).hexdigest()[:12]
 
 
-def _load(core, parameters, synthesis=None, name="core"):
-    """The harness around ``core`` (made with ``parameters``) compiled (Amaranth's Verilog of
-    :class:`BenchCore` around it, or the netlist ``synthesis`` makes of the core alone: a
-    board's own reset and ports) and loaded, its functions declared. The cache key is the
-    parameters and the sources: a built model loads without elaborating ``core``."""
-    defines = {"LINK_BYTES": core.link_bytes}
+def _load(parameters, synthesis=None, name="core"):
+    """The harness around a :class:`~maxaccel.hdl.top.Core` made with ``parameters`` compiled
+    (Amaranth's Verilog of :class:`BenchCore` around it, or the netlist ``synthesis`` makes of
+    the core alone: a board's own reset and ports) and loaded, its functions declared. The
+    cache key is the parameters and the sources: a built model loads without making the
+    core at all."""
+    defines = {"LINK_BYTES": parameters["link_bytes"]}
     made = recipe(parameters)
+    design = lambda: Core(**parameters)     # noqa: E731
     if synthesis is None:
-        core = BenchCore(core, _RESET_CYCLES)
+        design = lambda: BenchCore(Core(**parameters), _RESET_CYCLES)     # noqa: E731
         defines["BENCH_CORE"] = 1
         made = f"BenchCore[{_BENCH_KEY}]({made}, reset_cycles={_RESET_CYCLES})"
-    library = compile_model(core, "core_harness.cpp", name=name, top="maxaccel_core",
+    library = compile_model(design, "core_harness.cpp", name=name, top="maxaccel_core",
                             defines=defines, synthesis=synthesis, recipe=made)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     library.maxaccel_board_new.argtypes = [ctypes.c_uint32]
@@ -188,19 +190,18 @@ class VerilatorBoard:
             parameters["link_bytes"] = min(_NITEFURY.link_word, LANE_BYTES * parameters["lanes"])
         self.clock_hz = parameters["clock_hz"]
         require_verilator()     # before building anything: a missing tool is said at once
-        core = Core(**parameters)
-        self.identity = core.identity
-        self.link_bytes = core.link_bytes
+        self.identity = Core.identity_of(**parameters)
+        self.link_bytes = parameters["link_bytes"]
         self.timeout = timeout
-        self._library = self._compile(core, parameters)
+        self._library = self._compile(parameters)
         self._handle = self._library.maxaccel_board_new(_RESET_CYCLES)
         self._pending = bytearray()
         self._received = bytearray()
 
-    def _compile(self, core, parameters):
-        """The compiled model of ``core``, made with ``parameters``
+    def _compile(self, parameters):
+        """The compiled model of the core made with ``parameters``
         (:class:`~maxaccel.sim.netlist.NetlistBoard` compiles a synthesised netlist instead)."""
-        return _load(core, parameters)
+        return _load(parameters)
 
     @property
     def cycles(self):

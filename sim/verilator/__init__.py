@@ -170,9 +170,10 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None, syn
 
     Parameters
     ----------
-    elaboratable : amaranth Component
+    elaboratable : amaranth Component, or a callable that makes one
         Converted with ``amaranth.back.verilog.convert(elaboratable, name=top)``; its ports are
-        the component's signature.
+        the component's signature. A callable (with ``recipe``) is called only when the model
+        must be built, so a cached model loads without making the design at all.
     harness : str or pathlib.Path
         The C++ harness: a file name in :data:`HARNESS_DIR` or a path. It includes
         ``V<top>.h``.
@@ -209,8 +210,10 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None, syn
     if not harness_path.is_absolute():
         harness_path = HARNESS_DIR / harness_path
     harness_text = harness_path.read_text()
+    made = elaboratable if callable(elaboratable) else lambda: elaboratable
     if recipe is None:
         # Amaranth's RTLIL: deterministic, and no Yosys run on a cache hit, but a conversion.
+        elaboratable = made()
         design = rtlil.convert(elaboratable, name=top)
         made_of = design
     else:
@@ -230,21 +233,26 @@ def compile_model(elaboratable, harness, *, name, top="model", defines=None, syn
         if building:
             message.debug(f"{name}: no compiled model in the cache, building {final}")
 
+            built = []
+
             def sources():
+                built.append(made())
                 if synthesis is None:
-                    return {f"{top}.v": verilog.convert(elaboratable, name=top)}
+                    return {f"{top}.v": verilog.convert(built[0], name=top)}
                 netlist = synthesis.netlist(design if design is not None
-                                            else rtlil.convert(elaboratable, name=top), top)
+                                            else rtlil.convert(built[0], name=top), top)
                 return {f"{top}.v": netlist, **synthesis.cell_models()}
             try:
                 _build(command, flags, make_flags, sources, harness_path.name, harness_text,
                        top, final)
             except BaseException:
-                _set_aside(elaboratable)    # the build's own error says what went wrong
+                for unconverted in built:
+                    _set_aside(unconverted)     # the build's own error says what went wrong
                 raise
         else:
             message.debug(f"{name}: compiled model found in the cache, {final}")
-            _set_aside(elaboratable)
+            if not callable(elaboratable):
+                _set_aside(elaboratable)
     return ctypes.CDLL(str(library))
 
 
