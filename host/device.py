@@ -34,6 +34,7 @@ happen on the device, encoding and decoding are vectorised numpy.
 """
 
 import contextlib
+import functools
 import threading
 import time
 
@@ -178,6 +179,7 @@ class Device:
         if max_frame_bytes is None:
             max_frame_bytes = getattr(transport, "max_frame_bytes", None) or 1 << 20
         self.max_frame_bytes = max(64, int(max_frame_bytes))
+        self._frame_bytes = self.max_frame_bytes
         self.progress = progress
         self._closed = False
         self._turn = threading.Lock()       # held by the one operation using the link
@@ -273,9 +275,9 @@ class Device:
         if out.size:
             operands = [Operand.new(values, len(shape)) for values in natives]
             total = sum(values.nbytes for values in natives) + out.nbytes
-            with self._operation(total):
-                MaxPasses(self.identity, self.max_frame_bytes, self._request,
-                          minimum=name == "min").max_into(operands, out, fmt)
+            self._run(total, lambda frame_bytes: MaxPasses(
+                self.identity, frame_bytes, self._request, minimum=name == "min").max_into(
+                    operands, out, fmt))
         return out
 
     def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):
@@ -335,10 +337,10 @@ class Device:
         out = np.empty(shape, np.int64)
         if out.size:
             rows = np.moveaxis(values, axis, -1).reshape(-1, values.shape[axis])
-            with self._operation(values.nbytes + len(rows) * WINDOW_INDEX_BYTES):
-                out.reshape(-1)[...] = arg_rows(rows, fmt, self.max_frame_bytes, self._request,
-                                                minimum=name == "arg_min",
-                                                last=select_last_index)
+            out.reshape(-1)[...] = self._run(
+                values.nbytes + len(rows) * WINDOW_INDEX_BYTES,
+                lambda frame_bytes: arg_rows(rows, fmt, frame_bytes, self._request,
+                                             minimum=name == "arg_min", last=select_last_index))
         return out
 
     def global_max_pool(self, x, channels_last=False):
@@ -410,29 +412,35 @@ class Device:
         """:meth:`max_pool` of checked ``values`` through the route ``route`` names, or the
         planner's choice (None)."""
         if route == Command.REDUCE:
-            return self._max_pool_by_reduce(values, fmt, plan_reduce_pool(geometry),
-                                            return_indices, out)
-        route, plan = plan_max_pool(geometry, fmt, self.identity, self.max_frame_bytes,
-                                    indices=return_indices)
-        if route == Command.MAX_POOL:
-            window = plan
-            self.last_max_pool_route = Command.MAX_POOL
-            with self._operation(window.wire_elements() * fmt.nbytes):
-                return max_pool_by_window(
-                    values, fmt, window,
-                    lambda payload: self._request(Command.MAX_POOL, payload),
-                    return_indices, out)
-        return self._max_pool_by_reduce(values, fmt, plan, return_indices, out)
+            forced = (Command.REDUCE, plan_reduce_pool(geometry))
+            planned = lambda frame_bytes: forced     # noqa: E731
+        else:
+            planned = functools.lru_cache(None)(lambda frame_bytes: plan_max_pool(
+                geometry, fmt, self.identity, frame_bytes, indices=return_indices))
 
-    def _max_pool_by_reduce(self, values, fmt, plan, return_indices, out=None):
+        def pool(frame_bytes):
+            route, plan = planned(frame_bytes)
+            if route == Command.REDUCE:
+                return self._max_pool_by_reduce(values, fmt, plan, return_indices, out,
+                                                frame_bytes)
+            self.last_max_pool_route = Command.MAX_POOL
+            return max_pool_by_window(values, fmt, plan,
+                                      lambda payload: self._request(Command.MAX_POOL, payload),
+                                      return_indices, out)
+        route, plan = planned(self._frame_bytes)
+        elements = (plan.wire_elements() if route == Command.MAX_POOL
+                    else plan.sent_elements + plan.output_elements)
+        return self._run(elements * fmt.nbytes, pool)
+
+    def _max_pool_by_reduce(self, values, fmt, plan, return_indices, out, frame_bytes):
         """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s
-        ``plan``): the route :meth:`max_pool` falls back to."""
+        ``plan``) in frames of at most ``frame_bytes``: the route :meth:`max_pool` falls back
+        to."""
         self.last_max_pool_route = Command.REDUCE
-        with self._operation((plan.sent_elements + plan.output_elements) * fmt.nbytes):
-            result = max_pool_by_reduce(
-                values, plan, lambda rows: reduce_rows(
-                    rows[..., np.newaxis], fmt, Command.REDUCE, self.max_frame_bytes,
-                    self._request)[:, 0], return_indices)
+        result = max_pool_by_reduce(
+            values, plan, lambda rows: reduce_rows(
+                rows[..., np.newaxis], fmt, Command.REDUCE, frame_bytes, self._request)[:, 0],
+            return_indices)
         if out is None:
             return result
         store_bits(out, result[0] if return_indices else result)
@@ -450,10 +458,11 @@ class Device:
     def _reduce(self, values, fmt, axes, keepdims, minimum=False):
         """Max (with ``minimum``, Min) of ``values`` over the (non-empty, non-negative)
         ``axes`` (``host/reduction.py``)."""
-        plan = plan_reduction(values.shape, axes, keepdims, fmt.nbytes, self.identity,
-                              self.max_frame_bytes, minimum)
-        with self._operation(values.nbytes + plan.output_elements * fmt.nbytes):
-            return reduce_by_plan(values, fmt, plan, self.max_frame_bytes, self._request)
+        planned = functools.lru_cache(None)(lambda frame_bytes: plan_reduction(
+            values.shape, axes, keepdims, fmt.nbytes, self.identity, frame_bytes, minimum))
+        return self._run(values.nbytes + planned(self._frame_bytes).output_elements * fmt.nbytes,
+                         lambda frame_bytes: reduce_by_plan(values, fmt, planned(frame_bytes),
+                                                            frame_bytes, self._request))
 
     # --- link ----------------------------------------------------------------------------------
 
@@ -467,6 +476,43 @@ class Device:
     #: How often a thread waiting for the link looks at whether the operation holding it
     #: still moves bytes.
     WAIT_SLICE_S = 0.05
+
+    #: The smallest tensor payload a noisy line shrinks requests to: at 0.2% of the bytes
+    #: damaged each way, about half the attempts of a frame this long meet no fault.
+    NOISY_FRAME_BYTES = 256
+
+    @property
+    def frame_bytes(self):
+        """The largest tensor payload an operation sends in one request now:
+        ``max_frame_bytes``, or less after a noisy line made requests of that size fail
+        (each operation without a retry doubles it again, up to ``max_frame_bytes``)."""
+        return self._frame_bytes
+
+    def _run(self, total_bytes, work):
+        """One public call holding the link, progress over ``total_bytes``: ``work(frame_bytes)``
+        (the operation in requests of at most ``frame_bytes`` of tensor data). When the link
+        gives up on a line that carried the device's frames, damaged (``LinkError.noisy``), on a
+        request with a payload above twice :data:`NOISY_FRAME_BYTES`, the whole operation runs
+        again in frames a quarter as long as that payload (at least :data:`NOISY_FRAME_BYTES`):
+        every request is idempotent and the operation's result is written anew."""
+        with self._operation(total_bytes):
+            frame_bytes = self._frame_bytes
+            while True:
+                retries = self.link.retries
+                self._progress_done = 0
+                try:
+                    result = work(frame_bytes)
+                except LinkError as error:
+                    if not error.noisy or error.payload_bytes <= 2 * self.NOISY_FRAME_BYTES:
+                        raise
+                    frame_bytes = self._frame_bytes = max(
+                        self.NOISY_FRAME_BYTES, min(frame_bytes, error.payload_bytes) // 4)
+                    log.debug(f"{self.url}: {error}; the operation runs again in frames of at "
+                              f"most {frame_bytes} bytes")
+                    continue
+                if self.link.retries == retries:
+                    self._frame_bytes = min(self.max_frame_bytes, 2 * frame_bytes)
+                return result
 
     def _wait_turn(self):
         """Take the link for the calling thread's operation; True once taken.

@@ -60,13 +60,22 @@ class LinkError(OSError):
     heard : int
         Bytes received meanwhile that were no reply to this request (a board busy with an
         earlier request, or a wrong baud rate, sends some; an absent one none).
+    noisy : bool
+        The budget ran out on a line that carried the device's frames, damaged (every
+        ``attempts`` spent), not on ``silent_attempts`` of silence: shorter requests may get
+        through.
+    payload_bytes : int
+        The request's payload length.
     """
 
-    def __init__(self, command, attempts, last_failure, hint="", heard=0):
+    def __init__(self, command, attempts, last_failure, hint="", heard=0, noisy=False,
+                 payload_bytes=0):
         self.command = command
         self.attempts = attempts
         self.last_failure = last_failure
         self.heard = heard
+        self.noisy = noisy
+        self.payload_bytes = payload_bytes
         super().__init__(f"{_command_name(command)} failed after {attempts} attempt"
                          f"{'s' if attempts != 1 else ''}; last failure: {last_failure}"
                          f"{'; ' + hint if hint else ''}")
@@ -228,7 +237,8 @@ class Link:
             hint = (f"the device sent {heard} bytes meanwhile, none a reply to this request: "
                     f"it is busy (still answering an earlier request, e.g. an interrupted "
                     f"client's) or the baud rate is wrong")
-        raise LinkError(command, attempt, failure, hint=hint, heard=heard)
+        raise LinkError(command, attempt, failure, hint=hint, heard=heard,
+                        noisy=silent < self.silent_attempts, payload_bytes=len(payload))
 
     def _count(self, read=0, written=0):
         self.last_activity = time.monotonic()

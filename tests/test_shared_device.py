@@ -283,3 +283,30 @@ def test_a_serial_port_opened_twice_is_refused_in_this_process_and_another():
     finally:
         os.close(slave)
         os.close(master)
+
+
+def test_a_noisy_line_shrinks_the_frames_until_an_operation_gets_through():
+    """At 0.3% of the bytes damaged each way, a 32 KiB request never arrives whole: the link
+    spends its attempts, and the operation runs again in shorter frames until it does, with
+    the golden model's bits; clean operations then grow the frames back."""
+    from maxaccel.host.link import LinkError
+    from maxaccel.sim.faults import Faulty
+    x = random_values(np.random.default_rng(5), np.float32, (8, 1024))
+    faulty = Faulty(FakeBoard(frame_timeout_s=0.01), fault_rate=0.003, seed=3)
+    device = Device(faulty, url="noisy", timeout_s=0.05, progress=None)
+    assert device.frame_bytes == device.max_frame_bytes == 1 << 20
+    result = device.reduce_max(x, axes=[1])
+    assert result.tobytes() == reference.reduce_max(x, axes=[1]).tobytes()
+    assert device.NOISY_FRAME_BYTES <= device.frame_bytes <= 4096 and faulty.injected > 50
+    faulty.fault_rate = 0
+    for _ in range(12):
+        device.reduce_max(np.float32([1, 2]))
+    assert device.frame_bytes == device.max_frame_bytes
+    # A line too noisy even for the shortest frames ends in a LinkError, and the device
+    # answers again once the line is clean.
+    faulty.fault_rate = 0.03
+    with pytest.raises(LinkError):
+        device.reduce_max(x, axes=[1])
+    faulty.fault_rate = 0
+    assert device.reduce_max(x, axes=[1]).tobytes() == \
+        reference.reduce_max(x, axes=[1]).tobytes()
