@@ -194,7 +194,7 @@ def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, send_pa
     assert plan is not None, f"{x.shape} {attributes} {tile_outputs}"
     check_plan(plan, geometry, fmt, fake.identity, max_frame_bytes)
     with Device(fake) as device:
-        request = lambda payload: device._request(Command.MAX_POOL, payload)   # noqa: E731
+        request = lambda payload: device.link.request(Command.MAX_POOL, payload)   # noqa: E731
         y, indices = max_pool_by_window(x, fmt, plan, request, True)
         plain = max_pool_by_window(x, fmt, plan, request, False)
     want_y, want_indices = reference.max_pool(x, **attributes, return_indices=True)
@@ -406,7 +406,7 @@ def test_frames_without_indices_hold_more_groups():
     attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     fake = FakeBoard(**SMALL)
     with Device(fake) as device:
-        request = lambda payload: device._request(Command.MAX_POOL, payload)   # noqa: E731
+        request = lambda payload: device.link.request(Command.MAX_POOL, payload)   # noqa: E731
         plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt, fake.identity,
                                 1 << 20, indices=False)
         assert_same_bits(max_pool_by_window(x, fmt, plan, request, False),
@@ -561,7 +561,7 @@ def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, att
                             compiled_board.identity, compiled_board.max_frame_bytes, tiles)
     tiled = sum(len(b.tiles) for b in plan.batches) > 1
     assert tiles is not None or len(spatial) == 1 or tiled, what
-    request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
+    request = lambda p: compiled_board.link.request(Command.MAX_POOL, p)     # noqa: E731
     y, indices = max_pool_by_window(x, fmt, plan, request, True)
     assert_same_bits(y, want_y, what)
     np.testing.assert_array_equal(indices, want_indices, err_msg=what)
@@ -604,7 +604,7 @@ def test_sent_padding_through_the_compiled_gateware(compiled_board, dtype):
     x = lowest_at_the_edges(rng, fmt, (1, 6, 5, 17))
     attributes = dict(kernel_shape=[3, 3], strides=[1, 2], pads=[2, 2, 2, 2])
     want = reference.max_pool(x, **attributes, return_indices=True)
-    request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
+    request = lambda p: compiled_board.link.request(Command.MAX_POOL, p)     # noqa: E731
     for sends in [((True, True), (True, True)), ((True, False), (False, True)),
                   ((False, True), (True, False))]:
         plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
