@@ -1,5 +1,7 @@
-"""Shared pytest set-up: deterministic hypothesis runs, so a CI run is reproducible bit for bit."""
+"""Shared pytest set-up: deterministic hypothesis runs, so a CI run is reproducible bit for bit,
+and the one slow gate (``--slow``)."""
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # derandomize: the examples come from a fixed seed derived from each test, so a failure seen in
@@ -8,3 +10,29 @@ settings.register_profile(
     "maxaccel", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("maxaccel")
+
+#: What ``--slow`` adds, for ``pytest --help`` (the README says the same).
+SLOW_HELP = (
+    "also run the tests marked slow, skipped without it: the bitstream builds of the ULX3S "
+    "(25F and 85F) and the synth_xilinx estimates of the Arty and the NiteFury, the netlist "
+    "boards of the ULX3S and the Arty and the broken-netlist checks, the lane's minimum on "
+    "every 2^32 pair of each format, the formal proofs implied by stronger ones, the host "
+    "corpus and the engine's tests through Amaranth's simulator, the remaining cycle tables "
+    "of the compiled board, a third compiled link width, and the Ray Serve example serving "
+    "requests. Hours on 2 cores (the ULX3S 85F's place and route alone is about 36 min); "
+    "combine with -k or a file to run a part")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False, help=SLOW_HELP)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without ``--slow``, each test marked ``slow`` is skipped with its marker's reason."""
+    if config.getoption("--slow"):
+        return
+    for item in items:
+        marker = item.get_closest_marker("slow")
+        if marker is not None:
+            reason = marker.kwargs.get("reason", "marked slow")
+            item.add_marker(pytest.mark.skip(reason=f"{reason}: --slow runs it"))

@@ -6,7 +6,6 @@ Amaranth's simulator); backpressure and idle input go through ``run_streams``; t
 building blocks (packer, unpacker, multiplier, frame receiver) have their own stream tests.
 """
 
-import os
 import random
 import struct
 
@@ -76,11 +75,13 @@ def parameters_of(board):
 
 
 #: The boards every test of the engine runs on. ``BOARD``'s core runs compiled in CI, and in
-#: Amaranth's simulator too with MAXACCEL_SLOW=1: the two answer with the same bytes in the
+#: Amaranth's simulator too with ``--slow``: the two answer with the same bytes in the
 #: same cycles (``tests/test_verilator_board.py``), and simulated the engine's tests took
 #: about 230 s of CPU, compiled 4. The simulated board still runs the tests that take a
 #: ``kind`` and the core's own tests under stalls below.
-BOARD_KINDS = (["sim"] if os.environ.get("MAXACCEL_SLOW") else []) + ["compiled", "verilator"]
+BOARD_KINDS = [pytest.param("sim", marks=pytest.mark.slow(
+    reason="the engine's tests in Amaranth's simulator, about 230 s of CPU")),
+    "compiled", "verilator"]
 
 
 @pytest.fixture(scope="module", params=BOARD_KINDS)

@@ -7,7 +7,6 @@ replay-buffer addressing and decoding, so any mistake there shows as wrong bits.
 
 import dataclasses
 import math
-import os
 
 import numpy as np
 import pytest
@@ -46,17 +45,16 @@ def open_virtual_board(kind="sim"):
 
 #: The corpus on Amaranth's simulator repeats, at about 1/100 of the speed, what the compiled
 #: board runs of the same gateware; CI runs the digest there (test_edge_corpus_on_the_virtual_
-#: board) and MAXACCEL_SLOW=1 the whole corpus.
-SIMULATED_CORPUS = pytest.param("sim", marks=[pytest.mark.slow, pytest.mark.skipif(
-    not os.environ.get("MAXACCEL_SLOW"),
+#: board) and ``--slow`` the whole corpus.
+SIMULATED_CORPUS = pytest.param("sim", marks=pytest.mark.slow(
     reason="the whole corpus in Amaranth's simulator, about 5 min of CPU (the compiled board "
-           "runs it in CI): MAXACCEL_SLOW=1 runs it")])
+           "runs it in CI)"))
 
 
 @pytest.fixture(scope="module", params=["fake", SIMULATED_CORPUS, "verilator"])
 def device(request):
     """The fake board, the virtual board (the real gateware in Amaranth's simulator; slow,
-    behind ``MAXACCEL_SLOW=1``) and the same gateware compiled with Verilator."""
+    behind ``--slow``) and the same gateware compiled with Verilator."""
     with (make_device() if request.param == "fake" else open_virtual_board(request.param)) \
             as dev:
         yield dev

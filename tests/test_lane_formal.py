@@ -26,7 +26,7 @@ every input sequence, not just the ones a simulation happens to try:
 Each of these is proved for the maximum and the minimum select. In CI only the strongest run,
 the select and the dtype free inputs (the dtype changing every cycle in the pipelined ones):
 the proofs with either tied, and the highest latency checked directly, are special cases or
-steps of a chain those close, and run with MAXACCEL_SLOW=1 (they name the failing dtype or
+steps of a chain those close, and run with ``--slow`` (they name the failing dtype or
 latency).
 """
 
@@ -304,10 +304,9 @@ def assert_proved(harness, workdir, what, **options):
 
 def implied(by):
     """Skip a proof that a stronger one in CI implies (a special case of its free inputs, or a
-    step of a chain it closes), unless MAXACCEL_SLOW is set: it names the failing dtype or
+    step of a chain it closes), unless ``--slow`` is given: it names the failing dtype or
     latency when the stronger proof fails."""
-    return pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                              reason=f"implied by {by}: MAXACCEL_SLOW=1 runs it")
+    return pytest.mark.slow(reason=f"implied by {by}")
 
 
 EITHER_SELECT = "test_combinational_lane_with_any_dtype_code_and_either_select"

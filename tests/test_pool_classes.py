@@ -11,7 +11,6 @@ Cycles are deterministic: a change that costs a cycle fails here.
 """
 
 import math
-import os
 import pathlib
 
 import numpy as np
@@ -146,10 +145,8 @@ def test_uint8_cycles_of_the_spp_classes(default_board, name):
     check_cell(default_board, name, "uint8")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="22 cells of the compiled board, minutes of CPU (the float32 column "
-                           "and uint8's SPP cells run in CI): MAXACCEL_SLOW=1 runs them")
+@pytest.mark.slow(reason="22 cells of the compiled board, minutes of CPU (the float32 column "
+                         "and uint8's SPP cells run in CI)")
 @pytest.mark.parametrize("name, dtype", [k for k in POOL_CYCLES if k[1] != "float32"
                                          and not (k[1] == "uint8" and k[0] in SPP_CLASSES)])
 def test_float16_and_uint8_cycles_of_every_class(default_board, name, dtype):

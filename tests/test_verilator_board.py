@@ -1,7 +1,6 @@
 """The compiled virtual board: the same bytes, in the same cycles, as the simulated one; its
 model cache; and a clear message where Verilator or a compiler is missing."""
 
-import os
 import pathlib
 import re
 import shutil
@@ -80,10 +79,8 @@ def replay(board, requests):
     return transcript
 
 
-@pytest.mark.parametrize("link_bytes", [1, pytest.param(8, marks=[
-    pytest.mark.slow, pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"), reason=(
-        "a third model (1-2 min of CPU); 32 covers wide links in CI: MAXACCEL_SLOW=1 runs it"))]),
-    32])
+@pytest.mark.parametrize("link_bytes", [1, pytest.param(8, marks=pytest.mark.slow(
+    reason="a third model (1-2 min of CPU); 32 covers wide links in CI")), 32])
 def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
     """A byte link, and 32 bytes a cycle (the NiteFury's link word) on a core of 4 lanes."""
     rng = np.random.default_rng(42)
