@@ -297,15 +297,19 @@ def default_board():
         yield device
 
 
-def test_a_built_compiled_board_opens_in_under_a_second(default_board):
-    """Opening the default compiled board once it is built (the module's board is)
-    costs no conversion of the design: well under a second (it took 25-43 s)."""
-    import time
-    started = time.monotonic()
+def test_a_built_compiled_board_opens_without_converting_the_design(default_board,
+                                                                      monkeypatch):
+    """Opening the default compiled board once it is built (the module's board is) converts
+    nothing: the model is found by its recipe and loaded (a conversion of the core is tens
+    of seconds)."""
+    from amaranth.back import rtlil, verilog
+
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("a built model's design was converted again")
+    monkeypatch.setattr(rtlil, "convert", no_conversion)
+    monkeypatch.setattr(verilog, "convert", no_conversion)
     with open_device("verilator") as device:
-        elapsed = time.monotonic() - started
         assert device.identity == default_board.identity
-    assert elapsed < 1.0, f"opening the built compiled board took {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize("dtype, elements", list(ROW_COLUMN_CYCLES))
