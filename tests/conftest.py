@@ -4,6 +4,8 @@ and the one slow gate (``--slow``)."""
 import pytest
 from hypothesis import HealthCheck, settings
 
+from limits import time_limit
+
 # derandomize: the examples come from a fixed seed derived from each test, so a failure seen in
 # CI is seen again locally. No deadline: simulation time varies with machine load.
 settings.register_profile(
@@ -21,6 +23,18 @@ SLOW_HELP = (
     "of the compiled board, a third compiled link width, and the Ray Serve example serving "
     "requests. Hours on 2 cores (the ULX3S 85F's place and route alone is about 36 min); "
     "combine with -k or a file to run a part")
+
+
+@pytest.fixture(autouse=True)
+def _time_limit(request):
+    """A test marked ``time_limit(seconds)`` (or in a module so marked) fails with a
+    TimeoutError after ``seconds`` instead of hanging."""
+    marker = request.node.get_closest_marker("time_limit")
+    if marker is None:
+        yield
+        return
+    with time_limit(marker.args[0]):
+        yield
 
 
 def pytest_addoption(parser):

@@ -14,7 +14,6 @@ import tty
 
 import numpy as np
 import pytest
-from limits import time_limit
 from fake_board import KINDS, TO_DEVICE, TO_HOST, FakeBoard, Fault, Faulty
 
 from maxaccel.host.device import Device, open_device
@@ -29,10 +28,8 @@ from maxaccel.contract.dtypes import format_of
 from maxaccel.sim.virtual_board import VirtualBoard
 
 
-@pytest.fixture(autouse=True)
-def bounded_time():
-    with time_limit(30):
-        yield
+#: A test that hangs fails after 30 s instead (tests/conftest.py).
+pytestmark = pytest.mark.time_limit(30)
 
 
 def quick_device(board, attempts=4):

@@ -16,7 +16,6 @@ import time
 
 import numpy as np
 import pytest
-from limits import time_limit
 from fake_board import FakeBoard
 
 from maxaccel.contract.dtypes import format_of
@@ -32,10 +31,8 @@ from maxaccel.sim.xdma_driver import TRANSFER_OVERHEAD_S, XdmaDriverModel
 H2C, C2H = "/dev/xdma0_h2c_0", "/dev/xdma0_c2h_0"
 
 
-@pytest.fixture(autouse=True)
-def bounded_time():
-    with time_limit(120):
-        yield
+#: A test that hangs fails after 120 s instead (tests/conftest.py).
+pytestmark = pytest.mark.time_limit(120)
 
 
 @pytest.fixture(scope="module")
