@@ -25,6 +25,15 @@ SLOW_HELP = (
     "combine with -k or a file to run a part")
 
 
+@pytest.fixture(scope="session")
+def compiled_device():
+    """The default compiled board, ``open_device("verilator")`` (the NiteFury's core), one
+    per test process for every module that needs it."""
+    from maxaccel.host.device import open_device
+    with open_device("verilator") as device:
+        yield device
+
+
 @pytest.fixture(autouse=True)
 def _time_limit(request):
     """A test marked ``time_limit(seconds)`` (or in a module so marked) fails with a

@@ -410,6 +410,9 @@ def test_the_example_model_runs_on_the_device(device):
 
 @pytest.fixture(scope="module", params=["sim", "verilator"])
 def virtual_board(request):
+    if request.param == "verilator":
+        yield request.getfixturevalue("compiled_device")
+        return
     from maxaccel.host.device import open_device
     with open_device(request.param) as dev:
         yield dev

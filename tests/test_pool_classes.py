@@ -21,7 +21,6 @@ from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.contract.rules import _window_extents
 from maxaccel.contract.wire import Command
-from maxaccel.host import open_device
 from maxaccel.host.device import plan_max_pool
 from maxaccel.host.bench_pools import POOL_CLASSES, RATIOS_FILE, load_ratio_tables, \
     measure_pool_ratios
@@ -120,11 +119,11 @@ def test_every_class_on_each_ulx3s_takes_the_route_its_identity_gives(bitstream_
             assert (sum(len(b.tiles) for b in plan.batches) > 1) == wide, (name, dtype)
 
 
-@pytest.fixture(scope="module")
-def default_board():
-    with open_device("verilator") as device:
-        assert {k: getattr(device.identity, k) for k in COMPILED} == COMPILED
-        yield device
+@pytest.fixture
+def default_board(compiled_device):
+    """The default compiled board, its capacities checked to be the table's."""
+    assert {k: getattr(compiled_device.identity, k) for k in COMPILED} == COMPILED
+    return compiled_device
 
 
 def check_cell(device, name, dtype):

@@ -535,16 +535,9 @@ VERILATOR_POOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def compiled_board():
-    from maxaccel.host import open_device
-    with open_device("verilator") as device:
-        yield device
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
 @pytest.mark.parametrize("spatial, attributes, tiles", VERILATOR_POOLS)
-def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, attributes, tiles):
+def test_tiles_through_the_compiled_gateware(compiled_device, dtype, spatial, attributes, tiles):
     """Wide pools (more outputs than the unit's 64 columns) and forced tiles (one output
     column, edges in the padding) on the compiled board, edge values at 40% of the positions
     (NaN payloads, ±0 ties, infinities, integer extremes): the golden model's bits and
@@ -558,31 +551,31 @@ def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, att
     # would take (with 6 images in groups of 8, 16 or 32, REDUCE moves fewer elements for the
     # stride-3 pool: it never sends the samples no window reads).
     plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
-                            compiled_board.identity, compiled_board.max_frame_bytes, tiles)
+                            compiled_device.identity, compiled_device.max_frame_bytes, tiles)
     tiled = sum(len(b.tiles) for b in plan.batches) > 1
     assert tiles is not None or len(spatial) == 1 or tiled, what
-    request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
+    request = lambda p: compiled_device._request(Command.MAX_POOL, p)     # noqa: E731
     y, indices = max_pool_by_window(x, fmt, plan, request, True)
     assert_same_bits(y, want_y, what)
     np.testing.assert_array_equal(indices, want_indices, err_msg=what)
     assert_same_bits(max_pool_by_window(x, fmt, plan, request, False), want_y, what)
 
 
-def test_a_wide_pool_takes_the_unit_on_the_compiled_board(compiled_board):
+def test_a_wide_pool_takes_the_unit_on_the_compiled_board(compiled_device):
     """Device.max_pool of a pool wider than the unit (150 outputs a row, 3x3 stride 1, the
     heat-map peak picking's shape scaled down): MAX_POOL, not REDUCE."""
     x = random_values(np.random.default_rng(9), format_of(np.float16), (1, 6, 5, 150),
                       edge_fraction=0.4)
     attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    y, indices = compiled_board.max_pool(x, **attributes, return_indices=True)
-    assert compiled_board.last_max_pool_route == Command.MAX_POOL
+    y, indices = compiled_device.max_pool(x, **attributes, return_indices=True)
+    assert compiled_device.last_max_pool_route == Command.MAX_POOL
     want = reference.max_pool(x, **attributes, return_indices=True)
     assert_same_bits(y, want[0])
     np.testing.assert_array_equal(indices, want[1])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
-def test_sent_padding_through_the_compiled_gateware(compiled_board, dtype):
+def test_sent_padding_through_the_compiled_gateware(compiled_device, dtype):
     """On the compiled board (groups of 32 bytes): a row of 128 outputs, 3x3 stride 1 pads 1
     (the peak picking's pool) on as many images as fill 1.5 groups, which the planner pools
     in two tiles that send their padding (3 groups instead of 4); and forced tiles sending
@@ -594,21 +587,21 @@ def test_sent_padding_through_the_compiled_gateware(compiled_board, dtype):
     x = lowest_at_the_edges(rng, fmt, (1, channels, 3, 128))
     attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
-                            compiled_board.identity, compiled_board.max_frame_bytes)
+                            compiled_device.identity, compiled_device.max_frame_bytes)
     assert plan.padding_elements() > 0 and [b.groups for b in plan.batches] == [3]
-    y, indices = compiled_board.max_pool(x, **attributes, return_indices=True)
-    assert compiled_board.last_max_pool_route == Command.MAX_POOL
+    y, indices = compiled_device.max_pool(x, **attributes, return_indices=True)
+    assert compiled_device.last_max_pool_route == Command.MAX_POOL
     want = reference.max_pool(x, **attributes, return_indices=True)
     assert_same_bits(y, want[0])
     np.testing.assert_array_equal(indices, want[1])
     x = lowest_at_the_edges(rng, fmt, (1, 6, 5, 17))
     attributes = dict(kernel_shape=[3, 3], strides=[1, 2], pads=[2, 2, 2, 2])
     want = reference.max_pool(x, **attributes, return_indices=True)
-    request = lambda p: compiled_board._request(Command.MAX_POOL, p)     # noqa: E731
+    request = lambda p: compiled_device._request(Command.MAX_POOL, p)     # noqa: E731
     for sends in [((True, True), (True, True)), ((True, False), (False, True)),
                   ((False, True), (True, False))]:
         plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
-                                compiled_board.identity, compiled_board.max_frame_bytes,
+                                compiled_device.identity, compiled_device.max_frame_bytes,
                                 [3, 2], sends)
         y, indices = max_pool_by_window(x, fmt, plan, request, True)
         assert_same_bits(y, want[0], str(sends))

@@ -186,17 +186,11 @@ SPP_CYCLES = {
 }
 
 
-@pytest.fixture(scope="module")
-def nitefury_core():
-    with open_device("verilator") as device:
-        yield device
-
-
 @pytest.mark.parametrize("case, indices", list(SPP_CYCLES), ids=str)
-def test_spp_classes_through_the_unit_on_the_compiled_board(nitefury_core, case, indices):
-    identity = nitefury_core.identity
+def test_spp_classes_through_the_unit_on_the_compiled_board(compiled_device, case, indices):
+    identity = compiled_device.identity
     assert (identity.window_extent, identity.window_extent_outer) == (13, 3)
     shape, attributes = SPP_CASES[case]
     x = random_values(np.random.default_rng(len(case)), format_of(np.float32), shape,
                       edge_fraction=0.1)
-    assert pool_cycles(nitefury_core, x, indices, **attributes) == SPP_CYCLES[case, indices]
+    assert pool_cycles(compiled_device, x, indices, **attributes) == SPP_CYCLES[case, indices]
