@@ -51,6 +51,9 @@ PHASES = ("Verilog", "Verilator", "C++ compile")
 #: all, 253 s of them the C++ compile).
 FIRST_BUILD_S = {"Verilog": 60.0, "Verilator": 35.0, "C++ compile": 250.0}
 
+#: The line of a build's log where Verilator's make starts compiling the C++.
+_MAKE_STARTED = b"make: Entering"
+
 #: What a build records of its steps' durations, beside the library.
 PHASES_FILE = "build-phases.json"
 
@@ -326,10 +329,13 @@ def _build(command, flags, make_flags, make_sources, harness_name, harness_text,
     try:
         started = time.monotonic()
         with timed(f"{PHASES[1]}: {top}", expected[PHASES[1]]):
-            # Verilator writes the C++, then runs make in obj_dir (its first line in the log).
-            while process.poll() is None and "make: Entering" not in log.read_text(
-                    errors="replace")[:1 << 20]:
-                time.sleep(0.25)
+            # Verilator writes the C++, then runs make in obj_dir (its first line in the log,
+            # after Verilator's warnings: a megabyte of them for the compiled board's core).
+            with open(log, "rb") as written:
+                seen = b""
+                while process.poll() is None and _MAKE_STARTED not in seen:
+                    time.sleep(0.25)
+                    seen = seen[-len(_MAKE_STARTED):] + written.read()
         seconds[PHASES[1]] = time.monotonic() - started
         started = time.monotonic()
         total = (_compile_total(obj_dir, make_flags, f"V{top}.mk")
