@@ -108,7 +108,7 @@ def small_identity(**board):
     return FakeBoard(**dict(SMALL, **board)).identity
 
 
-def check_plan(plan, geometry, fmt, identity, max_frame_bytes):
+def check_tile_plan(plan, geometry, fmt, identity, max_frame_bytes):
     """Every batch passes the wire contract; the tiles cover each output once; the elements
     sent are each tile's input."""
     covered = np.zeros(tuple(a.out_size for a in geometry.axes), np.int64)
@@ -147,7 +147,7 @@ def test_the_plan_takes_the_largest_tiles_that_fit(shape, attributes, tiles, ele
     identity = small_identity()
     geometry = resolve_max_pool(shape, **attributes)
     plan = plan_window_pool(geometry, fmt, identity, 1 << 20)
-    check_plan(plan, geometry, fmt, identity, 1 << 20)
+    check_tile_plan(plan, geometry, fmt, identity, 1 << 20)
     sizes = sorted((math.prod(t.out for t in tile) for b in plan.batches for tile in b.tiles),
                    reverse=True)
     assert tuple(sizes) == tiles
@@ -166,7 +166,7 @@ def test_a_pool_the_unit_cannot_take_in_any_tile_has_no_plan():
     # an image row larger than a frame: tiles of fewer columns
     geometry = resolve_max_pool((1, 4, 40), [2], [2])
     plan = plan_window_pool(geometry, fmt, identity, 64)
-    check_plan(plan, geometry, fmt, identity, 64)
+    check_tile_plan(plan, geometry, fmt, identity, 64)
 
 
 class CountingBoard(FakeBoard):
@@ -192,7 +192,7 @@ def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, send_pa
     plan = plan_window_pool(geometry, fmt, fake.identity, max_frame_bytes, tile_outputs,
                             send_padding)
     assert plan is not None, f"{x.shape} {attributes} {tile_outputs}"
-    check_plan(plan, geometry, fmt, fake.identity, max_frame_bytes)
+    check_tile_plan(plan, geometry, fmt, fake.identity, max_frame_bytes)
     with Device(fake) as device:
         request = lambda payload: device._request(Command.MAX_POOL, payload)   # noqa: E731
         y, indices = max_pool_by_window(x, fmt, plan, request, True)
@@ -358,7 +358,7 @@ def test_the_planner_sends_padding_only_to_save_zero_images():
     fmt = format_of(np.uint8)
     geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
     plan = plan_window_pool(geometry, fmt, identity, 1 << 20)
-    check_plan(plan, geometry, fmt, identity, 1 << 20)
+    check_tile_plan(plan, geometry, fmt, identity, 1 << 20)
     assert plan.filler_images() == 0
     assert {tiles[-1].sent_pad for b in plan.batches for tiles in b.tiles} == {(1, 0), (0, 1)}
     assert {tiles[-1].size for b in plan.batches for tiles in b.tiles} == {66}
@@ -401,7 +401,7 @@ def test_frames_without_indices_hold_more_groups():
     assert requests(plain) == 2
     ((tiles, *_),) = [b.tiles for b in plain.batches]
     assert [(t.size, t.pad, t.out) for t in tiles] == [(128, 1, 128), (66, 0, 64)]
-    check_plan(plain, geometry, fmt, identity, 1 << 20)
+    check_tile_plan(plain, geometry, fmt, identity, 1 << 20)
     x = lowest_at_the_edges(np.random.default_rng(8), fmt, (1, 5, 3, 8))
     attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     fake = FakeBoard(**SMALL)
