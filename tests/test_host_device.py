@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from device_checks import REDUCTIONS, check_edge_digest
 from fake_board import FakeBoard
 
 from maxaccel.host.device import Device
@@ -66,23 +67,6 @@ def fake_device():
         yield dev
 
 
-REDUCTIONS = [
-    ((3, 4, 5), None, True, False),
-    ((3, 4, 5), [1], True, False),
-    ((3, 4, 5), [0, 2], False, False),
-    ((3, 4, 5), -1, False, False),
-    ((2, 3, 2, 3), [0, 3], True, False),
-    ((), None, True, False),
-    ((), [], False, False),
-    ((7,), [0], False, False),
-    ((1, 9), None, False, False),
-    ((2, 0, 3), [1], True, False),   # empty reductions: the least element
-    ((2, 0, 3), [0, 2], False, False),  # empty output
-    ((0,), None, True, False),
-    ((4, 3), [], True, True),       # noop: the identity, NaN payloads untouched
-    ((4, 3), None, True, True),
-    ((4, 3), [], True, False),
-]
 
 
 @pytest.mark.parametrize("fmt", ALL, ids=ids(ALL))
@@ -642,36 +626,7 @@ def test_edge_corpus_on_the_virtual_board(kind):
         check_edge_digest(dev)
 
 
-def check_edge_digest(dev):
-    """The digest: every dtype reduced (maximum, minimum, the positions of both, first and
-    last), broadcast (but bool) and, for floats, a NaN in every row (its value and its
-    position) and a global pool; also run on the netlist boards
-    (tests/test_netlist_board.py)."""
-    rng = np.random.default_rng(500)
-    for fmt in ALL:
-        data = random_values(rng, fmt, (3, 5), edge_fraction=0.5)
-        for name in ("reduce_max", "reduce_min"):
-            assert_same_bits(getattr(dev, name)(data, axes=[1], keepdims=False),
-                             getattr(reference, name)(data, axes=[1], keepdims=False),
-                             f"{name} {fmt}")
-        for name, last in [("arg_max", False), ("arg_min", True)]:
-            assert_same_bits(getattr(dev, name)(data, axis=1, select_last_index=last),
-                             getattr(reference, name)(data, axis=1, select_last_index=last),
-                             f"{name} {fmt}")
-        if fmt.kind != "bool":
-            arrays = [random_values(rng, fmt, s, edge_fraction=0.5)
-                      for s in [(2, 1, 4), (3, 1), (1,)]]
-            assert_same_bits(dev.max(*arrays), reference.max(*arrays), str(fmt))
-        if fmt.is_float:
-            edges = edge_bits(fmt)
-            nans = edges[reference.is_nan(edges)]
-            matrix = rng.choice(edges[~reference.is_nan(edges)], size=(7, 7))
-            matrix[np.arange(7), np.arange(7)] = nans[:7]
-            got = dev.reduce_max(matrix, axes=[1])
-            assert (reference.bits_of(got) == fmt.canonical_nan).all()
-            assert dev.arg_min(matrix, axis=1, keepdims=False).tolist() == list(range(7))
-            x = random_values(rng, fmt, (1, 2, 3, 2))
-            assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))
+
 
 
 # ---- windowed MaxPool through REDUCE -------------------------------------------------------------

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
-from test_host_device import ALL, REDUCTIONS, check_edge_digest
-from test_offload import (CASES, MAXPOOL_CASES, PYTORCH_CASES, check_maxpool_case,
-                          check_node_case, check_pytorch_case)
+from device_checks import (ALL, CASES, MAXPOOL_CASES, PYTORCH_CASES, REDUCTIONS,
+                           check_edge_digest, check_maxpool_case, check_node_case,
+                           check_pytorch_case)
 
 from maxaccel.boards.targets import target
 from maxaccel.contract.wire import Command

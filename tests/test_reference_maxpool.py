@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 import onnxruntime
 import pytest
-from backend_cases import generated_node_cases, pytorch_cases
+from backend_cases import maxpool_cases
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
@@ -476,12 +476,7 @@ def test_against_onnxruntime(dtype):
 # --- (d) the ONNX backend test cases ------------------------------------------------------------
 
 
-def backend_cases():
-    """The 19 generated node cases and the 9 PyTorch-converted or -operator data dirs."""
-    return {**generated_node_cases(["maxpool"], ["test_maxpool"]), **pytorch_cases(["MaxPool"])}
-
-
-BACKEND_CASES = backend_cases()
+BACKEND_CASES = maxpool_cases()
 
 
 def test_every_backend_case_is_found():
