@@ -15,3 +15,19 @@ def small_compiled_board():
     from maxaccel.sim.verilator_board import VerilatorBoard
     from maxaccel.sim.virtual_board import CORE_DEFAULTS
     return VerilatorBoard(**dict(CORE_DEFAULTS, **SMALL_CORE))
+
+
+#: A fake board's pooling unit small enough that pools go in tiles at small sizes (3 output
+#: columns, 6-output planes, on 2 window lanes).
+SMALL_WINDOW = dict(lanes=2, window_lanes=2, window_columns=3, window_plane=6)
+
+
+def _compiled_window():
+    from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS as board
+    return dict(lanes=board["lanes"], window_lanes=board["window_lanes"] or board["lanes"],
+                **{k: board[k] for k in ("window_extent", "window_extent_outer",
+                                         "window_columns", "window_plane")})
+
+
+#: The compiled board's pooling unit (the NiteFury's: ``boards/targets.py``), for a fake board.
+COMPILED_WINDOW = _compiled_window()

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from boards import SMALL_WINDOW
 from device_checks import REDUCTIONS, check_edge_digest
 from fake_board import FakeBoard
 
@@ -699,14 +700,13 @@ def test_max_pool_writes_into_out_as_it_lies(device, pool, route):
 def test_max_pool_writes_each_tile_into_out():
     """A pool the unit takes in 14 tiles of output columns: each tile's maxima go into
     ``out`` (a strided view), the bits the golden model's."""
-    from test_pool_tiles import SMALL
     rng = np.random.default_rng(5)
     fmt = FORMATS[DType.FLOAT16]
     x = random_values(rng, fmt, (1, 4, 2, 40), edge_fraction=0.3)
     attributes = dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 1])
     want = reference.max_pool(x, **attributes)
     out, *_ = strided_room(rng, want.shape, fmt)
-    with Device(FakeBoard(**SMALL)) as device:
+    with Device(FakeBoard(**SMALL_WINDOW)) as device:
         assert device.max_pool(x, **attributes, out=out) is out
         assert device.last_max_pool_route == Command.MAX_POOL
     assert_same_bits(out, want)

@@ -55,7 +55,7 @@ def configure(dut, dtype, pixels, channels, minimum=False):
     return setup
 
 
-def check_channels_last_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixels=None,
+def check_pool(x, *, lanes, max_channels, stalls, rows=None, channels=None, pixels=None,
                expect_row_error=False, minimum=False):
     """Stream ``x`` channels-last through a ChannelsLastPool; compare with the golden model
     (the maxima, or with ``minimum`` the minima, in the same cycles).
@@ -122,7 +122,7 @@ def test_every_dtype(dtype, stalls):
     rng = np.random.default_rng(zlib.crc32(str(dtype).encode()))
     x = random_values(rng, dtype, (2, 5, 2, 3), edge_fraction=0.1)
     # Maxima and minima alternate over the stall patterns: both for every dtype.
-    check_channels_last_pool(x, lanes=2, max_channels=5, stalls=stalls, minimum=stalls.seed % 2 == 0)
+    check_pool(x, lanes=2, max_channels=5, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 @stall_params
@@ -141,7 +141,7 @@ def test_nan_at_every_pixel_and_channel(dtype, stalls):
     for image in range(c * p):
         bits[image, image % c, image // c] = nans[image % len(nans)]
     x = bits.view(dtype)
-    check_channels_last_pool(x, lanes=1, max_channels=c, stalls=stalls, minimum=stalls.seed % 2 == 0)
+    check_pool(x, lanes=1, max_channels=c, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 @stall_params
@@ -153,7 +153,7 @@ def test_signed_zero_ties(dtype, stalls):
     bits = np.where(negative, fmt.sign_mask, 0).astype(fmt.uint_dtype)
     x = np.stack([bits, bits[::-1]]).reshape(2, 8, 1, 3).view(dtype)
     for minimum in (False, True):
-        check_channels_last_pool(x, lanes=2, max_channels=8, stalls=stalls, minimum=minimum)
+        check_pool(x, lanes=2, max_channels=8, stalls=stalls, minimum=minimum)
 
 
 @stall_params
@@ -163,7 +163,7 @@ def test_infinities(dtype, stalls):
     x = np.full((2, 3, 2, 2), -np.inf, dtype=dtype)
     x[1, 0, 1, 1] = ml_dtypes.finfo(dtype).min
     x[1, 2, 0, 1] = np.inf
-    check_channels_last_pool(x, lanes=1, max_channels=3, stalls=stalls, minimum=stalls.seed % 2 == 0)
+    check_pool(x, lanes=1, max_channels=3, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 @stall_params
@@ -179,7 +179,7 @@ def test_subnormals(dtype, stalls):
     bits[1, 1] |= fmt.sign_mask               # a channel where -0 beats negative subnormals
     bits[1, 1, 0] = fmt.sign_mask
     x = bits.astype(fmt.uint_dtype).view(dtype)
-    check_channels_last_pool(x, lanes=2, max_channels=4, stalls=stalls, minimum=stalls.seed % 2 == 0)
+    check_pool(x, lanes=2, max_channels=4, stalls=stalls, minimum=stalls.seed % 2 == 0)
 
 
 # --- shapes and the accumulator hazard --------------------------------------------------------
@@ -212,7 +212,7 @@ def test_shapes(case, stalls):
     dtype, shape, lanes, max_channels = SHAPE_CASES[case]
     rng = np.random.default_rng(sum(map(ord, case)))
     x = random_values(rng, dtype, shape, edge_fraction=0.05)
-    check_channels_last_pool(x, lanes=lanes, max_channels=max_channels, stalls=stalls)
+    check_pool(x, lanes=lanes, max_channels=max_channels, stalls=stalls)
 
 
 @stall_params
@@ -227,7 +227,7 @@ def test_one_beat_pixels_running_max(order, stalls):
     x[1] = -x[1]
     x[2, :, pixels // 2:] += 1000
     for minimum in (False, True):
-        check_channels_last_pool(x.astype(np.int32), lanes=1, max_channels=2, stalls=stalls, minimum=minimum)
+        check_pool(x.astype(np.int32), lanes=1, max_channels=2, stalls=stalls, minimum=minimum)
 
 
 @pytest.mark.parametrize("beats_per_pixel", [1, 2, 3, 4, 5, 6])
@@ -245,7 +245,7 @@ def test_every_update_distance(beats_per_pixel, stalls):
     x = np.stack([rng.permutation(ramp) * rng.choice([-1, 1])
                   for _ in range(images * channels)]).reshape(images, channels, pixels)
     x = (x + rng.integers(-500, 500, size=x.shape)).astype(np.int32)
-    check_channels_last_pool(x, lanes=1, max_channels=beats_per_pixel, stalls=stalls,
+    check_pool(x, lanes=1, max_channels=beats_per_pixel, stalls=stalls,
                minimum=(beats_per_pixel + stalls.seed) % 2 == 1)
 
 
@@ -264,7 +264,7 @@ def test_row_length_error(fault, stalls):
         rows[4] = rows[4][:-4]            # image 1, pixel 1: 5 channels instead of 6
     else:
         channels = 5                      # configured one channel short of every row
-    check_channels_last_pool(x, lanes=2, max_channels=3, stalls=stalls, rows=rows, channels=channels,
+    check_pool(x, lanes=2, max_channels=3, stalls=stalls, rows=rows, channels=channels,
                expect_row_error=True)
 
 

@@ -15,6 +15,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from boards import COMPILED_WINDOW
 from fake_board import FakeBoard
 
 from maxaccel.contract.dtypes import format_of
@@ -25,7 +26,6 @@ from maxaccel.host.device import plan_max_pool
 from maxaccel.host.bench_pools import POOL_CLASSES, RATIOS_FILE, load_ratio_tables, \
     measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
-from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
 
 # (class name, dtype) -> (route, device cycles of the pool, device cycles of the ReduceMax of
 # its link bytes): the figures docs/benchmarks.md's MaxPool table quotes (bench_pools.RATIOS_FILE,
@@ -44,12 +44,7 @@ POOL_CYCLES = {(r.operation, r.dtype): (r.route, r.cycles, r.reduce_cycles)
 SPP_CLASSES = [pool.name for pool in POOL_CLASSES if pool.where == "SPP / SPPF blocks"]
 
 CLASSES = {pool.name: pool for pool in POOL_CLASSES}
-#: The compiled board's pooling unit (the NiteFury's: ``boards/targets.py``), for a fake board.
-COMPILED = dict(lanes=VERILATOR_DEFAULTS["lanes"],
-                window_lanes=VERILATOR_DEFAULTS["window_lanes"] or VERILATOR_DEFAULTS["lanes"],
-                **{k: VERILATOR_DEFAULTS[k]
-                   for k in ("window_extent", "window_extent_outer", "window_columns",
-                             "window_plane")})
+COMPILED = COMPILED_WINDOW
 
 
 def test_the_table_covers_every_class_and_dtype():

@@ -7,8 +7,8 @@ element, and every output produced by exactly one run.
 
 import numpy as np
 import pytest
-from test_reference import NUMERIC_DTYPES, dtype_id
-from test_reference_maxpool import random_configs
+from scalar_model import NUMERIC_DTYPES, dtype_id
+from pool_configs import random_configs
 
 from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
 from maxaccel.contract.pooling import check_max_pool, resolve_max_pool
@@ -30,7 +30,7 @@ class GoldenReduce:
         return reference.reduce_max(rows, axes=1, keepdims=False)
 
 
-def check_reduce_plan(x, attributes):
+def check_plan(x, attributes):
     values, _, geometry, _ = check_max_pool(x, **attributes)
     plan = plan_reduce_pool(geometry)
     device = GoldenReduce()
@@ -64,26 +64,26 @@ def test_random_configs(dtype):
             resolve_max_pool(shape, **attributes)
         except ValueError:
             continue
-        check_reduce_plan(random_values(rng, dtype, shape, edge_fraction=0.3), attributes)
+        check_plan(random_values(rng, dtype, shape, edge_fraction=0.3), attributes)
         checked += 1
     assert checked > 30
 
 
 def test_non_overlapping_windows_send_each_element_once():
     x = random_values(np.random.default_rng(1), np.float32, (2, 3, 8, 8))
-    plan = check_reduce_plan(x, dict(kernel_shape=[2, 2], strides=[2, 2]))
+    plan = check_plan(x, dict(kernel_shape=[2, 2], strides=[2, 2]))
     assert plan.each_element_once and plan.sent_elements == x.size
     assert [g.length for g in plan.groups] == [4]
     # ceil_mode: the last row and column of windows are cut by the end
     x = random_values(np.random.default_rng(2), np.float32, (1, 2, 7, 7))
-    plan = check_reduce_plan(x, dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=True))
+    plan = check_plan(x, dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=True))
     assert plan.sent_elements == x.size and [g.length for g in plan.groups] == [1, 2, 4]
     # stride above the extent: the elements between windows are never sent
-    plan = check_reduce_plan(x, dict(kernel_shape=[2, 2], strides=[3, 3]))
+    plan = check_plan(x, dict(kernel_shape=[2, 2], strides=[3, 3]))
     assert plan.sent_elements == 2 * 4 * 4 < x.size
     # dilated windows that interleave without sharing an element
     x = random_values(np.random.default_rng(3), np.int8, (1, 1, 8))
-    plan = check_reduce_plan(x, dict(kernel_shape=[2], strides=[4], dilations=[2]))
+    plan = check_plan(x, dict(kernel_shape=[2], strides=[4], dilations=[2]))
     assert plan.each_element_once
 
 
@@ -100,7 +100,7 @@ def test_overlapping_windows_cost():
 
 def test_windows_of_padding_only_are_empty_runs():
     x = np.array([[[1.0, 2.0]]], dtype=np.float32)
-    plan = check_reduce_plan(x, dict(kernel_shape=[2], dilations=[3], pads=[1, 1]))
+    plan = check_plan(x, dict(kernel_shape=[2], dilations=[3], pads=[1, 1]))
     assert [g.length for g in plan.groups] == [0] and plan.sent_elements == 0
     y, i = max_pool_by_reduce(x, plan, GoldenReduce(), return_indices=True)
     assert y.view(np.uint32).tolist() == [[[0xFF800000]]] and i.tolist() == [[[-1]]]
@@ -112,20 +112,20 @@ def test_nan_and_zero_ties_located_like_the_golden_model():
     x = bits.view(np.float32).reshape(1, 1, 6)
     for attributes in (dict(kernel_shape=[2]), dict(kernel_shape=[2], strides=[2]),
                        dict(kernel_shape=[3], storage_order=1, pads=[1, 1])):
-        check_reduce_plan(x, attributes)
+        check_plan(x, attributes)
 
 
 def test_large_backend_geometries():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 1, 1000, 1000)).astype(np.float32)
-    plan = check_reduce_plan(x, dict(kernel_shape=[60, 80], strides=[10, 10], pads=[10, 20, 10, 20],
+    plan = check_plan(x, dict(kernel_shape=[60, 80], strides=[10, 10], pads=[10, 20, 10, 20],
                               dilations=[10, 10]))
     assert plan.each_element_once is False
     x = rng.standard_normal((1, 1, 220000)).astype(np.float32)
-    check_reduce_plan(x, dict(kernel_shape=[200], strides=[10], pads=[100, 100], dilations=[10]))
+    check_plan(x, dict(kernel_shape=[200], strides=[10], pads=[100, 100], dilations=[10]))
 
 
 def test_empty_inputs():
     x = np.zeros((0, 3, 4), np.float32)
-    check_reduce_plan(x, dict(kernel_shape=[2]))
-    check_reduce_plan(np.zeros((1, 1, 0), np.float32), dict(kernel_shape=[2], auto_pad="SAME_UPPER"))
+    check_plan(x, dict(kernel_shape=[2]))
+    check_plan(np.zeros((1, 1, 0), np.float32), dict(kernel_shape=[2], auto_pad="SAME_UPPER"))

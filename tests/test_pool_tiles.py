@@ -27,7 +27,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from fake_board import FakeBoard
-from test_reference_maxpool import random_config
+from boards import COMPILED_WINDOW, SMALL_WINDOW
+from pool_configs import random_config
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool, window_geometry
@@ -40,7 +41,7 @@ from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import random_values
 
 # A fake board whose unit holds very little, so that small pools tile in every direction.
-SMALL = dict(lanes=2, window_lanes=2, window_columns=3, window_plane=6)
+SMALL = SMALL_WINDOW
 
 
 def random_axis(rng):
@@ -351,10 +352,8 @@ def test_the_planner_sends_padding_only_to_save_zero_images():
     other class of the MaxPool table, in any dtype, with or without Indices, sends padding
     (none has zero images to save), and with 64 channels (two whole groups) the peak picking
     sends none either."""
-    from test_pool_classes import COMPILED
-
     from maxaccel.host.bench_pools import POOL_CLASSES, POOL_DTYPES
-    identity = FakeBoard(**COMPILED).identity
+    identity = FakeBoard(**COMPILED_WINDOW).identity
     fmt = format_of(np.uint8)
     geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
     plan = plan_window_pool(geometry, fmt, identity, 1 << 20)
@@ -386,8 +385,7 @@ def test_frames_without_indices_hold_more_groups():
     configuration, 66 x 128 a tile) and 2 requests of up to 3 groups, where the plan with
     Indices needs rows in two tiles and 10 requests of one group. A plan without Indices is
     refused for a call that asks for them; both give the golden model's bits."""
-    from test_pool_classes import COMPILED
-    identity = FakeBoard(**COMPILED).identity
+    identity = FakeBoard(**COMPILED_WINDOW).identity
     fmt = format_of(np.uint8)
     geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
 

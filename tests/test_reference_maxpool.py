@@ -15,10 +15,11 @@ import numpy as np
 import onnxruntime
 import pytest
 from backend_cases import maxpool_cases
+from pool_configs import random_config, random_configs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
-from test_reference import (CANONICAL_NAN, NUMERIC_DTYPES, decode, dtype_id, from_ints,
+from scalar_model import (CANONICAL_NAN, NUMERIC_DTYPES, decode, dtype_id, from_ints,
                             scalar_lowest, to_ints)
 
 from maxaccel.contract.pooling import PoolAxis, resolve_max_pool
@@ -123,36 +124,6 @@ def check_against_scalar(x, **attributes):
     assert_same_bits(indices, expected[1], what + " Indices")
     assert_same_bits(reference.max_pool(x, **attributes), expected[0], what + " without Indices")
     return True
-
-
-def random_config(rng, rank, max_size=6):
-    kernel = [int(k) for k in rng.integers(1, 4, rank)]
-    attributes = {"kernel_shape": kernel}
-    if rng.random() < 0.7:
-        attributes["strides"] = [int(s) for s in rng.integers(1, 4, rank)]
-    if rng.random() < 0.5:
-        attributes["dilations"] = [int(d) for d in rng.integers(1, 4, rank)]
-    attributes["auto_pad"] = str(rng.choice(["NOTSET", "NOTSET", "VALID", "SAME_UPPER",
-                                             "SAME_LOWER"]))
-    if attributes["auto_pad"] == "NOTSET" and rng.random() < 0.7:
-        attributes["pads"] = [int(p) for p in rng.integers(0, 4, 2 * rank)]
-    attributes["ceil_mode"] = bool(rng.random() < 0.4)
-    attributes["storage_order"] = int(rng.random() < 0.3)
-    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + tuple(
-        int(n) for n in rng.integers(1, max_size + 1, rank))
-    return shape, attributes
-
-
-#: Largest spatial size of a random configuration, per rank (the corpora's).
-CORPUS_MAX_SIZE = {1: 9, 2: 6, 3: 4}
-
-
-def random_configs(rng, counts, max_size=CORPUS_MAX_SIZE):
-    """``(shape, attributes)`` of ``counts[rank]`` random configurations of each rank 1, 2 and
-    3, in that order, drawn from ``rng`` one at a time (the caller may draw between them)."""
-    for rank in (1, 2, 3):
-        for _ in range(counts[rank]):
-            yield random_config(rng, rank, max_size=max_size[rank])
 
 
 # --- (a) hand-worked vectors --------------------------------------------------------------------

@@ -209,7 +209,7 @@ def test_signed_zeros_and_ties(dtype):
     x = reference.from_bits(bits, fmt)
     stalls = STALL_PATTERNS[(FLOATS.index(np.dtype(dtype)) + 1) % 4]
     check_window_pool(x, (axis(30, 3, 3),), stalls=stalls)
-    check_window_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS)     # overlapping windows
+    check_window_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS)  # overlapping windows
 
 
 @pytest.mark.parametrize("dtype, kernel", [(np.float32, 5), (np.float16, 13),
