@@ -17,12 +17,12 @@ settings.load_profile("maxaccel")
 SLOW_HELP = (
     "also run the tests marked slow, skipped without it: the bitstream builds of the ULX3S "
     "(25F and 85F) and the synth_xilinx estimates of the Arty and the NiteFury, the netlist "
-    "boards of the ULX3S and the Arty and the broken-netlist checks, the lane's minimum on "
-    "every 2^32 pair of each format, the formal proofs implied by stronger ones, the host "
-    "corpus and the engine's tests through Amaranth's simulator, the remaining cycle tables "
-    "of the compiled board, a third compiled link width, and the Ray Serve example serving "
-    "requests. Hours on 2 cores (the ULX3S 85F's place and route alone is about 36 min); "
-    "combine with -k or a file to run a part")
+    "boards of the iCE40, the ULX3S and the Arty and the broken-netlist checks, the lane's "
+    "minimum on every 2^32 pair of each format, the formal proofs implied by stronger ones, "
+    "the host corpus and the engine's tests through Amaranth's simulator, the rest of the "
+    "compiled board's MaxPool cycle table, an 8-byte compiled link, and the Ray Serve example "
+    "serving requests. More than an hour on 2 cores (the ULX3S 85F's place and route alone is "
+    "about 36 min); combine with -k or a file to run a part")
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,10 @@
 """The netlist boards: each board's Core as yosys synthesises it, simulated gate by gate with
 yosys's cell models under Verilator, gives the golden model's bits through the host driver.
 
-The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs here on every
-CI run: a cold build is yosys and Verilator, about two minutes on two cores, cached after. The
-ULX3S (ECP5) design is five times the cells and builds for five minutes and more: it is marked
-slow and runs only with ``--slow``. Its block RAMs (``DP16KD``, the replay buffer of
+The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs with
+``--slow``: a cold build is yosys and Verilator, two to three minutes on two cores, for three
+tests. The ULX3S (ECP5) design is five times the cells and builds for five minutes and more:
+it is slow too. Its block RAMs (``DP16KD``, the replay buffer of
 broadcasting Max) have no model in yosys (only a blackbox); the netlist board gives them the
 behaviour in ``sim/verilator/dp16kd_sim.vh`` and refuses, by instance, any whose parameters that
 behaviour does not cover (``docs/semantics.md`` section 6). The Arty A7-35 (Xilinx,
@@ -65,6 +65,12 @@ def check_reductions(device):
                              f"{fmt.dtype.name} {shape} axes={axes}")
 
 
+#: The iCE40 netlist's build, for three tests.
+ICE40_BUILD = pytest.mark.slow(reason="the iCE40 netlist builds for 2-3 minutes of both cores "
+                                      "(158 s at load 11)")
+
+
+@ICE40_BUILD
 def test_the_netlist_is_the_bitstreams_core(ice40):
     """The HX8K's design: one lane, the run reducer only (no replay buffer, no pooling
     channels), 12 MHz, a byte per cycle as behind its UART."""
@@ -74,10 +80,12 @@ def test_the_netlist_is_the_bitstreams_core(ice40):
             identity.clock_hz) == (target(ICE40).lanes, 0, 0, 12_000_000)
 
 
+@ICE40_BUILD
 def test_onnx_node_cases_on_the_ice40_netlist(ice40):
     check_node_cases(ice40)
 
 
+@ICE40_BUILD
 def test_edge_corpus_sample_on_the_ice40_netlist(ice40):
     check_edge_digest(ice40)
     check_reductions(ice40)
