@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from maxaccel.boards.resources import FAMILIES
 from maxaccel.boards.targets import TARGETS, target as find_target
-from maxaccel.sim.verilator import MAKE_FLAGS, VERILATOR_FLAGS, VerilatorUnavailable
+from maxaccel.sim.verilator import PCH_MAKE_FLAG, VERILATOR_FLAGS, VerilatorUnavailable
 from maxaccel.sim.verilator_board import VerilatorBoard, _load
 
 __all__ = ["Synthesis", "NetlistBoard", "SYNTHESIS_COMMANDS", "CELL_BEHAVIOURS",
@@ -63,8 +63,7 @@ SYNTHESIS_COMMANDS = {"ice40": "synth_ice40", "ecp5": "synth_ecp5",
 # errors in a netlist (widths, unused, timescale).
 _VERILATOR_FLAGS = tuple(f for f in VERILATOR_FLAGS if f != "-O3") + (
     "-O1", "-Wno-lint", "-Wno-style", "-Wno-TIMESCALEMOD")
-_MAKE_FLAGS = MAKE_FLAGS.replace("OPT_FAST=-O2", "OPT_FAST=-O1").replace("OPT_GLOBAL=-O2",
-                                                                          "OPT_GLOBAL=-O1")
+_MAKE_FLAGS = f"{PCH_MAKE_FLAG} OPT_FAST=-O1 OPT_SLOW=-O1 OPT_GLOBAL=-O1"
 
 # iCE40: the models give unconnected inputs a default with SystemVerilog port defaults
 # (``input E = 1'b1``), which Verilator 5.48 takes as an assignment overriding what the

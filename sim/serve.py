@@ -210,6 +210,11 @@ class PtyServer:
             self.link = link
         self.url = f"serial://{self.link or self.port}"
         self._stop = threading.Event()
+        # Set by the pump thread as it ends. Waits are on it, never on ``Thread.join``: a
+        # signal handler raising inside ``join`` (Ctrl-C in ``maxaccel serve``) can leave
+        # Python 3.11's thread marked stopped while it still runs, and the descriptor would
+        # then be closed under it.
+        self._stopped = threading.Event()
         self._error = None
         self._thread = threading.Thread(target=self._run, name="maxaccel-pty-pump", daemon=True)
         self._thread.start()
@@ -226,14 +231,16 @@ class PtyServer:
                  packet=True)
         except BaseException as error:   # reported by wait() / close(), not lost in a thread
             self._error = error
+        finally:
+            self._stopped.set()
 
     def wait(self, timeout=None):
         """Block until the pump stops (it stops only on :meth:`close` or an error); re-raises
         an error of the board. Returns True if the pump has stopped."""
-        self._thread.join(timeout)
+        stopped = self._stopped.wait(timeout)
         if self._error is not None:
             raise self._error
-        return not self._thread.is_alive()
+        return stopped
 
     def _close_fds(self):
         os.close(self._master)
@@ -243,9 +250,9 @@ class PtyServer:
         if self._stop.is_set():
             return
         self._stop.set()
-        self._thread.join(timeout=10)
-        if self._thread.is_alive():     # never seen; a daemon thread, so the process can end
+        if not self._stopped.wait(10):  # never seen; a daemon thread, so the process can end
             raise RuntimeError("the pseudo-terminal pump did not stop within 10 s")
+        self._thread.join()
         self._close_fds()
         if self.link is not None and os.path.islink(self.link):
             os.unlink(self.link)

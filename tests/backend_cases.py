@@ -15,7 +15,7 @@ import warnings
 import onnx
 from onnx import numpy_helper
 
-__all__ = ["generated_node_cases", "pytorch_cases"]
+__all__ = ["generated_node_cases", "pytorch_cases", "maxpool_cases"]
 
 
 def generated_node_cases(modules, prefixes):
@@ -48,3 +48,9 @@ def pytorch_cases(op_types):
             data_sets.append((inputs, outputs))
         cases[os.path.basename(directory)] = (model, data_sets)
     return cases
+
+
+def maxpool_cases():
+    """MaxPool's 19 generated node cases and its 9 PyTorch-converted or -operator data
+    directories."""
+    return {**generated_node_cases(["maxpool"], ["test_maxpool"]), **pytorch_cases(["MaxPool"])}

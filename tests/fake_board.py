@@ -266,4 +266,16 @@ class FakeBoard:
         return encode_window_reply(y, positions, fmt, group)
 
 
-__all__ = ["FakeBoard"]
+class CountingBoard(FakeBoard):
+    """The fake board, keeping every MAX_POOL parameter block it was sent."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.blocks = []
+
+    def _max_pool(self, payload):
+        self.blocks.append(PARAMETERS[Command.MAX_POOL].unpack(payload))
+        return super()._max_pool(payload)
+
+
+__all__ = ["CountingBoard", "FakeBoard"]

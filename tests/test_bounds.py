@@ -87,3 +87,16 @@ def test_the_guards_find_what_they_guard_against(tmp_path):
     assert [f.split(": ")[1] for f in matches([text], ISSUE_REFERENCE)] == ["#31", "#4", "#5"]
     assert [f.split(": ")[1] for f in matches([text], COMMIT)] == ["abcdef0", "c7ae2c2",
                                                                   "7a4ec40"]
+
+
+def test_no_test_module_imports_another():
+    """What several test modules share lives in a helper module of ``tests/`` (``boards.py``,
+    ``fake_board.py``, ...), never in a test module another imports."""
+    found = []
+    for path in TESTS:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{shown(path)}:{node.lineno} imports {name}" for name in names
+                      if name.split(".")[0].startswith("test_")]
+    assert not found, "\n".join(found)

@@ -29,7 +29,7 @@ port's address).
 
 import pytest
 from amaranth.hdl import Array, Assert, Assume, Elaboratable, Module, Mux, Signal
-from test_lane_formal import prove
+from formal import prove
 
 from maxaccel.hdl.broadcast import BroadcastMax, BroadcastOp
 from maxaccel.hdl.lane import LANE_BYTES

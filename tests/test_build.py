@@ -154,9 +154,8 @@ def test_the_icebreaker_core_computes_through_the_host():
 
 
 @pytest.mark.synth
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="the ULX3S's place and route takes 3-4 minutes of CPU (the iCE40 "
-                           "bitstream checks the build flow in CI): MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="the ULX3S's place and route takes 3-4 minutes of CPU (the iCE40 "
+                         "bitstream checks the build flow in CI)")
 def test_ulx3s_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
     """A real build (about 5 minutes on one core): bitstream, report, timing met at 60 MHz."""
     status, out, err = run("build", "ulx3s", "--out", str(tmp_path), capsys=capsys)
@@ -207,10 +206,8 @@ def test_the_ulx3s_85f_is_the_25f_design_with_the_pooling_unit():
 
 
 @pytest.mark.synth
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="the ULX3S 85F's build takes 36 minutes (synthesis 2.5, "
-                           "placement 7, routing 26 on a quiet machine): MAXACCEL_SLOW=1 runs "
-                           "it")
+@pytest.mark.slow(reason="the ULX3S 85F's build takes 36 minutes (synthesis 2.5, "
+                         "placement 7, routing 26 on a quiet machine)")
 def test_ulx3s_85f_bitstream_with_the_pooling_unit(tmp_path, capsys):
     """The 85F with the windowed pooling unit: bitstream, timing met at its 30 MHz (60 is not:
     docs/boards.md, "ULX3S 85F"), room left on the LFE5U-85F, and a report that records the
@@ -232,10 +229,8 @@ def test_ulx3s_85f_bitstream_with_the_pooling_unit(tmp_path, capsys):
 
 
 @pytest.mark.synth
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="yosys's resource estimate of the Arty takes minutes of CPU (the plan "
-                           "itself is checked in CI by tests/test_vivado_plan.py): "
-                           "MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="yosys's resource estimate of the Arty takes minutes of CPU (the plan "
+                         "itself is checked in CI by tests/test_vivado_plan.py)")
 def test_arty_build_plan_and_resource_estimate(tmp_path, capsys):
     """The Vivado plan amaranth-boards makes for the Arty, checked file by file, and a
     synth_xilinx estimate that fits the XC7A35T (about 75 s)."""
@@ -257,10 +252,8 @@ def test_arty_build_plan_and_resource_estimate(tmp_path, capsys):
 
 
 @pytest.mark.synth
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="synth_xilinx of the 4-lane, 32-byte NiteFury core takes 8 minutes of "
-                           "CPU: MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="synth_xilinx of the 4-lane, 32-byte NiteFury core takes 8 minutes "
+                         "of CPU")
 def test_nitefury_xdma_build_plan(tmp_path, capsys):
     """The PCIe plan: the XDMA IP created by the Tcl, instantiated with the core on its
     AXI4-Stream channels, the board's PCIe pins, and an estimate that fits (about 2 min)."""

@@ -9,7 +9,6 @@ model.
 """
 
 import importlib.util
-import os
 import subprocess
 import sys
 import threading
@@ -317,7 +316,7 @@ EXAMPLE = Path(__file__).parent.parent / "docs" / "examples" / "serve_boards.py"
 def test_the_serve_example_parses_and_builds_its_application():
     """The Ray Serve example compiles; where ``ray[serve]`` is installed (not by the test
     extra: it brings some forty packages), it imports and builds a deployment per board with
-    the board resource; with MAXACCEL_SLOW=1 it serves requests (about 45 s here)."""
+    the board resource (:func:`test_the_serve_example_serves_requests` runs it)."""
     compile(EXAMPLE.read_text(), str(EXAMPLE), "exec")
     pytest.importorskip("ray.serve")
     spec = importlib.util.spec_from_file_location("serve_boards", EXAMPLE)
@@ -329,6 +328,10 @@ def test_the_serve_example_parses_and_builds_its_application():
     options = [b._bound_deployment.ray_actor_options for b in boards]
     assert options[0]["resources"] == {BOARD_RESOURCE: 1}
     assert options[1]["resources"] == {BOARD_RESOURCE: 1, "node:10.0.0.11": 0.001}
-    if os.environ.get("MAXACCEL_SLOW"):
-        subprocess.run([sys.executable, str(EXAMPLE), "--requests", "2"], check=True,
-                       timeout=600)
+
+
+@pytest.mark.slow(reason="Ray Serve serving requests, about 45 s")
+def test_the_serve_example_serves_requests():
+    """The Ray Serve example run as a script: it serves two requests on a local cluster."""
+    pytest.importorskip("ray.serve")
+    subprocess.run([sys.executable, str(EXAMPLE), "--requests", "2"], check=True, timeout=600)

@@ -6,7 +6,6 @@ Amaranth's simulator); backpressure and idle input go through ``run_streams``; t
 building blocks (packer, unpacker, multiplier, frame receiver) have their own stream tests.
 """
 
-import os
 import random
 import struct
 
@@ -40,10 +39,11 @@ from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_wo
 from maxaccel.sim.values import edge_bits, random_values
 from maxaccel.sim.virtual_board import CORE_DEFAULTS, VirtualBoard
 
-LANES = 2
-TIMEOUT_CYCLES = 300
-BOARD = dict(lanes=LANES, replay_depth=32, max_dims=3, max_operands=3, pool_channels=8,
-             frame_timeout_cycles=TIMEOUT_CYCLES)
+from boards import SMALL_CORE, small_compiled_board
+
+BOARD = SMALL_CORE
+LANES = BOARD["lanes"]
+TIMEOUT_CYCLES = BOARD["frame_timeout_cycles"]
 FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 INTEGERS = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64,
             np.bool_]
@@ -63,8 +63,7 @@ def open_board(kind):
     if kind == "sim":
         return VirtualBoard(**BOARD)
     from maxaccel.sim.verilator_board import VerilatorBoard
-    return VerilatorBoard(**dict(CORE_DEFAULTS, **BOARD)) if kind == "compiled" \
-        else VerilatorBoard()
+    return small_compiled_board() if kind == "compiled" else VerilatorBoard()
 
 
 def parameters_of(board):
@@ -76,11 +75,13 @@ def parameters_of(board):
 
 
 #: The boards every test of the engine runs on. ``BOARD``'s core runs compiled in CI, and in
-#: Amaranth's simulator too with MAXACCEL_SLOW=1: the two answer with the same bytes in the
+#: Amaranth's simulator too with ``--slow``: the two answer with the same bytes in the
 #: same cycles (``tests/test_verilator_board.py``), and simulated the engine's tests took
 #: about 230 s of CPU, compiled 4. The simulated board still runs the tests that take a
 #: ``kind`` and the core's own tests under stalls below.
-BOARD_KINDS = (["sim"] if os.environ.get("MAXACCEL_SLOW") else []) + ["compiled", "verilator"]
+BOARD_KINDS = [pytest.param("sim", marks=pytest.mark.slow(
+    reason="the engine's tests in Amaranth's simulator, about 230 s of CPU")),
+    "compiled", "verilator"]
 
 
 @pytest.fixture(scope="module", params=BOARD_KINDS)

@@ -2,7 +2,6 @@
 (both zeros, subnormals, infinities, every NaN class): the full 2^32 pairs per format run as a
 documented command (``python -m maxaccel.sim.exhaustive``, see docs/benchmarks.md)."""
 
-import os
 
 import ml_dtypes
 import numpy as np
@@ -42,9 +41,7 @@ def test_the_minimum_is_not_the_maximum(lane):
     assert mismatches
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="every 2^32 pair of a format, minutes a format: MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="every 2^32 pair of a format, minutes a format")
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: str(f.numpy_dtype))
 def test_lane_minimum_on_every_pair(lane, fmt):
     """The minimum select on all 2^32 ordered pairs (the maximum's run is documented in

@@ -7,11 +7,12 @@ replay-buffer addressing and decoding, so any mistake there shows as wrong bits.
 
 import dataclasses
 import math
-import os
 
 import numpy as np
 import pytest
-from fake_board import FakeBoard
+from boards import SMALL_WINDOW
+from device_checks import REDUCTIONS, check_edge_digest
+from fake_board import CountingBoard, FakeBoard
 
 from maxaccel.host.device import Device
 from maxaccel.contract.dtypes import FORMATS, DType
@@ -46,17 +47,16 @@ def open_virtual_board(kind="sim"):
 
 #: The corpus on Amaranth's simulator repeats, at about 1/100 of the speed, what the compiled
 #: board runs of the same gateware; CI runs the digest there (test_edge_corpus_on_the_virtual_
-#: board) and MAXACCEL_SLOW=1 the whole corpus.
-SIMULATED_CORPUS = pytest.param("sim", marks=[pytest.mark.slow, pytest.mark.skipif(
-    not os.environ.get("MAXACCEL_SLOW"),
+#: board) and ``--slow`` the whole corpus.
+SIMULATED_CORPUS = pytest.param("sim", marks=pytest.mark.slow(
     reason="the whole corpus in Amaranth's simulator, about 5 min of CPU (the compiled board "
-           "runs it in CI): MAXACCEL_SLOW=1 runs it")])
+           "runs it in CI)"))
 
 
 @pytest.fixture(scope="module", params=["fake", SIMULATED_CORPUS, "verilator"])
 def device(request):
     """The fake board, the virtual board (the real gateware in Amaranth's simulator; slow,
-    behind ``MAXACCEL_SLOW=1``) and the same gateware compiled with Verilator."""
+    behind ``--slow``) and the same gateware compiled with Verilator."""
     with (make_device() if request.param == "fake" else open_virtual_board(request.param)) \
             as dev:
         yield dev
@@ -68,23 +68,6 @@ def fake_device():
         yield dev
 
 
-REDUCTIONS = [
-    ((3, 4, 5), None, True, False),
-    ((3, 4, 5), [1], True, False),
-    ((3, 4, 5), [0, 2], False, False),
-    ((3, 4, 5), -1, False, False),
-    ((2, 3, 2, 3), [0, 3], True, False),
-    ((), None, True, False),
-    ((), [], False, False),
-    ((7,), [0], False, False),
-    ((1, 9), None, False, False),
-    ((2, 0, 3), [1], True, False),   # empty reductions: the least element
-    ((2, 0, 3), [0, 2], False, False),  # empty output
-    ((0,), None, True, False),
-    ((4, 3), [], True, True),       # noop: the identity, NaN payloads untouched
-    ((4, 3), None, True, True),
-    ((4, 3), [], True, False),
-]
 
 
 @pytest.mark.parametrize("fmt", ALL, ids=ids(ALL))
@@ -644,36 +627,7 @@ def test_edge_corpus_on_the_virtual_board(kind):
         check_edge_digest(dev)
 
 
-def check_edge_digest(dev):
-    """The digest: every dtype reduced (maximum, minimum, the positions of both, first and
-    last), broadcast (but bool) and, for floats, a NaN in every row (its value and its
-    position) and a global pool; also run on the netlist boards
-    (tests/test_netlist_board.py)."""
-    rng = np.random.default_rng(500)
-    for fmt in ALL:
-        data = random_values(rng, fmt, (3, 5), edge_fraction=0.5)
-        for name in ("reduce_max", "reduce_min"):
-            assert_same_bits(getattr(dev, name)(data, axes=[1], keepdims=False),
-                             getattr(reference, name)(data, axes=[1], keepdims=False),
-                             f"{name} {fmt}")
-        for name, last in [("arg_max", False), ("arg_min", True)]:
-            assert_same_bits(getattr(dev, name)(data, axis=1, select_last_index=last),
-                             getattr(reference, name)(data, axis=1, select_last_index=last),
-                             f"{name} {fmt}")
-        if fmt.kind != "bool":
-            arrays = [random_values(rng, fmt, s, edge_fraction=0.5)
-                      for s in [(2, 1, 4), (3, 1), (1,)]]
-            assert_same_bits(dev.max(*arrays), reference.max(*arrays), str(fmt))
-        if fmt.is_float:
-            edges = edge_bits(fmt)
-            nans = edges[reference.is_nan(edges)]
-            matrix = rng.choice(edges[~reference.is_nan(edges)], size=(7, 7))
-            matrix[np.arange(7), np.arange(7)] = nans[:7]
-            got = dev.reduce_max(matrix, axes=[1])
-            assert (reference.bits_of(got) == fmt.canonical_nan).all()
-            assert dev.arg_min(matrix, axis=1, keepdims=False).tolist() == list(range(7))
-            x = random_values(rng, fmt, (1, 2, 3, 2))
-            assert_same_bits(dev.global_max_pool(x), reference.global_max_pool(x))
+
 
 
 # ---- windowed MaxPool through REDUCE -------------------------------------------------------------
@@ -746,14 +700,13 @@ def test_max_pool_writes_into_out_as_it_lies(device, pool, route):
 def test_max_pool_writes_each_tile_into_out():
     """A pool the unit takes in 14 tiles of output columns: each tile's maxima go into
     ``out`` (a strided view), the bits the golden model's."""
-    from test_pool_tiles import SMALL
     rng = np.random.default_rng(5)
     fmt = FORMATS[DType.FLOAT16]
     x = random_values(rng, fmt, (1, 4, 2, 40), edge_fraction=0.3)
     attributes = dict(kernel_shape=[2, 3], strides=[1, 1], pads=[0, 1, 1, 1])
     want = reference.max_pool(x, **attributes)
     out, *_ = strided_room(rng, want.shape, fmt)
-    with Device(FakeBoard(**SMALL)) as device:
+    with Device(FakeBoard(**SMALL_WINDOW)) as device:
         assert device.max_pool(x, **attributes, out=out) is out
         assert device.last_max_pool_route == Command.MAX_POOL
     assert_same_bits(out, want)
@@ -765,7 +718,6 @@ def test_max_pool_into_out_that_overlaps_its_input(route):
     buffer), as numpy's ``out``: the golden model's bits, through a plan of several batches
     of tiles on the MAX_POOL route (later tiles read input earlier ones would overwrite) and
     through REDUCE."""
-    from test_pool_tiles import SMALL, CountingBoard
     rng = np.random.default_rng(17)
     fmt = FORMATS[DType.FLOAT]
     for shape, attributes, view in [
@@ -775,7 +727,7 @@ def test_max_pool_into_out_that_overlaps_its_input(route):
         buffer = random_values(rng, fmt, shape, edge_fraction=0.2)
         x = buffer
         want = reference.max_pool(x, **attributes, return_indices=True)
-        board = CountingBoard(**SMALL)
+        board = CountingBoard(**SMALL_WINDOW)
         with Device(board, max_frame_bytes=512) as device:
             for indices in (False, True):
                 x = buffer.copy()

@@ -114,7 +114,7 @@ def golden_max(a, b):
     return reference.max(a, b)
 
 
-def check_lanes(latency, fmt, a, b, what, bench=bench):
+def check_lane_pairs(latency, fmt, a, b, what, bench=bench):
     """Run element arrays ``a`` and ``b`` (whole lanes of ``fmt``) through the lane, compare."""
     a_words, b_words = pack(a, fmt), pack(b, fmt)
     words = bench(latency).run([fmt.dtype] * len(a_words), a_words, b_words)
@@ -136,7 +136,7 @@ def edge_pairs(fmt):
 @pytest.mark.parametrize("latency", LATENCIES)
 @pytest.mark.parametrize("fmt", ALL_FORMATS, ids=FORMAT_IDS)
 def test_every_pair_of_edge_values(fmt, latency):
-    check_lanes(latency, fmt, *edge_pairs(fmt), f"{fmt.dtype.name} edge pairs")
+    check_lane_pairs(latency, fmt, *edge_pairs(fmt), f"{fmt.dtype.name} edge pairs")
 
 
 @functools.cache
@@ -147,7 +147,7 @@ def muxed_bench(latency):
 @pytest.mark.parametrize("fmt", ALL_FORMATS, ids=FORMAT_IDS)
 def test_resource_baseline_muxed_lane_is_correct(fmt):
     """The per-dtype comparators docs/resources.md compares the lane with are right too."""
-    check_lanes(0, fmt, *edge_pairs(fmt), f"MuxedPerDtypeLane {fmt.dtype.name}",
+    check_lane_pairs(0, fmt, *edge_pairs(fmt), f"MuxedPerDtypeLane {fmt.dtype.name}",
                 bench=muxed_bench)
 
 
@@ -206,7 +206,7 @@ def test_random_lanes(fmt, latency, data):
     pairs = data.draw(st.lists(lane_pair(fmt), min_size=1, max_size=24))
     a = to_array([x for pair in pairs for x in pair[0]], fmt)
     b = to_array([x for pair in pairs for x in pair[1]], fmt)
-    check_lanes(latency, fmt, a, b, f"{fmt.dtype.name} random lanes")
+    check_lane_pairs(latency, fmt, a, b, f"{fmt.dtype.name} random lanes")
 
 
 @pytest.mark.parametrize("latency", LATENCIES)

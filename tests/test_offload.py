@@ -10,15 +10,16 @@ ReduceMax-18 and -20, GlobalMaxPool-22); every older version is checked below on
 here, with edge values, against the golden model.
 """
 
-import importlib
 import warnings
 
 import numpy as np
 import onnx
 import pytest
-from backend_cases import pytorch_cases
+from device_checks import (CASES, MAXPOOL_CASES, PYTORCH_CASES, check_maxpool_case,
+                           check_node_case, check_pytorch_case)
+from onnx_models import mixed_model, single_node_model
 from fake_board import FakeBoard
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from maxaccel.host.device import Device
 from maxaccel.contract.dtypes import DType, format_of
@@ -26,29 +27,6 @@ from maxaccel.host.offload import OffloadSession
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import random_values
-
-
-def backend_node_cases():
-    """The onnx package's node test cases of Max, ReduceMax, GlobalMaxPool, Min, ReduceMin,
-    ArgMax and ArgMin."""
-    import onnx.backend.test.case.node as node_cases
-    node_cases._TargetOpType = None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the generators divide by zero on purpose
-        for module in ("max", "reducemax", "globalmaxpool", "min", "reducemin", "argmax",
-                       "argmin"):
-            importlib.import_module(f"onnx.backend.test.case.node.{module}")
-    # By the node's operator, not the case's name: "test_max" also begins the MaxPool cases,
-    # which are in the list when another test module loaded them first.
-    return {c.name: c for c in node_cases._NodeTestCases
-            if c.model.graph.node[0].op_type in FAMILY_CASES}
-
-
-#: The operators whose shipped cases run here (MaxPool's are in MAXPOOL_CASES below).
-FAMILY_CASES = ("Max", "ReduceMax", "GlobalMaxPool", "Min", "ReduceMin", "ArgMax", "ArgMin")
-
-
-CASES = backend_node_cases()
 
 
 @pytest.fixture(scope="module")
@@ -70,48 +48,9 @@ def test_every_shipped_case_is_found():
             "test_reduce_max_empty_set_bool"} <= set(CASES)
 
 
-def check_node_case(device, name):
-    """One shipped case on ``device``: the node placed there, bit for bit against its shipped
-    output and the golden model (also run on the netlist boards, tests/test_netlist_board.py)."""
-    case = CASES[name]
-    session = OffloadSession(case.model, device=device)
-    golden = OffloadSession(case.model, device=reference)
-    input_names = [i.name for i in case.model.graph.input]
-    for inputs, expected in case.data_sets:
-        feeds = dict(zip(input_names, inputs))
-        got = session.run(None, feeds)
-        assert [where for _, _, where in session.last_run] == ["device"]
-        for value, shipped, want in zip(got, expected, golden.run(None, feeds)):
-            assert_same_bits(value, want, f"{name} vs the golden model")
-            assert_same_bits(value, shipped, f"{name} vs the shipped output")
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_onnx_backend_node_case(device, name):
     check_node_case(device, name)
-
-
-#: The older releases' PyTorch-converted cases onnx still ships, of the operators above (their
-#: MaxPool ones are in MAXPOOL_CASES below).
-PYTORCH_CASES = pytorch_cases(FAMILY_CASES)
-
-
-def check_shipped_case(device, model, data_sets, name):
-    """A shipped case (a one-node model and its data sets), the node placed on ``device``,
-    every output equal to the shipped one."""
-    session = OffloadSession(model, device=device)
-    input_names = [i.name for i in model.graph.input]
-    for inputs, expected in data_sets:
-        got = session.run(None, dict(zip(input_names, inputs)))
-        assert [where for _, _, where in session.last_run] == ["device"], name
-        assert len(got) == len(expected)
-        for value, shipped in zip(got, expected):
-            assert_same_bits(value, shipped, name)
-
-
-def check_pytorch_case(device, name):
-    """One shipped PyTorch case (:func:`check_shipped_case`)."""
-    check_shipped_case(device, *PYTORCH_CASES[name], name)
 
 
 def test_every_pytorch_case_is_found():
@@ -121,18 +60,6 @@ def test_every_pytorch_case_is_found():
 @pytest.mark.parametrize("name", sorted(PYTORCH_CASES))
 def test_pytorch_converted_case(device, name):
     check_pytorch_case(device, name)
-
-
-def single_node_model(op_type, opset, inputs, outputs, initializers=(), **attributes):
-    node = helper.make_node(op_type, [name for name, *_ in inputs + list(initializers)],
-                            [name for name, *_ in outputs], **attributes)
-    graph = helper.make_graph(
-        [node], f"{op_type.lower()}_{opset}",
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        initializer=[numpy_helper.from_array(v, n) for n, v in initializers])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
-                             ir_version=10)
 
 
 def check_on_device(device, model, feeds):
@@ -294,38 +221,6 @@ def test_global_max_pool_every_opset_version(device, opset, element, shape):
     check_on_device(device, model, {"x": edge_tensor(dtype, shape, opset)})
 
 
-def mixed_model():
-    """Max (device) -> If on the CPU whose branches read an outer value -> ReduceMax (device)
-    -> Relu (CPU), with a GlobalMaxPool (device) feeding an Add (CPU)."""
-    f32 = TensorProto.FLOAT
-    then_branch = helper.make_graph(
-        [helper.make_node("Neg", ["m"], ["branch_out"])], "then", [],
-        [helper.make_tensor_value_info("branch_out", f32, ["batch", 3, 4])])
-    else_branch = helper.make_graph(
-        [helper.make_node("Identity", ["m"], ["branch_out"])], "else", [],
-        [helper.make_tensor_value_info("branch_out", f32, ["batch", 3, 4])])
-    nodes = [
-        helper.make_node("Max", ["a", "b"], ["m"], name="max"),
-        helper.make_node("If", ["flip"], ["chosen"], name="if", then_branch=then_branch,
-                         else_branch=else_branch),
-        helper.make_node("ReduceMax", ["chosen", "axes"], ["r"], name="reduce", keepdims=0),
-        helper.make_node("Relu", ["r"], ["relu"], name="relu"),
-        helper.make_node("GlobalMaxPool", ["m"], ["pooled"], name="pool"),
-        helper.make_node("Reshape", ["pooled", "flat"], ["pooled_flat"], name="reshape"),
-        helper.make_node("Add", ["relu", "pooled_flat"], ["out"], name="add"),
-    ]
-    graph = helper.make_graph(
-        nodes, "mixed",
-        [helper.make_tensor_value_info("a", f32, ["batch", 3, 4]),
-         helper.make_tensor_value_info("b", f32, [1, 3, 1]),
-         helper.make_tensor_value_info("flip", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("out", f32, ["batch", 3]),
-         helper.make_tensor_value_info("m", f32, ["batch", 3, 4])],
-        initializer=[numpy_helper.from_array(np.array([2], np.int64), "axes"),
-                     numpy_helper.from_array(np.array([-1, 3], np.int64), "flat")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-
-
 @pytest.mark.parametrize("flip", [False, True])
 def test_model_mixing_device_and_cpu_nodes(device, flip):
     model = mixed_model()
@@ -449,6 +344,9 @@ def test_the_example_model_runs_on_the_device(device):
 
 @pytest.fixture(scope="module", params=["sim", "verilator"])
 def virtual_board(request):
+    if request.param == "verilator":
+        yield request.getfixturevalue("compiled_device")
+        return
     from maxaccel.host.device import open_device
     with open_device(request.param) as dev:
         yield dev
@@ -471,21 +369,9 @@ def test_onnx_backend_node_cases_on_the_virtual_board(virtual_board):
 
 # ---- windowed MaxPool: the 28 backend cases (19 generated, 9 PyTorch-converted) ---------------
 
-def maxpool_cases():
-    from test_reference_maxpool import BACKEND_CASES
-    return BACKEND_CASES
-
-
-MAXPOOL_CASES = maxpool_cases()
 #: The cases small enough for Amaranth's simulator (the rest run on the compiled board).
 SMALL_MAXPOOL_CASES = sorted(name for name, (_, data_sets) in MAXPOOL_CASES.items()
                              if all(inputs[0].size <= 64 for inputs, _ in data_sets))
-
-
-def check_maxpool_case(device, name):
-    """The MaxPool node placed on the device, Y and Indices equal to the shipped output
-    (:func:`check_shipped_case`)."""
-    check_shipped_case(device, *MAXPOOL_CASES[name], name)
 
 
 @pytest.mark.parametrize("name", sorted(MAXPOOL_CASES))

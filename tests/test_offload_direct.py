@@ -11,7 +11,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import EPFail
 from maxaccel.host.offload import OffloadSession, _direct_run
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
-from test_offload import mixed_model
+from onnx_models import mixed_model
 
 FEEDS = {"a": np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32),
          "b": np.array([0.5, -0.0, np.nan], np.float32).reshape(1, 3, 1),

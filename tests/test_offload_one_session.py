@@ -18,7 +18,8 @@ from maxaccel.host.device import Device
 from maxaccel.host.offload import OffloadSession
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
-from test_offload import mixed_model, random_values, single_node_model
+from maxaccel.sim.values import random_values
+from onnx_models import bfloat16_model, mixed_model, single_node_model
 
 FEEDS = {"a": np.array([[[np.nan, -0.0, 1, 2]] * 3] * 2, np.float32),
          "b": np.array([0.0, -0.0, np.nan], np.float32).reshape(1, 3, 1),
@@ -109,15 +110,6 @@ def test_a_dropped_session_leaves_no_step_behind():
     del session
     gc.collect()
     assert len(device_ops._steps) == before
-
-
-def bfloat16_model():
-    graph = helper.make_graph(
-        [helper.make_node("Max", ["x", "y"], ["m"]), helper.make_node("Cast", ["m"], ["z"],
-                                                                       to=TensorProto.FLOAT)],
-        "bf16", [helper.make_tensor_value_info(n, TensorProto.BFLOAT16, [3]) for n in "xy"],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
 
 def test_models_it_leaves_to_the_partitions_say_why(monkeypatch, tmp_path):

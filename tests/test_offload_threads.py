@@ -15,8 +15,7 @@ from maxaccel.host.offload import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RU
                                    OffloadSession)
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
-from test_offload import mixed_model
-from test_offload_one_session import bfloat16_model
+from onnx_models import bfloat16_model, mixed_model
 
 INTRA, INTER = SPINNING
 

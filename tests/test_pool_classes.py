@@ -11,23 +11,21 @@ Cycles are deterministic: a change that costs a cycle fails here.
 """
 
 import math
-import os
 import pathlib
 
 import numpy as np
 import pytest
+from boards import COMPILED_WINDOW
 from fake_board import FakeBoard
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.contract.rules import _window_extents
 from maxaccel.contract.wire import Command
-from maxaccel.host import open_device
 from maxaccel.host.device import plan_max_pool
 from maxaccel.bench.pools import POOL_CLASSES, RATIOS_FILE, load_ratio_tables, \
     measure_pool_ratios
 from maxaccel.host.pool_window import plan_window_pool
-from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS
 
 # (class name, dtype) -> (route, device cycles of the pool, device cycles of the ReduceMax of
 # its link bytes): the figures docs/benchmarks.md's MaxPool table quotes (maxaccel.bench.pools.RATIOS_FILE,
@@ -46,12 +44,7 @@ POOL_CYCLES = {(r.operation, r.dtype): (r.route, r.cycles, r.reduce_cycles)
 SPP_CLASSES = [pool.name for pool in POOL_CLASSES if pool.where == "SPP / SPPF blocks"]
 
 CLASSES = {pool.name: pool for pool in POOL_CLASSES}
-#: The compiled board's pooling unit (the NiteFury's: ``boards/targets.py``), for a fake board.
-COMPILED = dict(lanes=VERILATOR_DEFAULTS["lanes"],
-                window_lanes=VERILATOR_DEFAULTS["window_lanes"] or VERILATOR_DEFAULTS["lanes"],
-                **{k: VERILATOR_DEFAULTS[k]
-                   for k in ("window_extent", "window_extent_outer", "window_columns",
-                             "window_plane")})
+COMPILED = COMPILED_WINDOW
 
 
 def test_the_table_covers_every_class_and_dtype():
@@ -121,11 +114,11 @@ def test_every_class_on_each_ulx3s_takes_the_route_its_identity_gives(bitstream_
             assert (sum(len(b.tiles) for b in plan.batches) > 1) == wide, (name, dtype)
 
 
-@pytest.fixture(scope="module")
-def default_board():
-    with open_device("verilator") as device:
-        assert {k: getattr(device.identity, k) for k in COMPILED} == COMPILED
-        yield device
+@pytest.fixture
+def default_board(compiled_device):
+    """The default compiled board, its capacities checked to be the table's."""
+    assert {k: getattr(compiled_device.identity, k) for k in COMPILED} == COMPILED
+    return compiled_device
 
 
 def check_cell(device, name, dtype):
@@ -146,10 +139,8 @@ def test_uint8_cycles_of_the_spp_classes(default_board, name):
     check_cell(default_board, name, "uint8")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="22 cells of the compiled board, minutes of CPU (the float32 column "
-                           "and uint8's SPP cells run in CI): MAXACCEL_SLOW=1 runs them")
+@pytest.mark.slow(reason="22 cells of the compiled board, minutes of CPU (the float32 column "
+                         "and uint8's SPP cells run in CI)")
 @pytest.mark.parametrize("name, dtype", [k for k in POOL_CYCLES if k[1] != "float32"
                                          and not (k[1] == "uint8" and k[0] in SPP_CLASSES)])
 def test_float16_and_uint8_cycles_of_every_class(default_board, name, dtype):

@@ -7,8 +7,8 @@ element, and every output produced by exactly one run.
 
 import numpy as np
 import pytest
-from test_reference import NUMERIC_DTYPES, dtype_id
-from test_reference_maxpool import random_configs
+from scalar_model import NUMERIC_DTYPES, dtype_id
+from pool_configs import random_configs
 
 from maxaccel.host.pool_reduce import max_pool_by_reduce, plan_reduce_pool
 from maxaccel.contract.pooling import check_max_pool, resolve_max_pool

@@ -26,8 +26,9 @@ from itertools import product
 import ml_dtypes
 import numpy as np
 import pytest
-from fake_board import FakeBoard
-from test_reference_maxpool import random_config
+from fake_board import CountingBoard, FakeBoard
+from boards import COMPILED_WINDOW, SMALL_WINDOW
+from pool_configs import random_config
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool, window_geometry
@@ -40,7 +41,7 @@ from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import random_values
 
 # A fake board whose unit holds very little, so that small pools tile in every direction.
-SMALL = dict(lanes=2, window_lanes=2, window_columns=3, window_plane=6)
+SMALL = SMALL_WINDOW
 
 
 def random_axis(rng):
@@ -108,7 +109,7 @@ def small_identity(**board):
     return FakeBoard(**dict(SMALL, **board)).identity
 
 
-def check_plan(plan, geometry, fmt, identity, max_frame_bytes):
+def check_tile_plan(plan, geometry, fmt, identity, max_frame_bytes):
     """Every batch passes the wire contract; the tiles cover each output once; the elements
     sent are each tile's input."""
     covered = np.zeros(tuple(a.out_size for a in geometry.axes), np.int64)
@@ -147,7 +148,7 @@ def test_the_plan_takes_the_largest_tiles_that_fit(shape, attributes, tiles, ele
     identity = small_identity()
     geometry = resolve_max_pool(shape, **attributes)
     plan = plan_window_pool(geometry, fmt, identity, 1 << 20)
-    check_plan(plan, geometry, fmt, identity, 1 << 20)
+    check_tile_plan(plan, geometry, fmt, identity, 1 << 20)
     sizes = sorted((math.prod(t.out for t in tile) for b in plan.batches for tile in b.tiles),
                    reverse=True)
     assert tuple(sizes) == tiles
@@ -166,19 +167,7 @@ def test_a_pool_the_unit_cannot_take_in_any_tile_has_no_plan():
     # an image row larger than a frame: tiles of fewer columns
     geometry = resolve_max_pool((1, 4, 40), [2], [2])
     plan = plan_window_pool(geometry, fmt, identity, 64)
-    check_plan(plan, geometry, fmt, identity, 64)
-
-
-class CountingBoard(FakeBoard):
-    """The fake board, keeping every MAX_POOL parameter block it was sent."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.blocks = []
-
-    def _max_pool(self, payload):
-        self.blocks.append(PARAMETERS[Command.MAX_POOL].unpack(payload))
-        return super()._max_pool(payload)
+    check_tile_plan(plan, geometry, fmt, identity, 64)
 
 
 def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, send_padding=None,
@@ -192,7 +181,7 @@ def run_tiled(x, attributes, tile_outputs=None, max_frame_bytes=1 << 20, send_pa
     plan = plan_window_pool(geometry, fmt, fake.identity, max_frame_bytes, tile_outputs,
                             send_padding)
     assert plan is not None, f"{x.shape} {attributes} {tile_outputs}"
-    check_plan(plan, geometry, fmt, fake.identity, max_frame_bytes)
+    check_tile_plan(plan, geometry, fmt, fake.identity, max_frame_bytes)
     with Device(fake) as device:
         request = lambda payload: device.link.request(Command.MAX_POOL, payload)   # noqa: E731
         y, indices = max_pool_by_window(x, fmt, plan, request, True)
@@ -351,14 +340,12 @@ def test_the_planner_sends_padding_only_to_save_zero_images():
     other class of the MaxPool table, in any dtype, with or without Indices, sends padding
     (none has zero images to save), and with 64 channels (two whole groups) the peak picking
     sends none either."""
-    from test_pool_classes import COMPILED
-
     from maxaccel.bench.pools import POOL_CLASSES, POOL_DTYPES
-    identity = FakeBoard(**COMPILED).identity
+    identity = FakeBoard(**COMPILED_WINDOW).identity
     fmt = format_of(np.uint8)
     geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
     plan = plan_window_pool(geometry, fmt, identity, 1 << 20)
-    check_plan(plan, geometry, fmt, identity, 1 << 20)
+    check_tile_plan(plan, geometry, fmt, identity, 1 << 20)
     assert plan.filler_images() == 0
     assert {tiles[-1].sent_pad for b in plan.batches for tiles in b.tiles} == {(1, 0), (0, 1)}
     assert {tiles[-1].size for b in plan.batches for tiles in b.tiles} == {66}
@@ -386,8 +373,7 @@ def test_frames_without_indices_hold_more_groups():
     configuration, 66 x 128 a tile) and 2 requests of up to 3 groups, where the plan with
     Indices needs rows in two tiles and 10 requests of one group. A plan without Indices is
     refused for a call that asks for them; both give the golden model's bits."""
-    from test_pool_classes import COMPILED
-    identity = FakeBoard(**COMPILED).identity
+    identity = FakeBoard(**COMPILED_WINDOW).identity
     fmt = format_of(np.uint8)
     geometry = resolve_max_pool((1, 80, 128, 128), [3, 3], pads=[1, 1, 1, 1])
 
@@ -401,7 +387,7 @@ def test_frames_without_indices_hold_more_groups():
     assert requests(plain) == 2
     ((tiles, *_),) = [b.tiles for b in plain.batches]
     assert [(t.size, t.pad, t.out) for t in tiles] == [(128, 1, 128), (66, 0, 64)]
-    check_plan(plain, geometry, fmt, identity, 1 << 20)
+    check_tile_plan(plain, geometry, fmt, identity, 1 << 20)
     x = lowest_at_the_edges(np.random.default_rng(8), fmt, (1, 5, 3, 8))
     attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     fake = FakeBoard(**SMALL)
@@ -535,16 +521,9 @@ VERILATOR_POOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def compiled_board():
-    from maxaccel.host import open_device
-    with open_device("verilator") as device:
-        yield device
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
 @pytest.mark.parametrize("spatial, attributes, tiles", VERILATOR_POOLS)
-def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, attributes, tiles):
+def test_tiles_through_the_compiled_gateware(compiled_device, dtype, spatial, attributes, tiles):
     """Wide pools (more outputs than the unit's 64 columns) and forced tiles (one output
     column, edges in the padding) on the compiled board, edge values at 40% of the positions
     (NaN payloads, ±0 ties, infinities, integer extremes): the golden model's bits and
@@ -558,31 +537,31 @@ def test_tiles_through_the_compiled_gateware(compiled_board, dtype, spatial, att
     # would take (with 6 images in groups of 8, 16 or 32, REDUCE moves fewer elements for the
     # stride-3 pool: it never sends the samples no window reads).
     plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
-                            compiled_board.identity, compiled_board.max_frame_bytes, tiles)
+                            compiled_device.identity, compiled_device.max_frame_bytes, tiles)
     tiled = sum(len(b.tiles) for b in plan.batches) > 1
     assert tiles is not None or len(spatial) == 1 or tiled, what
-    request = lambda p: compiled_board.link.request(Command.MAX_POOL, p)     # noqa: E731
+    request = lambda p: compiled_device.link.request(Command.MAX_POOL, p)     # noqa: E731
     y, indices = max_pool_by_window(x, fmt, plan, request, True)
     assert_same_bits(y, want_y, what)
     np.testing.assert_array_equal(indices, want_indices, err_msg=what)
     assert_same_bits(max_pool_by_window(x, fmt, plan, request, False), want_y, what)
 
 
-def test_a_wide_pool_takes_the_unit_on_the_compiled_board(compiled_board):
+def test_a_wide_pool_takes_the_unit_on_the_compiled_board(compiled_device):
     """Device.max_pool of a pool wider than the unit (150 outputs a row, 3x3 stride 1, the
     heat-map peak picking's shape scaled down): MAX_POOL, not REDUCE."""
     x = random_values(np.random.default_rng(9), format_of(np.float16), (1, 6, 5, 150),
                       edge_fraction=0.4)
     attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-    y, indices = compiled_board.max_pool(x, **attributes, return_indices=True)
-    assert compiled_board.last_max_pool_route == Command.MAX_POOL
+    y, indices = compiled_device.max_pool(x, **attributes, return_indices=True)
+    assert compiled_device.last_max_pool_route == Command.MAX_POOL
     want = reference.max_pool(x, **attributes, return_indices=True)
     assert_same_bits(y, want[0])
     np.testing.assert_array_equal(indices, want[1])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
-def test_sent_padding_through_the_compiled_gateware(compiled_board, dtype):
+def test_sent_padding_through_the_compiled_gateware(compiled_device, dtype):
     """On the compiled board (groups of 32 bytes): a row of 128 outputs, 3x3 stride 1 pads 1
     (the peak picking's pool) on as many images as fill 1.5 groups, which the planner pools
     in two tiles that send their padding (3 groups instead of 4); and forced tiles sending
@@ -594,21 +573,21 @@ def test_sent_padding_through_the_compiled_gateware(compiled_board, dtype):
     x = lowest_at_the_edges(rng, fmt, (1, channels, 3, 128))
     attributes = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
-                            compiled_board.identity, compiled_board.max_frame_bytes)
+                            compiled_device.identity, compiled_device.max_frame_bytes)
     assert plan.padding_elements() > 0 and [b.groups for b in plan.batches] == [3]
-    y, indices = compiled_board.max_pool(x, **attributes, return_indices=True)
-    assert compiled_board.last_max_pool_route == Command.MAX_POOL
+    y, indices = compiled_device.max_pool(x, **attributes, return_indices=True)
+    assert compiled_device.last_max_pool_route == Command.MAX_POOL
     want = reference.max_pool(x, **attributes, return_indices=True)
     assert_same_bits(y, want[0])
     np.testing.assert_array_equal(indices, want[1])
     x = lowest_at_the_edges(rng, fmt, (1, 6, 5, 17))
     attributes = dict(kernel_shape=[3, 3], strides=[1, 2], pads=[2, 2, 2, 2])
     want = reference.max_pool(x, **attributes, return_indices=True)
-    request = lambda p: compiled_board.link.request(Command.MAX_POOL, p)     # noqa: E731
+    request = lambda p: compiled_device.link.request(Command.MAX_POOL, p)     # noqa: E731
     for sends in [((True, True), (True, True)), ((True, False), (False, True)),
                   ((False, True), (True, False))]:
         plan = plan_window_pool(resolve_max_pool(x.shape, **attributes), fmt,
-                                compiled_board.identity, compiled_board.max_frame_bytes,
+                                compiled_device.identity, compiled_device.max_frame_bytes,
                                 [3, 2], sends)
         y, indices = max_pool_by_window(x, fmt, plan, request, True)
         assert_same_bits(y, want[0], str(sends))

@@ -63,7 +63,7 @@ import pytest
 from amaranth.hdl import Array, Assert, Assume, Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
-from test_lane_formal import prove
+from formal import prove
 
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.hdl.kit import accumulate_runs, decode_format, delay

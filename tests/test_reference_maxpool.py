@@ -14,11 +14,12 @@ from fractions import Fraction
 import numpy as np
 import onnxruntime
 import pytest
-from backend_cases import generated_node_cases, pytorch_cases
+from backend_cases import maxpool_cases
+from pool_configs import random_config, random_configs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
-from test_reference import (CANONICAL_NAN, NUMERIC_DTYPES, decode, dtype_id, from_ints,
+from scalar_model import (CANONICAL_NAN, NUMERIC_DTYPES, decode, dtype_id, from_ints,
                             scalar_lowest, to_ints)
 
 from maxaccel.contract.pooling import PoolAxis, resolve_max_pool
@@ -123,36 +124,6 @@ def check_against_scalar(x, **attributes):
     assert_same_bits(indices, expected[1], what + " Indices")
     assert_same_bits(reference.max_pool(x, **attributes), expected[0], what + " without Indices")
     return True
-
-
-def random_config(rng, rank, max_size=6):
-    kernel = [int(k) for k in rng.integers(1, 4, rank)]
-    attributes = {"kernel_shape": kernel}
-    if rng.random() < 0.7:
-        attributes["strides"] = [int(s) for s in rng.integers(1, 4, rank)]
-    if rng.random() < 0.5:
-        attributes["dilations"] = [int(d) for d in rng.integers(1, 4, rank)]
-    attributes["auto_pad"] = str(rng.choice(["NOTSET", "NOTSET", "VALID", "SAME_UPPER",
-                                             "SAME_LOWER"]))
-    if attributes["auto_pad"] == "NOTSET" and rng.random() < 0.7:
-        attributes["pads"] = [int(p) for p in rng.integers(0, 4, 2 * rank)]
-    attributes["ceil_mode"] = bool(rng.random() < 0.4)
-    attributes["storage_order"] = int(rng.random() < 0.3)
-    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + tuple(
-        int(n) for n in rng.integers(1, max_size + 1, rank))
-    return shape, attributes
-
-
-#: Largest spatial size of a random configuration, per rank (the corpora's).
-CORPUS_MAX_SIZE = {1: 9, 2: 6, 3: 4}
-
-
-def random_configs(rng, counts, max_size=CORPUS_MAX_SIZE):
-    """``(shape, attributes)`` of ``counts[rank]`` random configurations of each rank 1, 2 and
-    3, in that order, drawn from ``rng`` one at a time (the caller may draw between them)."""
-    for rank in (1, 2, 3):
-        for _ in range(counts[rank]):
-            yield random_config(rng, rank, max_size=max_size[rank])
 
 
 # --- (a) hand-worked vectors --------------------------------------------------------------------
@@ -383,17 +354,22 @@ def test_big_endian_and_views():
     assert_same_bits(y3, y)
 
 
-def test_large_backend_geometries_are_fast():
-    import time
+def test_large_backend_geometries():
+    """The backend suite's largest geometries (4 800 taps a window, 220 000 elements): the
+    shape, and sampled windows against their taps gathered directly."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 1, 1000, 1000)).astype(np.float32)
-    start = time.perf_counter()
     y, _ = reference.max_pool(x, [60, 80], [10, 10], [10, 20, 10, 20], [10, 10],
                               return_indices=True)
-    x1 = rng.standard_normal((1, 1, 220000)).astype(np.float32)
-    reference.max_pool(x1, [200], [10], [100, 100], [10], return_indices=True)
-    assert time.perf_counter() - start < 10
     assert y.shape == (1, 1, 43, 25)
+    for oh, ow in [(0, 0), (21, 12), (42, 24), (5, 17)]:
+        rows = [r for r in range(oh * 10 - 10, oh * 10 - 10 + 600, 10) if 0 <= r < 1000]
+        columns = [c for c in range(ow * 10 - 20, ow * 10 - 20 + 800, 10) if 0 <= c < 1000]
+        assert y[0, 0, oh, ow] == x[0, 0][np.ix_(rows, columns)].max()
+    x1 = rng.standard_normal((1, 1, 220000)).astype(np.float32)
+    y1, _ = reference.max_pool(x1, [200], [10], [100, 100], [10], return_indices=True)
+    assert y1.shape == (1, 1, (220000 + 200 - 1990 - 1) // 10 + 1)
+    assert y1[0, 0, 500] == x1[0, 0, 5000 - 100:5000 - 100 + 2000:10].max()
 
 
 # --- (c) onnxruntime where it agrees with the contract ------------------------------------------
@@ -471,12 +447,7 @@ def test_against_onnxruntime(dtype):
 # --- (d) the ONNX backend test cases ------------------------------------------------------------
 
 
-def backend_cases():
-    """The 19 generated node cases and the 9 PyTorch-converted or -operator data dirs."""
-    return {**generated_node_cases(["maxpool"], ["test_maxpool"]), **pytorch_cases(["MaxPool"])}
-
-
-BACKEND_CASES = backend_cases()
+BACKEND_CASES = maxpool_cases()
 
 
 def test_every_backend_case_is_found():

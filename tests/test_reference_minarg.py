@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import helper
-from test_reference import (ALL_DTYPES, BF16, CANONICAL_NAN, F16, F32, F64, FLOAT_DTYPES,
+from scalar_model import (ALL_DTYPES, BF16, CANONICAL_NAN, F16, F32, F64, FLOAT_DTYPES,
                             INT_DTYPES, NEGATIVE_INFINITY, NUMERIC_DTYPES, SIGNED,
                             bits_array, check_reduction_property, check_variadic_property,
                             decode, dtype_id, scalar_broadcast_max, scalar_reduce_max, tensors,

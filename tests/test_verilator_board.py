@@ -1,7 +1,6 @@
 """The compiled virtual board: the same bytes, in the same cycles, as the simulated one; its
 model cache; and a clear message where Verilator or a compiler is missing."""
 
-import os
 import pathlib
 import re
 import shutil
@@ -21,14 +20,20 @@ from maxaccel.contract.wire import (MAX_COUNT, PARAMETERS, Command, FrameParser,
                                     MaxParameters, Status, encode_frame, parameter_block)
 from maxaccel.sim import verilator
 from maxaccel.sim.values import random_values
-from maxaccel.sim.verilator_board import VerilatorBoard
-from maxaccel.sim.virtual_board import VirtualBoard
+from maxaccel.sim.verilator_board import VERILATOR_DEFAULTS, VerilatorBoard
+from maxaccel.sim.virtual_board import CORE_DEFAULTS, VirtualBoard
 
-# The kernel extents pinned as the compiled board's defaults have them (the NiteFury's core:
-# 13 on the inner axes, 3 on the outermost), which the simulated board's defaults (3) are not.
-BOARD = dict(lanes=1, replay_depth=16, max_dims=2, max_operands=2, pool_channels=4,
-             window_lanes=1, window_columns=8, window_plane=16, frame_timeout_cycles=150,
-             window_extent=13, window_extent_outer=3)
+from boards import SMALL_CORE
+
+# The cores compared, by link width: at a byte a cycle the engine's small core; at 32 bytes the
+# default compiled board (the NiteFury's core, its kernel extents 13 on the inner axes and 3 on
+# the outermost, which the simulated board's defaults are not), whose model the other tests
+# use; at 8 bytes a small core of one lane with those extents.
+BOARDS = {1: dict(CORE_DEFAULTS, **SMALL_CORE),
+          8: dict(lanes=1, link_bytes=8, replay_depth=16, max_dims=2, max_operands=2,
+                  pool_channels=4, window_lanes=1, window_columns=8, window_plane=16,
+                  frame_timeout_cycles=150, window_extent=13, window_extent_outer=3),
+          32: dict(VERILATOR_DEFAULTS, link_bytes=32)}
 
 
 def conversation(identity, rng):
@@ -80,14 +85,14 @@ def replay(board, requests):
     return transcript
 
 
-@pytest.mark.parametrize("link_bytes", [1, pytest.param(8, marks=[
-    pytest.mark.slow, pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"), reason=(
-        "a third model (1-2 min of CPU); 32 covers wide links in CI: MAXACCEL_SLOW=1 runs it"))]),
-    32])
+@pytest.mark.parametrize("link_bytes", [1, pytest.param(8, marks=pytest.mark.slow(
+    reason="a third model (minutes of C++); 32 covers wide links in CI")), 32])
 def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
-    """A byte link, and 32 bytes a cycle (the NiteFury's link word) on a core of 4 lanes."""
+    """A byte link (the engine's small core), and 32 bytes a cycle (the NiteFury's link word:
+    the default compiled board, about a minute of Amaranth's simulator for the
+    conversation)."""
     rng = np.random.default_rng(42)
-    board = dict(BOARD, link_bytes=link_bytes, lanes=max(1, link_bytes // 8))
+    board = BOARDS[link_bytes]
     with VirtualBoard(**board) as simulated, VerilatorBoard(**board) as compiled:
         assert compiled.identity == simulated.identity
         requests = conversation(compiled.identity, rng)
@@ -100,14 +105,13 @@ def test_both_boards_answer_with_the_same_bytes_in_the_same_cycles(link_bytes):
         assert cycles == want_cycles, f"request {index}: {cycles} cycles, simulated {want_cycles}"
 
 
-def test_a_large_request_through_open_device():
+def test_a_large_request_through_open_device(compiled_device):
     x = np.random.default_rng(3).standard_normal((64, 4096)).astype(np.float32)  # 1 MiB
-    with open_device("verilator?lanes=1") as device:    # a link of 8 bytes per cycle
-        assert device.link.transport.board.link_bytes == 8
-        from maxaccel.sim import reference
-        reference.assert_same_bits(device.reduce_max(x, axes=[1]),
-                                   reference.reduce_max(x, axes=[1]))
-        assert device.link.retries == 0
+    from maxaccel.sim import reference
+    retries = compiled_device.link.retries
+    reference.assert_same_bits(compiled_device.reduce_max(x, axes=[1]),
+                               reference.reduce_max(x, axes=[1]))
+    assert compiled_device.link.retries == retries
 
 
 def test_two_processes_wanting_one_model_build_it_once(tmp_path, monkeypatch):
@@ -144,10 +148,10 @@ def test_two_processes_wanting_one_model_build_it_once(tmp_path, monkeypatch):
 
 
 def test_models_are_cached_by_design(tmp_path, monkeypatch):
-    small = dict(lanes=1, replay_depth=8, max_dims=1, max_operands=1, pool_channels=1,
-                 clock_hz=1_000_000, frame_timeout_cycles=100)
-    # Built once per machine and sources, in the shared cache (about 85 s of CPU), where it
-    # lands under its key; copied from there into an empty cache for the checks below.
+    small = dict(CORE_DEFAULTS, **SMALL_CORE)
+    # Built once per machine and sources, in the shared cache (the engine's tests use it),
+    # where it lands under its key; copied from there into an empty cache for the checks
+    # below.
     from maxaccel.sim import verilator_board
     made, compile_model = [], verilator_board.compile_model
 
@@ -182,15 +186,15 @@ def test_models_are_cached_by_design(tmp_path, monkeypatch):
         patch.setattr(rtlil, "convert", no_conversion)
         patch.setattr(verilog, "convert", no_conversion)
         with VerilatorBoard(**small) as board:
-            assert board.identity.max_dims == 1
+            assert board.identity.max_dims == SMALL_CORE["max_dims"]
     assert [p.name for p in (tmp_path / "verilator").iterdir()] == [built.name]
     assert (built / "libmaxaccel_core.so").stat().st_mtime_ns == stamp
-    # Another parameter is another design: it would be built (not here: ~20 s), and converted
-    # only then.
+    # Another parameter is another design: it would be built (not here: minutes), and
+    # converted only then.
     monkeypatch.setattr(verilator, "_build", lambda *args: (_ for _ in ()).throw(
         AssertionError(args[-1].name)))
     with pytest.raises(AssertionError) as other:
-        VerilatorBoard(**dict(small, max_dims=2))
+        VerilatorBoard(**dict(small, max_dims=SMALL_CORE["max_dims"] - 1))
     assert str(other.value).startswith("core-") and str(other.value) != built.name
 
 
@@ -246,7 +250,8 @@ def test_unknown_parameters_are_named():
 
 
 def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_everything():
-    """Small devices build only the run reducer (Core(units=("reduce",))): IDENTIFY says so,
+    """Small devices build only the run reducer (Core(units=("reduce",))), here simulated (a
+    compiled board of it would be a build of its own): IDENTIFY says so,
     LOAD, MAX, POOL_CHANNELS_LAST and MAX_POOL are not commands there (BAD_COMMAND, protocol
     8: no block or rules stored for them), and the host does broadcasting Max by expanding
     operands and pooling through REDUCE (windowed MaxPool too), ArgMax through REDUCE's arg,
@@ -256,7 +261,7 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
     from maxaccel.host.transport import SimTransport
     from maxaccel.sim import reference
 
-    with Device(SimTransport("verilator", lanes=1, units=("reduce",))) as device:
+    with Device(SimTransport("sim", lanes=1, units=("reduce",))) as device:
         identity = device.identity
         assert (identity.replay_depth, identity.pool_channels) == (0, 0)
         assert identity.window_lanes == 0
@@ -298,30 +303,28 @@ ROW_COLUMN_CYCLES = {("float32", 1 << 18): (33558, 33109), ("float16", 1 << 18):
                      ("float32", 1 << 20): (132915, 131767), ("int8", 1 << 20): (34199, 33046)}
 
 
-@pytest.fixture(scope="module")
-def default_board():
-    with open_device("verilator") as device:
-        yield device
+def test_a_built_compiled_board_opens_without_converting_the_design(compiled_device,
+                                                                      monkeypatch):
+    """Opening the default compiled board once it is built (the module's board is) converts
+    nothing: the model is found by its recipe and loaded (a conversion of the core is tens
+    of seconds)."""
+    from amaranth.back import rtlil, verilog
 
-
-def test_a_built_compiled_board_opens_in_under_a_second(default_board):
-    """Opening the default compiled board once it is built (the module's board is)
-    costs no conversion of the design: well under a second (it took 25-43 s)."""
-    import time
-    started = time.monotonic()
+    def no_conversion(*args, **kwargs):
+        raise AssertionError("a built model's design was converted again")
+    monkeypatch.setattr(rtlil, "convert", no_conversion)
+    monkeypatch.setattr(verilog, "convert", no_conversion)
     with open_device("verilator") as device:
-        elapsed = time.monotonic() - started
-        assert device.identity == default_board.identity
-    assert elapsed < 1.0, f"opening the built compiled board took {elapsed:.1f} s"
+        assert device.identity == compiled_device.identity
 
 
 @pytest.mark.parametrize("dtype, elements", list(ROW_COLUMN_CYCLES))
-def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(default_board,
+def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(compiled_device,
                                                                                dtype, elements):
     from maxaccel.bench.cycles import measure_ratios
-    identity = default_board.identity
+    identity = compiled_device.identity
     assert (identity.lanes, identity.replay_depth) == (4, 1024)
-    (ratio,) = measure_ratios(default_board, elements, dtypes=(dtype,),
+    (ratio,) = measure_ratios(compiled_device, elements, dtypes=(dtype,),
                               operations=["max(a, row, col)"])
     assert (ratio.cycles, ratio.reduce_cycles) == ROW_COLUMN_CYCLES[dtype, elements]
     # At most 1.1 of the link-bound time. The column's LOAD takes a buffer beat per element
@@ -335,12 +338,12 @@ def test_a_row_and_a_column_broadcast_at_the_links_rate_on_the_default_board(def
                                   ("ReduceMax / GlobalMaxPool", "ArgMin")],
                          ids=["ReduceMin", "Min", "ArgMax", "ArgMin"])
 @pytest.mark.parametrize("dtype", ["float32", "int8", "float64"])
-def test_min_rows_take_the_cycles_of_their_max_rows(default_board, dtype, rows):
+def test_min_rows_take_the_cycles_of_their_max_rows(compiled_device, dtype, rows):
     """``maxaccel bench --ratios``'s ReduceMin, Min, ArgMax and ArgMin rows: the ReduceMax and
     Max rows' tensors through REDUCE's and MAX's minimum select (and REDUCE's arg select),
     cycle for cycle the same requests as their maxima."""
     from maxaccel.bench.cycles import measure_ratios
-    maximum, minimum = measure_ratios(default_board, 1 << 14, dtypes=(dtype,),
+    maximum, minimum = measure_ratios(compiled_device, 1 << 14, dtypes=(dtype,),
                                       operations=list(rows))
     assert minimum.operation == rows[1]
     assert minimum.cycles == maximum.cycles
@@ -348,7 +351,7 @@ def test_min_rows_take_the_cycles_of_their_max_rows(default_board, dtype, rows):
     assert minimum.reduce_cycles == maximum.reduce_cycles
 
 
-def test_verbose_names_the_cached_model(default_board, capsys):
+def test_verbose_names_the_cached_model(compiled_device, capsys):
     """``maxaccel -v`` says where the compiled board's model came from."""
     from maxaccel.host import cli
     assert cli.main(["-v", "boards"], out=None) == 0   # -v set for the logger

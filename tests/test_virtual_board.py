@@ -43,10 +43,9 @@ def test_write_then_read_in_pieces(board):
 
 
 def test_read_returns_early_when_quiescent(board):
-    start, cycles = time.monotonic(), board.cycles
+    cycles = board.cycles
     assert board.read(10) == b""
     assert board.cycles - cycles < 10
-    assert time.monotonic() - start < 1
 
 
 def test_read_limits(board):

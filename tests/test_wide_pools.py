@@ -7,7 +7,6 @@ the device cycles of each SPP class are asserted exactly against the link-bound 
 cycles of a ReduceMax that moves as many bytes as the larger of the pool's input and reply.
 """
 
-import os
 
 import numpy as np
 import pytest
@@ -76,11 +75,9 @@ def test_wide_pools_on_the_simulated_board(url):
                    **attributes)
 
 
-@pytest.mark.skipif(not os.environ.get("MAXACCEL_SLOW"),
-                    reason="about 22 s of Amaranth simulation, kept out of CI's 20 minutes: the "
-                           "85F's routes are checked on its IDENTIFY (test_pool_classes) and its "
-                           "unit's logic at the NiteFury's extents on both virtual boards; "
-                           "MAXACCEL_SLOW=1 runs it")
+@pytest.mark.slow(reason="about 22 s of Amaranth simulation, kept out of CI's 20 minutes: the "
+                         "85F's routes are checked on its IDENTIFY (test_pool_classes) and its "
+                         "unit's logic at the NiteFury's extents on both virtual boards")
 def test_the_ulx3s_85f_core_on_the_simulated_board():
     """The ULX3S 85F's core as its bitstream has it (``boards/targets.py``: 2 lanes, one window
     lane, extents 13 / 3, 64 columns, 1024-output planes), simulated behind the host: SPP
@@ -189,17 +186,11 @@ SPP_CYCLES = {
 }
 
 
-@pytest.fixture(scope="module")
-def nitefury_core():
-    with open_device("verilator") as device:
-        yield device
-
-
 @pytest.mark.parametrize("case, indices", list(SPP_CYCLES), ids=str)
-def test_spp_classes_through_the_unit_on_the_compiled_board(nitefury_core, case, indices):
-    identity = nitefury_core.identity
+def test_spp_classes_through_the_unit_on_the_compiled_board(compiled_device, case, indices):
+    identity = compiled_device.identity
     assert (identity.window_extent, identity.window_extent_outer) == (13, 3)
     shape, attributes = SPP_CASES[case]
     x = random_values(np.random.default_rng(len(case)), format_of(np.float32), shape,
                       edge_fraction=0.1)
-    assert pool_cycles(nitefury_core, x, indices, **attributes) == SPP_CYCLES[case, indices]
+    assert pool_cycles(compiled_device, x, indices, **attributes) == SPP_CYCLES[case, indices]

@@ -63,7 +63,7 @@ from unittest import mock
 import pytest
 from amaranth.hdl import Assert, Assume, Cat, Elaboratable, Module, Mux, Signal, signed
 from amaranth.lib import data
-from test_lane_formal import prove
+from formal import prove
 
 from maxaccel.hdl import window
 from maxaccel.hdl.lane import ELEMENT_SIZES

@@ -23,7 +23,7 @@ from maxaccel.hdl.window_lanes import WindowLanes
 from maxaccel.sim import reference
 from maxaccel.sim.streams import STALL_PATTERNS, Stalls, run_streams, shared_design
 from maxaccel.sim.values import random_values
-from test_window import UNIT, _rng, axis, oracle
+from window_model import UNIT, _rng, axis, oracle
 
 LANES = 2                   # 16-byte beats
 RESNET = (axis(5, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))
@@ -34,7 +34,7 @@ def _unit(window_lanes=LANES):
                          max_plane=16)
 
 
-def check_lanes(dut, x, axes, *, group, indices, stalls):
+def check_window_lanes(dut, x, axes, *, group, indices, stalls):
     """Stream the images of ``x`` (``images x spatial``, images a multiple of ``group``) through
     ``dut`` and compare every beat with the oracle."""
     fmt = format_of(x.dtype)
@@ -108,7 +108,7 @@ def test_groups_of_images(dtype, group, stalls):
     # that end inside a lane or leave the second lane empty.
     x = random_values(_rng("lanes", str(dtype), group), np.dtype(dtype), (2 * group, 5, 6),
                       edge_fraction=0.3)
-    check_lanes(_unit(), x, RESNET, group=group, indices=True, stalls=stalls)
+    check_window_lanes(_unit(), x, RESNET, group=group, indices=True, stalls=stalls)
 
 
 @pytest.mark.parametrize("dtype, group", [(np.int8, 8), (np.float32, 2), (np.float64, 1)],
@@ -117,7 +117,7 @@ def test_fewer_units_than_lanes(dtype, group):
     # One unit behind a 2-lane beat (the Arty's): groups of up to 8 bytes.
     x = random_values(_rng("one unit", str(dtype)), np.dtype(dtype), (group, 5, 6),
                       edge_fraction=0.3)
-    check_lanes(_unit(1), x, RESNET, group=group, indices=True, stalls=STALL_PATTERNS[1])
+    check_window_lanes(_unit(1), x, RESNET, group=group, indices=True, stalls=STALL_PATTERNS[1])
 
 
 @pytest.mark.parametrize("indices", [False, True])
@@ -125,7 +125,7 @@ def test_three_axes_without_and_with_indices(indices):
     axes = (axis(3, 2, 1, pads=(0, 1)), axis(4, 3, 2, pads=(1, 1), ceil=True),
             axis(5, 2, 2, dilation=2, pads=(1, 0)))
     x = random_values(_rng("3d", indices), np.dtype(np.float32), (4, 3, 4, 5), edge_fraction=0.3)
-    check_lanes(_unit(), x, axes, group=4, indices=indices, stalls=STALL_PATTERNS[3])
+    check_window_lanes(_unit(), x, axes, group=4, indices=indices, stalls=STALL_PATTERNS[3])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.float64], ids=str)
@@ -138,7 +138,7 @@ def test_a_beat_per_cycle(dtype):
     group = 8 * LANES // np.dtype(dtype).itemsize
     x = random_values(_rng("rate", str(dtype)), np.dtype(dtype), (2 * group, 6, 8))
     dut = _unit()
-    run = check_lanes(dut, x, axes, group=group, indices=False, stalls=Stalls())
+    run = check_window_lanes(dut, x, axes, group=group, indices=False, stalls=Stalls())
     assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 95 + dut.latency
 
 
@@ -152,7 +152,7 @@ def test_tails_overlap_across_groups():
     group = 8 * LANES // 4
     x = random_values(_rng("overlap"), np.dtype(np.float32), (3 * group, 6, 8))
     dut = WindowLanes(LANES, LANES, max_extent=5, max_columns=8, max_plane=16)
-    run = check_lanes(dut, x, axes, group=group, indices=False, stalls=Stalls())
+    run = check_window_lanes(dut, x, axes, group=group, indices=False, stalls=Stalls())
     assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 144 + 1 + 2 * 8 + dut.latency
 
 
@@ -196,7 +196,7 @@ def test_the_reply_with_indices_drains_while_the_next_row_streams(stalls):
     x = random_values(_rng("reply fifo"), np.dtype(np.int8), (16, 4, 64))
     dut = WindowLanes(LANES, LANES, max_extent=3, max_columns=32, max_plane=16)
     assert dut.reply_depth == 32
-    run = check_lanes(dut, x, axes, group=16, indices=True, stalls=stalls)
+    run = check_window_lanes(dut, x, axes, group=16, indices=True, stalls=stalls)
     if stalls.idle == stalls.backpressure == 0:
         assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 65 + dut.latency + 2 + 64 * 5 - 1
 
