@@ -216,13 +216,14 @@ class Device:
         waited for (bounded as a waiting operation is), then the transport is closed."""
         if self._closed:
             return
-        self._closed = True
         try:
             held = self._holder != threading.get_ident() and self._wait_turn()
         except TimeoutError:
             held = False     # the operation holding the link is stuck: close under it
         try:
-            self.link.transport.close()
+            if not self._closed:
+                self._closed = True
+                self.link.transport.close()
         finally:
             if held:
                 self._release_turn()

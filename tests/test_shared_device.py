@@ -184,12 +184,15 @@ def test_four_threads_share_one_offload_session(compiled_board):
 
 
 class StuckBoard(FakeBoard):
-    """A fake board whose reads block, silent, until released: a link stuck mid-request."""
+    """A fake board whose reads block, silent, until released: a link stuck mid-request.
+    The operation a helper thread starts on it (a Min with broadcasting: several requests)
+    leaves its result in ``results``."""
 
     def __init__(self, **options):
         super().__init__(**options)
         self.stuck = threading.Event()
         self.release = threading.Event()
+        self.results = []
         self.reply_timeout_s = 0.2
 
     def read(self, size, timeout_s):
@@ -202,8 +205,8 @@ def stuck_device():
     board = StuckBoard()
     device = Device(board, url="stuck", progress=None)
     board.stuck.set()
-    holder = threading.Thread(target=lambda: device.reduce_max(np.float32([1, 2])),
-                              daemon=True)
+    holder = threading.Thread(target=lambda: board.results.append(
+        device.min(np.float32([1, 4]), np.float32([[3], [2], [5]]))), daemon=True)
     holder.start()
     time.sleep(0.1)
     return board, device, holder
@@ -243,6 +246,8 @@ def test_close_waits_for_the_operation_in_progress_then_refuses_later_calls():
     holder.join(10)
     closer.join(10)
     assert not closer.is_alive() and board.closed
+    # The operation in progress finished all its requests before the port closed.
+    assert board.results[0].tolist() == [[1, 3], [1, 2], [1, 4]]
     with pytest.raises(ValueError, match="'stuck' is closed"):
         device.max(np.float32([1]), np.float32([2]))
 
