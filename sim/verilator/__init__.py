@@ -20,11 +20,11 @@ with yosys's simulation models of that family's cells; the synthesis's fingerpri
 yosys version, cell models) joins the cache key.
 """
 
-import ast
 import contextlib
 import ctypes
 import hashlib
 import importlib.metadata
+import io
 import json
 import os
 import pathlib
@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tokenize
 
 from maxaccel.contract.progress import bar, log as message, timed
 
@@ -129,8 +130,8 @@ def _versions():
 
 def source_key(recipe, packages=DESIGN_PACKAGES):
     """A digest of what a design is made of, without elaborating it: ``recipe`` (a string
-    naming the design's class and parameters) and the name and code (:func:`code_of`: the
-    syntax tree, docstrings and comments left out) of every ``.py`` file of ``packages``
+    naming the design's class and parameters) and the name and code (:func:`code_of`:
+    docstrings and comments left out) of every ``.py`` file of ``packages``
     (content, not path: two checkouts of the same sources share a key).
 
     Parameters
@@ -159,18 +160,24 @@ def source_key(recipe, packages=DESIGN_PACKAGES):
 
 
 def code_of(source):
-    """What of a module's ``source`` can change a design: its syntax tree without docstrings
-    (comments, line numbers and layout are not in the tree), so that editing documentation
-    does not rebuild a model."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                and body and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree)
+    """What of a module's ``source`` can change a design: its tokens without comments, blank
+    lines and statements that are only a string (docstrings), so that editing documentation
+    does not rebuild a model. (Tokens, not the syntax tree: ``ast.parse`` in two threads at
+    once fails on Python 3.11 with "AST constructor recursion depth mismatch".)"""
+    kept, statement = [], []
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type in (tokenize.COMMENT, tokenize.NL):
+            continue
+        statement.append(f"{tokenize.tok_name[token.type]}:"
+                         f"{'' if token.type == tokenize.INDENT else token.string}")
+        if token.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                          tokenize.ENDMARKER):
+            if not all(t.startswith(("STRING:", "NEWLINE:")) for t in statement):
+                kept += statement
+            elif not statement[-1].startswith("NEWLINE:"):
+                kept.append(statement[-1])
+            statement = []
+    return " ".join(kept)
 
 
 def compile_model(elaboratable, harness, *, name, top="model", defines=None, synthesis=None,
