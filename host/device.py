@@ -179,7 +179,7 @@ class Device:
         if max_frame_bytes is None:
             max_frame_bytes = getattr(transport, "max_frame_bytes", None) or 1 << 20
         self.max_frame_bytes = max(64, int(max_frame_bytes))
-        self._frame_bytes = self.max_frame_bytes
+        self._noisy_frame_bytes = None      # the frames a noisy line shrank requests to
         self.progress = progress
         self._closed = False
         self._turn = threading.Lock()       # held by the one operation using the link
@@ -428,7 +428,7 @@ class Device:
             return max_pool_by_window(values, fmt, plan,
                                       lambda payload: self._request(Command.MAX_POOL, payload),
                                       return_indices, out)
-        route, plan = planned(self._frame_bytes)
+        route, plan = planned(self.frame_bytes)
         elements = (plan.wire_elements() if route == Command.MAX_POOL
                     else plan.sent_elements + plan.output_elements)
         return self._run(elements * fmt.nbytes, pool)
@@ -461,7 +461,7 @@ class Device:
         ``axes`` (``host/reduction.py``)."""
         planned = functools.lru_cache(None)(lambda frame_bytes: plan_reduction(
             values.shape, axes, keepdims, fmt.nbytes, self.identity, frame_bytes, minimum))
-        return self._run(values.nbytes + planned(self._frame_bytes).output_elements * fmt.nbytes,
+        return self._run(values.nbytes + planned(self.frame_bytes).output_elements * fmt.nbytes,
                          lambda frame_bytes: reduce_by_plan(values, fmt, planned(frame_bytes),
                                                             frame_bytes, self._request))
 
@@ -487,7 +487,9 @@ class Device:
         """The largest tensor payload an operation sends in one request now:
         ``max_frame_bytes``, or less after a noisy line made requests of that size fail
         (each operation without a retry doubles it again, up to ``max_frame_bytes``)."""
-        return self._frame_bytes
+        if self._noisy_frame_bytes is None:
+            return self.max_frame_bytes
+        return min(self._noisy_frame_bytes, self.max_frame_bytes)
 
     def _run(self, total_bytes, work):
         """One public call holding the link, progress over ``total_bytes``: ``work(frame_bytes)``
@@ -497,7 +499,7 @@ class Device:
         again in frames a quarter as long as that payload (at least :data:`NOISY_FRAME_BYTES`):
         every request is idempotent and the operation's result is written anew."""
         with self._operation(total_bytes):
-            frame_bytes = self._frame_bytes
+            frame_bytes = self.frame_bytes
             while True:
                 retries = self.link.retries
                 self._progress_done = 0
@@ -506,13 +508,14 @@ class Device:
                 except LinkError as error:
                     if not error.noisy or error.payload_bytes <= 2 * self.NOISY_FRAME_BYTES:
                         raise
-                    frame_bytes = self._frame_bytes = max(
+                    frame_bytes = self._noisy_frame_bytes = max(
                         self.NOISY_FRAME_BYTES, min(frame_bytes, error.payload_bytes) // 4)
                     log.debug(f"{self.url}: {error}; the operation runs again in frames of at "
                               f"most {frame_bytes} bytes")
                     continue
-                if self.link.retries == retries:
-                    self._frame_bytes = min(self.max_frame_bytes, 2 * frame_bytes)
+                if self.link.retries == retries and self._noisy_frame_bytes is not None:
+                    grown = 2 * frame_bytes
+                    self._noisy_frame_bytes = grown if grown < self.max_frame_bytes else None
                 return result
 
     def _wait_turn(self):
