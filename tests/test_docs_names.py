@@ -273,7 +273,7 @@ def test_every_name_in_backticks_exists():
     ("maxaccel bench --ratios", False), ("maxaccel benchmark", True),
     ("python -m maxaccel.boards.fmax lane", False), ("python -m maxaccel.boards.speed", True),
     ("maxaccel.tcl", False), ("__main__.py", False), ("pool.run", False),
-    ("tests/test_offload.py::MAXPOOL_CASES", False), ("PlainKeyMax", False),
+    ("tests/device_checks.py::MAXPOOL_CASES", False), ("PlainKeyMax", False),
     ("np.maximum(+0., -0.)", False), ("x.shape", False), ("(N, 1)", False),
 ])
 def test_the_check_tells_names_that_exist_from_names_that_do_not(span, wrong):

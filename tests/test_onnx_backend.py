@@ -40,6 +40,9 @@ def node_cases(modules):
 
     import onnx.backend.test.case.node as generators
     generators._TargetOpType = None
+    # Names another test module's cases took in this process (pytest-xdist runs several
+    # modules in one worker): onnx refuses a case name it has seen.
+    generators._existing_names.clear()
     cases = []
     for module in modules:
         name = f"onnx.backend.test.case.node.{module}"
