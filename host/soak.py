@@ -46,7 +46,7 @@ import numpy as np
 
 from maxaccel.host.device import Device
 from maxaccel.host.link import LinkError
-from maxaccel.host.transport import SimTransport, open_transport
+from maxaccel.host.transport import SimTransport, TransportError, open_transport
 
 __all__ = ["add_arguments", "random_operation", "soak"]
 
@@ -212,6 +212,10 @@ def _run_one(device, rng, args, figures):
     except LinkError as error:
         figures.counts["operations given up"] += 1
         figures.given_up[error.last_failure[:80]] += 1
+        return True
+    except TransportError as error:     # reported, as a board's pipe failing is
+        figures.counts["operations given up"] += 1
+        figures.given_up[str(error)[:80]] += 1
         return True
     took = time.monotonic() - began
     (figures.retried_s if device.link.retries > retries else figures.clean_s).append(took)
