@@ -122,29 +122,19 @@ def test_four_threads_share_the_python_simulated_board():
         assert device.link.requests == requests + 1 and device.link.retries == 0
 
 
-@pytest.fixture(scope="module")
-def compiled_board():
-    from maxaccel.sim.verilator import VerilatorUnavailable
-    try:
-        device = open_device("verilator", progress=None)
-    except VerilatorUnavailable as error:
-        pytest.skip(str(error))
-    with device:
-        yield device
+def test_four_threads_share_the_compiled_device(compiled_device):
+    retries = compiled_device.link.retries
+    check(run_threads(compiled_device, per_thread=60, size=40), 60)
+    assert compiled_device.link.retries == retries
 
 
-def test_four_threads_share_the_compiled_board(compiled_board):
-    check(run_threads(compiled_board, per_thread=60, size=40), 60)
-    assert compiled_board.link.retries == 0
-
-
-def test_four_threads_share_the_compiled_board_behind_the_xdma_driver(compiled_board):
+def test_four_threads_share_the_compiled_device_behind_the_xdma_driver(compiled_device):
     with open_device("xdma-model:verilator", progress=None) as device:
         check(run_threads(device, per_thread=30, size=40), 30)
         assert device.link.retries == 0
 
 
-def test_four_threads_share_one_offload_session(compiled_board):
+def test_four_threads_share_one_offload_session(compiled_device):
     from onnx import TensorProto, helper
     graph = helper.make_graph(
         [helper.make_node("Neg", ["x"], ["r"]),
@@ -155,7 +145,7 @@ def test_four_threads_share_one_offload_session(compiled_board):
          helper.make_tensor_value_info("i", TensorProto.INT64, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
                               ir_version=10)
-    session = OffloadSession(model.SerializeToString(), device=compiled_board)
+    session = OffloadSession(model.SerializeToString(), device=compiled_device)
     outcomes = [None] * THREADS
 
     def work(worker):
