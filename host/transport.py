@@ -166,7 +166,7 @@ class SerialTransport(Transport):
         self.port = port
         self.baud = baud
         self.baud_from = baud_from
-        # Nothing of an earlier session may reach the board (a pseudo-terminal served by
+        # Nothing an earlier client left unsent may reach the board (a pseudo-terminal served by
         # 'maxaccel serve' also takes this as "a new client": it resets its board).
         self._port.reset_output_buffer()
         # Ten bits a byte on the wire: a frame of n bytes needs n * 10 / baud seconds; wait for

@@ -36,7 +36,7 @@ FOLDERS = (*PACKAGES, "tests", "docs", "examples", "maxaccel", ".ci")
 FOREIGN = {
     # amaranth and its standard library
     "EnableInserter", "ResetInserter", "SyncFIFO", "SyncFIFOBuffered", "AsyncSerialRX",
-    "StructLayout", "ArrayLayout", "Signature", "Component", "Memory", "Settle", "Record",
+    "StructLayout", "ArrayLayout", "Signature", "Component", "Memory",
     # onnxruntime and onnx
     "InferenceSession", "SessionOptions", "RunOptions", "CustomOpDomain", "BackendTest",
     "OrtValue", "NodeArg", "ModelProto", "GraphProto", "TensorProto",
