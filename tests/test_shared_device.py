@@ -215,11 +215,17 @@ def test_a_thread_waiting_for_a_stuck_link_gives_up_bounded_by_the_timeout():
 
 def test_ctrl_c_while_waiting_for_the_link_is_one_line():
     board, device, holder = stuck_device()
+    # Python's own Ctrl-C handler (a pytest-xdist worker ignores SIGINT).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     ctrl_c.start()
-    with pytest.raises(KeyboardInterrupt, match="interrupted while waiting for the device at "
-                                                "'stuck' .* nothing was sent"):
-        device.max(np.float32([1]), np.float32([2]))
+    try:
+        with pytest.raises(KeyboardInterrupt, match="interrupted while waiting for the device "
+                                                    "at 'stuck' .* nothing was sent"):
+            device.max(np.float32([1]), np.float32([2]))
+    finally:
+        ctrl_c.join()
+        signal.signal(signal.SIGINT, previous)
     board.release.set()
     holder.join(10)
     board.stuck.clear()
