@@ -46,7 +46,7 @@ import numpy as np
 
 from maxaccel.host.device import Device
 from maxaccel.host.link import LinkError
-from maxaccel.host.transport import SimTransport, TransportError, open_transport
+from maxaccel.host.transport import TransportError, open_transport
 
 __all__ = ["add_arguments", "random_operation", "soak"]
 
@@ -189,13 +189,10 @@ class _Figures:
 
 
 def _options(args):
-    """The command line that repeats a soak."""
-    return " ".join(f"--{name.replace('_', '-')} {value}" for name, value in vars(args).items()
-                    if name in _OPTION_NAMES and value is not None)
-
-
-_OPTION_NAMES = ("path", "device", "faults", "fault_rate", "size", "timeout", "attempts",
-                 "kill_every", "switch_every", "driver_timeout", "watchdog", "seed")
+    """The command line that repeats a soak (every option :func:`add_arguments` made, but
+    where the figures go)."""
+    return " ".join(f"--{name.replace('_', '-')} {getattr(args, name)}"
+                    for name in args.soak_options)
 
 
 def _run_one(device, rng, args, figures):
@@ -309,7 +306,10 @@ def _soak_xdma(args, figures, rng, started):
     from maxaccel.host.transport import XdmaTransport
     from maxaccel.sim.faults import Faulty
     from maxaccel.sim.xdma_driver import XdmaDriverModel
-    board = SimTransport(args.device.split("?")[0], **_board_options(args.device)).board
+    board = getattr(open_transport(args.device), "board", None)
+    if board is None:
+        raise ValueError(f"--path xdma puts the XDMA driver's double around a virtual board "
+                         f"(sim, verilator, netlist:BOARD), not {args.device!r}")
     model = XdmaDriverModel(board, h2c_timeout_s=args.driver_timeout,
                             c2h_timeout_s=args.driver_timeout)
     transport = XdmaTransport(model.prefix, files=model, write_timeout_s=args.driver_timeout,
@@ -332,8 +332,8 @@ def _soak_xdma(args, figures, rng, started):
 
 def _soak_direct(args, figures, rng, started):
     from maxaccel.sim.faults import Faulty
-    board = SimTransport(args.device.split("?")[0], **_board_options(args.device))
-    faulty = Faulty(board, fault_rate=args.fault_rate, seed=int(rng.integers(2**32)))
+    faulty = Faulty(open_transport(args.device), fault_rate=args.fault_rate,
+                    seed=int(rng.integers(2**32)))
     device = _device(faulty, args.device, args)
     try:
         while figures.faults(faulty) < args.faults:
@@ -345,41 +345,36 @@ def _soak_direct(args, figures, rng, started):
         device.close()
 
 
-def _board_options(url):
-    """A virtual board URL's parameters (``verilator?lanes=2``) as keyword arguments."""
-    from urllib.parse import parse_qsl
-    query = url.partition("?")[2]
-    return {key: int(value) for key, value in parse_qsl(query)}
-
-
 def add_arguments(parser):
     """The soak's options, on ``parser`` (the ``maxaccel soak`` subcommand's)."""
-    parser.add_argument("--path", choices=("serve", "xdma", "direct"), default="serve",
-                        help="how the host reaches the board (default: serve)")
-    parser.add_argument("--device", default="verilator",
-                        help="the virtual board: sim, verilator, verilator?PARAMS (default: "
-                             "verilator)")
-    parser.add_argument("--faults", type=int, default=10_000,
-                        help="stop after this many faults (default 10000)")
-    parser.add_argument("--fault-rate", type=float, default=0.002,
-                        help="probability of a fault at each byte, each direction (default "
-                             "0.002)")
-    parser.add_argument("--size", type=int, default=24,
-                        help="most elements along an operation's longest axis (default 24)")
-    parser.add_argument("--timeout", type=float, default=0.2,
-                        help="reply timeout, seconds (default 0.2)")
-    parser.add_argument("--attempts", type=int, default=16,
-                        help="the link's most sends of one request (default 16)")
-    parser.add_argument("--kill-every", type=int, default=200,
-                        help="serve: operations between clients killed mid-frame (default 200)")
-    parser.add_argument("--switch-every", type=int, default=50,
-                        help="xdma: operations between fault switches, 0 for none (default 50)")
-    parser.add_argument("--driver-timeout", type=float, default=2.0,
-                        help="xdma: the double's h2c/c2h timeouts, seconds (default 2)")
-    parser.add_argument("--watchdog", type=float, default=120.0,
-                        help="an operation taking longer is a hang, seconds (default 120)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    names = []
+
+    def option(flag, **settings):
+        names.append(parser.add_argument(flag, **settings).dest)
+    option("--path", choices=("serve", "xdma", "direct"), default="serve",
+           help="how the host reaches the board (default: serve)")
+    option("--device", default="verilator",
+           help="the virtual board: sim, verilator, verilator?PARAMS (default: verilator)")
+    option("--faults", type=int, default=10_000,
+           help="stop after this many faults (default 10000)")
+    option("--fault-rate", type=float, default=0.002,
+           help="probability of a fault at each byte, each direction (default 0.002)")
+    option("--size", type=int, default=24,
+           help="most elements along an operation's longest axis (default 24)")
+    option("--timeout", type=float, default=0.2, help="reply timeout, seconds (default 0.2)")
+    option("--attempts", type=int, default=16,
+           help="the link's most sends of one request (default 16)")
+    option("--kill-every", type=int, default=200,
+           help="serve: operations between clients killed mid-frame (default 200)")
+    option("--switch-every", type=int, default=50,
+           help="xdma: operations between fault switches, 0 for none (default 50)")
+    option("--driver-timeout", type=float, default=2.0,
+           help="xdma: the double's h2c/c2h timeouts, seconds (default 2)")
+    option("--watchdog", type=float, default=120.0,
+           help="an operation taking longer is a hang, seconds (default 120)")
+    option("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    parser.set_defaults(soak_options=names)
 
 
 def soak(args, out=sys.stdout):
