@@ -131,8 +131,8 @@ class _Faults:
         descriptor, a cut start of the second; its rest goes to the next read); 0 is off.
     signal : set of str
         Engines (``"h2c"``, ``"c2h"``) where a signal (:attr:`signal_number`) arrives at the
-        thread waiting in the driver, once each: a thread that does not block it has its wait
-        ended at once.
+        thread in the driver, once each, at its next transfer's start or during its wait: a
+        thread that does not block it has the transfer's wait, if it needs one, ended at once.
     signal_number : int
     """
 
@@ -229,7 +229,8 @@ class XdmaDriverModel:
     calls : list of tuple
         ``(engine, bytes asked)`` of every ``read``/``write`` call.
     signals_blocked, signals_taken : int
-        Signals that arrived at a waiting thread which blocked them, or whose wait they ended.
+        Signals that arrived at a thread in the driver which blocked them, or which did not
+        (its transfer's wait, if any, ended).
     clock_s : float
         Modelled time of the last completed transfer's end.
     """
@@ -265,6 +266,7 @@ class XdmaDriverModel:
         self.transfers = []
         self.calls = []
         self.signals_blocked = self.signals_taken = 0
+        self._interrupted = set()
         self.clock_s = 0.0
         self._engine_free_s = {"h2c": 0.0, "c2h": 0.0}
         self._produced_s = 0.0                  # modelled time the card's last bytes came out
@@ -441,14 +443,10 @@ class XdmaDriverModel:
         """Wait for the card (the lock held) until ``deadline`` (None: no timeout); raises
         :class:`_Aborted` when it has passed, when a signal the thread does not block arrives,
         or when the model is shut down."""
-        if engine in self.faults.signal:
-            self.faults.signal.discard(engine)
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-            if self.faults.signal_number in mask:
-                self.signals_blocked += 1       # pending for the thread; another takes it
-            else:
-                self.signals_taken += 1
-                raise _Aborted
+        self._signal_arrives(engine)
+        if engine in self._interrupted:
+            self._interrupted.discard(engine)
+            raise _Aborted
         if self._closed:
             raise _Aborted
         if deadline is None:
@@ -458,6 +456,20 @@ class XdmaDriverModel:
         if left <= 0:
             raise _Aborted
         self._cond.wait(min(left, 0.05))
+
+    def _signal_arrives(self, engine):
+        """At a transfer's start or during its wait, the signal set for ``engine`` arrives at
+        the calling thread: pending for it if it blocks the signal (another thread takes it),
+        else the transfer's wait, if it needs one, ends at once
+        (``swait_event_interruptible_timeout`` tests the completion before the signal)."""
+        if engine not in self.faults.signal:
+            return
+        self.faults.signal.discard(engine)
+        if self.faults.signal_number in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+            self.signals_blocked += 1
+        else:
+            self.signals_taken += 1
+            self._interrupted.add(engine)
 
     def _deadline(self, engine):
         timeout = self._timeout_s(engine)
@@ -583,6 +595,7 @@ class XdmaDriverModel:
         self._h2c_end_s = self._end_s("h2c", self._h2c_start_s, len(piece), pages)
         cycles = self._busy_cycles
         self._feed += piece
+        self._signal_arrives("h2c")
         deadline = self._deadline("h2c")
         try:
             while True:
@@ -598,6 +611,7 @@ class XdmaDriverModel:
                     raise
         finally:
             self._h2c_end_s = None
+            self._interrupted.discard("h2c")
         core_s = (self._busy_cycles - cycles) / self.core_clock_hz
         self._timed("h2c", len(piece), issued_s, core_s=core_s, pages=pages)
         self._cond.notify_all()
@@ -629,6 +643,7 @@ class XdmaDriverModel:
         A packet's end closes its descriptor; with ``eop_flush`` it completes the transfer.
         In modelled time a read counts as posted when the last host-to-card transfer before
         its end started, as a host that reads alongside its writes posts it."""
+        self._signal_arrives("c2h")
         deadline = self._deadline("c2h")
         starts = [position]
         for length in descriptors[:-1]:
@@ -653,6 +668,7 @@ class XdmaDriverModel:
             if (ended and eop_flush) or index == len(descriptors):
                 self._timed("c2h", count, self._h2c_start_s, ready_s=self._produced_s,
                             pages=len(descriptors))
+                self._interrupted.discard("c2h")
                 self._cond.notify_all()
                 return count, ended
             self._cond.notify_all()
