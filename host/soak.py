@@ -46,7 +46,7 @@ import numpy as np
 
 from maxaccel.host.device import Device
 from maxaccel.host.link import LinkError
-from maxaccel.host.transport import TransportError, open_transport
+from maxaccel.host.transport import TransportError, is_virtual_board, open_transport
 
 __all__ = ["add_arguments", "random_operation", "soak"]
 
@@ -159,6 +159,24 @@ class _Figures:
             self.counts["requests"] += device.link.requests
             self.counts["retries"] += device.link.retries
 
+    def state(self):
+        """Everything counted, as JSON-able data (what a job of ``--jobs`` hands its parent)."""
+        return {"counts": dict(self.counts), "given_up": dict(self.given_up),
+                "clean_s": self.clean_s, "retried_s": self.retried_s,
+                "reconnect_s": self.reconnect_s, "switches": dict(self.switches),
+                "kinds": [[d, k, n] for (d, k), n in self.kinds.items()],
+                "faults_closed": self.faults_closed}
+
+    def add(self, state):
+        """Add the counts of another soak's :meth:`state`."""
+        self.counts.update(state["counts"])
+        self.given_up.update(state["given_up"])
+        self.switches.update(state["switches"])
+        self.kinds.update({(d, k): n for d, k, n in state["kinds"]})
+        for name in ("clean_s", "retried_s", "reconnect_s"):
+            getattr(self, name).extend(state[name])
+        self.faults_closed += state["faults_closed"]
+
     def report(self, args, seconds):
         def spread(values):
             if not values:
@@ -173,6 +191,7 @@ class _Figures:
             "path": args.path, "device": args.device, "fault rate (each byte, each way)":
                 args.fault_rate, "reply timeout s": args.timeout, "attempts": args.attempts,
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "jobs": args.jobs,
             "seconds": round(seconds),
             "faults injected": self.faults_closed,
             **{k: v for k, v in sorted(self.counts.items())},
@@ -306,10 +325,7 @@ def _soak_xdma(args, figures, rng, started):
     from maxaccel.host.transport import XdmaTransport
     from maxaccel.sim.faults import Faulty
     from maxaccel.sim.xdma_driver import XdmaDriverModel
-    board = getattr(open_transport(args.device), "board", None)
-    if board is None:
-        raise ValueError(f"--path xdma puts the XDMA driver's double around a virtual board "
-                         f"(sim, verilator, netlist:BOARD), not {args.device!r}")
+    board = open_transport(args.device).board
     model = XdmaDriverModel(board, h2c_timeout_s=args.driver_timeout,
                             c2h_timeout_s=args.driver_timeout)
     transport = XdmaTransport(model.prefix, files=model, write_timeout_s=args.driver_timeout,
@@ -345,6 +361,37 @@ def _soak_direct(args, figures, rng, started):
         device.close()
 
 
+def _run_jobs(args, figures):
+    """Run ``args.jobs`` soaks as child processes, each to its share of the faults, and add
+    their figures to ``figures``. Ctrl-C reaches the children too (one process group): each
+    stops and hands over its figures so far."""
+    share = -(-args.faults // args.jobs)
+    with tempfile.TemporaryDirectory(prefix="maxaccel-soak-jobs-") as workdir:
+        children = []
+        for job in range(args.jobs):
+            out = os.path.join(workdir, f"{job}.json")
+            options = vars(args) | {"faults": share, "seed": args.seed + job, "jobs": 1}
+            command = [sys.executable, "-m", "maxaccel", "-q", "soak", "--figures-out", out]
+            for name in args.soak_options:
+                command += [f"--{name.replace('_', '-')}", str(options[name])]
+            children.append((subprocess.Popen(command, stdout=subprocess.DEVNULL), out))
+        try:
+            for child, _ in children:
+                child.wait()
+        except KeyboardInterrupt:
+            for child, _ in children:
+                child.wait()
+            raise
+        finally:
+            for child, out in children:
+                if os.path.exists(out):
+                    figures.add(json.loads(pathlib.Path(out).read_text()))
+                else:
+                    figures.counts["jobs that failed"] += 1
+                    print(f"a soak job ended with status {child.returncode} and no figures",
+                          file=sys.stderr)
+
+
 def add_arguments(parser):
     """The soak's options, on ``parser`` (the ``maxaccel soak`` subcommand's)."""
     names = []
@@ -373,21 +420,37 @@ def add_arguments(parser):
     option("--watchdog", type=float, default=120.0,
            help="an operation taking longer is a hang, seconds (default 120)")
     option("--seed", type=int, default=0, help="random seed (default 0)")
+    option("--jobs", type=int, default=1,
+           help="soaks run side by side, each with its own board and client, seeds SEED, "
+                "SEED+1, ..., each to its share of --faults; their figures are added "
+                "(default 1)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
+    parser.add_argument("--figures-out", help=argparse.SUPPRESS)
     parser.set_defaults(soak_options=names)
 
 
 def soak(args, out=sys.stdout):
     """Run the soak ``args`` describe (:func:`add_arguments`); print the figures to ``out``
     (and write them as JSON with ``--json``); 0 when nothing was wrong and nothing hung."""
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, not {args.jobs}")
+    if args.path != "serve" and not is_virtual_board(args.device):
+        raise ValueError(f"--path {args.path} puts the injector (and, for xdma, the XDMA "
+                         f"driver's double) around a virtual board in this process (sim, "
+                         f"verilator, netlist:BOARD), not {args.device!r}")
     figures = _Figures()
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
     run = {"serve": _soak_serve, "xdma": _soak_xdma, "direct": _soak_direct}[args.path]
     try:
-        run(args, figures, rng, started)
+        if args.jobs > 1:
+            _run_jobs(args, figures)
+        else:
+            run(args, figures, rng, started)
     except KeyboardInterrupt:
         print("interrupted: the figures so far", file=sys.stderr)
+    if args.figures_out:
+        pathlib.Path(args.figures_out).write_text(json.dumps(figures.state()))
     report = figures.report(args, time.monotonic() - started)
     width = max(map(len, report))
     for key, value in report.items():

@@ -48,7 +48,8 @@ from maxaccel.contract.progress import log
 
 __all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport",
            "XdmaModelTransport", "SimTransport", "open_transport", "check_url",
-           "register_scheme", "URL_FORMS", "DEFAULT_BAUD", "latency_timer_path"]
+           "register_scheme", "is_virtual_board", "URL_FORMS", "DEFAULT_BAUD",
+           "latency_timer_path"]
 
 #: The device URL forms users may give, for error messages and ``--help``.
 URL_FORMS = ("sim", "serial://PORT[?board=NAME|?baud=N] (e.g. serial:///dev/ttyUSB1?board=ulx3s)",
@@ -899,6 +900,13 @@ def check_url(url):
         _serial_arguments(parsed, options)
     elif kind == "xdma":
         _check_xdma(parsed, options)
+
+
+def is_virtual_board(url):
+    """Whether ``url`` names a board simulated in this process (``sim``, ``verilator``,
+    ``netlist:BOARD``, with their options); raises as :func:`check_url` for a malformed URL.
+    Opens nothing."""
+    return _parse(url)[0] in SimTransport.BOARDS
 
 
 def open_transport(url):
