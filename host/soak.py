@@ -305,7 +305,7 @@ def _soak_serve(args, figures, rng, started):
         figures.retire(faulty, device)
         if device is not None:
             device.close()
-        server.send_signal(signal.SIGINT)
+        server.send_signal(signal.SIGTERM)
         server.communicate(timeout=60)
 
 
@@ -361,10 +361,15 @@ def _soak_direct(args, figures, rng, started):
         device.close()
 
 
+def _stop(*_):
+    """Ctrl-C or SIGTERM stops a soak with its figures so far."""
+    raise KeyboardInterrupt
+
+
 def _run_jobs(args, figures):
     """Run ``args.jobs`` soaks as child processes, each to its share of the faults, and add
-    their figures to ``figures``. Ctrl-C reaches the children too (one process group): each
-    stops and hands over its figures so far."""
+    their figures to ``figures``. On Ctrl-C or SIGTERM each child is stopped (SIGTERM) and
+    hands over its figures so far."""
     share = -(-args.faults // args.jobs)
     with tempfile.TemporaryDirectory(prefix="maxaccel-soak-jobs-") as workdir:
         children = []
@@ -379,6 +384,9 @@ def _run_jobs(args, figures):
             for child, _ in children:
                 child.wait()
         except KeyboardInterrupt:
+            for child, _ in children:
+                if child.poll() is None:
+                    child.terminate()
             for child, _ in children:
                 child.wait()
             raise
@@ -442,6 +450,9 @@ def soak(args, out=sys.stdout):
     rng = np.random.default_rng(args.seed)
     started = time.monotonic()
     run = {"serve": _soak_serve, "xdma": _soak_xdma, "direct": _soak_direct}[args.path]
+    # Both explicitly: a shell starts a background job with SIGINT ignored.
+    previous = {number: signal.signal(number, _stop)
+                for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         if args.jobs > 1:
             _run_jobs(args, figures)
@@ -449,6 +460,9 @@ def soak(args, out=sys.stdout):
             run(args, figures, rng, started)
     except KeyboardInterrupt:
         print("interrupted: the figures so far", file=sys.stderr)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     if args.figures_out:
         pathlib.Path(args.figures_out).write_text(json.dumps(figures.state()))
     report = figures.report(args, time.monotonic() - started)
