@@ -453,6 +453,9 @@ def soak(args, out=sys.stdout):
     # Both explicitly: a shell starts a background job with SIGINT ignored.
     previous = {number: signal.signal(number, _stop)
                 for number in (signal.SIGINT, signal.SIGTERM)}
+    print(f"soak: {args.faults} faults through {args.path} to {args.device}"
+          + (f" in {args.jobs} jobs" if args.jobs > 1 else "") + "; Ctrl-C or SIGTERM stops it",
+          file=sys.stderr, flush=True)
     try:
         if args.jobs > 1:
             _run_jobs(args, figures)

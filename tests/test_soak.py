@@ -7,6 +7,9 @@ and fails the run; bad options are refused before anything runs.
 """
 
 import json
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -59,7 +62,7 @@ def test_the_serve_path_and_jobs_add_their_figures(tmp_path, compiled_device):
     """Two soaks through ``maxaccel serve`` over a pty, side by side: their faults and
     operations add up, each client killed mid-frame and reconnected."""
     status, text, figures = run_soak(tmp_path, "--path", "serve", "--faults", "40",
-                                     "--jobs", "2", "--kill-every", "10", "--timeout", "0.2")
+                                     "--jobs", "2", "--kill-every", "4", "--timeout", "0.2")
     assert status == 0, text
     check_consistent(figures, 40)
     assert figures["jobs"] == 2
@@ -100,3 +103,27 @@ def test_a_wrong_result_is_counted_and_fails_the_soak(tmp_path, compiled_device,
 def test_bad_options_are_refused_before_anything_runs(options, message, capsys):
     assert main(["soak", *options]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_sigterm_stops_a_background_soak_with_its_figures(tmp_path, compiled_device):
+    """A soak started as a shell starts a background job (SIGINT ignored, a session of its
+    own) and stopped with SIGTERM: it and its jobs stop, and the figures so far are printed
+    and written, exit status 0."""
+    figures = tmp_path / "soak.json"
+    soak = subprocess.Popen(
+        [sys.executable, "-m", "maxaccel", "soak", "--path", "direct", "--faults", "10000000",
+         "--jobs", "2", "--json", str(figures)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    started = 0
+    while started < 3:      # the soak and its two jobs have their handlers
+        line = soak.stderr.readline()
+        assert line, "the soak ended before its jobs started"
+        started += line.startswith(b"soak: ")
+    soak.send_signal(signal.SIGTERM)
+    out, err = soak.communicate(timeout=120)
+    assert soak.returncode == 0, err
+    assert err.count(b"interrupted: the figures so far") == 3
+    written = json.loads(figures.read_text())
+    assert written["jobs"] == 2 and written["wrong results"] == 0
+    assert b"operations" in out
