@@ -49,10 +49,10 @@ def test_the_timed_device_counts_only_operator_calls():
 def test_every_device_operation_is_timed_as_the_devices():
     """The operations the bench times as the device's are Device's public operations (Min,
     ReduceMin, ArgMax and ArgMin included), and cover every call an OffloadSession makes."""
-    from maxaccel.host.offload import _DEVICE_CALLS
+    from maxaccel.host.offload.steps import DEVICE_CALLS
     assert set(bench.DEVICE_METHODS) == {"max", "min", "reduce_max", "reduce_min", "arg_max",
                                          "arg_min", "global_max_pool", "max_pool"}
-    assert set(_DEVICE_CALLS.values()) | {"max_pool"} <= set(bench.DEVICE_METHODS)
+    assert set(DEVICE_CALLS.values()) | {"max_pool"} <= set(bench.DEVICE_METHODS)
     import numpy as np
     with Device(FakeBoard()) as dev:
         timed = bench._TimedDevice(dev)
