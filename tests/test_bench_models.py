@@ -116,7 +116,8 @@ def test_the_session_and_onnxruntime_are_timed_each_back_to_back(monkeypatch):
             events.append(self.name)
             timed.seconds += self.device_s
 
-    total, device, outside, alone = bench._time_pair(
+    total, device, outside, alone, spread = bench._time_pair(
         timed, Model("session", 0.25), Model("onnxruntime", 0.0), {}, repeats=3, warmup=1)
     assert events == ["quiet"] + ["session"] * 4 + ["quiet"] + ["onnxruntime"] * 4
     assert device == 0.25 and outside == pytest.approx(total - 0.25, abs=1e-9) and alone >= 0
+    assert spread >= 0
