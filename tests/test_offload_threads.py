@@ -1,7 +1,6 @@
 """OffloadSession's onnxruntime sessions (its CPU partitions, or its one session with device
 operators) and onnxruntime's thread pools: the caller's SessionOptions reach every session, the
-one session's pools spin only while a run lasts and the partitions' pools sleep while the device
-works, unless the caller says otherwise, and the results keep their bits either way; the
+pools sleep while the device works, unless the caller says otherwise, and the results keep their bits either way; the
 built-in benchmark models run as onnxruntime runs them."""
 
 import numpy as np
@@ -60,9 +59,9 @@ def pools(options):
     return entry(options, INTRA), entry(options, INTER), entry(options, STOP_SPINNING_AFTER_RUN)
 
 
-#: What the session sets on options that set none: the one session's pools spin (onnxruntime's
-#: default) only while a run lasts, device calls included; the partitions' pools sleep.
-POOLS = {True: (None, None, "1"), False: (NO_SPINNING, NO_SPINNING, None)}
+#: What the session sets on options that set none: the pools sleep, the one session's through
+#: its device calls, the partitions' between hand-overs.
+POOLS = {True: (NO_SPINNING, NO_SPINNING, None), False: (NO_SPINNING, NO_SPINNING, None)}
 
 
 @pytest.mark.parametrize("one_session", [True, False])
@@ -100,8 +99,7 @@ def test_without_options_the_pools_never_spin_between_runs_either(one_session, m
 
 def test_a_model_left_to_the_partitions_gets_pools_that_sleep(monkeypatch):
     """Refused before the one session is made (bfloat16 graph inputs), or by onnxruntime when
-    it is: the partitions' pools sleep (stopping the spinning after a run, set for the one
-    session, then changes nothing)."""
+    it is: the partitions' pools sleep."""
     options = onnxruntime.SessionOptions()
     assert OffloadSession(bfloat16_model(), options, device=reference).one_session_refusal
     assert pools(options) == POOLS[False]
@@ -125,7 +123,7 @@ def test_a_model_left_to_the_partitions_gets_pools_that_sleep(monkeypatch):
     session = OffloadSession(mixed_model(), options, device=reference)
     assert session.one_session_refusal.startswith("onnxruntime does not load the model")
     for given in partition_options(made, False):
-        assert pools(given) == (NO_SPINNING, NO_SPINNING, "1")
+        assert pools(given) == POOLS[False]
 
 
 def test_a_model_without_device_steps_is_left_as_onnxruntime_runs_it(made):

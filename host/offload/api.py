@@ -57,16 +57,13 @@ class OffloadSession:
         than onnxruntime's).
     sess_options : onnxruntime.SessionOptions, optional
         Used for the one session, or every CPU partition. When the model has device or
-        subgraph steps, entries it does not set are set on it: for the one session
-        :data:`~maxaccel.host.offload.STOP_SPINNING_AFTER_RUN` (see
-        :func:`~maxaccel.host.offload.spinning_within_runs`: its pools spin only while a run
-        lasts), its ``execution_order`` and the device operators' library; for partitions each
-        of :data:`~maxaccel.host.offload.SPINNING` to
+        subgraph steps, entries it does not set are set on it: each of
+        :data:`~maxaccel.host.offload.SPINNING` to
         :data:`~maxaccel.host.offload.NO_SPINNING` (see
-        :func:`~maxaccel.host.offload.without_spinning`: the partitions' pools sleep between
-        hand-overs). A model onnxruntime refuses to load as one session gets both. Entries
-        already present count as the caller's: sessions sharing one ``SessionOptions`` keep
-        what the first set. For the one session onnxruntime also optimizes the model once with
+        :func:`~maxaccel.host.offload.without_spinning`: the pools sleep through device calls
+        and between hand-overs), and for the one session its ``execution_order`` and the
+        device operators' library. Entries already present count as the caller's: sessions
+        sharing one ``SessionOptions`` keep what the first set. For the one session onnxruntime also optimizes the model once with
         them (its optimized model file, log level and profiling set aside meanwhile and
         restored), so that pools take its NCHWc tensors (``docs/offload.md``, "One session").
     providers, provider_options : optional

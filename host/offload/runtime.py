@@ -83,10 +83,10 @@ def without_spinning(options):
 
 def spinning_within_runs(options):
     """``options`` (as for :func:`without_spinning`) with :data:`STOP_SPINNING_AFTER_RUN`
-    set to "1" unless the caller set it: the pool of a model run as one session spins (if
-    the caller lets it: onnxruntime's default) while a run lasts, device calls included, and
-    stops when the run returns, so it neither waits to be woken between a run's parallel
-    nodes nor holds a core after the run."""
+    set to "1" unless the caller set it: with each entry of :data:`SPINNING` set to "1" by
+    the caller, the pool of a model run as one session spins while a run lasts, device calls
+    included, and stops when the run returns (an opt-in: by default the session's pools sleep,
+    :func:`without_spinning`)."""
     return _set_unless_set(options, {STOP_SPINNING_AFTER_RUN: "1"})
 
 
