@@ -19,8 +19,8 @@ operators calling the device (:mod:`maxaccel.host.device_ops`): one entry into o
 run, the device steps' inputs read in place. Otherwise each partition is one onnxruntime
 ``InferenceSession``, created once and reused, and :meth:`OffloadSession.run` runs the steps in
 order, values passing between them as the numpy arrays onnxruntime and the device return. Either
-way the sessions get the user's ``SessionOptions`` and providers; the one session's thread pools
-spin only while a run lasts, the partitions' sleep between hand-overs.
+way the sessions get the user's ``SessionOptions`` and providers; their thread pools sleep
+through device calls and between hand-overs (unless the caller lets them spin).
 
 Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
 
