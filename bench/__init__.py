@@ -445,7 +445,10 @@ class ModelMeasurement:
     all with ``intra_op_num_threads=1`` (and ``inter_op_num_threads=1``). The ``default_``
     figures are the same with default ``SessionOptions`` for both. ``ratio`` and
     ``default_ratio`` are ``outside_s / onnxruntime_s``; ``partitions`` is how many
-    onnxruntime sessions the session ran.
+    onnxruntime sessions the session ran. ``spread_s`` and ``default_spread_s`` are the
+    interquartile ranges of the session's whole runs (device time included): how far a run
+    moves from the next on this machine, the least a change must move ``session_s`` by to be
+    seen.
     """
 
     model: str
@@ -461,6 +464,8 @@ class ModelMeasurement:
     default_outside_s: float = math.nan
     default_onnxruntime_s: float = math.nan
     partitions: int = 0
+    spread_s: float = math.nan
+    default_spread_s: float = math.nan
 
     @property
     def ratio(self):
@@ -540,11 +545,20 @@ def _quiet(window_s=0.005, busy=0.2, limit_s=2.0, *, cpu=time.process_time, slee
     return clock() - started
 
 
+def _spread(seconds):
+    """The interquartile range of ``seconds``."""
+    if len(seconds) < 2:
+        return 0.0
+    low, _, high = statistics.quantiles(seconds, n=4, method="inclusive")
+    return high - low
+
+
 def _time_pair(timed, session, runtime, feeds, repeats, warmup):
     """Median ``(session, device, outside, onnxruntime)`` seconds of ``repeats`` runs of
     ``session`` (on the timed device) back to back, then as many of ``runtime``, each after
     ``warmup`` runs once the other's threads are still (:func:`_quiet`): each as a model run
-    over and over on its own. Run by run, each would run beside the other's spinning pool."""
+    over and over on its own. Run by run, each would run beside the other's spinning pool.
+    A fifth figure is the spread of the session's runs (:func:`_spread`)."""
     medians = []
     for model in (session, runtime):
         _quiet()
@@ -556,9 +570,10 @@ def _time_pair(timed, session, runtime, feeds, repeats, warmup):
             totals.append(total)
             inside.append(device)
         medians.append((statistics.median(totals), statistics.median(inside),
-                        statistics.median(t - d for t, d in zip(totals, inside))))
-    (total, device, outside), (alone, *_) = medians
-    return total, device, outside, alone
+                        statistics.median(t - d for t, d in zip(totals, inside)),
+                        _spread(totals)))
+    (total, device, outside, spread), (alone, *_) = medians
+    return total, device, outside, alone, spread
 
 
 def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, configure=None):
@@ -594,27 +609,31 @@ def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, configure=
         placements = session.placements
         partitions = sum(1 for step in session.last_steps if step.where == "onnxruntime")
         del session, runtime
-    (session_s, device_s, outside_s, onnxruntime_s), default = figures
+    (session_s, device_s, outside_s, onnxruntime_s, spread_s), default = figures
     return ModelMeasurement(
         model=name, where=getattr(device, "url", type(device).__name__),
         nodes=len(model.graph.node),
         device_nodes=sum(1 for *_, where in placements if where == "device"),
         session_s=session_s, device_s=device_s, outside_s=outside_s, onnxruntime_s=onnxruntime_s,
         default_session_s=default[0], default_device_s=default[1], default_outside_s=default[2],
-        default_onnxruntime_s=default[3], partitions=partitions)
+        default_onnxruntime_s=default[3], partitions=partitions, spread_s=spread_s,
+        default_spread_s=default[4])
 
 
 def format_model_table(measurements):
     """A markdown table of :class:`ModelMeasurement` s: one thread, then default threading."""
-    lines = ["| model | device | nodes (on device) | session | in device calls | outside | "
-             "onnxruntime, 1 thread | outside / onnxruntime | outside, default threads | "
-             "onnxruntime, default threads | outside / onnxruntime, default | partitions |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | device | nodes (on device) | session | spread | in device calls | "
+             "outside | onnxruntime, 1 thread | outside / onnxruntime | session, default "
+             "threads | spread, default | outside, default threads | onnxruntime, default "
+             "threads | outside / onnxruntime, default | partitions |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in measurements:
         lines.append(f"| {m.model} | {m.where} | {m.nodes} ({m.device_nodes}) | "
-                     f"{_si(m.session_s, 's')} | {_si(m.device_s, 's')} | "
+                     f"{_si(m.session_s, 's')} | {_si(m.spread_s, 's')} | "
+                     f"{_si(m.device_s, 's')} | "
                      f"{_si(m.outside_s, 's')} | {_si(m.onnxruntime_s, 's')} | "
-                     f"{m.ratio:.2f}x | {_si(m.default_outside_s, 's')} | "
+                     f"{m.ratio:.2f}x | {_si(m.default_session_s, 's')} | "
+                     f"{_si(m.default_spread_s, 's')} | {_si(m.default_outside_s, 's')} | "
                      f"{_si(m.default_onnxruntime_s, 's')} | {m.default_ratio:.2f}x | "
                      f"{m.partitions} |")
     return "\n".join(lines)
@@ -626,7 +645,7 @@ MODELS_FILE = "docs/bench/models.json"
 #: The command that measures :data:`MODELS_FILE` (a few minutes with the compiled model cached):
 #: every built-in model and SqueezeNet 1.1, each device call paced as on a NiteFury.
 MODELS_COMMAND = ("maxaccel bench --device xdma-model:verilator --paced --no-cpu -q "
-                  "--model audio --model segnet --model kws --model resnet18 "
+                  "--model audio --model segnet --model kws --model m5 --model resnet18 "
                   f"--model examples/squeezenet1_1.onnx --model control --json {MODELS_FILE}")
 
 

@@ -4,7 +4,8 @@ built with ``onnx.helper`` (no file to ship), each with its feeds.
 Small ones (under a millisecond on onnxruntime, where a session's per-step cost shows):
 ``audio`` (a spectrogram CNN whose 2x2 MaxPools alternate with 3x3 Convs), ``segnet`` (an
 encoder-decoder whose MaxPools' Indices feed MaxUnpools), ``kws`` (a 1-D keyword-spotting CNN:
-a MaxPool over time, a maxout Max of two Convs, a ReduceMax over time). Large ones: ``resnet18``
+a MaxPool over time, a maxout Max of two Convs, a ReduceMax over time), ``m5`` (an M5-style
+raw-waveform CNN: five 1-D Conv/BatchNorm/ReLU, each followed by a MaxPool of 4). Large ones: ``resnet18``
 (ResNet-18 at 1x3x224x224, its stem MaxPool on the device) and ``control`` (a ResNet-style
 trunk whose middle stage is a Loop and whose head is chosen by an If, with a MaxPool and a
 GlobalMaxPool on the device).
@@ -50,6 +51,14 @@ class _Builder:
                       kernel_shape=[kernel] * dims, strides=[stride] * dims,
                       pads=[kernel // 2] * (2 * dims))
         return self.node("Relu", [y]) if relu else y
+
+    def batch_norm(self, x, channels):
+        """An inference BatchNormalization of ``channels`` with random statistics."""
+        scale, bias, mean = (self.rng.standard_normal((3, channels)) * 0.1
+                             + [[1], [0], [0]]).astype(np.float32)
+        variance = self.rng.uniform(0.5, 1.5, channels).astype(np.float32)
+        return self.node("BatchNormalization",
+                         [x] + [self.constant(v, "bn") for v in (scale, bias, mean, variance)])
 
     def gemm(self, x, features, classes):
         weights = (self.rng.standard_normal((classes, features))
@@ -116,6 +125,27 @@ def kws_model(seed=0):
     x = b.node("ReduceMax", [x, b.constant(np.array([2], np.int64), "axes")], keepdims=0)
     logits = b.gemm(x, 128, 12)
     return b.model("kws_cnn", [value], [helper.make_tensor_value_info(logits, F32, [1, 12])],
+                   feeds)
+
+
+def m5_model(seed=0):
+    """An M5-style raw-waveform CNN (Dai et al., "Very deep convolutional neural networks for
+    raw waveforms", 2017) on 1x1x8000 samples (half a second at 16 kHz): five 1-D
+    Conv+BatchNormalization+ReLU, the first 80 wide with stride 4, the others 3 wide, of 32,
+    64, 128, 256 and 256 channels, each followed by a MaxPool of 4, then a GlobalAveragePool and
+    a Gemm to 35 classes (Speech Commands)."""
+    b = _Builder(seed)
+    value, feeds = _input(b.rng, "waveform", (1, 1, 8000))
+    x, channels = "waveform", 1
+    for width, kernel, stride in ((32, 80, 4), (64, 3, 1), (128, 3, 1), (256, 3, 1),
+                                  (256, 3, 1)):
+        x = b.conv(x, channels, width, kernel, stride, relu=False, dims=1)
+        x = b.node("Relu", [b.batch_norm(x, width)])
+        x = b.node("MaxPool", [x], kernel_shape=[4], strides=[4])
+        channels = width
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x])])
+    logits = b.gemm(x, channels, 35)
+    return b.model("m5", [value], [helper.make_tensor_value_info(logits, F32, [1, 35])],
                    feeds)
 
 
@@ -192,6 +222,7 @@ BUILT_IN = {
     "audio": ("audio CNN, Conv/MaxPool x3 (1x1x64x96)", audio_model),
     "segnet": ("SegNet-style, MaxPool Indices to MaxUnpool (1x3x48x48)", segnet_model),
     "kws": ("1-D keyword CNN, MaxPool, maxout Max, ReduceMax (1x40x400)", kws_model),
+    "m5": ("M5 raw-waveform CNN, 1-D Conv/BatchNorm/MaxPool x5 (1x1x8000)", m5_model),
     "resnet18": ("ResNet-18 (1x3x224x224)", resnet18_model),
     "control": ("ResNet trunk with a Loop and an If (1x3x224x224)", control_model),
 }

@@ -12,7 +12,8 @@ output onnxruntime allocates; a result of None is an output the call wrote itsel
 room (a pool on NCHWc tensors whose device writes into ``out``: the reply lands where
 onnxruntime wants it). The call, which its node's key resolves to once
 (:func:`_resolve`), runs the step as the partitioned session does
-(``OffloadSession._step_call``; a pool on NCHWc tensors through :func:`blocked_pool`). Between
+(``DeviceCalls.step_call`` in :mod:`maxaccel.host.offload.steps`; a pool on NCHWc tensors
+through :func:`blocked_pool`). Between
 two device steps the model's other nodes run inside the same ``Run``, so the session enters
 onnxruntime once a run, not once per partition.
 
@@ -594,12 +595,12 @@ def _resolve(key):
     of ONNX dims ``dims`` as a writable memoryview of its bytes while the call runs (the same
     object again while the tensor lies where it lay). The kernel keeps the call for as long as
     onnxruntime keeps it: the call holds its session weakly
-    (``OffloadSession._kernel_call``)."""
+    (``OneSession.kernel_call`` in :mod:`maxaccel.host.offload.one_session`)."""
     entry = _steps.get(key)
     session = entry[0]() if entry else None
     if session is None:
         raise RuntimeError("maxaccel: the OffloadSession of this device step no longer exists")
-    return session._kernel_call(entry[1])
+    return session.kernel_call(entry[1])
 
 
 def arrays_of(inputs):

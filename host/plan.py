@@ -286,23 +286,7 @@ def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands,
                              row_elements=0, row_beats=0, last_nbytes=0, operands=operands,
                              output_beats=0, memory_beats=0)
 
-    # Coalesce: drop axes of output size 1, merge neighbours with the same full/broadcast
-    # pattern over all operands.
-    rank = len(output_shape)
-    aligned = [(1,) * (rank - len(s)) + s for s in shapes]
-    dims, patterns = [], []
-    for axis, size in enumerate(output_shape):
-        if size == 1:
-            continue
-        pattern = tuple(a[axis] != 1 for a in aligned)
-        if patterns and patterns[-1] == pattern:
-            dims[-1] *= size
-        else:
-            dims.append(size)
-            patterns.append(pattern)
-    if not dims:  # a scalar output: one row of one element, every operand full
-        dims, patterns = [1], [(True,) * len(shapes)]
-
+    dims, patterns = _coalesced(shapes, output_shape)
     row_elements = dims[-1]
     row_bytes = row_elements * itemsize
     row_beats = -(-row_bytes // beat_bytes)
@@ -317,6 +301,50 @@ def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands,
     else:
         counts = (1,) * (max_dims - len(outer)) + tuple(outer)
 
+    operands, base = _operand_plans(shapes, dims, patterns, counts, row_beats)
+    replayed = [o for o in operands if not o.streamed]
+    if len(replayed) > max_operands:
+        problems.append(f"{len(replayed)} operands must be replayed from memory (only one, of "
+                        f"the full output shape, can stream) but the unit folds at most "
+                        f"{max_operands} per pass")
+
+    plan = BroadcastPlan(output_shape, itemsize, **limits, dims=tuple(dims), counts=counts,
+                         row_elements=row_elements, row_beats=row_beats,
+                         last_nbytes=last_nbytes, operands=tuple(operands),
+                         output_beats=math.prod(outer) * row_beats, memory_beats=base)
+    problems += _request_problems(plan, encodable=not problems)
+    plan = replace(plan, problems=tuple(problems))
+    if check and problems:
+        raise CapacityError(problems, plan)
+    return plan
+
+
+def _coalesced(shapes, output_shape):
+    """``(dims, patterns)`` of the output: axes of size 1 dropped, neighbours with the same
+    full/broadcast pattern over all operands merged; ``patterns[d][i]`` says whether operand
+    ``i`` is full along ``dims[d]``."""
+    rank = len(output_shape)
+    aligned = [(1,) * (rank - len(s)) + s for s in shapes]
+    dims, patterns = [], []
+    for axis, size in enumerate(output_shape):
+        if size == 1:
+            continue
+        pattern = tuple(a[axis] != 1 for a in aligned)
+        if patterns and patterns[-1] == pattern:
+            dims[-1] *= size
+        else:
+            dims.append(size)
+            patterns.append(pattern)
+    if not dims:  # a scalar output: one row of one element, every operand full
+        dims, patterns = [1], [(True,) * len(shapes)]
+    return dims, patterns
+
+
+def _operand_plans(shapes, dims, patterns, counts, row_beats):
+    """``(operands, memory beats)``: each operand's :class:`OperandPlan` (the first of the full
+    output shape streams, the others are replayed from memory, one after another) and the
+    beats the replayed ones take."""
+    outer = dims[:-1]
     streamed_index = next((i for i, p in enumerate(zip(*patterns)) if all(p)), None)
     operands, slot, base = [], 0, 0
     for i, shape in enumerate(shapes):
@@ -341,22 +369,7 @@ def plan_broadcast(shapes, itemsize, lanes, depth, max_dims, max_operands,
                                     steps=tuple(steps)))
         slot += 1
         base += stride
-
-    replayed = [o for o in operands if not o.streamed]
-    if len(replayed) > max_operands:
-        problems.append(f"{len(replayed)} operands must be replayed from memory (only one, of "
-                        f"the full output shape, can stream) but the unit folds at most "
-                        f"{max_operands} per pass")
-
-    plan = BroadcastPlan(output_shape, itemsize, **limits, dims=tuple(dims), counts=counts,
-                         row_elements=row_elements, row_beats=row_beats,
-                         last_nbytes=last_nbytes, operands=tuple(operands),
-                         output_beats=math.prod(outer) * row_beats, memory_beats=base)
-    problems += _request_problems(plan, encodable=not problems)
-    plan = replace(plan, problems=tuple(problems))
-    if check and problems:
-        raise CapacityError(problems, plan)
-    return plan
+    return operands, base
 
 
 #: A dtype code of each element size, for asking the status rules about a plan's requests (the

@@ -319,101 +319,8 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
     config = window_config(geometry)
     if identity.window_lanes == 0 or config is None or geometry.has_empty_windows():
         return None
-    images = geometry.input_shape[0] * geometry.input_shape[1]
-    widest = Capacities.of(identity).window_bytes // fmt.nbytes
-    axes = geometry.axes
-    unit_pads = ((False, False),) * len(axes)
-    checked = {}
-
-    def per_request(tiles, group):
-        """Groups of ``tiles``' images in one frame each way (0: not one)."""
-        image = math.prod(t.size for t in tiles)
-        image_out = math.prod(t.out for t in tiles)
-        reply = image_out * (fmt.nbytes + WINDOW_INDEX_BYTES * indices)
-        return max_frame_bytes // (group * max(image * fmt.nbytes, reply))
-
-    def fields(tiles, group):
-        """The parameter block of ``tiles`` (one per axis) in groups of ``group``."""
-        block = {"dtype": fmt.dtype, "group": group}
-        for axis, values in enumerate(config):
-            block.update((window_fields(axis)[name], value) for name, value in values.items())
-        first = WINDOW_RANK - len(tiles)
-        for axis, tile in enumerate(tiles):
-            names = window_fields(first + axis)
-            block.update({names["size"]: tile.size, names["pad"]: tile.pad,
-                          names["out"]: tile.out})
-        return block
-
-    def fits(tiles, group=None):
-        """Whether the device takes ``tiles`` (one per axis) in groups of ``group`` (default:
-        as wide as the unit), whole groups in a frame."""
-        group = group or max(1, widest)
-        key = (tuple((t.size, t.pad, t.out) for t in tiles), group)
-        if key not in checked:
-            check = dict(fields(tiles, group), indices=int(indices), groups=1, reserved=0)
-            image = math.prod(t.size for t in tiles)
-            checked[key] = per_request(tiles, group) > 0 and not problems(
-                Command.MAX_POOL, check, identity, data_length=group * image * fmt.nbytes)
-        return checked[key]
-
-    def fitting(grid, sends=unit_pads):
-        """``{(size, pad, out): (tiles, padding sent)}`` per axis of ``grid`` (tiles sending
-        the padding as ``sends`` says), or None if a tile does not fit."""
-        kinds = [_tile_kinds(a, n, send) for a, n, send in zip(axes, grid, sends)]
-        shapes = [[AxisTile(0, out, 0, size, pad) for size, pad, out in k] for k in kinds]
-        return kinds if all(fits(tiles) for tiles in product(*shapes)) else None
-
-    def group_of(count):
-        """The group of a batch of ``count`` tiles: as wide as the unit, or narrower when
-        there are fewer tile images (that fits too: every capacity but the frame is per image,
-        and the frame then holds fewer bytes)."""
-        return max(1, min(widest, count * images))
-
-    def cost(kinds):
-        """``(link elements, tiles, requests, padding elements sent)`` of a grid's tiles
-        (``kinds`` as :func:`fitting` gives them), a batch of tile images per configuration,
-        and the zero images that fill the batches' last groups."""
-        elements = requests = padding = filler = 0
-        for batch in product(*(k.items() for k in kinds)):
-            count = math.prod(n for _, (n, _) in batch)
-            tiles = [AxisTile(0, out, 0, size, pad) for (size, pad, out), _ in batch]
-            group = group_of(count)
-            groups = -(-count * images // group)
-            elements += groups * group * (math.prod(t.size for t in tiles)
-                                          + math.prod(t.out for t in tiles))
-            requests += -(-groups // per_request(tiles, group))
-            filler += groups * group - count * images
-            # Over the tiles of the batch (the product of each axis's), the padding sent is
-            # their elements less their input elements, each a product of per-axis sums.
-            padding += images * (math.prod(n * size for (size, _, _), (n, _) in batch)
-                                 - math.prod(n * size - sent for (size, _, _), (n, sent) in batch))
-        tiles = math.prod(sum(n for n, _ in k.values()) for k in kinds)
-        return (elements, tiles, requests, padding), filler
-
-    def sendings(grid, kinds):
-        """Per axis, the padding the tiles of ``grid`` may send (:data:`_SEND_PADDING`): only
-        along an axis cut into tiles of more than one configuration (sending the padding
-        makes them alike) and only where its tiles reach the padding; not none on every axis.
-        """
-        options = []
-        for axis, length, k in zip(axes, grid, kinds):
-            reach = (axis.pad_begin > 0, axis.reach_end > 0) if len(k) > 1 else (False, False)
-            options.append([send for send in _SEND_PADDING
-                            if all(r or not s for r, s in zip(reach, send))])
-        return [sends for sends in product(*options) if sends != unit_pads]
-
-    def plan(grid, sends=unit_pads):
-        batches = {}
-        for tiles in product(*(axis_tiles(a, n, send) for a, n, send in zip(axes, grid, sends))):
-            batches.setdefault(tuple((t.size, t.pad, t.out) for t in tiles), []).append(tiles)
-        made = []
-        for tiles in batches.values():
-            group = group_of(len(tiles))
-            groups = -(-len(tiles) * images // group)
-            made.append(WindowBatch(tuple(tiles), group, fields(tiles[0], group), groups,
-                                    min(per_request(tiles[0], group), groups)))
-        return WindowPoolPlan(geometry, tuple(made), bool(indices))
-
+    planner = _WindowPlanner(geometry, fmt, identity, max_frame_bytes, indices, config)
+    axes, unit_pads = geometry.axes, planner.unit_pads
     if tile_outputs is not None:
         grid = tuple(operator.index(n) for n in tile_outputs)
         if len(grid) != len(axes) or min(grid) < 1:
@@ -424,45 +331,171 @@ def plan_window_pool(geometry, fmt, identity, max_frame_bytes, tile_outputs=None
         if len(sends) != len(axes):
             raise ValueError(f"send_padding needs a (begin, end) pair per spatial axis "
                              f"({len(axes)}), got {list(send_padding)}")
-        return None if fitting(grid, sends) is None else plan(grid, sends)
+        return None if planner.fitting(grid, sends) is None else planner.plan(grid, sends)
     if send_padding is not None:
         raise ValueError("send_padding goes with tile_outputs")
-    # Tiles of one output need the least of every capacity: if they do not fit, nothing does.
-    # Each capacity grows with a tile's length, so the longest tile along an axis (the others
-    # of one output) bounds that axis's lengths.
-    best = (1,) * len(axes)
-    kinds = fitting(best)
-    if kinds is None:
-        return None
-    longest = []
-    for k, axis in enumerate(axes):
-        low, high = 1, axis.out_size
-        while low < high:
-            middle = (low + high + 1) // 2
-            if fitting(best[:k] + (middle,) + best[k + 1:]) is None:
-                high = middle - 1
-            else:
-                low = middle
-        longest.append(low)
-    best, (best_cost, _), found = (best, unit_pads), cost(kinds), 0
-    for tried, grid in enumerate(_grids(axes, longest)):
-        if tried == _GRIDS_TRIED or found == _GRIDS_COMPARED:
-            break
-        kinds = fitting(grid)
-        if kinds is None:
-            continue
-        found += 1
-        candidate, filler = cost(kinds)
-        if candidate < best_cost:
-            best, best_cost = (grid, unit_pads), candidate
-        # Sending padding adds elements and can save only zero images (and requests).
-        for sends in sendings(grid, kinds) if filler else ():
-            padded = fitting(grid, sends)
-            if padded is not None:
-                candidate, _ = cost(padded)
-                if candidate < best_cost:
-                    best, best_cost = (grid, sends), candidate
-    return plan(*best)
+    best = planner.cheapest()
+    return None if best is None else planner.plan(*best)
+
+
+class _WindowPlanner:
+    """The tile grids of one pool on one device, their fit and their cost
+    (:func:`plan_window_pool`)."""
+
+    def __init__(self, geometry, fmt, identity, max_frame_bytes, indices, config):
+        self.geometry, self.fmt, self.identity = geometry, fmt, identity
+        self.max_frame_bytes, self.indices, self.config = max_frame_bytes, indices, config
+        self.images = geometry.input_shape[0] * geometry.input_shape[1]
+        self.widest = Capacities.of(identity).window_bytes // fmt.nbytes
+        self.axes = geometry.axes
+        self.unit_pads = ((False, False),) * len(self.axes)
+        self.checked = {}
+
+    def per_request(self, tiles, group):
+        """Groups of ``tiles``' images in one frame each way (0: not one)."""
+        fmt = self.fmt
+        image = math.prod(t.size for t in tiles)
+        image_out = math.prod(t.out for t in tiles)
+        reply = image_out * (fmt.nbytes + WINDOW_INDEX_BYTES * self.indices)
+        return self.max_frame_bytes // (group * max(image * fmt.nbytes, reply))
+
+    def fields(self, tiles, group):
+        """The parameter block of ``tiles`` (one per axis) in groups of ``group``."""
+        block = {"dtype": self.fmt.dtype, "group": group}
+        for axis, values in enumerate(self.config):
+            block.update((window_fields(axis)[name], value) for name, value in values.items())
+        first = WINDOW_RANK - len(tiles)
+        for axis, tile in enumerate(tiles):
+            names = window_fields(first + axis)
+            block.update({names["size"]: tile.size, names["pad"]: tile.pad,
+                          names["out"]: tile.out})
+        return block
+
+    def fits(self, tiles, group=None):
+        """Whether the device takes ``tiles`` (one per axis) in groups of ``group`` (default:
+        as wide as the unit), whole groups in a frame."""
+        group = group or max(1, self.widest)
+        key = (tuple((t.size, t.pad, t.out) for t in tiles), group)
+        checked = self.checked
+        if key not in checked:
+            check = dict(self.fields(tiles, group), indices=int(self.indices), groups=1,
+                         reserved=0)
+            image = math.prod(t.size for t in tiles)
+            checked[key] = self.per_request(tiles, group) > 0 and not problems(
+                Command.MAX_POOL, check, self.identity,
+                data_length=group * image * self.fmt.nbytes)
+        return checked[key]
+
+    def fitting(self, grid, sends=None):
+        """``{(size, pad, out): (tiles, padding sent)}`` per axis of ``grid`` (tiles sending
+        the padding as ``sends`` says, default: none), or None if a tile does not fit."""
+        sends = sends or self.unit_pads
+        kinds = [_tile_kinds(a, n, send) for a, n, send in zip(self.axes, grid, sends)]
+        shapes = [[AxisTile(0, out, 0, size, pad) for size, pad, out in k] for k in kinds]
+        return kinds if all(self.fits(tiles) for tiles in product(*shapes)) else None
+
+    def group_of(self, count):
+        """The group of a batch of ``count`` tiles: as wide as the unit, or narrower when
+        there are fewer tile images (that fits too: every capacity but the frame is per image,
+        and the frame then holds fewer bytes)."""
+        return max(1, min(self.widest, count * self.images))
+
+    def cost(self, kinds):
+        """``(link elements, tiles, requests, padding elements sent)`` of a grid's tiles
+        (``kinds`` as :meth:`fitting` gives them), a batch of tile images per configuration,
+        and the zero images that fill the batches' last groups."""
+        images = self.images
+        elements = requests = padding = filler = 0
+        for batch in product(*(k.items() for k in kinds)):
+            count = math.prod(n for _, (n, _) in batch)
+            tiles = [AxisTile(0, out, 0, size, pad) for (size, pad, out), _ in batch]
+            group = self.group_of(count)
+            groups = -(-count * images // group)
+            elements += groups * group * (math.prod(t.size for t in tiles)
+                                          + math.prod(t.out for t in tiles))
+            requests += -(-groups // self.per_request(tiles, group))
+            filler += groups * group - count * images
+            # Over the tiles of the batch (the product of each axis's), the padding sent is
+            # their elements less their input elements, each a product of per-axis sums.
+            padding += images * (math.prod(n * size for (size, _, _), (n, _) in batch)
+                                 - math.prod(n * size - sent for (size, _, _), (n, sent) in batch))
+        tiles = math.prod(sum(n for n, _ in k.values()) for k in kinds)
+        return (elements, tiles, requests, padding), filler
+
+    def sendings(self, grid, kinds):
+        """Per axis, the padding the tiles of ``grid`` may send (:data:`_SEND_PADDING`): only
+        along an axis cut into tiles of more than one configuration (sending the padding
+        makes them alike) and only where its tiles reach the padding; not none on every axis.
+        """
+        options = []
+        for axis, length, k in zip(self.axes, grid, kinds):
+            reach = (axis.pad_begin > 0, axis.reach_end > 0) if len(k) > 1 else (False, False)
+            options.append([send for send in _SEND_PADDING
+                            if all(r or not s for r, s in zip(reach, send))])
+        return [sends for sends in product(*options) if sends != self.unit_pads]
+
+    def plan(self, grid, sends=None):
+        """The :class:`WindowPoolPlan` of ``grid``, its tiles sending the padding as
+        ``sends`` says (default: none)."""
+        sends = sends or self.unit_pads
+        batches = {}
+        for tiles in product(*(axis_tiles(a, n, send)
+                               for a, n, send in zip(self.axes, grid, sends))):
+            batches.setdefault(tuple((t.size, t.pad, t.out) for t in tiles), []).append(tiles)
+        made = []
+        for tiles in batches.values():
+            group = self.group_of(len(tiles))
+            groups = -(-len(tiles) * self.images // group)
+            made.append(WindowBatch(tuple(tiles), group, self.fields(tiles[0], group), groups,
+                                    min(self.per_request(tiles[0], group), groups)))
+        return WindowPoolPlan(self.geometry, tuple(made), bool(self.indices))
+
+    def longest(self):
+        """Per axis, the longest tile that fits with the other axes' tiles of one output, or
+        None if tiles of one output do not fit: they need the least of every capacity, so
+        then nothing does. Each capacity grows with a tile's length, so the longest tile along
+        an axis bounds that axis's lengths."""
+        one = (1,) * len(self.axes)
+        if self.fitting(one) is None:
+            return None
+        longest = []
+        for k, axis in enumerate(self.axes):
+            low, high = 1, axis.out_size
+            while low < high:
+                middle = (low + high + 1) // 2
+                if self.fitting(one[:k] + (middle,) + one[k + 1:]) is None:
+                    high = middle - 1
+                else:
+                    low = middle
+            longest.append(low)
+        return longest
+
+    def cheapest(self):
+        """``(grid, sends)`` of the cheapest plan :func:`plan_window_pool` compares, or None
+        if no tile fits."""
+        longest = self.longest()
+        if longest is None:
+            return None
+        one = (1,) * len(self.axes)
+        best, (best_cost, _), found = (one, self.unit_pads), self.cost(self.fitting(one)), 0
+        for tried, grid in enumerate(_grids(self.axes, longest)):
+            if tried == _GRIDS_TRIED or found == _GRIDS_COMPARED:
+                break
+            kinds = self.fitting(grid)
+            if kinds is None:
+                continue
+            found += 1
+            candidate, filler = self.cost(kinds)
+            if candidate < best_cost:
+                best, best_cost = (grid, self.unit_pads), candidate
+            # Sending padding adds elements and can save only zero images (and requests).
+            for sends in self.sendings(grid, kinds) if filler else ():
+                padded = self.fitting(grid, sends)
+                if padded is not None:
+                    candidate, _ = self.cost(padded)
+                    if candidate < best_cost:
+                        best, best_cost = (grid, sends), candidate
+        return best
 
 
 def max_pool_by_window(values, fmt, plan, request, return_indices, out=None):

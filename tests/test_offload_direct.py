@@ -8,7 +8,8 @@ import onnxruntime
 import pytest
 from onnxruntime.capi.onnxruntime_pybind11_state import EPFail
 
-from maxaccel.host.offload import OffloadSession, _direct_run
+from maxaccel.host.offload import OffloadSession
+from maxaccel.host.offload.runtime import direct_run
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from onnx_models import mixed_model
@@ -18,33 +19,54 @@ FEEDS = {"a": np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.floa
          "flip": np.array(False)}
 
 
-def engines(session):
-    return [e for e in session._engines.values() if hasattr(e, "get_providers")]
+def wrapper_runs(monkeypatch):
+    """The calls of ``InferenceSession.run`` (onnxruntime's Python wrapper) from now on."""
+    calls = []
+    wrapper = onnxruntime.InferenceSession.run
+
+    def counted(self, *arguments, **keywords):
+        calls.append(self)
+        return wrapper(self, *arguments, **keywords)
+    monkeypatch.setattr(onnxruntime.InferenceSession, "run", counted)
+    return calls
+
+
+def cpu_engine():
+    """A plain onnxruntime session of one Relu on the CPU provider."""
+    from onnx import TensorProto, helper
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)],
+                              ir_version=10)
+    return onnxruntime.InferenceSession(model.SerializeToString(),
+                                        providers=["CPUExecutionProvider"])
 
 
 def test_the_direct_run_gives_the_wrappers_results():
-    direct = OffloadSession(mixed_model(), device=reference, one_session=False)
-    wrapped = OffloadSession(mixed_model(), device=reference, one_session=False)
-    wrapped._runs = {index: engine.run for index, engine in wrapped._engines.items()}
-    for got, want in zip(direct.run(None, FEEDS), wrapped.run(None, FEEDS)):
-        assert_same_bits(got, want)
-    assert len(direct._runs) == len(engines(direct)) == 2
-    for index, run in direct._runs.items():
-        assert run != direct._engines[index].run     # the binding's run, not the wrapper
+    engine = cpu_engine()
+    x = np.array([[np.nan, -0.0, 1], [-2, 0.0, np.inf]], np.float32)
+    (got,), (want,) = direct_run(engine)(["y"], {"x": x}, None), engine.run(["y"], {"x": x})
+    assert_same_bits(got, want)
 
 
-def test_the_one_session_runs_through_the_binding_too():
-    one = OffloadSession(mixed_model(), device=reference)
-    assert one.one_session_refusal is None and one._one_run != one._one.run
-    partitions = OffloadSession(mixed_model(), device=reference, one_session=False)
-    for got, want in zip(one.run(None, FEEDS), partitions.run(None, FEEDS)):
-        assert_same_bits(got, want)
+@pytest.mark.parametrize("one_session", [False, True])
+def test_the_sessions_run_through_the_binding_with_the_same_bits(one_session, monkeypatch):
+    session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
+    assert (session.one_session_refusal is None) == one_session
+    want = OffloadSession(mixed_model(), device=reference, one_session=not one_session)
+    expected = want.run(None, FEEDS)
+    calls = wrapper_runs(monkeypatch)
+    got = session.run(None, FEEDS)
+    assert calls == []     # the binding's run, not the wrapper
+    assert [where for *_, where in session.last_run].count("onnxruntime") > 0
+    for value, wanted in zip(got, expected):
+        assert_same_bits(value, wanted)
 
 
 def test_the_direct_run_skips_the_wrapper_on_the_cpu_provider_only():
-    session = OffloadSession(mixed_model(), device=reference, one_session=False)
-    engine = engines(session)[0]
-    assert _direct_run(engine) != engine.run   # a bound method compares equal to itself
+    engine = cpu_engine()
+    assert direct_run(engine) != engine.run   # a bound method compares equal to itself
 
     class OtherProvider:
         """An engine on another provider: its wrapper runs, as onnxruntime would."""
@@ -55,7 +77,7 @@ def test_the_direct_run_skips_the_wrapper_on_the_cpu_provider_only():
         def get_providers(self):
             return ["SomeExecutionProvider", "CPUExecutionProvider"]
     other = OtherProvider()
-    assert _direct_run(other) == other.run
+    assert direct_run(other) == other.run
 
 
 def test_an_execution_provider_failure_goes_through_onnxruntimes_own_run():
@@ -76,7 +98,7 @@ def test_an_execution_provider_failure_goes_through_onnxruntimes_own_run():
         def run(self, *arguments):
             calls.append(arguments)
             return ["retried"]
-    assert _direct_run(Engine())(["y"], {"x": 1}, None) == ["retried"]
+    assert direct_run(Engine())(["y"], {"x": 1}, None) == ["retried"]
     assert calls == [(["y"], {"x": 1}, None)]
 
 
@@ -91,11 +113,11 @@ def test_an_engine_without_the_binding_keeps_its_run(missing):
     engine = Engine()
     if not missing:
         engine._sess = object()     # no run of its own
-    assert _direct_run(engine) == engine.run
+    assert direct_run(engine) == engine.run
 
 
 @pytest.mark.parametrize("one_session", [True, False])
-def test_run_options_reach_the_direct_run(one_session):
+def test_run_options_reach_thedirect_run(one_session):
     session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
     options = onnxruntime.RunOptions()
     options.terminate = True

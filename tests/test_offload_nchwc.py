@@ -2,18 +2,21 @@
 the device takes onnxruntime's NCHWc tensors as they lie, with the plain pool's bits, only where
 onnxruntime lays the model out so, and the caller's options come back as they were given."""
 
+import functools
 import gc
+import inspect
 import pathlib
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from maxaccel import bench
+from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host import device_ops
 from maxaccel.host.offload import OffloadSession
-from maxaccel.host.partition import DeviceStep
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.values import random_values
@@ -136,22 +139,32 @@ def test_pools_between_nchwc_nodes_take_the_tensors_as_they_lie(channels):
                                 ("reduce_max", (1, channels // BLOCK, 6, 7, BLOCK))]
 
 
+def blocked_pools(device, dtype, block):
+    """The kernels' calls of ``conv_pool_model``'s two pools on NCHWc tensors of ``block``
+    (:func:`~maxaccel.host.device_ops.blocked_pool`), as the one session makes them: the
+    MaxPool written into onnxruntime's output by a device whose ``max_pool`` takes ``out``."""
+    output_dims = None
+    if "out" in inspect.signature(device.max_pool).parameters:
+        def output_dims(dims):
+            return resolve_max_pool(dims, **POOL).output_shape
+    pool = functools.partial(device.max_pool, **POOL)
+    return (device_ops.blocked_pool(pool, dtype, block, output_dims=output_dims),
+            device_ops.blocked_pool(device.reduce_max, dtype, block, True))
+
+
 @pytest.mark.parametrize("device", [reference, Writing()], ids=["returned", "written into out"])
 @pytest.mark.parametrize("block", [4, 8, 16])
 def test_a_blocked_pool_has_the_plain_pools_bits(block, device):
     """NaN payloads, signed zeros, infinities and subnormals in every position of the windows,
     over several images and blocks of channels, whatever block this machine has; the pool's
     result returned, or written into the output by a device that takes ``out``."""
-    session = OffloadSession(conv_pool_model(), device=device)
-    session.run(None, feeds())  # its steps' calls for this machine's block, if any, made
-    pool, global_pool = [s for s in session._steps if isinstance(s, DeviceStep)]
     x = random_values(np.random.default_rng(block), np.float32, (2, 32, 9, 10),
                       edge_fraction=0.5)
     blocked = np.ascontiguousarray(
         np.moveaxis(x.reshape(2, 32 // block, block, 9, 10), 2, -1)).reshape(x.shape)
-    for step, want in ((pool, reference.max_pool(x, **POOL)),
+    pool, global_pool = blocked_pools(device, x.dtype, block)
+    for call, want in ((pool, reference.max_pool(x, **POOL)),
                        (global_pool, reference.global_max_pool(x))):
-        call, where = session._blocked_pool(step, x.dtype, block)
         rooms = {}  # the kernel's room, as the C kernel hands it out: new arrays
 
         def room(index, dims):
@@ -163,7 +176,7 @@ def test_a_blocked_pool_has_the_plain_pools_bits(block, device):
         elif isinstance(got, tuple):  # (onnxruntime's dims, the items in C order)
             dims, items = got
             got = np.ascontiguousarray(items).reshape(dims)
-        assert where == "device" and got.shape == want.shape
+        assert got.shape == want.shape
         lanes = got.reshape(2, 32 // block, *got.shape[2:], block)
         assert_same_bits(np.moveaxis(lanes, -1, 2).reshape(want.shape), want)
 
@@ -229,13 +242,15 @@ def test_a_pool_onnxruntime_would_reorder_for_stays_in_onnx_layout():
 
 
 def test_a_blocked_model_onnxruntime_refuses_leaves_the_pools_in_onnx_layout(monkeypatch):
-    make = OffloadSession._onnxruntime_session
+    make = onnxruntime.InferenceSession
 
-    def refusing_nchwc(self, model):
-        if any(node.domain == device_ops.NCHWC_DOMAIN for node in model.graph.node):
+    def refusing_nchwc(model, *args, **kwargs):
+        if isinstance(model, bytes) and any(
+                node.domain == device_ops.NCHWC_DOMAIN
+                for node in onnx.ModelProto.FromString(model).graph.node):
             raise RuntimeError("refused")
-        return make(self, model)
-    monkeypatch.setattr(OffloadSession, "_onnxruntime_session", refusing_nchwc)
+        return make(model, *args, **kwargs)
+    monkeypatch.setattr(onnxruntime, "InferenceSession", refusing_nchwc)
     device = Recording()
     one = OffloadSession(conv_pool_model(), device=device)
     assert one.one_session_refusal is None

@@ -1,16 +1,17 @@
 """OffloadSession's onnxruntime sessions (its CPU partitions, or its one session with device
 operators) and onnxruntime's thread pools: the caller's SessionOptions reach every session, the
-one session's pools spin only while a run lasts and the partitions' pools sleep while the device
-works, unless the caller says otherwise, and the results keep their bits either way; the
+pools sleep while the device works, unless the caller says otherwise, and the results keep their bits either way; the
 built-in benchmark models run as onnxruntime runs them."""
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
 from maxaccel import bench
 from maxaccel.bench import models
+from maxaccel.host import device_ops
 from maxaccel.host.offload import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RUN,
                                    OffloadSession)
 from maxaccel.sim import reference
@@ -28,14 +29,28 @@ def entry(options, key):
         return None
 
 
-def partition_options(session):
-    """The options of the session's onnxruntime sessions: the mixed model's two partitions,
-    or its one session."""
-    if session._one is not None:
-        return [session._one.get_session_options()]
-    engines = [e for e in session._engines.values() if hasattr(e, "get_session_options")]
-    assert len(engines) == 2    # the mixed model's two partitions
-    return [e.get_session_options() for e in engines]
+@pytest.fixture
+def made(monkeypatch):
+    """The onnxruntime sessions made from now on (``onnxruntime.InferenceSession`` recorded),
+    but those made only to have onnxruntime write an optimized model file."""
+    sessions = []
+    make = onnxruntime.InferenceSession
+
+    def recording(*args, **kwargs):
+        session = make(*args, **kwargs)
+        if not session.get_session_options().optimized_model_filepath:
+            sessions.append(session)
+        return session
+    monkeypatch.setattr(onnxruntime, "InferenceSession", recording)
+    return sessions
+
+
+def partition_options(made, one_session):
+    """The options of the last onnxruntime sessions made (``made``), those of the mixed
+    model: its two partitions, or its one session (made after any probe of onnxruntime)."""
+    count = 1 if one_session else 2
+    assert len(made) >= count
+    return [session.get_session_options() for session in made[-count:]]
 
 
 def pools(options):
@@ -44,21 +59,21 @@ def pools(options):
     return entry(options, INTRA), entry(options, INTER), entry(options, STOP_SPINNING_AFTER_RUN)
 
 
-#: What the session sets on options that set none: the one session's pools spin (onnxruntime's
-#: default) only while a run lasts, device calls included; the partitions' pools sleep.
-POOLS = {True: (None, None, "1"), False: (NO_SPINNING, NO_SPINNING, None)}
+#: What the session sets on options that set none: the pools sleep, the one session's through
+#: its device calls, the partitions' between hand-overs.
+POOLS = {True: (NO_SPINNING, NO_SPINNING, None), False: (NO_SPINNING, NO_SPINNING, None)}
 
 
 @pytest.mark.parametrize("one_session", [True, False])
 def test_the_callers_options_reach_every_partition_with_pools_that_never_spin_between_runs(
-        one_session):
+        one_session, made):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 2
     options.enable_mem_pattern = False
     options.add_session_config_entry("session.disable_prepacking", "1")
     session = OffloadSession(mixed_model(), options, device=reference, one_session=one_session)
     assert (session.one_session_refusal is None) == one_session
-    for given in partition_options(session):
+    for given in partition_options(made, one_session):
         assert given.intra_op_num_threads == 2 and not given.enable_mem_pattern
         assert entry(given, "session.disable_prepacking") == "1"
         assert pools(given) == POOLS[one_session]
@@ -66,46 +81,52 @@ def test_the_callers_options_reach_every_partition_with_pools_that_never_spin_be
 
 
 @pytest.mark.parametrize("one_session", [True, False])
-def test_a_spinning_setting_the_caller_made_is_kept(one_session):
+def test_a_spinning_setting_the_caller_made_is_kept(one_session, made):
     options = onnxruntime.SessionOptions()
     options.add_session_config_entry(INTRA, "1")
     options.add_session_config_entry(STOP_SPINNING_AFTER_RUN, "0")
     session = OffloadSession(mixed_model(), options, device=reference, one_session=one_session)
-    for given in partition_options(session):
+    for given in partition_options(made, one_session):
         assert pools(given) == ("1", POOLS[one_session][1], "0")
 
 
 @pytest.mark.parametrize("one_session", [True, False])
-def test_without_options_the_pools_never_spin_between_runs_either(one_session):
+def test_without_options_the_pools_never_spin_between_runs_either(one_session, made):
     session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
-    for given in partition_options(session):
+    for given in partition_options(made, one_session):
         assert pools(given) == POOLS[one_session]
 
 
 def test_a_model_left_to_the_partitions_gets_pools_that_sleep(monkeypatch):
     """Refused before the one session is made (bfloat16 graph inputs), or by onnxruntime when
-    it is: the partitions' pools sleep (stopping the spinning after a run, set for the one
-    session, then changes nothing)."""
+    it is: the partitions' pools sleep."""
     options = onnxruntime.SessionOptions()
     assert OffloadSession(bfloat16_model(), options, device=reference).one_session_refusal
     assert pools(options) == POOLS[False]
-    make = OffloadSession._onnxruntime_session
-    made = []
+    make = onnxruntime.InferenceSession
 
-    def the_first_refused(self, model):
-        made.append(model)
-        if len(made) == 1:
+    def refusing_the_one_session(model, *args, **kwargs):
+        if isinstance(model, bytes) and any(
+                node.domain.startswith(device_ops.DOMAIN)
+                for node in onnx.ModelProto.FromString(model).graph.node):
             raise RuntimeError("refused")
-        return make(self, model)
-    monkeypatch.setattr(OffloadSession, "_onnxruntime_session", the_first_refused)
+        return make(model, *args, **kwargs)
+    monkeypatch.setattr(onnxruntime, "InferenceSession", refusing_the_one_session)
+    made = []
+    recording = onnxruntime.InferenceSession
+
+    def recorded(*args, **kwargs):
+        made.append(recording(*args, **kwargs))
+        return made[-1]
+    monkeypatch.setattr(onnxruntime, "InferenceSession", recorded)
     options = onnxruntime.SessionOptions()
     session = OffloadSession(mixed_model(), options, device=reference)
     assert session.one_session_refusal.startswith("onnxruntime does not load the model")
-    for given in partition_options(session):
-        assert pools(given) == (NO_SPINNING, NO_SPINNING, "1")
+    for given in partition_options(made, False):
+        assert pools(given) == POOLS[False]
 
 
-def test_a_model_without_device_steps_is_left_as_onnxruntime_runs_it():
+def test_a_model_without_device_steps_is_left_as_onnxruntime_runs_it(made):
     """One partition and nothing between: no hand-over, so onnxruntime's own pools."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "cpu_only",
@@ -114,7 +135,8 @@ def test_a_model_without_device_steps_is_left_as_onnxruntime_runs_it():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
     options = onnxruntime.SessionOptions()
     session = OffloadSession(model, options, device=reference)
-    (engine,) = session._engines.values()
+    assert session.one_session_refusal.startswith("no device step")
+    (engine,) = made
     assert entry(engine.get_session_options(), INTRA) is None
     assert entry(options, INTRA) is None and entry(options, INTER) is None
 
