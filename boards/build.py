@@ -90,11 +90,12 @@ def check_baud(target, clock_mhz):
                          f"bit): choose a clock that is a multiple of {target.baud / 1e6:g} MHz")
 
 
-def core_parameters(target, lanes, clock_mhz):
+def core_parameters(target, lanes, clock_mhz, core=None):
     """The :class:`~maxaccel.hdl.top.Core` parameters of a target's bitstream (besides those
     :class:`~maxaccel.hdl.top.UARTTop` fixes): also what its netlist board
-    (:mod:`maxaccel.sim.netlist`) simulates."""
-    return dict(clock_hz=round(clock_mhz * 1e6), lanes=lanes, **target.core)
+    (:mod:`maxaccel.sim.netlist`) simulates. ``core``: parameters merged over the target's
+    ``core`` (a core chosen for a model, :mod:`maxaccel.host.model_core`)."""
+    return {"clock_hz": round(clock_mhz * 1e6), "lanes": lanes, **target.core, **(core or {})}
 
 
 def target_identity(target):
@@ -105,11 +106,12 @@ def target_identity(target):
     return Core.identity_of(**core_parameters(target, target.lanes, target.clock_mhz))
 
 
-def uart_top(target, lanes, clock_mhz):
-    """The :class:`~maxaccel.hdl.top.UARTTop` a target is built with."""
+def uart_top(target, lanes, clock_mhz, core=None):
+    """The :class:`~maxaccel.hdl.top.UARTTop` a target is built with (``core``: as
+    :func:`core_parameters`)."""
     from maxaccel.hdl.top import UARTTop
     check_baud(target, clock_mhz)
-    parameters = core_parameters(target, lanes, clock_mhz)
+    parameters = core_parameters(target, lanes, clock_mhz, core)
     return UARTTop(parameters.pop("clock_hz"), target.baud, **parameters)
 
 
@@ -174,11 +176,14 @@ def expected_build_seconds(board):
     return _UNKNOWN_BUILD_S
 
 
-def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progress=print):
+def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progress=print,
+          core=None):
     """Build ``board``'s bitstream into ``out_dir`` (default ``build/BOARD``); returns the
     report (also written as ``report.json`` and ``report.md`` there). ``seed``, nextpnr's
     placement seed, replaces the target's (its ``nextpnr_options``): a routing that stalls in
-    congestion may finish with another.
+    congestion may finish with another. ``core``: :class:`~maxaccel.hdl.top.Core` parameters
+    merged over the target's ``core`` (a core chosen for a model); the report's ``core``
+    records the parameters the core was built with.
 
     Raises
     ------
@@ -202,7 +207,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
             raise BuildError(f"{board} is a Xilinx board: its Vivado build plan is not "
                              f"available in this version") from None
         return xilinx.build_plan(target, lanes=lanes, clock_mhz=clock_mhz, out_dir=out,
-                                 progress=progress)
+                                 progress=progress, core=core)
     nextpnr_options = list(target.nextpnr_options)
     if seed is not None:
         while "--seed" in nextpnr_options:
@@ -222,7 +227,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
         pll = ecp5_pll(oscillator_mhz, clock_mhz)
         clock_mhz = pll[2]
     check_baud(target, clock_mhz)
-    top = uart_top(target, lanes, clock_mhz)
+    top = uart_top(target, lanes, clock_mhz, core)
 
     out.mkdir(parents=True, exist_ok=True)
     progress(f"building {board} ({target.device}): {lanes} lane(s), {clock_mhz:g} MHz, "
@@ -240,7 +245,8 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
                                                   *nextpnr_options)),
                            debug_verilog=False)
     except subprocess.CalledProcessError as failure:
-        raise BuildError(_why_failed(target, out, failure.returncode, lanes)) from None
+        raise BuildError(_why_failed(target, out, failure.returncode, lanes,
+                                     {**target.core, **(core or {})})) from None
     finally:
         for key, value in saved.items():
             if value is None:
@@ -250,7 +256,8 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
     elapsed = time.monotonic() - started
     report = _report(target, out, lanes=lanes, clock_mhz=clock_mhz, seconds=elapsed,
                      nextpnr_options=nextpnr_options,
-                     identity=top.identity, units=top.core.units)
+                     identity=top.identity, units=top.core.units,
+                     core={**target.core, **(core or {})})
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown([report]) + "\n")
     progress(report_markdown([report]))
@@ -260,7 +267,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
     return report
 
 
-def _why_failed(target, out, status, lanes):
+def _why_failed(target, out, status, lanes, core):
     """The reason a toolchain run failed, from nextpnr's log where it says."""
     log_path = out / "maxaccel.tim"
     log = log_path.read_text() if log_path.exists() else ""
@@ -269,7 +276,7 @@ def _why_failed(target, out, status, lanes):
         used, total = _utilisation(log, cell)
         if used > total > 0:
             return (f"the design does not fit the {target.device}: it needs {used} {cell} of "
-                    f"{total} ({lanes} lane(s), core {target.core}); see docs/boards.md")
+                    f"{total} ({lanes} lane(s), core {core}); see docs/boards.md")
     return f"the toolchain failed (exit status {status}) building {target.name}; logs in {out}"
 
 
@@ -278,7 +285,7 @@ WINDOW_CAPACITIES = ("window_lanes", "window_extent", "window_extent_outer", "wi
                      "window_plane")
 
 
-def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_options):
+def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_options, core):
     logic_cell, bram_cell, flip_flops, lut = _CELLS[target.family]
     log = (out / "maxaccel.tim").read_text()
     statistics = (out / "maxaccel.rpt").read_text() if (out / "maxaccel.rpt").exists() else ""
@@ -301,7 +308,8 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_
         "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
         "nextpnr_options": list(nextpnr_options),
         "units": list(units),
-        "reduce_pipeline": target.core.get("reduce_pipeline", "deep"),
+        "reduce_pipeline": core.get("reduce_pipeline", "deep"),
+        "core": {k: list(v) if isinstance(v, tuple) else v for k, v in core.items()},
         "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
                        "max_operands": identity.max_operands,
                        "pool_channels": identity.pool_channels,

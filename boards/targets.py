@@ -10,7 +10,7 @@ import importlib
 
 __all__ = ["Target", "TARGETS", "DEFAULT_BAUD", "XDMA_IOCTL_ALIGN_GET", "target",
            "check_lanes", "report_markdown", "load_reports",
-           "reports_dir"]
+           "reports_dir", "core_identity"]
 
 #: The UART bit rate of the boards we build unless a target says otherwise; also the host's
 #: default for ``serial://PORT`` without ``?baud=`` or ``?board=``.
@@ -152,6 +152,15 @@ TARGETS = {t.name: t for t in [
                      window_extent=13, window_extent_outer=3, window_columns=64,
                      window_plane=1024)),
 ]}
+
+
+def core_identity(parameters):
+    """What ``IDENTIFY`` of a :class:`~maxaccel.hdl.top.Core` made with ``parameters`` reports
+    (the core constructed, not elaborated: ``Core.identity_of``), for a host's planners to ask
+    what such a board would do; a ``ValueError`` for parameters no core is built with. Loads
+    amaranth (the gateware's own definition of its capacities) on first use."""
+    from maxaccel.hdl.top import Core
+    return Core.identity_of(**parameters)
 
 
 def check_lanes(lanes):

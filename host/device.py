@@ -55,7 +55,11 @@ from maxaccel.host.reduction import (arg_rows, plan_reduction, reduce_by_plan, r
                                      store_bits)
 from maxaccel.host.transport import open_transport
 
-__all__ = ["Device", "open_device", "plan_max_pool"]
+__all__ = ["Device", "open_device", "plan_max_pool", "max_pool_link_elements",
+           "DEFAULT_FRAME_BYTES"]
+
+#: A device's largest tensor payload of one command unless its transport says otherwise.
+DEFAULT_FRAME_BYTES = 1 << 20
 
 
 def plan_max_pool(geometry, fmt, identity, max_frame_bytes, indices=True):
@@ -85,9 +89,19 @@ def plan_max_pool(geometry, fmt, identity, max_frame_bytes, indices=True):
     if window is not None and not window.filler_images() and not window.padding_elements():
         return Command.MAX_POOL, window
     plan = plan_reduce_pool(geometry)
-    if window is not None and window.wire_elements() <= plan.sent_elements + plan.output_elements:
+    if window is not None and window.wire_elements() <= max_pool_link_elements(Command.REDUCE,
+                                                                                 plan):
         return Command.MAX_POOL, window
     return Command.REDUCE, plan
+
+
+def max_pool_link_elements(route, plan):
+    """Elements a MaxPool puts on the link, both ways, through ``route`` with its ``plan``
+    (:func:`plan_max_pool`'s result): values only, each padding element or overlapping
+    window's element as often as it is sent."""
+    if route == Command.MAX_POOL:
+        return plan.wire_elements()
+    return plan.sent_elements + plan.output_elements
 
 
 def open_device(url="sim", **options):
@@ -177,7 +191,7 @@ class Device:
         self.link = Link(transport, timeout_s=timeout_s, attempts=attempts,
                          silent_attempts=silent_attempts, frame_timeout_s=0.05)
         if max_frame_bytes is None:
-            max_frame_bytes = getattr(transport, "max_frame_bytes", None) or 1 << 20
+            max_frame_bytes = getattr(transport, "max_frame_bytes", None) or DEFAULT_FRAME_BYTES
         self.max_frame_bytes = max(64, int(max_frame_bytes))
         self._noisy_frame_bytes = None      # the frames a noisy line shrank requests to
         self.progress = progress
@@ -429,9 +443,7 @@ class Device:
                                       lambda payload: self._request(Command.MAX_POOL, payload),
                                       return_indices, out)
         route, plan = planned(self.frame_bytes)
-        elements = (plan.wire_elements() if route == Command.MAX_POOL
-                    else plan.sent_elements + plan.output_elements)
-        return self._run(elements * fmt.nbytes, pool)
+        return self._run(max_pool_link_elements(route, plan) * fmt.nbytes, pool)
 
     def _max_pool_by_reduce(self, values, fmt, plan, return_indices, out, frame_bytes):
         """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s

@@ -30,9 +30,16 @@ from maxaccel.contract.wire import MAX_STREAMED, PARAMETERS, Command, MaxParamet
 from maxaccel.host.plan import OutputTiles, plan_fold, plan_max_pass
 from maxaccel.host.reduction import reduce_rows, store_bits
 
-__all__ = ["Operand", "MaxPasses"]
+__all__ = ["Operand", "MaxPasses", "expands_on_host"]
 
 _tokens = itertools.count()
+
+
+def expands_on_host(shapes, shape, identity):
+    """Whether a Max of operands of ``shapes`` to ``shape`` has its operands expanded on the
+    host (a board without the broadcast unit, operands that broadcast): then each crosses the
+    link at the output's size."""
+    return identity.replay_depth == 0 and any(tuple(s) != tuple(shape) for s in shapes)
 
 
 class Operand:
@@ -89,7 +96,7 @@ class MaxPasses:
         """Write the Max (Min) of ``operands`` (:class:`Operand` s aligned to ``out``'s rank)
         into ``out``."""
         identity = self.identity
-        if identity.replay_depth == 0 and any(o.array.shape != out.shape for o in operands):
+        if expands_on_host([o.array.shape for o in operands], out.shape, identity):
             # A board built without the broadcast unit: expand the operands here (more bytes
             # on the link) and take the same-shape path below.
             operands = [Operand.new(np.broadcast_to(o.array, out.shape), out.ndim)

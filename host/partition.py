@@ -32,7 +32,7 @@ from onnx import TypeProto, helper, numpy_helper
 
 __all__ = ["OFFLOADED", "FAMILY", "MAX_IR_VERSION", "Plan", "DeviceStep", "SubgraphStep",
            "CpuPartition", "partition", "subgraph_names", "node_inputs",
-           "inline_max_family_functions"]
+           "inline_max_family_functions", "node_name"]
 
 #: Operator types of the default domain sent to the device, with the opset versions that
 #: define them (every one of them goes to the device).
@@ -45,6 +45,12 @@ FAMILY = tuple(OFFLOADED)
 #: Highest IR version given to the models built for onnxruntime (onnx 1.23 writes 14,
 #: onnxruntime 1.31 reads at most 13 and 1.17 at most 9; 10 covers every type but float4).
 MAX_IR_VERSION = 10
+
+
+def node_name(index, node):
+    """The name :class:`~maxaccel.host.offload.OffloadSession` gives the graph's node at
+    ``index``: its own, or ``OPTYPE_INDEX`` when it has none."""
+    return node.name or f"{node.op_type}_{index}"
 
 
 def _subgraphs(node):
@@ -175,6 +181,12 @@ class DeviceStep:
     def nodes(self):
         named = [(self.transpose_name, self.transpose)] if self.transpose is not None else []
         return named + [(self.name, self.node)]
+
+    @property
+    def source_axes(self):
+        """With a folded Transpose, the reduced axes of the untransposed input (``axes``
+        mapped through ``perm``): the device reduces the tensor as it lies."""
+        return [self.perm[a] for a in self.axes]
 
 
 @dataclass

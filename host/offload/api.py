@@ -12,7 +12,7 @@ from maxaccel.host.offload.partitions import Partitions
 from maxaccel.host.offload.runtime import Runtime, onnxruntime_refusal, without_spinning
 from maxaccel.host.offload.specs import ModelMetadata, TensorSpec, read_model
 from maxaccel.host.offload.steps import DEVICE, ONNXRUNTIME, DeviceCalls, schedule
-from maxaccel.host.partition import CpuPartition, DeviceStep, partition
+from maxaccel.host.partition import CpuPartition, DeviceStep, node_name, partition
 
 __all__ = ["OffloadSession"]
 
@@ -130,7 +130,7 @@ class OffloadSession:
         self._specs = {s.name: s for s in self.inputs + self._overridable}
         self._output_names = [o.name for o in self.outputs]
         try:
-            plan = partition(model, lambda index, node: node.name or f"{node.op_type}_{index}")
+            plan = partition(model, node_name)
         except ValueError as error:
             raise ValueError(f"not a valid ONNX model: {error}") from None
         self._sess_options = sess_options

@@ -125,7 +125,7 @@ def _transposed_reduction(step, device, where):
     the mapped axes, then the (now size-1) axes moved where the transposed result has them."""
     node = step.node
     reduce = getattr(device, DEVICE_CALLS[node.op_type])
-    axes = [step.perm[a] for a in step.axes]
+    axes = step.source_axes
     dropped = None if node.op_type == "GlobalMaxPool" \
         or step.attributes.get("keepdims", 1) else set(step.axes)
 

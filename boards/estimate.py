@@ -1,0 +1,167 @@
+"""How much of a board a core takes, before any synthesis: data and a small formula.
+
+A core's logic is estimated as a sum of terms, each a coefficient (cells) times a feature of
+the core's parameters (:func:`features`):
+
+========================  ==================================================================
+``base``                  1: the command engine, its checks, the UART or the link adapters
+``reduce``                1, plus ``reduce_lane`` per lane (the deep pipeline) or
+``reduce_shallow``        1, plus ``reduce_shallow_lane`` per lane (the shallow one)
+``pool``, ``pool_lane``   the channels-last pooling unit: 1 and its lanes, if built
+``broadcast``, ...        the broadcast unit: 1 and its lanes, if built
+``window_lane``           the windowed pooling unit: its ``window_lanes``
+``window_tap``            ``window_lanes`` times its taps, ``2 * (window_extent - 1) +
+                          (window_extent_outer - 1)`` (each tap of an axis's compare tree and
+                          delay line)
+``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
+========================  ==================================================================
+
+The coefficients (:data:`COEFFICIENTS`, per FPGA family, in the unit its reports count:
+``ICESTORM_LC``, ``TRELLIS_COMB``, yosys's Xilinx LUT estimate) come from measurements: the
+units' own synthesis figures (``docs/resources.md``, "Streaming units": the cells a unit's
+design takes at 1 and 4 lanes give its fixed and per-lane terms), and the board builds
+(``docs/boards/*.json``), which fix the rest. :func:`refit` solves chosen coefficients again
+from build reports (:func:`report_points`) by least squares, the others held: a new measured
+build refits the estimate without touching the formula.
+
+Imports neither amaranth nor the host: a host plans a core without the toolchain.
+"""
+
+import math
+
+__all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_points", "refit",
+           "window_taps", "relative_error", "report_core", "estimate_errors"]
+
+#: The terms of the estimate, in order.
+FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_lane", "pool",
+            "pool_lane", "broadcast", "broadcast_lane", "window_lane", "window_tap",
+            "link_byte")
+
+#: Cells per feature and family. Where each comes from:
+#:
+#: * iCE40 units: ``docs/resources.md`` "Streaming units", UP5K, cells used at 1 and 4 lanes
+#:   (RunReducer 1721 / 3853, RunReducer-shallow 829 / 2249, ChannelsLastPool 2026 / 6514,
+#:   BroadcastMax 4379 / 12937): intercept and slope of the line through them. ``base``: the
+#:   iCEBreaker's build (4446) less its one shallow lane. The windowed unit has no iCE40 build
+#:   in a core: its terms are the ECP5's scaled by the unit's own ratio of cells (7344 iCE40
+#:   cells, the HX8K's 7804 less the scan harness's 460, over the ECP5's 4457), until a build
+#:   measures them.
+#: * ECP5 units: the same table on the ECP5-25K (RunReducer 1078 / 2467, ChannelsLastPool 1563
+#:   / 4624, BroadcastMax 2870 / 8211); the shallow reducer is the deep one scaled by the
+#:   iCE40's shallow-to-deep ratio per lane. ``base``: the ULX3S 25F's build (15 608) less its
+#:   three units at 2 lanes. The windowed unit: one lane of extent 3 on every axis (6 taps)
+#:   took 25 691 - 15 608 = 10 083 on the 25F, of extent 13 and 3 outermost (26 taps) 44 570 -
+#:   15 608 = 28 962 on the 85F: 944 a tap, 4 419 a lane.
+#: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
+#:   LUT4s, ``docs/resources.md``, "The lane"); the windowed unit per lane 4 700 LUTs at extent
+#:   3 and 11 500 at extent 13 (``docs/boards.md``): 340 a tap, 2 660 a lane. ``base``: the
+#:   Arty A7-35's build (18 725) less its units; ``link_byte``: what the NiteFury's build
+#:   (119 587, a 32-byte link word and the XDMA adapters) has beyond its units and the base.
+COEFFICIENTS = {
+    "ice40": dict(base=3617, reduce=1010, reduce_lane=711, reduce_shallow=356,
+                  reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
+                  broadcast_lane=2853, window_lane=7283, window_tap=1556, link_byte=0),
+    "ecp5": dict(base=6834, reduce=615, reduce_lane=463, reduce_shallow=615,
+                 reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
+                 broadcast_lane=1780, window_lane=4419, window_tap=944, link_byte=0),
+    "xilinx": dict(base=6335, reduce=539, reduce_lane=406, reduce_shallow=539,
+                   reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
+                   broadcast_lane=1560, window_lane=2660, window_tap=340, link_byte=1737),
+}
+
+#: The units a parameter set without ``units`` builds (``hdl/top.py``'s ``UNITS``, the Core's
+#: default).
+_UNITS = ("reduce", "pool", "broadcast", "window")
+
+
+def window_taps(window_extent, window_extent_outer=None):
+    """Taps of a windowed pooling unit's three axes: ``2 * (extent - 1) + (outer - 1)``."""
+    outer = window_extent if window_extent_outer is None else window_extent_outer
+    return 2 * (window_extent - 1) + (outer - 1)
+
+
+def features(core, link_word=1):
+    """The feature values (:data:`FEATURES`) of a core made with the
+    :class:`~maxaccel.hdl.top.Core` parameters ``core`` (``lanes``, ``units``,
+    ``reduce_pipeline``, ``window_lanes``, ``window_extent``, ``window_extent_outer``; absent
+    ones at the Core's defaults) behind a link of ``link_word`` bytes a cycle."""
+    lanes = core.get("lanes", 2)
+    units = tuple(core.get("units", _UNITS))
+    shallow = core.get("reduce_pipeline", "deep") == "shallow"
+    values = dict.fromkeys(FEATURES, 0)
+    values["base"] = 1
+    values["reduce_shallow" if shallow else "reduce"] = 1
+    values["reduce_shallow_lane" if shallow else "reduce_lane"] = lanes
+    for unit in ("pool", "broadcast"):
+        if unit in units:
+            values[unit] = 1
+            values[f"{unit}_lane"] = lanes
+    if "window" in units:
+        window_lanes = core.get("window_lanes") or lanes
+        values["window_lane"] = window_lanes
+        values["window_tap"] = window_lanes * window_taps(core.get("window_extent", 3),
+                                                          core.get("window_extent_outer"))
+    values["link_byte"] = link_word - 1
+    return values
+
+
+def estimate_cells(family, core, link_word=1, coefficients=None):
+    """The estimated logic cells (``ICESTORM_LC``, ``TRELLIS_COMB``, Xilinx LUTs) of a core
+    made with the parameters ``core`` on ``family`` (``coefficients``: default
+    :data:`COEFFICIENTS`)."""
+    table = (coefficients or COEFFICIENTS)[family]
+    return round(sum(table[name] * value for name, value in features(core, link_word).items()))
+
+
+def report_core(report, targets):
+    """The Core parameters a build report (``maxaccel build``'s report.json) was built with:
+    its ``core`` key, else the units and capacities it records over its target's ``core``."""
+    target = targets[report["board"]]
+    core = dict(target.core, lanes=report["lanes"])
+    if "units" in report:
+        core["units"] = tuple(report["units"])
+    core.update(report.get("capacities") or {})
+    core.update(report.get("core") or {})
+    return core
+
+
+def report_points(reports, targets):
+    """``[(family, features, cells)]`` of build reports: the core each was built with
+    (:func:`report_core`) and the logic cells it used."""
+    return [(report["family"], features(report_core(report, targets),
+                                        targets[report["board"]].link_word),
+             report["logic_cells"][0]) for report in reports]
+
+
+def estimate_errors(reports, targets, coefficients=None):
+    """``{board: (estimate, measured, relative error)}`` of the estimate against build
+    reports (:func:`~maxaccel.boards.targets.load_reports`)."""
+    errors = {}
+    for report in reports:
+        target = targets[report["board"]]
+        estimate = estimate_cells(report["family"], report_core(report, targets),
+                                  target.link_word, coefficients)
+        measured = report["logic_cells"][0]
+        errors[report["board"]] = (estimate, measured, relative_error(estimate, measured))
+    return errors
+
+
+def refit(points, names, coefficients=None):
+    """The coefficients with ``names`` of the points' families solved again by least squares
+    over ``points`` (:func:`report_points`), the others held; returns a new table."""
+    import numpy as np
+    table = {family: dict(values) for family, values in (coefficients or COEFFICIENTS).items()}
+    for family in {p[0] for p in points}:
+        rows = [p for p in points if p[0] == family]
+        held = [sum(table[family][n] * f[n] for n in FEATURES if n not in names)
+                for _, f, _ in rows]
+        matrix = np.array([[f[n] for n in names] for _, f, _ in rows], dtype=float)
+        target = np.array([cells - h for (_, _, cells), h in zip(rows, held)], dtype=float)
+        solved = np.linalg.lstsq(matrix, target, rcond=None)[0]
+        table[family].update({n: int(round(v)) for n, v in zip(names, solved)})
+    return table
+
+
+def relative_error(estimate, measured):
+    """``(estimate - measured) / measured``."""
+    return (estimate - measured) / measured if measured else math.inf

@@ -1,0 +1,536 @@
+"""A core for your model: the units and capacities a board's core needs for the max-family
+nodes of one or more ONNX models, each node's route on it, and whether it fits the board.
+
+:func:`choose_core` reads each model as :class:`~maxaccel.host.offload.OffloadSession`
+partitions it (:func:`~maxaccel.host.partition.partition`, shapes from ONNX shape inference,
+the nodes named as the session names them) and asks the host's own planners what they would
+do with each device step on a candidate core, given that core's ``IDENTIFY``
+(:func:`~maxaccel.boards.targets.core_identity`): the node's call goes, with stand-in arrays of
+its inputs' shapes (no data), through the session's own mapping of a node onto a device call
+(:func:`~maxaccel.host.offload.steps.prepare`) to a :class:`RoutePlanner`, which plans it as
+:class:`~maxaccel.host.device.Device` does (:func:`~maxaccel.host.device.plan_max_pool`,
+:func:`~maxaccel.host.reduction.plan_reduction`,
+:func:`~maxaccel.host.max_passes.expands_on_host`) and counts the bytes it puts on the link.
+
+The choice:
+
+* ``REDUCE`` is always built. The windowed pooling unit (``window``), the channels-last
+  pooling unit (``pool``) and the broadcast unit (``broadcast``) are built only if some node
+  needs one: on a core with every unit, the planner routes the node through the unit, and
+  that puts fewer bytes on the link than the node's route on a core of ``REDUCE`` alone.
+  (A non-overlapping MaxPool, kernel = stride, or a channels-last reduction costs the link
+  the same through ``REDUCE``, so neither asks for a unit.)
+* The windowed unit's kernel extents are the largest of the nodes that need it (the two
+  inner axes, and the outermost of 3-D pools, 1 without them); its line buffer holds the
+  widest of their output rows, to the next power of two, at most the board's (or the Core's
+  default, 64; wider pools go in tiles); its plane buffer likewise, where a 3-D pool needs
+  one. The broadcast unit takes the board's capacities (or the Core's defaults), its
+  replayed operands the most a node has. Lanes, clock and the rest are the board's.
+* Every node's route is then the planner's on the chosen core: the unit or ``REDUCE``, with
+  its link-bound time (bytes both ways over the link's rate) and why (``capacity`` when the
+  core has the unit and the node is beyond it, ``unit absent`` when it has not).
+
+:meth:`CoreChoice.check` refuses, before any synthesis, a core whose estimated logic
+(:mod:`maxaccel.boards.estimate`) exceeds the board's, naming the node that asks for the most
+and the nearest board or setting that would hold it.
+
+Never imports amaranth itself: the identity of a candidate core is the gateware's own
+definition, which :func:`~maxaccel.boards.targets.core_identity` loads when first asked.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from onnx import numpy_helper
+
+from maxaccel.boards.estimate import estimate_cells
+from maxaccel.boards.targets import TARGETS, core_identity, load_reports, target as find_target
+from maxaccel.contract.checks import (check_arg, check_global_max_pool, check_max,
+                                      check_reduce_max)
+from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.pooling import check_max_pool
+from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command
+from maxaccel.host.device import DEFAULT_FRAME_BYTES, max_pool_link_elements, plan_max_pool
+from maxaccel.host.max_passes import expands_on_host
+from maxaccel.host.offload.specs import read_model
+from maxaccel.host.offload.steps import indices_wanted, prepare
+from maxaccel.host.partition import DeviceStep, node_name, partition
+from maxaccel.host.reduction import plan_reduction
+from maxaccel.host.transport import XdmaTransport
+
+__all__ = ["CoreChoice", "NodeRoute", "CoreDoesNotFit", "RoutePlanner", "choose_core",
+           "model_steps", "UNIT_OF_ROUTE"]
+
+#: The unit each command runs on (``REDUCE`` on the run reducer every core has).
+UNIT_OF_ROUTE = {Command.MAX_POOL: "window", Command.POOL_CHANNELS_LAST: "pool",
+                 Command.MAX: "broadcast", Command.REDUCE: "reduce"}
+#: The optional units, and what the messages call them.
+_UNIT_TITLES = {"window": "the windowed pooling unit", "pool": "the channels-last pooling unit",
+                "broadcast": "the broadcast unit"}
+#: The Core's default capacities of the units a board's core lacks (``hdl/top.py``).
+_WINDOW_COLUMNS, _WINDOW_PLANE = 64, 1024
+
+
+class CoreDoesNotFit(ValueError):
+    """The models need more of the board than it holds (the message names the node and the
+    nearest board or setting that would hold it); raised before any synthesis."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What :class:`RoutePlanner` decides for one device call: the command it runs through,
+    the bytes it puts on the link (both ways), and the pool's kernel extents (MaxPool only:
+    per spatial axis)."""
+
+    route: Command
+    link_bytes: int
+    extents: tuple = ()
+    output_columns: int = 0
+    output_plane: int = 0
+    operands: int = 0
+
+
+class RoutePlanner:
+    """A device that plans instead of running: the operators' methods of
+    :class:`~maxaccel.host.device.Device`, on arrays (stand-ins: only their shapes and dtypes
+    are read), each returning a :class:`Planned` from the host's planners for a device with
+    ``identity`` and frames of ``frame_bytes``."""
+
+    def __init__(self, identity, frame_bytes=DEFAULT_FRAME_BYTES):
+        self.identity = identity
+        self.frame_bytes = frame_bytes
+
+    def max_pool(self, x, kernel_shape, strides=None, pads=None, dilations=None,
+                 ceil_mode=False, auto_pad="NOTSET", storage_order=0, return_indices=False):
+        values, fmt, geometry, indices = check_max_pool(
+            x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
+            return_indices)
+        route, plan = plan_max_pool(geometry, fmt, self.identity, self.frame_bytes,
+                                    indices=indices)
+        link = max_pool_link_elements(route, plan) * fmt.nbytes
+        outputs = [a.out_size for a in geometry.axes]
+        return Planned(route, link, tuple((a.kernel - 1) * a.dilation + 1
+                                          for a in geometry.axes),
+                       output_columns=outputs[-1] if len(outputs) > 1 else 0,
+                       output_plane=math.prod(outputs[-2:]) if len(outputs) > 2 else 0)
+
+    def _reduce(self, values, fmt, axes, keepdims, minimum=False):
+        plan = plan_reduction(values.shape, axes, keepdims, fmt.nbytes, self.identity,
+                              self.frame_bytes, minimum)
+        return Planned(plan.command, (values.size + plan.output_elements) * fmt.nbytes)
+
+    def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False,
+                   name="reduce_max"):
+        values, fmt, axes, keepdims, noop = check_reduce_max(data, axes, keepdims,
+                                                             noop_with_empty_axes, name=name)
+        if not axes:
+            if noop:
+                return Planned(None, 0)
+            axes = tuple(range(values.ndim))
+        return self._reduce(values, fmt, axes, keepdims, name == "reduce_min")
+
+    def reduce_min(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):
+        return self.reduce_max(data, axes, keepdims, noop_with_empty_axes, name="reduce_min")
+
+    def global_max_pool(self, x):
+        values, fmt = check_global_max_pool(x)
+        return self._reduce(values, fmt, tuple(range(2, values.ndim)), True)
+
+    def max(self, *arrays, name="max"):
+        natives, fmt, shape = check_max(arrays, name=name)
+        shapes = [(1,) * (len(shape) - v.ndim) + v.shape for v in natives]
+        size = math.prod(shape)
+        if expands_on_host(shapes, shape, self.identity):
+            return Planned(Command.REDUCE, (len(shapes) + 1) * size * fmt.nbytes)
+        link = (sum(math.prod(s) for s in shapes) + size) * fmt.nbytes
+        broadcasting = any(s != tuple(shape) for s in shapes)
+        if len(shapes) > 1 and self.identity.replay_depth:
+            return Planned(Command.MAX, link,
+                           operands=len(shapes) - 1 if broadcasting else 0)
+        return Planned(Command.REDUCE, link)
+
+    def min(self, *arrays):
+        return self.max(*arrays, name="min")
+
+    def arg_max(self, data, axis=0, keepdims=True, select_last_index=False, name="arg_max"):
+        values, fmt, axis, *_ = check_arg(data, axis, keepdims, select_last_index, name)
+        rows = values.size // max(values.shape[axis], 1)
+        return Planned(Command.REDUCE, values.nbytes + rows * WINDOW_INDEX_BYTES)
+
+    def arg_min(self, data, axis=0, keepdims=True, select_last_index=False):
+        return self.arg_max(data, axis, keepdims, select_last_index, name="arg_min")
+
+
+@dataclass
+class _Step:
+    """A device step of a model with stand-ins of its inputs."""
+
+    model: str
+    step: DeviceStep
+    inputs: list
+    shape: tuple
+    dtype: str
+
+    def plan(self, planner):
+        step = self.step
+        if step.transpose is not None:
+            # As the session runs a folded Transpose: the untransposed tensor reduced over
+            # the mapped axes.
+            call = getattr(planner, "reduce_min" if step.node.op_type == "ReduceMin"
+                           else "reduce_max")
+            return call(self.inputs[0], axes=step.source_axes, keepdims=True)
+        op_type = step.node.op_type
+        call = prepare(planner, op_type, step.attributes,
+                           indices_wanted(op_type, step.outputs))
+        return call(*self.inputs)
+
+
+def _stand_in(name, types, initializers):
+    """An array standing for value ``name``: an initializer's own, or a read-only array of
+    the inferred shape and type that holds no data (symbolic or unknown dimensions as 1)."""
+    if name in initializers:
+        return numpy_helper.to_array(initializers[name])
+    value_type = types.get(name)
+    if value_type is None or not value_type.HasField("tensor_type") \
+            or not value_type.tensor_type.elem_type:
+        raise ValueError(f"the type of {name!r} is unknown (ONNX shape inference found none)")
+    tensor = value_type.tensor_type
+    shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor.shape.dim]
+    dtype = format_of(tensor.elem_type).numpy_dtype
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+def model_steps(model_or_path, label=None):
+    """The device steps of a model as :class:`~maxaccel.host.offload.OffloadSession`
+    partitions it, each with stand-ins of its inputs (``_Step``); ``label`` names the model
+    in tables (default: its path, or ``graph.name``)."""
+    model = read_model(model_or_path)
+    if label is None:
+        label = str(model_or_path) if not hasattr(model_or_path, "graph") else \
+            (model.graph.name or "model")
+    plan = partition(model, node_name)
+    initializers = {t.name: t for t in plan.model.graph.initializer}
+    steps = []
+    for step in plan.steps:
+        if not isinstance(step, DeviceStep):
+            continue
+        try:
+            inputs = [_stand_in(n, plan.types, initializers) if n else None
+                      for n in step.inputs]
+        except ValueError as error:
+            raise ValueError(f"{label}: node {step.name!r} ({step.node.op_type}): {error}; "
+                             f"give the model's inputs fixed shapes") from None
+        steps.append(_Step(label, step, inputs, tuple(inputs[0].shape),
+                           str(inputs[0].dtype)))
+    return steps
+
+
+@dataclass(frozen=True)
+class NodeRoute:
+    """One max-family node on a chosen core: its model, ONNX name, op, input shape and dtype,
+    kernel (MaxPool), route (``MAX_POOL``, ``POOL_CHANNELS_LAST``, ``MAX`` or ``REDUCE``), the
+    bytes it puts on the link both ways, their time at the link's rate, and why it takes that
+    route."""
+
+    model: str
+    node: str
+    op: str
+    shape: tuple
+    dtype: str
+    kernel: tuple
+    route: str
+    link_bytes: int
+    link_s: float
+    why: str
+
+    def as_dict(self):
+        return {"model": self.model, "node": self.node, "op": self.op,
+                "shape": list(self.shape), "dtype": self.dtype, "kernel": list(self.kernel),
+                "route": self.route, "link_bytes": self.link_bytes, "link_s": self.link_s,
+                "why": self.why}
+
+
+@dataclass
+class CoreChoice:
+    """A core chosen for models (:func:`choose_core`).
+
+    Attributes
+    ----------
+    board : str or None
+        The target it is for (None: a virtual board's own core).
+    core : dict
+        :class:`~maxaccel.hdl.top.Core` parameters merged over the target's ``core`` (what
+        ``maxaccel.boards.build.build(board, core=...)`` takes).
+    parameters : dict
+        Every parameter of the core (``lanes`` and the target's ``core`` included).
+    identity : Identity
+        What the core reports to ``IDENTIFY``.
+    nodes : list of NodeRoute
+    estimate : int or None
+        Estimated logic cells (:mod:`maxaccel.boards.estimate`), None without a board.
+    capacity : int or None
+        The board's logic cells.
+    cell_type : str or None
+        What the board's reports count (``ICESTORM_LC``, ``TRELLIS_COMB``, ``LUT``).
+    """
+
+    board: str
+    core: dict
+    parameters: dict
+    identity: object
+    nodes: list
+    estimate: int = None
+    capacity: int = None
+    cell_type: str = None
+    demands: list = field(default_factory=list, repr=False)
+
+    @property
+    def units(self):
+        return tuple(self.parameters["units"])
+
+    def fits(self):
+        return self.estimate is None or self.capacity is None or self.estimate <= self.capacity
+
+    def check(self):
+        """``self``, or :class:`CoreDoesNotFit` naming the node that asks for the most and
+        the nearest board or setting that holds it."""
+        if self.fits():
+            return self
+        raise CoreDoesNotFit(_refusal(self))
+
+    def report(self):
+        """The keys a build report gains (``report.json``): ``model_core`` (the units and
+        capacities chosen, the estimate against the board) and ``nodes`` (the per-node
+        table)."""
+        capacities = {k: v for k, v in self.core.items() if k != "units"}
+        return {"model_core": {"units": list(self.units), "capacities": capacities,
+                               "estimate": self.estimate, "capacity": self.capacity,
+                               "cell_type": self.cell_type},
+                "nodes": [n.as_dict() for n in self.nodes]}
+
+    def markdown(self):
+        """The core and the per-node table, as markdown."""
+        capacities = ", ".join(f"{k}={v}" for k, v in self.core.items() if k != "units")
+        lines = [f"Core for {self.board or 'the virtual board'}: units "
+                 f"{', '.join(self.units)}; {capacities}"]
+        if self.estimate is not None:
+            fill = f" ({self.estimate / self.capacity:.0%})" if self.capacity else ""
+            lines.append(f"Estimated logic: about {self.estimate} of {self.capacity} "
+                         f"{self.cell_type}{fill}")
+        lines += ["", "| model | node | op | shape | kernel | route | link bytes | link-bound "
+                  "time | why |", "|---|---|---|---|---|---|---|---|---|"]
+        for n in self.nodes:
+            kernel = "x".join(map(str, n.kernel)) or "-"
+            lines.append(f"| {n.model} | {n.node} | {n.op} | {'x'.join(map(str, n.shape))} "
+                         f"{n.dtype} | {kernel} | {n.route} | {n.link_bytes} | "
+                         f"{_seconds(n.link_s)} | {n.why} |")
+        return "\n".join(lines)
+
+
+def _seconds(value):
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+def _base(board, base):
+    """``(target or None, base Core parameters)``."""
+    if board is None:
+        return None, dict(base or {})
+    target = find_target(board)
+    return target, {"lanes": target.lanes, "clock_hz": round(target.clock_mhz * 1e6),
+                    **target.core, **(base or {})}
+
+
+def _probe(base, steps):
+    """``base`` with every unit, the windowed one at the extents of every pool."""
+    inner = outer = 1
+    for s in steps:
+        if s.step.node.op_type == "MaxPool":
+            extents = _kernel_extents(s)
+            inner = max([inner, *extents[-2:]])
+            if len(extents) > 2:
+                outer = max(outer, extents[0])
+    probe = dict(base, units=("reduce", "pool", "broadcast", "window"),
+                 window_extent=inner, window_extent_outer=outer)
+    if "window" not in base.get("units", ("window",)):
+        probe["window_lanes"] = 1
+    return probe
+
+
+def _kernel_extents(s):
+    attributes = s.step.attributes
+    kernel = list(attributes.get("kernel_shape", ()))
+    dilations = list(attributes.get("dilations", [1] * len(kernel)))
+    return tuple((k - 1) * d + 1 for k, d in zip(kernel, dilations))
+
+
+def _link_s(link_bytes, rate):
+    return link_bytes / rate if rate else None
+
+
+def _frame_bytes(target):
+    return XdmaTransport.max_frame_bytes if target is not None and target.link == "xdma" \
+        else DEFAULT_FRAME_BYTES
+
+
+def _needs(steps, base, frame_bytes):
+    """Per step, the unit it needs (or None) and what it planned on the probe core."""
+    probe = RoutePlanner(core_identity(_probe(base, steps)), frame_bytes)
+    bare = RoutePlanner(core_identity(dict(base, units=("reduce",))), frame_bytes)
+    needs = []
+    for s in steps:
+        rich, plain = s.plan(probe), s.plan(bare)
+        unit = UNIT_OF_ROUTE.get(rich.route)
+        needed = unit if unit != "reduce" and rich.link_bytes < plain.link_bytes else None
+        needs.append((needed, rich))
+    return needs
+
+
+def _chosen(base, steps, needs):
+    """The Core parameters for the units ``needs`` names."""
+    units = ["reduce"] + [u for u in ("pool", "broadcast", "window")
+                          if any(n == u for n, _ in needs)]
+    core = {"units": tuple(units)}
+    if "window" in units:
+        pools = [(s, planned) for s, (n, planned) in zip(steps, needs) if n == "window"]
+        extents = [_kernel_extents(s) for s, _ in pools]
+        columns = max(p.output_columns for _, p in pools)
+        plane = max(p.output_plane for _, p in pools)
+        had = "window" in base.get("units", ("window",))
+        core.update(
+            window_lanes=base.get("window_lanes") if had else 1,
+            window_extent=max(max(e[-2:]) for e in extents),
+            window_extent_outer=max([1] + [e[0] for e in extents if len(e) > 2]),
+            window_columns=min(base.get("window_columns", _WINDOW_COLUMNS),
+                               1 << max(columns - 1, 0).bit_length()),
+            window_plane=min(base.get("window_plane", _WINDOW_PLANE),
+                             1 << max(plane - 1, 0).bit_length()))
+        if core["window_lanes"] is None:
+            del core["window_lanes"]
+    if "broadcast" in units:
+        operands = max(p.operands for n, p in needs if n == "broadcast")
+        if operands:
+            core["max_operands"] = min(base.get("max_operands", 4), max(operands, 1))
+    return core
+
+
+def _why(step, planned, final_core, needed, probe_planned):
+    unit = UNIT_OF_ROUTE.get(planned.route)
+    if planned.route is None:
+        return "no reduction (noop_with_empty_axes)"
+    if unit != "reduce":
+        return f"{_UNIT_TITLES[unit]}: within its capacities"
+    probe_unit = UNIT_OF_ROUTE.get(probe_planned.route)
+    if probe_unit in (None, "reduce"):
+        return "REDUCE: no unit takes it"
+    if probe_unit in final_core["units"]:
+        return f"capacity: beyond {_UNIT_TITLES[probe_unit]}'s"
+    if needed is None:
+        return f"unit absent: {_UNIT_TITLES[probe_unit]} would put the same bytes on the link"
+    return f"unit absent: {_UNIT_TITLES[probe_unit]}"
+
+
+def _capacity(target):
+    """``(logic cells, their name)`` of a target's device, from its shipped build report or
+    the Xilinx data sheet's totals; ``(None, None)`` without either."""
+    if target is None:
+        return None, None
+    for report in load_reports():
+        if report["board"] == target.name:
+            return report["logic_cells"][1], report["logic_cell_type"].split(" ")[0]
+    if target.family == "xilinx":
+        from maxaccel.boards.xilinx import DEVICE_TOTALS
+        return DEVICE_TOTALS[target.device][0], "LUT"
+    return None, None
+
+
+def choose_core(board=None, models=(), *, base=None):
+    """The core ``board`` (a target of :data:`~maxaccel.boards.targets.TARGETS`; None: a
+    virtual board whose own parameters are ``base``) needs for the max-family nodes of
+    ``models`` (paths, bytes or ``onnx.ModelProto``s, or ``(label, model)`` pairs), and each
+    node's route on it; see the module docstring. ``base``: Core parameters over the
+    target's. Refuses nothing: :meth:`CoreChoice.check` does.
+
+    Returns
+    -------
+    CoreChoice
+    """
+    target, base = _base(board, base)
+    steps = []
+    for model in models:
+        label, model = model if isinstance(model, tuple) else (None, model)
+        steps += model_steps(model, label)
+    frame_bytes = _frame_bytes(target)
+    needs = _needs(steps, base, frame_bytes)
+    core = _chosen(base, steps, needs)
+    parameters = {**base, **core}
+    for unit_keys, unit in ((("window_lanes", "window_extent", "window_extent_outer",
+                              "window_columns", "window_plane"), "window"),):
+        if unit not in core["units"]:
+            for key in unit_keys:
+                parameters.pop(key, None)
+    identity = core_identity(parameters)
+    planner = RoutePlanner(identity, frame_bytes)
+    rate = target.link_bytes_per_s if target is not None else None
+    nodes = []
+    for s, (needed, probe_planned) in zip(steps, needs):
+        planned = s.plan(planner)
+        nodes.append(NodeRoute(
+            s.model, s.step.name, s.step.node.op_type, s.shape, s.dtype,
+            _kernel_extents(s) if s.step.node.op_type == "MaxPool" else (),
+            planned.route.name if planned.route is not None else "-", planned.link_bytes,
+            _link_s(planned.link_bytes, rate), _why(s, planned, parameters, needed,
+                                                    probe_planned)))
+    capacity, cell_type = _capacity(target)
+    estimate = None if target is None else estimate_cells(
+        target.family, parameters, target.link_word)
+    return CoreChoice(board, core, parameters, identity, nodes, estimate, capacity, cell_type,
+                      demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
+
+
+def _refusal(choice):
+    """The message of a choice that does not fit: the node asking for the most, the setting
+    that would hold the rest, and the nearest board that holds it all."""
+    target = find_target(choice.board)
+    demands = sorted(choice.demands, key=lambda d: max(_kernel_extents(d[0]) or (0,)),
+                     reverse=True)
+    culprit = demands[0] if demands else None
+    without = dict(choice.parameters,
+                   units=tuple(u for u in choice.units if culprit is None or u != culprit[1]))
+    lighter = estimate_cells(target.family, without, target.link_word)
+    what = (f"the core ({', '.join(choice.units)})" if culprit is None else
+            f"node {culprit[0].step.name!r} ({culprit[0].step.node.op_type}"
+            + (f", kernel {'x'.join(map(str, _kernel_extents(culprit[0])))}"
+               if culprit[0].step.node.op_type == "MaxPool" else "")
+            + f", model {culprit[0].model}) needs {_UNIT_TITLES[culprit[1]]}"
+            + (f" with window_extent {choice.parameters['window_extent']}"
+               if culprit[1] == "window" else ""))
+    message = (f"{choice.board}: {what}; the core would take about {choice.estimate} "
+               f"{choice.cell_type}, the {target.device} has {choice.capacity}")
+    if culprit is not None and lighter <= choice.capacity:
+        message += (f" (without {_UNIT_TITLES[culprit[1]]} about {lighter}: that node then "
+                    f"goes through REDUCE)")
+    nearest = _nearest_board(choice)
+    message += (f"; {nearest[0]} holds it (about {nearest[1]} of {nearest[2]})" if nearest
+                else "; no board maxaccel builds for holds it")
+    return message
+
+
+def _nearest_board(choice):
+    """``(board, estimate, capacity)`` of the smallest other board whose core for the same
+    units and capacities fits, or None."""
+    found = []
+    for name, other in TARGETS.items():
+        capacity, _ = _capacity(other)
+        if name == choice.board or capacity is None:
+            continue
+        parameters = {"lanes": other.lanes, **other.core, **choice.core}
+        estimate = estimate_cells(other.family, parameters, other.link_word)
+        if estimate <= capacity:
+            found.append((capacity, name, estimate))
+    if not found:
+        return None
+    capacity, name, estimate = min(found)
+    return name, estimate, capacity
