@@ -53,7 +53,12 @@ BOARDS_DESCRIPTION = "The boards 'maxaccel build' knows, with device, link, defa
 
 BUILD_DESCRIPTION = """\
 Build a board's bitstream with the YoWASP toolchain (Lattice) or its Vivado build plan (Xilinx),
-and print and write its report (logic, flip-flops, block RAMs, Fmax)."""
+and print and write its report (logic, flip-flops, block RAMs, Fmax). With --model, the core
+carries only the units and capacities the models' max-family nodes need (the windowed pooling
+unit at the models' kernel extents, say, and no broadcast unit when no Max broadcasts); the
+report gains each node's route on it, its link-bound time and why. A core the board cannot hold
+is refused before any synthesis, naming the node and the nearest board or setting that would
+hold it. --plan-only prints the choice and stops there (no toolchain needed)."""
 
 PROGRAM_DESCRIPTION = """\
 Load the bitstream 'maxaccel build' made onto the board, with the programmer its amaranth-boards
@@ -565,14 +570,50 @@ def _toolchain():
     return build
 
 
+def _model_core(args, out):
+    """The core chosen for ``--model`` (printed), refused when the board cannot hold it."""
+    from maxaccel.host.model_core import choose_core
+    for path in args.model:
+        if not os.path.isfile(path):
+            raise _Failure(f"--model {path}: no such file")
+    base = {"lanes": args.lanes} if args.lanes is not None else None
+    choice = choose_core(args.board, args.model, base=base)
+    print(choice.markdown(), file=out, flush=True)
+    return choice.check()
+
+
+def _add_to_report(directory, choice):
+    """The chosen core and its per-node table added to a build's ``report.json`` and
+    ``report.md``."""
+    import json
+    report_path, markdown_path = directory / "report.json", directory / "report.md"
+    if not report_path.exists():
+        return
+    report = json.loads(report_path.read_text())
+    report.update(choice.report())
+    report_path.write_text(json.dumps(report, indent=1) + "\n")
+    text = markdown_path.read_text() if markdown_path.exists() else ""
+    markdown_path.write_text(text + "\n" + choice.markdown() + "\n")
+
+
 def _build(args, out):
     _check_board(args)
+    if args.plan_only and not args.model:
+        raise _Failure("--plan-only shows the core chosen for --model: give one or more")
+    choice = _model_core(args, out) if args.model else None
+    if args.plan_only:
+        return 0
     build = _toolchain()
+    directory = pathlib.Path(args.out or pathlib.Path("build") / args.board)
     try:
         build.build(args.board, lanes=args.lanes, clock_mhz=args.clock, seed=args.seed,
-                    out_dir=args.out, progress=lambda text: print(text, file=out, flush=True))
+                    out_dir=directory, progress=lambda text: print(text, file=out, flush=True),
+                    core=choice.core if choice else None)
     except build.BuildError as error:
         raise _Failure(str(error)) from None
+    finally:
+        if choice is not None:
+            _add_to_report(directory, choice)
     return 0
 
 
@@ -733,6 +774,12 @@ def _parser(prog="maxaccel"):
                        help="nextpnr's placement seed (Lattice boards; default: the board's "
                             "own, docs/boards.md)")
     build.add_argument("--out", metavar="DIR", help="build directory (default build/BOARD)")
+    build.add_argument("--model", action="append", metavar="MODEL.onnx",
+                       help="size the core for this ONNX model's max-family nodes (repeat for "
+                            "several models)")
+    build.add_argument("--plan-only", action="store_true",
+                       help="print the core chosen for --model and each node's route on it, "
+                            "and build nothing")
     build.set_defaults(handler=_build)
 
     program = commands.add_parser("program", help="load a built bitstream onto a board",

@@ -60,7 +60,7 @@ from maxaccel.host.reduction import plan_reduction
 from maxaccel.host.transport import XdmaTransport
 
 __all__ = ["CoreChoice", "NodeRoute", "CoreDoesNotFit", "RoutePlanner", "choose_core",
-           "model_steps", "UNIT_OF_ROUTE"]
+           "model_steps", "UNIT_OF_ROUTE", "UNIT_DEFAULTS"]
 
 #: The unit each command runs on (``REDUCE`` on the run reducer every core has).
 UNIT_OF_ROUTE = {Command.MAX_POOL: "window", Command.POOL_CHANNELS_LAST: "pool",
@@ -68,8 +68,11 @@ UNIT_OF_ROUTE = {Command.MAX_POOL: "window", Command.POOL_CHANNELS_LAST: "pool",
 #: The optional units, and what the messages call them.
 _UNIT_TITLES = {"window": "the windowed pooling unit", "pool": "the channels-last pooling unit",
                 "broadcast": "the broadcast unit"}
-#: The Core's default capacities of the units a board's core lacks (``hdl/top.py``).
-_WINDOW_COLUMNS, _WINDOW_PLANE = 64, 1024
+#: The capacities a unit is given on a board whose own core lacks it: the Core's defaults
+#: (``Core.unit_signatures`` in ``hdl/top.py``; a test holds them equal).
+UNIT_DEFAULTS = {"window": dict(window_columns=64, window_plane=1024),
+                 "pool": dict(pool_channels=32),
+                 "broadcast": dict(replay_depth=64, max_dims=4, max_operands=4)}
 
 
 class CoreDoesNotFit(ValueError):
@@ -393,6 +396,11 @@ def _chosen(base, steps, needs):
     units = ["reduce"] + [u for u in ("pool", "broadcast", "window")
                           if any(n == u for n, _ in needs)]
     core = {"units": tuple(units)}
+    for unit in units[1:]:
+        if unit not in base.get("units", UNIT_OF_ROUTE.values()):
+            # The board's capacities of a unit it does not build are placeholders.
+            base = dict(base, **UNIT_DEFAULTS[unit])
+            core.update(UNIT_DEFAULTS[unit])
     if "window" in units:
         pools = [(s, planned) for s, (n, planned) in zip(steps, needs) if n == "window"]
         extents = [_kernel_extents(s) for s, _ in pools]
@@ -403,10 +411,9 @@ def _chosen(base, steps, needs):
             window_lanes=base.get("window_lanes") if had else 1,
             window_extent=max(max(e[-2:]) for e in extents),
             window_extent_outer=max([1] + [e[0] for e in extents if len(e) > 2]),
-            window_columns=min(base.get("window_columns", _WINDOW_COLUMNS),
-                               1 << max(columns - 1, 0).bit_length()),
-            window_plane=min(base.get("window_plane", _WINDOW_PLANE),
-                             1 << max(plane - 1, 0).bit_length()))
+            **{name: min(dict(UNIT_DEFAULTS["window"], **base)[name],
+                         1 << max(need - 1, 0).bit_length())
+               for name, need in (("window_columns", columns), ("window_plane", plane))})
         if core["window_lanes"] is None:
             del core["window_lanes"]
     if "broadcast" in units:
@@ -509,7 +516,11 @@ def _refusal(choice):
                if culprit[1] == "window" else ""))
     message = (f"{choice.board}: {what}; the core would take about {choice.estimate} "
                f"{choice.cell_type}, the {target.device} has {choice.capacity}")
-    if culprit is not None and lighter <= choice.capacity:
+    smaller = _largest_extent(choice, target) if culprit and culprit[1] == "window" else None
+    if smaller:
+        message += (f" (window_extent {smaller[0]} would take about {smaller[1]}: larger "
+                    f"kernels then go through REDUCE)")
+    elif culprit is not None and lighter <= choice.capacity:
         message += (f" (without {_UNIT_TITLES[culprit[1]]} about {lighter}: that node then "
                     f"goes through REDUCE)")
     nearest = _nearest_board(choice)
@@ -518,9 +529,28 @@ def _refusal(choice):
     return message
 
 
+def _largest_extent(choice, target):
+    """``(extent, estimate)`` of the largest windowed unit's extent below the chosen one
+    (above 1) whose core the board holds, or None."""
+    for extent in range(choice.parameters["window_extent"] - 1, 1, -1):
+        parameters = dict(choice.parameters, window_extent=extent,
+                          window_extent_outer=min(extent,
+                                                  choice.parameters["window_extent_outer"]))
+        estimate = estimate_cells(target.family, parameters, target.link_word)
+        if estimate <= choice.capacity:
+            return extent, estimate
+    return None
+
+
+#: The order in which other boards are offered: the same family first, then the families
+#: whose bitstreams the open toolchain makes, then Xilinx; within one, the smallest device.
+_FAMILY_ORDER = ("ice40", "ecp5", "xilinx")
+
+
 def _nearest_board(choice):
-    """``(board, estimate, capacity)`` of the smallest other board whose core for the same
-    units and capacities fits, or None."""
+    """``(board, estimate, capacity)`` of the nearest other board whose core for the same
+    units and capacities fits (:data:`_FAMILY_ORDER`), or None."""
+    family = find_target(choice.board).family
     found = []
     for name, other in TARGETS.items():
         capacity, _ = _capacity(other)
@@ -529,8 +559,9 @@ def _nearest_board(choice):
         parameters = {"lanes": other.lanes, **other.core, **choice.core}
         estimate = estimate_cells(other.family, parameters, other.link_word)
         if estimate <= capacity:
-            found.append((capacity, name, estimate))
+            rank = (other.family != family, _FAMILY_ORDER.index(other.family))
+            found.append((rank, capacity, name, estimate))
     if not found:
         return None
-    capacity, name, estimate = min(found)
+    _, capacity, name, estimate = min(found)
     return name, estimate, capacity

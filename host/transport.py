@@ -35,6 +35,14 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
                                 (``xdma-model:verilator``): the driver's blocking transfers,
                                 and the transfers' time on a NiteFury modelled
 ==============================  =====================================================
+
+A virtual board (``sim``, ``verilator``, ``netlist:BOARD``, and those inside
+``xdma-model:``) takes ``for=MODEL.onnx``: its core is the one
+:func:`maxaccel.host.model_core.choose_core` chooses for the model's max-family nodes
+(several models: ``for=a.onnx,b.onnx``, or ``for=`` repeated), on the target ``board=NAME``
+when given (``verilator?for=m.onnx&board=icebreaker``: the core ``maxaccel build icebreaker
+--model m.onnx`` builds), else on the virtual board's own core. ``board=NAME`` alone gives
+the target's core. The other options then apply over it.
 """
 
 import errno
@@ -857,6 +865,65 @@ def register_scheme(scheme, factory):
     _HIDDEN_SCHEMES[scheme] = factory
 
 
+#: The virtual boards' URL options that name models and a board, not Core parameters.
+MODEL_OPTIONS = ("for", "board")
+
+
+def _model_options(query, url):
+    """``(query without them, {"for": (paths...), "board": name})`` of a virtual board's
+    ``for=`` and ``board=`` options (see the module docstring); ValueError for a model file
+    that does not exist or a board that is not a target."""
+    found, rest = {}, []
+    for key, value in urllib.parse.parse_qsl(query, keep_blank_values=True):
+        if key == "for":
+            paths = [p for p in value.split(",") if p]
+            missing = [p for p in paths if not os.path.isfile(p)]
+            if not paths or missing:
+                raise ValueError(f"option for={value!r} of device URL {url!r}: no ONNX model "
+                                 f"at {', '.join(map(repr, missing)) or 'an empty path'}")
+            found["for"] = found.get("for", ()) + tuple(paths)
+        elif key == "board":
+            if value not in TARGETS:
+                raise ValueError(f"option board={value!r} of device URL {url!r}: no such "
+                                 f"board; known: {', '.join(TARGETS)}")
+            found["board"] = value
+        else:
+            rest.append((key, value))
+    return urllib.parse.urlencode(rest), found
+
+
+def core_options(kind, options):
+    """A virtual board's options with its ``for=`` and ``board=`` (:data:`MODEL_OPTIONS`)
+    replaced by the Core parameters they name: the target's core, or the core chosen for the
+    models (:func:`maxaccel.host.model_core.choose_core`), with the other options over it."""
+    options = dict(options)
+    models = options.pop("for", ())
+    if kind == "netlist":
+        if models:
+            from maxaccel.host.model_core import choose_core
+            options["core"] = choose_core(options["board"], models).core
+        return options
+    board = options.pop("board", None)
+    if not models and board is None:
+        return options
+    import importlib
+    module_name, _ = SimTransport.BOARDS[kind]
+    module = importlib.import_module(module_name)
+    defaults = getattr(module, "VERILATOR_DEFAULTS", None) or module.CORE_DEFAULTS
+    if board is not None:
+        target = TARGETS[board]
+        base = dict(defaults, lanes=target.lanes, **target.core)
+    else:
+        base = dict(defaults)
+    if models:
+        from maxaccel.host.model_core import choose_core
+        chosen = choose_core(board, models, base=None if board is None else
+                             {k: v for k, v in base.items() if k != "clock_hz"})
+        base = dict(base, **chosen.core) if board is not None else dict(chosen.parameters)
+    return {**{k: v for k, v in base.items() if k in defaults and defaults[k] != v},
+            **options}
+
+
 def _parse(url):
     """``(kind, parsed, options)`` of a device URL; ValueError or TypeError if it has no
     accepted form or its options are malformed. Opens nothing."""
@@ -864,11 +931,15 @@ def _parse(url):
         raise TypeError(f"a device URL is a string, got {url!r}; accepted: "
                         f"{', '.join(URL_FORMS)}")
     if url.partition(":")[0].partition("?")[0] == "netlist":
-        board = url.partition(":")[2]
+        board, _, query = url.partition(":")[2].partition("?")
         if not board or not board.isidentifier():
             raise ValueError(f"netlist URL must be netlist:BOARD with a board of "
                              f"'maxaccel boards' (e.g. netlist:ice40_hx8k_breakout), got {url!r}")
-        return "netlist", None, {"board": board}
+        rest, models = _model_options(query, url)
+        if rest or "board" in models:
+            raise ValueError(f"a netlist URL takes only for=MODEL.onnx (its board is "
+                             f"netlist:BOARD's), got {url!r}")
+        return "netlist", None, {"board": board, **models}
     if url.startswith("xdma-model:"):
         inner = url[len("xdma-model:"):]
         try:
@@ -881,7 +952,8 @@ def _parse(url):
         return "xdma-model", kind, options
     for kind in SimTransport.BOARDS:
         if url == kind or url.startswith(kind + "?"):
-            return kind, None, _options(url[len(kind) + 1:], url)
+            rest, models = _model_options(url[len(kind) + 1:], url)
+            return kind, None, {**_options(rest, url), **models}
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme in _HIDDEN_SCHEMES:
         return "hidden", parsed, {}
@@ -921,9 +993,9 @@ def open_transport(url):
     """
     kind, parsed, options = _parse(url)
     if kind in SimTransport.BOARDS:
-        return SimTransport(kind, **options)
+        return SimTransport(kind, **core_options(kind, options))
     if kind == "xdma-model":
-        board = SimTransport(parsed, **options).board
+        board = SimTransport(parsed, **core_options(parsed, options)).board
         return XdmaModelTransport(board, driver_timeout_s=60.0 if parsed == "verilator"
                                   else 3600.0)
     if kind == "hidden":

@@ -268,9 +268,10 @@ def netlist_targets():
             if t.family in SYNTHESIS_COMMANDS and name not in NETLIST_LEFT_OUT]
 
 
-def core_parameters(board):
+def core_parameters(board, core=None):
     """The :class:`~maxaccel.hdl.top.Core` parameters of ``board``'s bitstream at its default
-    lanes and clock: those :func:`maxaccel.boards.build.uart_top` builds it with, a byte per
+    lanes and clock (``core``: parameters over the target's, as ``maxaccel build --model``
+    builds them): those :func:`maxaccel.boards.build.uart_top` builds it with, a byte per
     cycle behind the UART, the default frame timeout. Every parameter the target leaves to
     the Core's default is given that default, so the board's own defaults (the NiteFury's core,
     :data:`~maxaccel.sim.verilator_board.VERILATOR_DEFAULTS`) do not stand in for it: the
@@ -287,7 +288,7 @@ def core_parameters(board):
     defaults = {name: parameter.default
                 for name, parameter in inspect.signature(Core).parameters.items()
                 if parameter.default is not inspect.Parameter.empty}
-    return dict(defaults, **bitstream_parameters(t, t.lanes, t.clock_mhz), link_bytes=1,
+    return dict(defaults, **bitstream_parameters(t, t.lanes, t.clock_mhz, core), link_bytes=1,
                 frame_timeout_cycles=None)
 
 
@@ -432,14 +433,17 @@ class NetlistBoard(VerilatorBoard):
         As :class:`~maxaccel.sim.verilator_board.VerilatorBoard`.
     synthesis : Synthesis, optional
         Default ``Synthesis(family of the board)``: the netlist as built.
+    core : dict, optional
+        Core parameters over the target's (``netlist:BOARD?for=MODEL.onnx``: the core chosen
+        for a model, :mod:`maxaccel.host.model_core`).
 
     The transport interface, ``identity`` and ``cycles`` are those of
     :class:`~maxaccel.sim.verilator_board.VerilatorBoard`; the link is a byte a cycle, as
     behind the board's UART.
     """
 
-    def __init__(self, board, *, timeout=None, synthesis=None):
-        parameters = core_parameters(board)
+    def __init__(self, board, *, timeout=None, synthesis=None, core=None):
+        parameters = core_parameters(board, core)
         self.board = board
         self.synthesis = synthesis or Synthesis(find_target(board).family)
         super().__init__(timeout=timeout, **parameters)
