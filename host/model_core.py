@@ -75,6 +75,11 @@ UNIT_DEFAULTS = {"window": dict(window_columns=64, window_plane=1024),
                  "broadcast": dict(replay_depth=64, max_dims=4, max_operands=4)}
 
 
+#: The order in which a chosen core's parameters are given.
+_CORE_ORDER = ("units", "window_lanes", "window_extent", "window_extent_outer", "window_columns",
+               "window_plane", "pool_channels", "replay_depth", "max_dims", "max_operands")
+
+
 class CoreDoesNotFit(ValueError):
     """The models need more of the board than it holds (the message names the node and the
     nearest board or setting that would hold it); raised before any synthesis."""
@@ -420,7 +425,7 @@ def _chosen(base, steps, needs):
         operands = max(p.operands for n, p in needs if n == "broadcast")
         if operands:
             core["max_operands"] = min(base.get("max_operands", 4), max(operands, 1))
-    return core
+    return {name: core[name] for name in _CORE_ORDER if name in core}
 
 
 def _why(step, planned, final_core, needed, probe_planned):

@@ -1,0 +1,329 @@
+"""A core for your model (``maxaccel.host.model_core``, ``maxaccel.boards.estimate``): the units
+and capacities chosen from the models' max-family nodes, each node's route, the refusal before
+synthesis, ``maxaccel build --model --plan-only``, and virtual boards built from the choice
+(``sim?for=``; ``verilator?for=`` behind the slow gate)."""
+
+import inspect
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from maxaccel.bench.models import resnet18_model
+from maxaccel.boards.estimate import (COEFFICIENTS, FEATURES, estimate_cells, estimate_errors,
+                                      refit, report_points)
+from maxaccel.boards.targets import TARGETS, load_reports
+from maxaccel.contract.dtypes import format_of
+from maxaccel.host import OffloadSession, cli, open_device
+from maxaccel.host.model_core import UNIT_DEFAULTS, CoreDoesNotFit, choose_core
+from maxaccel.sim import reference
+from maxaccel.sim.values import random_values
+from maxaccel.testing import assert_bits_equal
+
+SQUEEZENET = "examples/squeezenet1_1.onnx"
+BOARDS = ["icebreaker", "ulx3s", "arty_a7_35", "nitefury"]
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return resnet18_model()[0]
+
+
+def _save(model, path):
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def spp_model(channels=8, size=13):
+    """YOLO's SPP block: MaxPools of 5, 9 and 13 at stride 1, concatenated with the input."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])
+    nodes = [helper.make_node("MaxPool", ["x"], [f"p{k}"], name=f"spp{k}", kernel_shape=[k, k],
+                              pads=[k // 2] * 4) for k in (5, 9, 13)]
+    nodes.append(helper.make_node("Concat", ["x", "p5", "p9", "p13"], ["y"], axis=1))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    return helper.make_model(helper.make_graph(nodes, "spp", [x], [y]), ir_version=10,
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+def tiny_model():
+    """A pool of 3x3 stride 2 (overlapping: the windowed unit), one of 2x2 stride 2 (the same
+    bytes either way), a GlobalMaxPool (REDUCE) and a Max broadcasting a column (the broadcast
+    unit)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool3", kernel_shape=[3, 3],
+                              strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["x"], ["q"], name="pool2", kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("GlobalMaxPool", ["p"], ["g"], name="gmax"),
+             helper.make_node("Max", ["q", "g"], ["y"], name="bmax")]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    return helper.make_model(helper.make_graph(nodes, "tiny", [x], [y]), ir_version=10,
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_squeezenet_and_resnet18_pool_through_the_windowed_unit_of_extent_3(board, resnet18):
+    choice = choose_core(board, [SQUEEZENET, ("resnet18", resnet18)])
+    pools = [n for n in choice.nodes if n.op == "MaxPool"]
+    assert [(n.model, n.kernel) for n in pools] == [(SQUEEZENET, (3, 3))] * 3 + \
+        [("resnet18", (3, 3))]
+    assert all(n.route == "MAX_POOL" for n in pools)
+    assert choice.units == ("reduce", "window")
+    assert (choice.identity.window_extent, choice.identity.window_extent_outer) == (3, 1)
+    assert choice.identity.replay_depth == 0 and choice.identity.pool_channels == 0
+    assert choice.core["window_extent"] == 3 and "broadcast" not in choice.core["units"]
+    # The link-bound time is the bytes over the board's link.
+    rate = TARGETS[board].link_bytes_per_s
+    assert all(n.link_s == pytest.approx(n.link_bytes / rate) for n in pools)
+
+
+@pytest.mark.parametrize("board", ["arty_a7_35", "nitefury"])
+def test_the_xilinx_cores_for_the_two_networks_leave_vivado_room(board, resnet18):
+    """A yosys estimate well under 80% of the LUTs, where the targets' own cores are at 89-90%."""
+    choice = choose_core(board, [SQUEEZENET, ("resnet18", resnet18)])
+    assert choice.estimate < 0.7 * choice.capacity
+    assert choice.check() is choice
+
+
+def test_a_13x13_spp_on_the_icebreaker_is_refused_before_synthesis(tmp_path):
+    path = _save(spp_model(), tmp_path / "spp.onnx")
+    choice = choose_core("icebreaker", [path])
+    assert [n.route for n in choice.nodes] == ["MAX_POOL"] * 3
+    assert choice.core["window_extent"] == 13 and not choice.fits()
+    with pytest.raises(CoreDoesNotFit) as refused:
+        choice.check()
+    message = str(refused.value)
+    assert message.startswith(f"icebreaker: node 'spp13' (MaxPool, kernel 13x13, model {path}) "
+                              f"needs the windowed pooling unit with window_extent 13; the "
+                              f"core would take about {choice.estimate} ICESTORM_LC, the "
+                              f"iCE40UP5K-SG48 has 5280")
+    assert message.endswith(f"; ulx3s_85f holds it (about "
+                            f"{estimate_cells('ecp5', {'lanes': 2, **choice.core})} of 83640)")
+    assert isinstance(refused.value, ValueError)
+
+
+def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
+    path = _save(spp_model(), tmp_path / "spp.onnx")
+    with pytest.raises(CoreDoesNotFit, match=r"^ulx3s: node 'spp13' .* has 24288 "
+                                             r"\(window_extent 7 would take about \d+: larger "
+                                             r"kernels then go through REDUCE\); ulx3s_85f"):
+        choose_core("ulx3s", [path]).check()
+
+
+def test_routes_and_reasons_of_a_mixed_model(tmp_path):
+    """The overlapping pool needs the windowed unit, the broadcasting Max the broadcast unit;
+    the non-overlapping pool and the channels-first GlobalMaxPool cost the link the same
+    through REDUCE, so they ask for nothing (the pool takes the unit once it is there)."""
+    path = _save(tiny_model(), tmp_path / "tiny.onnx")
+    choice = choose_core("ulx3s", [path])
+    assert choice.units == ("reduce", "broadcast", "window")
+    routes = {n.node: (n.route, n.why) for n in choice.nodes}
+    assert routes == {
+        "pool3": ("MAX_POOL", "the windowed pooling unit: within its capacities"),
+        "pool2": ("MAX_POOL", "the windowed pooling unit: within its capacities"),
+        "gmax": ("REDUCE", "REDUCE: no unit takes it"),
+        "bmax": ("MAX", "the broadcast unit: within its capacities")}
+    # The line buffer is as wide as the widest output row; the broadcast unit replays one
+    # operand; the ULX3S's other capacities stay.
+    assert choice.core["window_columns"] == 4 and choice.core["max_operands"] == 1
+    assert choice.parameters["replay_depth"] == TARGETS["ulx3s"].core["replay_depth"]
+    # On the iCEBreaker, whose core has no broadcast unit, the unit takes the Core's defaults.
+    icebreaker = choose_core("icebreaker", [path])
+    assert icebreaker.parameters["max_dims"] == UNIT_DEFAULTS["broadcast"]["max_dims"]
+
+
+def test_what_no_unit_takes_and_what_is_beyond_the_unit():
+    """A 4-D pool no unit takes; a 4x4 stride-4 pool beside a 3x3 one is beyond the unit the
+    3x3 pool asks for (and asks for nothing itself: kernel = stride costs the same through
+    REDUCE)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 3, 3, 3, 3])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 2, 8, 8])
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="pool4d", kernel_shape=[2, 2, 2, 2]),
+             helper.make_node("MaxPool", ["z"], ["a"], name="pool3", kernel_shape=[3, 3]),
+             helper.make_node("MaxPool", ["z"], ["b"], name="pool4", kernel_shape=[4, 4],
+                              strides=[4, 4])]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "yab"]
+    model = helper.make_model(helper.make_graph(nodes, "pools", [x, z], outputs), ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 13)])
+    choice = choose_core("nitefury", [("pools", model)])
+    assert choice.units == ("reduce", "window") and choice.core["window_extent"] == 3
+    assert [(n.node, n.route, n.why) for n in choice.nodes] == [
+        ("pool4d", "REDUCE", "REDUCE: no unit takes it"),
+        ("pool3", "MAX_POOL", "the windowed pooling unit: within its capacities"),
+        ("pool4", "REDUCE", "capacity: beyond the windowed pooling unit's")]
+
+
+def test_the_unit_defaults_are_the_core_s():
+    defaults = {name: p.default for name, p in
+                inspect.signature(__import__("maxaccel.hdl.top", fromlist=["Core"])
+                                  .Core.unit_signatures).parameters.items()}
+    for capacities in UNIT_DEFAULTS.values():
+        assert {k: defaults[k] for k in capacities} == capacities
+
+
+def test_the_choice_loads_no_amaranth_until_it_asks_for_an_identity():
+    code = ("import sys, maxaccel.host.model_core, maxaccel.boards.estimate; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_estimate_against_every_build_report():
+    """Within 2% of each shipped build's logic cells (the reports fix the bases and the
+    windowed unit's terms: docs/boards.md "A core for your model" gives the errors)."""
+    errors = estimate_errors(load_reports(), TARGETS)
+    assert set(errors) == set(TARGETS)
+    for board, (estimate, measured, error) in errors.items():
+        assert abs(error) < 0.02, (board, estimate, measured)
+
+
+def test_refitting_the_bases_on_the_reports_gives_them_back():
+    points = report_points(load_reports(), TARGETS)
+    table = refit(points, ["base"])
+    for family in ("ice40", "ecp5", "xilinx"):
+        assert set(table[family]) == set(FEATURES)
+        assert abs(table[family]["base"] - COEFFICIENTS[family]["base"]) < 50
+    moved = refit([(f, feats, cells + 1000) for f, feats, cells in points], ["base"])
+    assert all(abs(moved[f]["base"] - table[f]["base"] - 1000) <= 1 for f in table)
+
+
+def _cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    saved, sys.stderr = sys.stderr, err
+    try:
+        status = cli.main(list(argv), out=out)
+    finally:
+        sys.stderr = saved
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_the_cli_dry_run_prints_the_choice_and_builds_nothing(tmp_path):
+    status, out, err = _cli("build", "ulx3s", "--model", SQUEEZENET, "--plan-only",
+                            "--out", str(tmp_path / "out"))
+    assert (status, err) == (0, "")
+    assert out.startswith("Core for ulx3s: units reduce, window; window_lanes=1, "
+                          "window_extent=3, window_extent_outer=1, window_columns=64")
+    assert "Estimated logic: about " in out and " of 24288 TRELLIS_COMB (" in out
+    rows = [line for line in out.splitlines() if line.startswith(f"| {SQUEEZENET} |")]
+    assert len(rows) == 3 and all("| MaxPool | " in r and "| MAX_POOL |" in r for r in rows)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_refuses_before_any_synthesis(tmp_path):
+    path = _save(spp_model(), tmp_path / "spp.onnx")
+    status, out, err = _cli("build", "icebreaker", "--model", path, "--out",
+                            str(tmp_path / "out"))
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith("maxaccel build: error: icebreaker: node 'spp13' (MaxPool, kernel "
+                          "13x13")
+    assert not (tmp_path / "out").exists()
+    assert _cli("build", "icebreaker", "--plan-only")[0] == 2
+    status, _, err = _cli("build", "icebreaker", "--model", str(tmp_path / "none.onnx"))
+    assert status == 2 and "no such file" in err
+
+
+def test_the_cli_adds_the_table_to_the_build_report(tmp_path, monkeypatch):
+    """The build is given the chosen core, and its report gains the choice and the nodes
+    (a stand-in build writes the report the real one would)."""
+    from maxaccel.boards import build as build_module
+    given = {}
+
+    def fake_build(board, *, out_dir, core=None, **options):
+        given.update(board=board, core=core)
+        out_dir.mkdir(parents=True)
+        (out_dir / "report.json").write_text(json.dumps({"board": board}))
+        (out_dir / "report.md").write_text("| board |\n")
+        return {}
+    monkeypatch.setattr(build_module, "build", fake_build)
+    out = tmp_path / "out"
+    status, _, err = _cli("build", "arty_a7_35", "--model", SQUEEZENET, "--out", str(out))
+    assert (status, err) == (0, "")
+    assert given["board"] == "arty_a7_35" and given["core"]["units"] == ("reduce", "window")
+    report = json.loads((out / "report.json").read_text())
+    assert report["model_core"]["units"] == ["reduce", "window"]
+    assert report["model_core"]["capacities"]["window_extent"] == 3
+    assert [(n["node"], n["route"]) for n in report["nodes"]] == [
+        ("/features/features.2/MaxPool", "MAX_POOL"), ("/features/features.5/MaxPool", "MAX_POOL"),
+        ("/features/features.8/MaxPool", "MAX_POOL")]
+    assert set(report["nodes"][0]) == {"model", "node", "op", "shape", "dtype", "kernel",
+                                       "route", "link_bytes", "link_s", "why"}
+    assert "| /features/features.2/MaxPool |" in (out / "report.md").read_text()
+
+
+def _check_board_for_model(url, path, choice):
+    """The board at ``url`` is the chosen core; the model runs on it bit for bit as the golden
+    model, every MaxPool through the route the choice gave it."""
+    rng = np.random.default_rng(7)
+    x = random_values(rng, format_of(np.float32), (1, 2, 6, 6), edge_fraction=0.3)
+    with open_device(url, progress=None) as device:
+        assert device.identity == choice.identity
+        with OffloadSession(path, device=device) as session:
+            outputs = session.run(None, {"x": x})
+            assert [where for _, _, where in session.last_run] == ["device"] * 4
+        expected = OffloadSession(path, device=reference).run(None, {"x": x})
+        for got, want in zip(outputs, expected):
+            assert_bits_equal(got, want)
+        model = onnx.load(path)
+        for node in model.graph.node:
+            if node.op_type != "MaxPool":
+                continue
+            attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            y = device.max_pool(x, **attributes)
+            assert_bits_equal(y, reference.max_pool(x, **attributes))
+            route = next(n.route for n in choice.nodes if n.node == node.name)
+            assert device.last_max_pool_route.name == route
+
+
+def test_a_virtual_board_for_a_model(tmp_path):
+    path = _save(tiny_model(), tmp_path / "tiny.onnx")
+    defaults = __import__("maxaccel.sim.virtual_board", fromlist=["CORE_DEFAULTS"]).CORE_DEFAULTS
+    choice = choose_core(None, [path], base=defaults)
+    assert choice.units == ("reduce", "broadcast", "window")
+    _check_board_for_model(f"sim?for={path}", path, choice)
+
+
+def test_a_virtual_board_for_a_model_on_a_board_s_target(tmp_path):
+    """``board=`` gives the target's core under the choice: the iCEBreaker's one lane and
+    shallow reducer, with the units the model needs."""
+    path = _save(tiny_model(), tmp_path / "tiny.onnx")
+    choice = choose_core("icebreaker", [path])
+    with open_device(f"sim?for={path}&board=icebreaker", progress=None) as device:
+        identity = device.identity
+    assert (identity.lanes, identity.window_extent, identity.window_columns,
+            identity.max_operands) == (1, 3, 4, 1)
+    assert {k: getattr(identity, k) for k in ("replay_depth", "max_dims", "window_lanes")} == \
+        {k: getattr(choice.identity, k) for k in ("replay_depth", "max_dims", "window_lanes")}
+
+
+def test_several_models_and_bad_model_options(tmp_path):
+    tiny = _save(tiny_model(), tmp_path / "tiny.onnx")
+    spp = _save(spp_model(channels=1), tmp_path / "spp.onnx")
+    from maxaccel.host.transport import check_url, core_options
+    # Both forms name the same two models; the URL's other options apply over the choice.
+    with open_device(f"sim?for={tiny}&for={spp}&window_lanes=1", progress=None) as device:
+        assert (device.identity.window_extent, device.identity.max_operands) == (13, 1)
+    assert core_options("sim", {"for": (tiny, spp)})["window_extent"] == 13
+    check_url(f"sim?for={tiny},{spp}")
+    with pytest.raises(ValueError, match="no ONNX model at"):
+        check_url(f"sim?for={tmp_path / 'none.onnx'}")
+    with pytest.raises(ValueError, match="board='nosuch'.*no such board"):
+        check_url(f"verilator?for={tiny}&board=nosuch")
+    with pytest.raises(ValueError, match="a netlist URL takes only for="):
+        check_url(f"netlist:icebreaker?for={tiny}&board=ulx3s")
+    options = core_options("netlist", {"board": "icebreaker", "for": (tiny,)})
+    assert options["core"] == choose_core("icebreaker", [tiny]).core
+
+
+@pytest.mark.slow(reason="compiling a core chosen for a model with Verilator takes minutes")
+def test_a_compiled_board_for_a_model(tmp_path):
+    path = _save(tiny_model(), tmp_path / "tiny.onnx")
+    defaults = __import__("maxaccel.sim.verilator_board",
+                          fromlist=["VERILATOR_DEFAULTS"]).VERILATOR_DEFAULTS
+    choice = choose_core(None, [path], base=defaults)
+    _check_board_for_model(f"verilator?for={path}", path, choice)
