@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from onnx import numpy_helper
 
-from maxaccel.boards.estimate import estimate_cells
 from maxaccel.boards.targets import TARGETS, core_identity, load_reports, target as find_target
 from maxaccel.contract.checks import (check_arg, check_global_max_pool, check_max,
                                       check_reduce_max)
@@ -334,6 +333,12 @@ class CoreChoice:
                          f"{n.dtype} | {kernel} | {n.route} | {n.link_bytes} | "
                          f"{_seconds(n.link_s)} | {n.why} |")
         return "\n".join(lines)
+
+
+def estimate_cells(family, parameters, link_word):
+    """:func:`maxaccel.boards.estimate.estimate_cells` (the boards' data, loaded when asked)."""
+    from maxaccel.boards.estimate import estimate_cells as estimate
+    return estimate(family, parameters, link_word)
 
 
 def _seconds(value):

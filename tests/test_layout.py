@@ -100,10 +100,11 @@ def test_every_allowed_import_is_used_and_the_graph_has_no_cycle():
 
 
 def test_host_and_contract_load_without_amaranth():
-    """Importing the driver or the pool (not opening a virtual board) loads no amaranth."""
+    """Importing the driver, the pool or the core chooser (not opening a virtual board, not
+    asking for a core's identity) loads no amaranth."""
     code = ("import sys, maxaccel.host.device, maxaccel.host.offload, maxaccel.host.cli, "
             "maxaccel.contract.wire, maxaccel.contract.checks, maxaccel.cluster.pool, "
-            "maxaccel.cluster.actor; "
+            "maxaccel.cluster.actor, maxaccel.host.model_core, maxaccel.boards.estimate; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth'))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
