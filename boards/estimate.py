@@ -30,7 +30,7 @@ Imports neither amaranth nor the host: a host plans a core without the toolchain
 import math
 
 __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_points", "refit",
-           "window_taps", "relative_error", "report_core", "estimate_errors"]
+           "window_taps", "relative_error", "report_core", "estimate_errors", "errors_markdown"]
 
 #: The terms of the estimate, in order.
 FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_lane", "pool",
@@ -165,3 +165,12 @@ def refit(points, names, coefficients=None):
 def relative_error(estimate, measured):
     """``(estimate - measured) / measured``."""
     return (estimate - measured) / measured if measured else math.inf
+
+
+def errors_markdown(errors):
+    """A markdown table of :func:`estimate_errors`: per board the estimate, the build's logic
+    cells and the error (``docs/boards.md``, "A core for your model")."""
+    lines = ["| board | estimate | build | error |", "|---|---|---|---|"]
+    for board, (estimate, measured, error) in errors.items():
+        lines.append(f"| {board} | {estimate} | {measured} | {error:+.2%} |")
+    return "\n".join(lines)

@@ -59,7 +59,7 @@ from maxaccel.host.reduction import plan_reduction
 from maxaccel.host.transport import XdmaTransport
 
 __all__ = ["CoreChoice", "NodeRoute", "CoreDoesNotFit", "RoutePlanner", "choose_core",
-           "model_steps", "UNIT_OF_ROUTE", "UNIT_DEFAULTS"]
+           "model_steps", "UNIT_OF_ROUTE", "UNIT_DEFAULTS", "choices_markdown"]
 
 #: The unit each command runs on (``REDUCE`` on the run reducer every core has).
 UNIT_OF_ROUTE = {Command.MAX_POOL: "window", Command.POOL_CHANNELS_LAST: "pool",
@@ -575,3 +575,22 @@ def _nearest_board(choice):
         return None
     _, capacity, name, estimate = min(found)
     return name, estimate, capacity
+
+
+def choices_markdown(choices):
+    """A markdown table of :class:`CoreChoice` s, one row per board: the units, the windowed
+    unit's extents, the estimate against the board's logic, and the nodes per route (the
+    table of ``docs/boards.md``, "A core for your model")."""
+    lines = ["| board | units | window extent (inner / outer) | estimated logic | fill | fits "
+             "| nodes per route |", "|---|---|---|---|---|---|---|"]
+    for c in choices:
+        extent = (f"{c.parameters['window_extent']} / {c.parameters['window_extent_outer']}"
+                  if "window" in c.units else "-")
+        routes = {}
+        for n in c.nodes:
+            routes[n.route] = routes.get(n.route, 0) + 1
+        lines.append(f"| {c.board} | {', '.join(c.units)} | {extent} | {c.estimate} / "
+                     f"{c.capacity} {c.cell_type} | {c.estimate / c.capacity:.0%} | "
+                     f"{'yes' if c.fits() else 'no'} | "
+                     f"{', '.join(f'{r} {k}' for r, k in routes.items())} |")
+    return "\n".join(lines)

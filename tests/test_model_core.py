@@ -7,6 +7,7 @@ import inspect
 import io
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -24,7 +25,8 @@ from maxaccel.sim import reference
 from maxaccel.sim.values import random_values
 from maxaccel.testing import assert_bits_equal
 
-SQUEEZENET = "examples/squeezenet1_1.onnx"
+ROOT = Path(__file__).parent.parent
+SQUEEZENET = str(ROOT / "examples" / "squeezenet1_1.onnx")
 BOARDS = ["icebreaker", "ulx3s", "arty_a7_35", "nitefury"]
 
 
@@ -318,3 +320,14 @@ def test_a_compiled_board_for_a_model(tmp_path):
                           fromlist=["VERILATOR_DEFAULTS"]).VERILATOR_DEFAULTS
     choice = choose_core(None, [path], base=defaults)
     _check_board_for_model(f"verilator?for={path}", path, choice)
+
+
+def test_the_docs_tables_are_the_choice_and_the_estimate_s(resnet18):
+    """docs/boards.md, "A core for your model": the table of the two networks per board and
+    the estimate against every build report, as the functions print them."""
+    from maxaccel.boards.estimate import errors_markdown
+    from maxaccel.host.model_core import choices_markdown
+    page = (ROOT / "docs" / "boards.md").read_text()
+    choices = [choose_core(board, [SQUEEZENET, ("resnet18", resnet18)]) for board in TARGETS]
+    assert choices_markdown(choices) in page
+    assert errors_markdown(estimate_errors(load_reports(), TARGETS)) in page
