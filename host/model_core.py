@@ -335,10 +335,10 @@ class CoreChoice:
         return "\n".join(lines)
 
 
-def estimate_cells(family, parameters, link_word):
+def _estimate(family, parameters, link_word):
     """:func:`maxaccel.boards.estimate.estimate_cells` (the boards' data, loaded when asked)."""
-    from maxaccel.boards.estimate import estimate_cells as estimate
-    return estimate(family, parameters, link_word)
+    from maxaccel.boards.estimate import estimate_cells
+    return estimate_cells(family, parameters, link_word)
 
 
 def _seconds(value):
@@ -433,7 +433,7 @@ def _chosen(base, steps, needs):
     return {name: core[name] for name in _CORE_ORDER if name in core}
 
 
-def _why(step, planned, final_core, needed, probe_planned):
+def _why(planned, final_core, needed, probe_planned):
     unit = UNIT_OF_ROUTE.get(planned.route)
     if planned.route is None:
         return "no reduction (noop_with_empty_axes)"
@@ -498,10 +498,10 @@ def choose_core(board=None, models=(), *, base=None):
             s.model, s.step.name, s.step.node.op_type, s.shape, s.dtype,
             _kernel_extents(s) if s.step.node.op_type == "MaxPool" else (),
             planned.route.name if planned.route is not None else "-", planned.link_bytes,
-            _link_s(planned.link_bytes, rate), _why(s, planned, parameters, needed,
-                                                    probe_planned)))
+            _link_s(planned.link_bytes, rate),
+            _why(planned, parameters, needed, probe_planned)))
     capacity, cell_type = _capacity(target)
-    estimate = None if target is None else estimate_cells(
+    estimate = None if target is None else _estimate(
         target.family, parameters, target.link_word)
     return CoreChoice(board, core, parameters, identity, nodes, estimate, capacity, cell_type,
                       demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
@@ -516,7 +516,7 @@ def _refusal(choice):
     culprit = demands[0] if demands else None
     without = dict(choice.parameters,
                    units=tuple(u for u in choice.units if culprit is None or u != culprit[1]))
-    lighter = estimate_cells(target.family, without, target.link_word)
+    lighter = _estimate(target.family, without, target.link_word)
     what = (f"the core ({', '.join(choice.units)})" if culprit is None else
             f"node {culprit[0].step.name!r} ({culprit[0].step.node.op_type}"
             + (f", kernel {'x'.join(map(str, _kernel_extents(culprit[0])))}"
@@ -531,8 +531,8 @@ def _refusal(choice):
         message += (f" (window_extent {smaller[0]} would take about {smaller[1]}: larger "
                     f"kernels then go through REDUCE)")
     elif culprit is not None and lighter <= choice.capacity:
-        message += (f" (without {_UNIT_TITLES[culprit[1]]} about {lighter}: that node then "
-                    f"goes through REDUCE)")
+        message += (f" (without {_UNIT_TITLES[culprit[1]]} about {lighter}: the nodes it "
+                    f"serves then go through REDUCE)")
     nearest = _nearest_board(choice)
     message += (f"; {nearest[0]} holds it (about {nearest[1]} of {nearest[2]})" if nearest
                 else "; no board maxaccel builds for holds it")
@@ -546,7 +546,7 @@ def _largest_extent(choice, target):
         parameters = dict(choice.parameters, window_extent=extent,
                           window_extent_outer=min(extent,
                                                   choice.parameters["window_extent_outer"]))
-        estimate = estimate_cells(target.family, parameters, target.link_word)
+        estimate = _estimate(target.family, parameters, target.link_word)
         if estimate <= choice.capacity:
             return extent, estimate
     return None
@@ -567,7 +567,7 @@ def _nearest_board(choice):
         if name == choice.board or capacity is None:
             continue
         parameters = {"lanes": other.lanes, **other.core, **choice.core}
-        estimate = estimate_cells(other.family, parameters, other.link_word)
+        estimate = _estimate(other.family, parameters, other.link_word)
         if estimate <= capacity:
             rank = (other.family != family, _FAMILY_ORDER.index(other.family))
             found.append((rank, capacity, name, estimate))
