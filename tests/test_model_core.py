@@ -331,3 +331,13 @@ def test_the_docs_tables_are_the_choice_and_the_estimate_s(resnet18):
     choices = [choose_core(board, [SQUEEZENET, ("resnet18", resnet18)]) for board in TARGETS]
     assert choices_markdown(choices) in page
     assert errors_markdown(estimate_errors(load_reports(), TARGETS)) in page
+
+
+@pytest.mark.slow(reason="synthesising the iCEBreaker's core chosen for a model with yosys and "
+                         "compiling its gate-level netlist with Verilator takes many minutes")
+def test_the_icebreaker_netlist_for_a_model(tmp_path):
+    """What the iCEBreaker's bitstream for the model computes, gate by gate: bit for bit, each
+    MaxPool through its route."""
+    path = _save(tiny_model(), tmp_path / "tiny.onnx")
+    _check_board_for_model(f"netlist:icebreaker?for={path}", path,
+                           choose_core("icebreaker", [path]))
