@@ -30,7 +30,7 @@ from maxaccel.boards.targets import target as find_target
 from maxaccel.contract.progress import timed
 
 __all__ = ["BuildError", "build", "toolchain_environment", "ecp5_pll", "BoardTop",
-           "core_parameters"]
+           "core_parameters", "board_core"]
 
 #: Logic cell and block RAM names in nextpnr's utilisation table, and flip-flop cell prefixes
 #: in yosys' statistics, per family.
@@ -96,6 +96,20 @@ def core_parameters(target, lanes, clock_mhz, core=None):
     (:mod:`maxaccel.sim.netlist`) simulates. ``core``: parameters merged over the target's
     ``core`` (a core chosen for a model, :mod:`maxaccel.host.model_core`)."""
     return {"clock_hz": round(clock_mhz * 1e6), "lanes": lanes, **target.core, **(core or {})}
+
+
+def board_core(target, core=None):
+    """Every :class:`~maxaccel.hdl.top.Core` parameter of a target's bitstream at its default
+    lanes and clock (``core`` over the target's, as :func:`core_parameters`): the Core's own
+    default for each the target leaves to it, so a virtual board's own defaults (the NiteFury's
+    extents of ``VERILATOR_DEFAULTS``, say) do not stand in for it."""
+    import inspect
+    from maxaccel.hdl.top import Core
+    # Core takes **parameters; their defaults are unit_signatures'.
+    defaults = {name: parameter.default
+                for name, parameter in inspect.signature(Core.unit_signatures).parameters.items()
+                if parameter.default is not inspect.Parameter.empty}
+    return dict(defaults, **core_parameters(target, target.lanes, target.clock_mhz, core))
 
 
 def target_identity(target):

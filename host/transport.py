@@ -907,20 +907,21 @@ def core_options(kind, options):
     if not models and board is None:
         return options
     import importlib
+    from maxaccel.host.model_core import choose_core
     module_name, _ = SimTransport.BOARDS[kind]
     module = importlib.import_module(module_name)
     defaults = getattr(module, "VERILATOR_DEFAULTS", None) or module.CORE_DEFAULTS
-    if board is not None:
-        target = TARGETS[board]
-        base = dict(defaults, lanes=target.lanes, **target.core)
+    if board is None:
+        chosen = choose_core(None, models, base=defaults).parameters
     else:
-        base = dict(defaults)
-    if models:
-        from maxaccel.host.model_core import choose_core
-        chosen = choose_core(board, models, base=None if board is None else
-                             {k: v for k, v in base.items() if k != "clock_hz"})
-        base = dict(base, **chosen.core) if board is not None else dict(chosen.parameters)
-    return {**{k: v for k, v in base.items() if k in defaults and defaults[k] != v},
+        # The target's bitstream's core; the virtual board keeps its own clock, frame timeout
+        # and link, which are the bench's, not the core's.
+        from maxaccel.boards.build import board_core
+        chosen = board_core(TARGETS[board], choose_core(board, models).core if models
+                            else None)
+        chosen = {k: v for k, v in chosen.items()
+                  if k not in ("clock_hz", "frame_timeout_cycles", "link_bytes")}
+    return {**{k: v for k, v in chosen.items() if k in defaults and defaults[k] != v},
             **options}
 
 

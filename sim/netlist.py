@@ -276,20 +276,13 @@ def core_parameters(board, core=None):
     the Core's default is given that default, so the board's own defaults (the NiteFury's core,
     :data:`~maxaccel.sim.verilator_board.VERILATOR_DEFAULTS`) do not stand in for it: the
     Arty's window unit is built at the Core's default extents, as its bitstream is."""
-    import inspect
-
-    from maxaccel.boards.build import core_parameters as bitstream_parameters
-    from maxaccel.hdl.top import Core
+    from maxaccel.boards.build import board_core
     t = find_target(board)
     if t.family not in SYNTHESIS_COMMANDS or board in NETLIST_LEFT_OUT:
         why = NETLIST_LEFT_OUT.get(board, f"{t.family}: no synthesis with cell models here")
         raise ValueError(f"no netlist board for {board} ({why}); netlist boards: "
                          f"{', '.join(netlist_targets())}")
-    defaults = {name: parameter.default
-                for name, parameter in inspect.signature(Core).parameters.items()
-                if parameter.default is not inspect.Parameter.empty}
-    return dict(defaults, **bitstream_parameters(t, t.lanes, t.clock_mhz, core), link_bytes=1,
-                frame_timeout_cycles=None)
+    return dict(board_core(t, core), link_bytes=1, frame_timeout_cycles=None)
 
 
 def _yosys():
