@@ -20,8 +20,9 @@ SLOW_HELP = (
     "boards of the iCE40, the ULX3S and the Arty and the broken-netlist checks, the lane's "
     "minimum on every 2^32 pair of each format, the formal proofs implied by stronger ones, "
     "the host corpus and the engine's tests through Amaranth's simulator, the rest of the "
-    "compiled board's MaxPool cycle table, an 8-byte compiled link, and the Ray Serve example "
-    "serving requests. More than an hour on 2 cores (the ULX3S 85F's place and route alone is "
+    "compiled board's MaxPool cycle table, an 8-byte compiled link, the compiled board and the "
+    "iCEBreaker's netlist of a core chosen for a model, and the Ray Serve example serving "
+    "requests. More than an hour on 2 cores (the ULX3S 85F's place and route alone is "
     "about 36 min); combine with -k or a file to run a part")
 
 
