@@ -11,6 +11,7 @@ whose Fmax misses its clock fails, saying by how much.
 Xilinx targets get a Vivado build plan instead (:mod:`maxaccel.boards.xilinx`).
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -30,7 +31,7 @@ from maxaccel.boards.targets import target as find_target
 from maxaccel.contract.progress import timed
 
 __all__ = ["BuildError", "build", "toolchain_environment", "ecp5_pll", "BoardTop",
-           "core_parameters"]
+           "core_parameters", "with_core"]
 
 #: Logic cell and block RAM names in nextpnr's utilisation table, and flip-flop cell prefixes
 #: in yosys' statistics, per family.
@@ -95,6 +96,35 @@ def core_parameters(target, lanes, clock_mhz):
     :class:`~maxaccel.hdl.top.UARTTop` fixes): also what its netlist board
     (:mod:`maxaccel.sim.netlist`) simulates."""
     return dict(clock_hz=round(clock_mhz * 1e6), lanes=lanes, **target.core)
+
+
+#: Core parameters a build's ``core`` may not set: its own arguments set them (``lanes``,
+#: ``clock_mhz``) or the link does (``link_bytes``: a UART's 1, the NiteFury's ``link_word``).
+_SET_ELSEWHERE = {"lanes": "lanes", "clock_hz": "clock_mhz", "link_bytes": "the target's link"}
+
+
+def with_core(target, core):
+    """``target`` with the :class:`~maxaccel.hdl.top.Core` parameters ``core`` (a dict)
+    merged over its own (:attr:`~maxaccel.boards.targets.Target.core`); ``target`` itself for
+    ``None``. A ``ValueError`` names a parameter :class:`~maxaccel.hdl.top.Core` does not have
+    (or one another argument sets) and lists those it has, before anything is built."""
+    import inspect
+    from maxaccel.hdl.top import Core
+
+    if core is None:
+        return target
+    known = set(inspect.signature(Core.unit_signatures).parameters) - set(_SET_ELSEWHERE)
+    for name in core:
+        if name in _SET_ELSEWHERE:
+            raise ValueError(f"core parameter {name!r} is set by {_SET_ELSEWHERE[name]}, "
+                             f"not by core")
+        if name not in known:
+            raise ValueError(f"unknown core parameter {name!r}; a Core has "
+                             f"{', '.join(sorted(known))}")
+    merged = dict(target.core, **core)
+    if "units" in merged:
+        merged["units"] = tuple(merged["units"])
+    return dataclasses.replace(target, core=merged)
 
 
 def target_identity(target):
@@ -174,24 +204,31 @@ def expected_build_seconds(board):
     return _UNKNOWN_BUILD_S
 
 
-def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progress=print):
+def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progress=print,
+          core=None):
     """Build ``board``'s bitstream into ``out_dir`` (default ``build/BOARD``); returns the
     report (also written as ``report.json`` and ``report.md`` there). ``seed``, nextpnr's
     placement seed, replaces the target's (its ``nextpnr_options``): a routing that stalls in
-    congestion may finish with another.
+    congestion may finish with another. ``core``, a dict of :class:`~maxaccel.hdl.top.Core`
+    parameters (``units``, ``window_extent``, ``window_columns``, ...), is merged over the
+    target's (:func:`with_core`): a core shaped for a model. The report records the Core
+    parameters built (``"core"``).
 
     Raises
     ------
     ValueError
         An unknown board, or lanes / clock / baud that cannot work, or a seed for a Xilinx
-        board (Vivado builds those).
+        board (Vivado builds those), or a ``core`` parameter that Core lacks or refuses.
     BuildError
         A missing tool, a failed tool run (the message names its log), or timing not met.
     """
-    target = find_target(board)
+    target = with_core(find_target(board), core)
     lanes = target.lanes if lanes is None else lanes
     clock_mhz = target.clock_mhz if clock_mhz is None else clock_mhz
     check_lanes(lanes)
+    if core is not None:
+        from maxaccel.hdl.top import Core
+        Core.check_parameters(**core_parameters(target, lanes, clock_mhz))
     out = pathlib.Path(out_dir or pathlib.Path("build") / board)
     if seed is not None and target.family == "xilinx":
         raise ValueError(f"--seed is nextpnr's: {board} is built by Vivado")
@@ -273,6 +310,13 @@ def _why_failed(target, out, status, lanes):
     return f"the toolchain failed (exit status {status}) building {target.name}; logs in {out}"
 
 
+def core_record(target, lanes, clock_mhz):
+    """The :class:`~maxaccel.hdl.top.Core` parameters of a build, as its report records them
+    (JSON: tuples as lists)."""
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in core_parameters(target, lanes, clock_mhz).items()}
+
+
 #: The windowed pooling unit's capacities of ``IDENTIFY`` a report records (0 without the unit).
 WINDOW_CAPACITIES = ("window_lanes", "window_extent", "window_extent_outer", "window_columns",
                      "window_plane")
@@ -302,6 +346,7 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_
         "nextpnr_options": list(nextpnr_options),
         "units": list(units),
         "reduce_pipeline": target.core.get("reduce_pipeline", "deep"),
+        "core": core_record(target, lanes, clock_mhz),
         "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
                        "max_operands": identity.max_operands,
                        "pool_channels": identity.pool_channels,

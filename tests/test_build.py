@@ -81,6 +81,63 @@ def test_a_target_s_nextpnr_options_reach_nextpnr(tmp_path, monkeypatch):
     assert TARGETS["ulx3s_85f"].nextpnr_options == ("--seed", "3")
 
 
+def _fake_lattice_tools(tmp_path, fmax_mhz):
+    """Stand-ins for yosys, nextpnr-ice40 and icepack: nextpnr writes a log with a
+    utilisation table and an Fmax, so a build runs through to its report."""
+    tools = {}
+    log = (f"Info: Device utilisation:\nInfo:\t ICESTORM_LC:   100/  5280\n"
+           f"Info:\t ICESTORM_RAM:   2/    30\n"
+           f"Info: Max frequency for clock 'clk': {fmax_mhz:.2f} MHz (PASS at 12.00 MHz)\n")
+    (tmp_path / "nextpnr.log").write_text(log)
+    for variable in ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"):
+        fake = tmp_path / variable.lower()
+        body = "exit 0"
+        if variable == "NEXTPNR_ICE40":
+            body = ('while [ $# -gt 0 ]; do if [ "$1" = --log ]; then cp '
+                    f'{tmp_path / "nextpnr.log"} "$2"; fi; shift; done')
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+        tools[variable] = str(fake)
+    return tools
+
+
+def test_a_build_s_core_parameters_merge_over_the_target_s(tmp_path, monkeypatch):
+    """``core`` replaces the target's Core parameters it names and keeps the others; the
+    report records the parameters built (stand-in tools: the iCEBreaker with the windowed
+    pooling unit, the toolchain not run)."""
+    monkeypatch.setattr(build, "toolchain_environment",
+                        lambda: _fake_lattice_tools(tmp_path, 20.0))
+    core = {"units": ["reduce", "window"], "window_lanes": 1, "window_extent": 3,
+            "window_extent_outer": 1, "window_columns": 64, "window_plane": 1}
+    report = build.build("icebreaker", core=core, out_dir=tmp_path / "out",
+                         progress=lambda text: None)
+    target = TARGETS["icebreaker"]
+    assert report["core"] == {"clock_hz": 12_000_000, "lanes": 1,
+                              **{k: list(v) if isinstance(v, tuple) else v
+                                 for k, v in target.core.items()}, **core}
+    assert report["units"] == ["reduce", "window"]
+    assert report["capacities"]["window_extent"] == 3
+    assert report["capacities"]["window_columns"] == 64
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == report
+    assert TARGETS["icebreaker"].core["units"] == ("reduce",)    # the target is unchanged
+
+
+@pytest.mark.parametrize("core, message", [
+    ({"window_extnet": 3}, "unknown core parameter 'window_extnet'; a Core has"),
+    ({"lanes": 2}, "core parameter 'lanes' is set by lanes, not by core"),
+    ({"clock_hz": 6_000_000}, "core parameter 'clock_hz' is set by clock_mhz"),
+    ({"units": ("window",)}, "units must include 'reduce'"),
+    ({"units": ("reduce", "window"), "window_extent": 0}, "max_extent must be an integer"),
+])
+def test_a_core_parameter_core_lacks_or_refuses_is_refused_before_synthesis(
+        tmp_path, monkeypatch, core, message):
+    def no_toolchain():
+        raise AssertionError("the toolchain was reached")
+    monkeypatch.setattr(build, "toolchain_environment", no_toolchain)
+    with pytest.raises(ValueError, match=message):
+        build.build("icebreaker", core=core, out_dir=tmp_path, progress=lambda text: None)
+
+
 def test_ecp5_pll_parameters_come_from_ecppll():
     parameters, attributes, achieved = build.ecp5_pll(25, 60)
     assert achieved == 60
