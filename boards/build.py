@@ -317,6 +317,13 @@ def core_record(target, lanes, clock_mhz):
             for name, value in core_parameters(target, lanes, clock_mhz).items()}
 
 
+def capacities(identity):
+    """The capacities of an ``IDENTIFY`` a report records."""
+    return {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
+            "max_operands": identity.max_operands, "pool_channels": identity.pool_channels,
+            **{name: getattr(identity, name) for name in WINDOW_CAPACITIES}}
+
+
 #: The windowed pooling unit's capacities of ``IDENTIFY`` a report records (0 without the unit).
 WINDOW_CAPACITIES = ("window_lanes", "window_extent", "window_extent_outer", "window_columns",
                      "window_plane")
@@ -347,10 +354,7 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_
         "units": list(units),
         "reduce_pipeline": target.core.get("reduce_pipeline", "deep"),
         "core": core_record(target, lanes, clock_mhz),
-        "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
-                       "max_operands": identity.max_operands,
-                       "pool_channels": identity.pool_channels,
-                       **{name: getattr(identity, name) for name in WINDOW_CAPACITIES}},
+        "capacities": capacities(identity),
     }
 
 

@@ -213,15 +213,15 @@ def report_markdown(reports):
 MODEL_REPORTS = "models"
 
 
-def _core_text(core):
+def _core_text(report):
     """A report's core in a few words: its units, and the windowed pooling unit's window lanes,
-    kernel extents (inner / outermost) and output columns."""
-    units = "+".join(core["units"])
-    if "window" not in core["units"]:
-        return units
-    outer = core.get("window_extent_outer") or core.get("window_extent", 3)
-    return (f"{units}: {core.get('window_lanes') or core['lanes']} x extent "
-            f"{core.get('window_extent', 3)} / {outer}, {core.get('window_columns', 64)} columns")
+    kernel extents (inner / outermost) and output columns (its ``IDENTIFY``)."""
+    units = report["core"]["units"]
+    if "window" not in units:
+        return "+".join(units)
+    c = report["capacities"]
+    return (f"{'+'.join(units)}: {c['window_lanes']} window lane(s), extent "
+            f"{c['window_extent']} / {c['window_extent_outer']}, {c['window_columns']} columns")
 
 
 def model_report_markdown(reports):
@@ -229,7 +229,7 @@ def model_report_markdown(reports):
     the models, the core and the per-board table's columns (``docs/boards.md``, "Built for a
     model")."""
     return _table(["board", "models", "core"] + _REPORT_HEADINGS,
-                  [[r["board"], ", ".join(r["models"]), _core_text(r["core"])]
+                  [[r["board"], ", ".join(r["models"]), _core_text(r)]
                    + _report_cells(r) for r in reports])
 
 

@@ -39,7 +39,8 @@ def uart_plan(target, *, lanes, clock_mhz):
 
 def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
     """Write ``target``'s Vivado build plan into ``out_dir`` and return its report."""
-    from maxaccel.boards.build import core_record, uart_top
+    from maxaccel.boards.build import capacities, core_parameters, core_record, uart_top
+    from maxaccel.hdl.top import Core
     from maxaccel.boards.resources import synthesize
 
     out = pathlib.Path(out_dir)
@@ -92,6 +93,7 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
         "build_seconds": round(time.monotonic() - started, 1),
         "note": "Fmax needs Vivado: run build_maxaccel.sh (docs/boards.md)",
         "core": core_record(target, lanes, clock_mhz),
+        "capacities": capacities(Core.identity_of(**core_parameters(target, lanes, clock_mhz))),
     }
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown([report]) + "\n")
