@@ -225,6 +225,24 @@ def test_ulx3s_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
     assert "PLL: 25 MHz -> 60 MHz" in out and "| ulx3s | LFE5U-25F" in out
 
 
+@pytest.mark.synth
+@pytest.mark.slow(reason="the ULX3S's place and route with the windowed pooling unit takes "
+                         "about 15 minutes on a loaded machine")
+def test_ulx3s_bitstream_of_the_model_core_with_the_pooling_unit(tmp_path):
+    """The 25F built with the core of its model report (docs/boards/models: SqueezeNet 1.1 and
+    ResNet-18, the windowed pooling unit of extent 3 in place of the pooling and broadcast
+    units): it fits and meets 60 MHz, with the unit in IDENTIFY."""
+    from maxaccel.boards.targets import load_model_reports
+
+    (shipped,) = [r for r in load_model_reports() if r["board"] == "ulx3s"]
+    core = {k: v for k, v in shipped["core"].items() if k not in ("lanes", "clock_hz")}
+    report = build.build("ulx3s", core=core, out_dir=tmp_path, progress=lambda text: None)
+    assert report["fmax_mhz"] >= 60 and report["bitstream"] == "maxaccel.bit"
+    assert report["logic_cells"][0] < report["logic_cells"][1]
+    assert report["units"] == ["reduce", "window"]
+    assert report["capacities"] == shipped["capacities"]
+
+
 @pytest.mark.parametrize("board", [name for name, t in TARGETS.items() if t.family == "ecp5"])
 def test_each_ulx3s_target_names_its_amaranth_boards_device(board):
     """The device a report and ``maxaccel boards`` name is the one the platform builds for."""
