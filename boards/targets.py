@@ -10,7 +10,8 @@ import importlib
 
 __all__ = ["Target", "TARGETS", "DEFAULT_BAUD", "XDMA_IOCTL_ALIGN_GET", "target",
            "check_lanes", "report_markdown", "load_reports",
-           "reports_dir", "core_identity"]
+           "reports_dir", "core_identity", "MODEL_REPORTS", "load_model_reports",
+           "model_report_markdown"]
 
 #: The UART bit rate of the boards we build unless a target says otherwise; also the host's
 #: default for ``serial://PORT`` without ``?baud=`` or ``?board=``.
@@ -184,25 +185,73 @@ _BLOCK_RAM = {"ice40": "EBR", "ecp5": "DP16KD", "xilinx": "RAMB36"}
 _LINK_NAMES = {"xdma": "PCIe (Xilinx XDMA)"}
 
 
+def _report_cells(r):
+    """The cells of a report's row in :func:`report_markdown` after ``board``: device, link,
+    lanes, clock, Fmax, logic, FFs, BRAM, core peak, link peak."""
+    if r["fmax_mhz"] is not None:
+        fmax = f"{r['fmax_mhz']:.1f} MHz"
+    else:
+        fmax = "needs Vivado" if r["family"] == "xilinx" else "-"
+    link = (f"UART {r['baud'] / 1e6:g} Mbaud" if r["link"] == "uart"
+            else _LINK_NAMES.get(r["link"], r["link"]))
+    return [r["device"], link, str(r["lanes"]), f"{r['clock_mhz']:g} MHz", fmax,
+            f"{r['logic_cells'][0]} / {r['logic_cells'][1]} {r['logic_cell_type']}",
+            str(r["flip_flops"]),
+            f"{r['block_rams'][0]} / {r['block_rams'][1]} {_BLOCK_RAM[r['family']]}",
+            f"{r['core_bytes_per_s'] / 1e6:g} MB/s", f"{r['link_bytes_per_s'] / 1e6:g} MB/s"]
+
+
+_REPORT_HEADINGS = ["device", "link", "lanes", "clock", "Fmax", "logic", "FFs", "BRAM",
+                    "core peak", "link peak"]
+
+
+def _table(headings, rows):
+    return "\n".join(["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
+                     + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def report_markdown(reports):
     """A markdown table of build reports: the per-board table of ``docs/boards.md`` (a test
     keeps the page's table equal to this one of ``docs/boards/*.json``)."""
-    lines = ["| board | device | link | lanes | clock | Fmax | logic | FFs | BRAM | core peak "
-             "| link peak |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in reports:
-        if r["fmax_mhz"] is not None:
-            fmax = f"{r['fmax_mhz']:.1f} MHz"
-        else:
-            fmax = "needs Vivado" if r["family"] == "xilinx" else "-"
-        link = (f"UART {r['baud'] / 1e6:g} Mbaud" if r["link"] == "uart"
-                else _LINK_NAMES.get(r["link"], r["link"]))
-        lines.append(
-            f"| {r['board']} | {r['device']} | {link} | {r['lanes']} | {r['clock_mhz']:g} MHz | "
-            f"{fmax} | {r['logic_cells'][0]} / {r['logic_cells'][1]} {r['logic_cell_type']} | "
-            f"{r['flip_flops']} | {r['block_rams'][0]} / {r['block_rams'][1]} "
-            f"{_BLOCK_RAM[r['family']]} | "
-            f"{r['core_bytes_per_s'] / 1e6:g} MB/s | {r['link_bytes_per_s'] / 1e6:g} MB/s |")
-    return "\n".join(lines)
+    return _table(["board"] + _REPORT_HEADINGS,
+                  [[r["board"]] + _report_cells(r) for r in reports])
+
+
+#: Where the reports of cores built for models are, under :func:`reports_dir`: one
+#: ``BOARD-MODEL.json`` per build (``maxaccel build``'s ``report.json`` with ``"models"``,
+#: the models the core was chosen for, added).
+MODEL_REPORTS = "models"
+
+
+def _core_text(report):
+    """A report's core in a few words: its units, and the windowed pooling unit's window lanes,
+    kernel extents (inner / outermost) and output columns (its ``IDENTIFY``)."""
+    units = report["core"]["units"]
+    if "window" not in units:
+        return "+".join(units)
+    c = report["capacities"]
+    return (f"{'+'.join(units)}: {c['window_lanes']} window lane(s), extent "
+            f"{c['window_extent']} / {c['window_extent_outer']}, {c['window_columns']} columns")
+
+
+def model_report_markdown(reports):
+    """A markdown table of the reports of cores built for models (:func:`load_model_reports`):
+    the models, the core and the per-board table's columns (``docs/boards.md``, "Built for a
+    model")."""
+    return _table(["board", "models", "core"] + _REPORT_HEADINGS,
+                  [[r["board"], ", ".join(r["models"]), _core_text(r)]
+                   + _report_cells(r) for r in reports])
+
+
+def load_model_reports(directory=None):
+    """The reports of :data:`MODEL_REPORTS` in ``directory`` (default :func:`reports_dir`), in
+    :data:`TARGETS` order, then by file name; an empty list if there is none."""
+    import json
+    import pathlib
+    directory = pathlib.Path(reports_dir() if directory is None else directory) / MODEL_REPORTS
+    order = {name: k for k, name in enumerate(TARGETS)}
+    reports = [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
+    return sorted(reports, key=lambda r: order.get(r["board"], len(order)))
 
 
 def reports_dir():

@@ -23,10 +23,9 @@ __all__ = ["DEVICE_TOTALS", "build_plan", "uart_plan"]
 DEVICE_TOTALS = {"XC7A35TICSG324-1L": (20800, 41600, 50), "XC7A200T-FBG484-2": (133800, 267600, 365)}
 
 
-def uart_plan(target, *, lanes, clock_mhz, core=None):
+def uart_plan(target, *, lanes, clock_mhz):
     """The Vivado build plan (amaranth's ``BuildPlan``: Verilog, XDC, Tcl, the script running
-    Vivado) of a UART target, and the board's platform it was made with (``core``: Core
-    parameters merged over the target's, as :func:`maxaccel.boards.build.build` takes them)."""
+    Vivado) of a UART target, and the board's platform it was made with."""
     from maxaccel.boards.build import uart_top
 
     platform = target.platform()
@@ -34,14 +33,14 @@ def uart_plan(target, *, lanes, clock_mhz, core=None):
     if abs(clock_mhz - oscillator_mhz) > 1e-6:
         raise ValueError(f"{target.name} runs from its {oscillator_mhz:g} MHz oscillator; "
                          f"--clock {clock_mhz:g} is not available")
-    return platform, platform.build(uart_top(target, lanes, clock_mhz, core), name="maxaccel",
+    return platform, platform.build(uart_top(target, lanes, clock_mhz), name="maxaccel",
                                     do_build=False)
 
 
-def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print, core=None):
-    """Write ``target``'s Vivado build plan into ``out_dir`` and return its report (``core``:
-    as :func:`uart_plan`)."""
-    from maxaccel.boards.build import core_parameters, uart_top
+def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print):
+    """Write ``target``'s Vivado build plan into ``out_dir`` and return its report."""
+    from maxaccel.boards.build import capacities, core_parameters, core_record, uart_top
+    from maxaccel.hdl.top import Core
     from maxaccel.boards.resources import synthesize
 
     out = pathlib.Path(out_dir)
@@ -57,7 +56,7 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print, core=None):
         if 8 * lanes < link_word:
             raise ValueError(f"{target.name}: the core takes a {link_word}-byte link word per "
                              f"cycle, which needs --lanes {link_word // 8} or more, not {lanes}")
-        parameters = dict(core_parameters(target, lanes, clock_mhz, core), clock_hz=125_000_000)
+        parameters = dict(core_parameters(target, lanes, clock_mhz), clock_hz=125_000_000)
         out.mkdir(parents=True, exist_ok=True)
         progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
                  f"125 MHz, PCIe Gen2 x4 XDMA, AXI4-Stream {8 * XDMA_WIDTH}-bit -> {out}")
@@ -71,13 +70,13 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print, core=None):
         core_link_bytes = link_word         # the core takes a link word per cycle
         cells = synthesize(top, "xilinx")
     else:
-        _, plan = uart_plan(target, lanes=lanes, clock_mhz=clock_mhz, core=core)
+        _, plan = uart_plan(target, lanes=lanes, clock_mhz=clock_mhz)
         progress(f"Vivado build plan for {target.name} ({target.device}): {lanes} lane(s), "
                  f"{clock_mhz:g} MHz, UART {target.baud} baud -> {out}")
         out.mkdir(parents=True, exist_ok=True)
         plan.extract(str(out))
         progress("estimating resources with yosys synth_xilinx")
-        top = uart_top(target, lanes, clock_mhz, core)
+        top = uart_top(target, lanes, clock_mhz)
         cells = synthesize(top, "xilinx", ports=[top.rx, top.tx, top.idle])
         core_link_bytes = 1                 # behind a UART, a byte per cycle
     lut_total, ff_total, bram_total = DEVICE_TOTALS[target.device]
@@ -93,7 +92,8 @@ def build_plan(target, *, lanes, clock_mhz, out_dir, progress=print, core=None):
         "link_bytes_per_s": target.link_bytes_per_s, "core_bytes_per_s": clock_mhz * 1e6 * core_link_bytes,
         "build_seconds": round(time.monotonic() - started, 1),
         "note": "Fmax needs Vivado: run build_maxaccel.sh (docs/boards.md)",
-        "core": {**target.core, **(core or {})},
+        "core": core_record(target, lanes, clock_mhz),
+        "capacities": capacities(Core.identity_of(**core_parameters(target, lanes, clock_mhz))),
     }
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown([report]) + "\n")

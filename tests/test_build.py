@@ -81,6 +81,63 @@ def test_a_target_s_nextpnr_options_reach_nextpnr(tmp_path, monkeypatch):
     assert TARGETS["ulx3s_85f"].nextpnr_options == ("--seed", "3")
 
 
+def _fake_lattice_tools(tmp_path, fmax_mhz):
+    """Stand-ins for yosys, nextpnr-ice40 and icepack: nextpnr writes a log with a
+    utilisation table and an Fmax, so a build runs through to its report."""
+    tools = {}
+    log = (f"Info: Device utilisation:\nInfo:\t ICESTORM_LC:   100/  5280\n"
+           f"Info:\t ICESTORM_RAM:   2/    30\n"
+           f"Info: Max frequency for clock 'clk': {fmax_mhz:.2f} MHz (PASS at 12.00 MHz)\n")
+    (tmp_path / "nextpnr.log").write_text(log)
+    for variable in ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"):
+        fake = tmp_path / variable.lower()
+        body = "exit 0"
+        if variable == "NEXTPNR_ICE40":
+            body = ('while [ $# -gt 0 ]; do if [ "$1" = --log ]; then cp '
+                    f'{tmp_path / "nextpnr.log"} "$2"; fi; shift; done')
+        fake.write_text(f"#!/bin/sh\n{body}\n")
+        fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+        tools[variable] = str(fake)
+    return tools
+
+
+def test_a_build_s_core_parameters_merge_over_the_target_s(tmp_path, monkeypatch):
+    """``core`` replaces the target's Core parameters it names and keeps the others; the
+    report records the parameters built (stand-in tools: the iCEBreaker with the windowed
+    pooling unit, the toolchain not run)."""
+    monkeypatch.setattr(build, "toolchain_environment",
+                        lambda: _fake_lattice_tools(tmp_path, 20.0))
+    core = {"units": ["reduce", "window"], "window_lanes": 1, "window_extent": 3,
+            "window_extent_outer": 1, "window_columns": 64, "window_plane": 1}
+    report = build.build("icebreaker", core=core, out_dir=tmp_path / "out",
+                         progress=lambda text: None)
+    target = TARGETS["icebreaker"]
+    assert report["core"] == {"clock_hz": 12_000_000, "lanes": 1,
+                              **{k: list(v) if isinstance(v, tuple) else v
+                                 for k, v in target.core.items()}, **core}
+    assert report["units"] == ["reduce", "window"]
+    assert report["capacities"]["window_extent"] == 3
+    assert report["capacities"]["window_columns"] == 64
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == report
+    assert TARGETS["icebreaker"].core["units"] == ("reduce",)    # the target is unchanged
+
+
+@pytest.mark.parametrize("core, message", [
+    ({"window_extnet": 3}, "unknown core parameter 'window_extnet'; a Core has"),
+    ({"lanes": 2}, "core parameter 'lanes' is set by lanes, not by core"),
+    ({"clock_hz": 6_000_000}, "core parameter 'clock_hz' is set by clock_mhz"),
+    ({"units": ("window",)}, "units must include 'reduce'"),
+    ({"units": ("reduce", "window"), "window_extent": 0}, "max_extent must be an integer"),
+])
+def test_a_core_parameter_core_lacks_or_refuses_is_refused_before_synthesis(
+        tmp_path, monkeypatch, core, message):
+    def no_toolchain():
+        raise AssertionError("the toolchain was reached")
+    monkeypatch.setattr(build, "toolchain_environment", no_toolchain)
+    with pytest.raises(ValueError, match=message):
+        build.build("icebreaker", core=core, out_dir=tmp_path, progress=lambda text: None)
+
+
 def test_ecp5_pll_parameters_come_from_ecppll():
     parameters, attributes, achieved = build.ecp5_pll(25, 60)
     assert achieved == 60
@@ -166,6 +223,24 @@ def test_ulx3s_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
     assert 0 < report["logic_cells"][0] < report["logic_cells"][1]
     assert report["flip_flops"] > 0 and report["bitstream"] == "maxaccel.bit"
     assert "PLL: 25 MHz -> 60 MHz" in out and "| ulx3s | LFE5U-25F" in out
+
+
+@pytest.mark.synth
+@pytest.mark.slow(reason="the ULX3S's place and route with the windowed pooling unit takes "
+                         "about 15 minutes on a loaded machine")
+def test_ulx3s_bitstream_of_the_model_core_with_the_pooling_unit(tmp_path):
+    """The 25F built with the core of its model report (docs/boards/models: SqueezeNet 1.1 and
+    ResNet-18, the windowed pooling unit of extent 3 in place of the pooling and broadcast
+    units): it fits and meets 60 MHz, with the unit in IDENTIFY."""
+    from maxaccel.boards.targets import load_model_reports
+
+    (shipped,) = [r for r in load_model_reports() if r["board"] == "ulx3s"]
+    core = {k: v for k, v in shipped["core"].items() if k not in ("lanes", "clock_hz")}
+    report = build.build("ulx3s", core=core, out_dir=tmp_path, progress=lambda text: None)
+    assert report["fmax_mhz"] >= 60 and report["bitstream"] == "maxaccel.bit"
+    assert report["logic_cells"][0] < report["logic_cells"][1]
+    assert report["units"] == ["reduce", "window"]
+    assert report["capacities"] == shipped["capacities"]
 
 
 @pytest.mark.parametrize("board", [name for name, t in TARGETS.items() if t.family == "ecp5"])

@@ -79,3 +79,60 @@ def test_the_performance_table_of_the_offload_guide_is_the_bench_file():
     text = page("offload.md")
     assert bench.format_model_table(models) in text
     assert bench.MODELS_COMMAND in text
+
+
+def test_the_model_core_table_of_the_docs_is_the_model_reports():
+    """docs/boards.md's table of cores built for a model is their reports' (``docs/boards/
+    models``), every report's build meets its clock, and the core it records (its
+    ``IDENTIFY``) takes every MaxPool of its models through the windowed pooling unit, in one
+    tile an image, as the host's planner routes them (float32, float16, uint8)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, shape_inference
+
+    from maxaccel.bench.models import build as built_in
+    from maxaccel.boards.targets import load_model_reports, model_report_markdown
+    from maxaccel.contract.dtypes import format_of
+    from maxaccel.contract.pooling import resolve_max_pool
+    from maxaccel.contract.wire import Command
+    from maxaccel.hdl.top import Core
+    from maxaccel.host.device import plan_max_pool
+
+    reports = load_model_reports()
+    assert reports
+    assert model_report_markdown(reports) in page("boards.md")
+    models = {"squeezenet1_1": lambda: onnx.load(ROOT / "examples" / "squeezenet1_1.onnx"),
+              "resnet18": lambda: built_in("resnet18")[1]}
+    for report in reports:
+        assert report["fmax_mhz"] is None or report["fmax_mhz"] >= report["clock_mhz"]
+        core = dict(report["core"], units=tuple(report["core"]["units"]))
+        identity = Core.identity_of(**core)
+        for name in report["models"]:
+            model = shape_inference.infer_shapes(models[name]())
+            shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                      for v in list(model.graph.value_info) + list(model.graph.input)}
+            pools = [node for node in model.graph.node if node.op_type == "MaxPool"]
+            assert pools, name
+            for node in pools:
+                attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+                geometry = resolve_max_pool(
+                    shapes[node.input[0]], attributes["kernel_shape"],
+                    attributes.get("strides"), attributes.get("pads"),
+                    ceil_mode=attributes.get("ceil_mode", 0))
+                for dtype in (np.float32, np.float16, np.uint8):
+                    route, plan = plan_max_pool(geometry, format_of(dtype), identity, 1 << 20)
+                    assert route == Command.MAX_POOL, (report["board"], name, node.name)
+                    assert [len(batch.tiles) for batch in plan.batches] == [1]
+
+
+def test_the_resource_points_table_of_the_docs_is_their_file():
+    """docs/boards.md's resource points of a core's parts are ``--points``'s file, which holds
+    every point of POINTS."""
+    import json
+
+    from maxaccel.boards.resources import POINTS, POINTS_FILE, points_markdown
+
+    document = json.loads((ROOT / POINTS_FILE).read_text())
+    assert [(p["part"], p["family"]) for p in document["points"]] == [
+        (part, family) for part, family, _ in POINTS]
+    assert points_markdown(document) in page("boards.md")

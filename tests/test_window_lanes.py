@@ -120,6 +120,30 @@ def test_fewer_units_than_lanes(dtype, group):
     check_window_lanes(_unit(1), x, RESNET, group=group, indices=True, stalls=STALL_PATTERNS[1])
 
 
+def _model_core_unit():
+    """The unit of the core built for SqueezeNet 1.1 and ResNet-18 (docs/boards.md, "Built for
+    a model"): one window lane behind a 2-lane beat, extent 3 on the inner axes and 1 on the
+    outermost (no plane buffers), here with 8 columns."""
+    return shared_design(WindowLanes, LANES, 1, max_extent=3, max_extent_outer=1,
+                         max_columns=8, max_plane=1)
+
+
+SQUEEZENET = (axis(7, 3, 2, ceil=True), axis(8, 3, 2, ceil=True))
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+@pytest.mark.parametrize("dtype, group, axes", [
+    (np.float32, 2, SQUEEZENET), (np.float16, 4, RESNET), (np.uint8, 8, SQUEEZENET),
+    (np.float64, 1, RESNET),
+    # A 3-D pool whose outermost kernel is 1 (stride 2 over its planes) needs no plane buffer.
+    (np.int8, 8, (axis(3, 1, 2), axis(4, 3, 2, pads=(1, 1)), axis(5, 3, 1, ceil=True))),
+], ids=str)
+def test_the_model_core_s_unit_without_plane_buffers(dtype, group, axes, stalls):
+    x = random_values(_rng("model core", str(dtype), len(axes)), np.dtype(dtype),
+                      (group,) + tuple(a.size for a in axes), edge_fraction=0.3)
+    check_window_lanes(_model_core_unit(), x, axes, group=group, indices=True, stalls=stalls)
+
+
 @pytest.mark.parametrize("indices", [False, True])
 def test_three_axes_without_and_with_indices(indices):
     axes = (axis(3, 2, 1, pads=(0, 1)), axis(4, 3, 2, pads=(1, 1), ceil=True),
