@@ -30,6 +30,7 @@ Imports neither amaranth nor the host: a host plans a core without the toolchain
 import math
 
 __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_points", "refit",
+           "report_name",
            "window_taps", "relative_error", "report_core", "estimate_errors", "errors_markdown"]
 
 #: The terms of the estimate, in order.
@@ -42,31 +43,31 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 #: * iCE40 units: ``docs/resources.md`` "Streaming units", UP5K, cells used at 1 and 4 lanes
 #:   (RunReducer 1721 / 3853, RunReducer-shallow 829 / 2249, ChannelsLastPool 2026 / 6514,
 #:   BroadcastMax 4379 / 12937): intercept and slope of the line through them. ``base``: the
-#:   iCEBreaker's build (4446) less its one shallow lane. The windowed unit has no iCE40 build
-#:   in a core: its terms are the ECP5's scaled by the unit's own ratio of cells (7344 iCE40
-#:   cells, the HX8K's 7804 less the scan harness's 460, over the ECP5's 4457), until a build
-#:   measures them.
+#:   iCEBreaker's build (4446) less its one shallow lane. The windowed unit: the iCEBreaker's
+#:   build of the reduce and window core (one lane of extent 3, outermost 1; 4 taps), which
+#:   nextpnr placed at 28 436 cells before refusing it, less that base and reducer: 23 990,
+#:   split between lane and taps as on the ECP5.
 #: * ECP5 units: the same table on the ECP5-25K (RunReducer 1078 / 2467, ChannelsLastPool 1563
 #:   / 4624, BroadcastMax 2870 / 8211); the shallow reducer is the deep one scaled by the
 #:   iCE40's shallow-to-deep ratio per lane. ``base``: the ULX3S 25F's build (15 608) less its
-#:   three units at 2 lanes. The windowed unit: one lane of extent 3 on every axis (6 taps)
-#:   took 25 691 - 15 608 = 10 083 on the 25F, of extent 13 and 3 outermost (26 taps) 44 570 -
-#:   15 608 = 28 962 on the 85F: 944 a tap, 4 419 a lane.
+#:   three units at 2 lanes. The windowed unit's lane and tap: :func:`refit` over the ULX3S
+#:   builds (the 25F's and 85F's own cores and the 25F's core for a model,
+#:   ``docs/boards/models``).
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
-#:   LUT4s, ``docs/resources.md``, "The lane"); the windowed unit per lane 4 700 LUTs at extent
-#:   3 and 11 500 at extent 13 (``docs/boards.md``): 340 a tap, 2 660 a lane. ``base``: the
-#:   Arty A7-35's build (18 725) less its units; ``link_byte``: what the NiteFury's build
-#:   (119 587, a 32-byte link word and the XDMA adapters) has beyond its units and the base.
+#:   LUT4s, ``docs/resources.md``, "The lane"). ``base``: the Arty A7-35's build (18 725) less
+#:   its units; the windowed unit's lane and tap and ``link_byte`` (what the NiteFury's 32-byte
+#:   link word and XDMA adapters add): :func:`refit` over the Arty's and the NiteFury's own
+#:   cores and their cores for a model.
 COEFFICIENTS = {
     "ice40": dict(base=3617, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
-                  broadcast_lane=2853, window_lane=7283, window_tap=1556, link_byte=0),
+                  broadcast_lane=2853, window_lane=12057, window_tap=2983, link_byte=0),
     "ecp5": dict(base=6834, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
-                 broadcast_lane=1780, window_lane=4419, window_tap=944, link_byte=0),
+                 broadcast_lane=1780, window_lane=3897, window_tap=964, link_byte=0),
     "xilinx": dict(base=6335, reduce=539, reduce_lane=406, reduce_shallow=539,
                    reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
-                   broadcast_lane=1560, window_lane=2660, window_tap=340, link_byte=1737),
+                   broadcast_lane=1560, window_lane=691, window_tap=692, link_byte=810),
 }
 
 #: The units a parameter set without ``units`` builds (``hdl/top.py``'s ``UNITS``, the Core's
@@ -134,16 +135,24 @@ def report_points(reports, targets):
 
 
 def estimate_errors(reports, targets, coefficients=None):
-    """``{board: (estimate, measured, relative error)}`` of the estimate against build
-    reports (:func:`~maxaccel.boards.targets.load_reports`)."""
+    """``{name: (estimate, measured, relative error)}`` of the estimate against build
+    reports (:func:`~maxaccel.boards.targets.load_reports` and ``load_model_reports``; the
+    name is :func:`report_name`)."""
     errors = {}
     for report in reports:
         target = targets[report["board"]]
         estimate = estimate_cells(report["family"], report_core(report, targets),
                                   target.link_word, coefficients)
         measured = report["logic_cells"][0]
-        errors[report["board"]] = (estimate, measured, relative_error(estimate, measured))
+        errors[report_name(report)] = (estimate, measured, relative_error(estimate, measured))
     return errors
+
+
+def report_name(report):
+    """A build report's name in tables: its board, and the models a core for models was
+    chosen for (``docs/boards/models``)."""
+    models = report.get("models")
+    return report["board"] + (f" ({', '.join(models)})" if models else "")
 
 
 def refit(points, names, coefficients=None):
