@@ -187,7 +187,7 @@ class _Figures:
         operations = self.counts["operations"]
         done = operations - self.counts["operations given up"] - self.counts["hangs"]
         return {
-            "command": "maxaccel soak " + _options(args),
+            "command": " ".join(["maxaccel", "soak", *_options(args)]),
             "path": args.path, "device": args.device, "fault rate (each byte, each way)":
                 args.fault_rate, "reply timeout s": args.timeout, "attempts": args.attempts,
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -207,11 +207,12 @@ class _Figures:
         }
 
 
-def _options(args):
-    """The command line that repeats a soak (every option :func:`add_arguments` made, but
-    where the figures go)."""
-    return " ".join(f"--{name.replace('_', '-')} {getattr(args, name)}"
-                    for name in args.soak_options)
+def _options(args, **changed):
+    """The options that repeat a soak (every one :func:`add_arguments` made, but where the
+    figures go), with ``changed`` values in place of some: a list of arguments."""
+    return [text for name in args.soak_options
+            for text in (f"--{name.replace('_', '-')}",
+                         str(changed.get(name, getattr(args, name))))]
 
 
 def _run_one(device, rng, args, figures):
@@ -375,10 +376,8 @@ def _run_jobs(args, figures):
         children = []
         for job in range(args.jobs):
             out = os.path.join(workdir, f"{job}.json")
-            options = vars(args) | {"faults": share, "seed": args.seed + job, "jobs": 1}
-            command = [sys.executable, "-m", "maxaccel", "-q", "soak", "--figures-out", out]
-            for name in args.soak_options:
-                command += [f"--{name.replace('_', '-')}", str(options[name])]
+            command = [sys.executable, "-m", "maxaccel", "-q", "soak", "--figures-out", out,
+                       *_options(args, faults=share, seed=args.seed + job, jobs=1)]
             children.append((subprocess.Popen(command, stdout=subprocess.DEVNULL), out))
         try:
             for child, _ in children:
