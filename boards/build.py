@@ -91,26 +91,31 @@ def check_baud(target, clock_mhz):
                          f"bit): choose a clock that is a multiple of {target.baud / 1e6:g} MHz")
 
 
-def core_parameters(target, lanes, clock_mhz, core=None):
+def core_parameters(target, lanes, clock_mhz):
     """The :class:`~maxaccel.hdl.top.Core` parameters of a target's bitstream (besides those
     :class:`~maxaccel.hdl.top.UARTTop` fixes): also what its netlist board
-    (:mod:`maxaccel.sim.netlist`) simulates. ``core``: parameters merged over the target's
-    ``core`` (a core chosen for a model, :mod:`maxaccel.host.model_core`)."""
-    return {"clock_hz": round(clock_mhz * 1e6), "lanes": lanes, **target.core, **(core or {})}
+    (:mod:`maxaccel.sim.netlist`) simulates."""
+    return {"clock_hz": round(clock_mhz * 1e6), "lanes": lanes, **target.core}
+
+
+def _core_signature():
+    """The parameters a :class:`~maxaccel.hdl.top.Core` takes, with their defaults (Core takes
+    ``**parameters``; its ``unit_signatures`` names them)."""
+    import inspect
+    from maxaccel.hdl.top import Core
+    return inspect.signature(Core.unit_signatures).parameters
 
 
 def board_core(target, core=None):
     """Every :class:`~maxaccel.hdl.top.Core` parameter of a target's bitstream at its default
-    lanes and clock (``core`` over the target's, as :func:`core_parameters`): the Core's own
+    lanes and clock, ``core`` merged over the target's (:func:`with_core`): the Core's own
     default for each the target leaves to it, so a virtual board's own defaults (the NiteFury's
     extents of ``VERILATOR_DEFAULTS``, say) do not stand in for it."""
     import inspect
-    from maxaccel.hdl.top import Core
-    # Core takes **parameters; their defaults are unit_signatures'.
-    defaults = {name: parameter.default
-                for name, parameter in inspect.signature(Core.unit_signatures).parameters.items()
+    defaults = {name: parameter.default for name, parameter in _core_signature().items()
                 if parameter.default is not inspect.Parameter.empty}
-    return dict(defaults, **core_parameters(target, target.lanes, target.clock_mhz, core))
+    target = with_core(target, core)
+    return dict(defaults, **core_parameters(target, target.lanes, target.clock_mhz))
 
 
 #: Core parameters a build's ``core`` may not set: its own arguments set them (``lanes``,
@@ -123,12 +128,9 @@ def with_core(target, core):
     merged over its own (:attr:`~maxaccel.boards.targets.Target.core`); ``target`` itself for
     ``None``. A ``ValueError`` names a parameter :class:`~maxaccel.hdl.top.Core` does not have
     (or one another argument sets) and lists those it has, before anything is built."""
-    import inspect
-    from maxaccel.hdl.top import Core
-
     if core is None:
         return target
-    known = set(inspect.signature(Core.unit_signatures).parameters) - set(_SET_ELSEWHERE)
+    known = set(_core_signature()) - set(_SET_ELSEWHERE)
     for name in core:
         if name in _SET_ELSEWHERE:
             raise ValueError(f"core parameter {name!r} is set by {_SET_ELSEWHERE[name]}, "
