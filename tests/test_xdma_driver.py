@@ -620,8 +620,11 @@ def back_to_back(model, descriptors=1):
 
 
 def test_packets_back_to_back_after_a_timed_out_attempt_are_recovered_exactly():
-    """The first attempt's reply comes late, behind the retry's, into one read: the link
-    takes the stale one for stale and the retry's reply, within its budget of attempts."""
+    """The first attempt's reply comes late, right before the retry's, and the read that
+    meets them completes late: it still takes one, since a reply's first read is one page
+    (one descriptor) and its rest is read at exactly the frame's length, so no descriptor is
+    left for the next packet to run into. The link takes the stale one for stale and the
+    retry's reply, within its budget of attempts."""
     transport = fake_transport(c2h_timeout_s=5, c2h_fifo_bytes=1 << 16)
     model = transport.files
     with Device(transport, progress=None, timeout_s=0.2, attempts=4) as dev:
@@ -629,30 +632,54 @@ def test_packets_back_to_back_after_a_timed_out_attempt_are_recovered_exactly():
         back_to_back(model)
         assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
         assert 1 <= dev.link.retries <= 3 and model.faults.hold_packets == 0
+        assert model.faults.back_to_back == 0 and model.runs_on == 0
+        assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+
+
+def test_a_read_that_takes_two_packets_is_recovered_exactly():
+    """The late reply is cut short (its tlast early): its rest is read at the length its
+    header gives, more descriptors than the packet fills, so the retry's reply runs into the
+    last (the late one's rest, a hole, a cut start of the retry's). The link takes the pieces
+    for broken and asks again, within its budget; the read after the garbage was posted
+    at the largest frame and ended at the packet's tlast."""
+    transport = fake_transport(c2h_timeout_s=5, c2h_fifo_bytes=1 << 16)
+    model = transport.files
+    with Device(transport, progress=None, timeout_s=0.2, attempts=4) as dev:
+        x = random_values(np.random.default_rng(14), np.float32, (4000, 2))     # 16 KB replies
+        back_to_back(model)
+        model.faults.cut_next_reply = 4000
+        assert_same_bits(dev.reduce_max(x, axes=[1]), reference.reduce_max(x, axes=[1]))
+        assert model.runs_on == 1 and 2 <= dev.link.retries <= 3
         assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
 
 
 def test_packets_back_to_back_after_ctrl_c_are_recovered_exactly():
-    """Ctrl-C while the reply is held: that reply reaches the card's output behind the next
-    request's; the next request is exact within its budget of attempts."""
+    """Ctrl-C while the reply is held: that reply reaches the card's output right before the
+    next request's, and the read that meets them completes late; it still takes one (as
+    after a timed-out attempt), and the next request is exact within its budget of
+    attempts."""
     import threading
     transport = fake_transport(c2h_timeout_s=5, c2h_fifo_bytes=1 << 16)
     model = transport.files
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     main = threading.main_thread().ident
     try:
-        with Device(transport, progress=None, timeout_s=2.0, attempts=4) as dev:
+        # The link's timeout outlasts the Ctrl-C: the held reply ends no attempt.
+        with Device(transport, progress=None, timeout_s=30.0, attempts=4) as dev:
             x = random_values(np.random.default_rng(12), np.float32, (300, 40))
             back_to_back(model)
-            wait = threading.Thread(target=lambda: (wait_until(lambda: any(
-                e == "c2h" for e, _ in model.calls[2:])), signal.pthread_kill(main,
-                                                                                signal.SIGINT)))
+            requests = sum(engine == "h2c" for engine, _ in model.calls)
+            # Ctrl-C once the request's write is in the driver.
+            wait = threading.Thread(target=lambda: (wait_until(lambda: sum(
+                engine == "h2c" for engine, _ in model.calls) > requests),
+                signal.pthread_kill(main, signal.SIGINT)))
             wait.start()
             with pytest.raises(KeyboardInterrupt):
                 dev.reduce_max(x, axes=[1])
             wait.join()
             assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
-            assert dev.link.retries <= 3
+            assert dev.link.retries <= 3 and model.faults.hold_packets == 0
+            assert model.faults.back_to_back == 0 and model.runs_on == 0
     finally:
         signal.signal(signal.SIGINT, previous)
 
