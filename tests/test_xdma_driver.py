@@ -444,29 +444,50 @@ def test_modelled_throughput_against_transfer_size(device):
     assert table.splitlines()[2].startswith(f"| {results[0].transfer_bytes} B | 16 |")
 
 
-def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_request_works(
-        board):
-    """The transport waits in the driver only in its own threads, which block signals: Ctrl-C
-    goes to the calling thread and returns at once, the transfer in the driver is not aborted
-    by it, and the next request waits for the abandoned transfer to end before it goes."""
-    import threading
-    transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=2.0)
-    # The disposition this test is about (a background job may have inherited SIGINT ignored).
+@pytest.fixture
+def ctrl_c():
+    """SIGINT as Python's default handler takes it (a background job may have inherited it
+    ignored), restored after the test; gives :func:`ctrl_c_once_written`."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield ctrl_c_once_written
+    signal.signal(signal.SIGINT, previous)
+
+
+def ctrl_c_once_written(model):
+    """Send the main thread SIGINT (Ctrl-C) from another thread as soon as the next write is in
+    the driver's double ``model``; that thread, started."""
+    import threading
     main = threading.main_thread().ident
-    try:
-        with Device(transport, progress=None) as dev:
-            transport.model.faults.stall = True
-            threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGINT)).start()
-            started = time.monotonic()
-            with pytest.raises(KeyboardInterrupt):
-                dev.reduce_max(np.ones(1 << 16, np.float32))
-            assert time.monotonic() - started < 1.0
-            transport.model.faults.stall = False
-            x = random_values(np.random.default_rng(8), np.float64, (300, 7))
-            assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    writes = sum(engine == "h2c" for engine, _ in model.calls)
+
+    def interrupt():
+        wait_until(lambda: sum(engine == "h2c" for engine, _ in model.calls) > writes)
+        signal.pthread_kill(main, signal.SIGINT)
+    thread = threading.Thread(target=interrupt, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_request_works(
+        board, ctrl_c):
+    """The transport waits in the driver only in its own threads, which block signals: Ctrl-C
+    goes to the calling thread and returns at once, while the write it abandoned is still in
+    the driver, which would never give it up (the card stalled, h2c_timeout 0), so nothing
+    but our own threads' design lets it return; the write is not aborted by the signal, and
+    the next request waits for it to end before it goes."""
+    # Timeouts longer than the test: neither the transport nor the link gives up first.
+    transport = XdmaModelTransport(board, close_board=False, driver_timeout_s=30.0)
+    model = transport.model
+    with Device(transport, progress=None) as dev:
+        model.faults.stall, model.h2c_timeout_s = True, 0
+        interrupt = ctrl_c(model)
+        with pytest.raises(KeyboardInterrupt):
+            dev.reduce_max(np.ones(1 << 16, np.float32))
+        interrupt.join()
+        assert model.signals_taken == 0
+        model.faults.stall, model.h2c_timeout_s = False, 30.0
+        x = random_values(np.random.default_rng(8), np.float64, (300, 7))
+        assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
 
 
 def test_a_paced_device_answers_inputs_it_has_seen_in_their_modelled_time(device):
@@ -653,35 +674,24 @@ def test_a_read_that_takes_two_packets_is_recovered_exactly():
         assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
 
 
-def test_packets_back_to_back_after_ctrl_c_are_recovered_exactly():
+def test_packets_back_to_back_after_ctrl_c_are_recovered_exactly(ctrl_c):
     """Ctrl-C while the reply is held: that reply reaches the card's output right before the
     next request's, and the read that meets them completes late; it still takes one (as
     after a timed-out attempt), and the next request is exact within its budget of
     attempts."""
-    import threading
     transport = fake_transport(c2h_timeout_s=5, c2h_fifo_bytes=1 << 16)
     model = transport.files
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    main = threading.main_thread().ident
-    try:
-        # The link's timeout outlasts the Ctrl-C: the held reply ends no attempt.
-        with Device(transport, progress=None, timeout_s=30.0, attempts=4) as dev:
-            x = random_values(np.random.default_rng(12), np.float32, (300, 40))
-            back_to_back(model)
-            requests = sum(engine == "h2c" for engine, _ in model.calls)
-            # Ctrl-C once the request's write is in the driver.
-            wait = threading.Thread(target=lambda: (wait_until(lambda: sum(
-                engine == "h2c" for engine, _ in model.calls) > requests),
-                signal.pthread_kill(main, signal.SIGINT)))
-            wait.start()
-            with pytest.raises(KeyboardInterrupt):
-                dev.reduce_max(x, axes=[1])
-            wait.join()
-            assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
-            assert dev.link.retries <= 3 and model.faults.hold_packets == 0
-            assert model.faults.back_to_back == 0 and model.runs_on == 0
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    # The link's timeout outlasts the Ctrl-C: the held reply ends no attempt.
+    with Device(transport, progress=None, timeout_s=30.0, attempts=4) as dev:
+        x = random_values(np.random.default_rng(12), np.float32, (300, 40))
+        back_to_back(model)
+        interrupt = ctrl_c(model)
+        with pytest.raises(KeyboardInterrupt):
+            dev.reduce_max(x, axes=[1])
+        interrupt.join()
+        assert_same_bits(dev.reduce_max(x, axes=[0]), reference.reduce_max(x, axes=[0]))
+        assert dev.link.retries <= 3 and model.faults.hold_packets == 0
+        assert model.faults.back_to_back == 0 and model.runs_on == 0
 
 
 def test_the_driver_timeouts_come_from_the_module_parameters(tmp_path):
