@@ -16,7 +16,7 @@ call's modelled time, waited as the driver waits: whole models timed on it are t
 NiteFury, not after the compiled board's simulation, which lasts a thousand times longer.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 import functools
 import time
 
@@ -28,7 +28,8 @@ from maxaccel.bench import _OperatorWrapper
 from maxaccel.host.reduction import store_bits
 
 __all__ = ["TRANSFER_SIZES", "TransferMeasurement", "measure_transfers", "format_transfers",
-           "default_total_bytes", "driver_model", "PacedDevice", "WAITS"]
+           "default_total_bytes", "driver_model", "PacedDevice", "WAITS", "TRANSFERS_FILE",
+           "TRANSFERS_COMMAND", "load_transfers"]
 
 #: Transfer sizes measured by default: the published NiteFury points (512 B, 4 KiB), the
 #: host's old 4 KiB writes' neighbours, and the 8 MiB a request is by default.
@@ -146,9 +147,29 @@ def transfer_line(m):
             f"{m.bytes_per_s / 1e6:9.1f} MB/s modelled")
 
 
+#: The figures of ``docs/boards.md``'s table of throughput against transfer size ("The XDMA
+#: link"); :data:`TRANSFERS_COMMAND` writes it anew.
+TRANSFERS_FILE = "docs/bench/transfers.json"
+#: The command that measures :data:`TRANSFERS_FILE` (a few minutes around the compiled board).
+TRANSFERS_COMMAND = ("maxaccel bench --device xdma-model:verilator --transfers --no-cpu "
+                     f"--json {TRANSFERS_FILE}")
+
+
+def load_transfers(path):
+    """``{device URL: [TransferMeasurement, ...]}`` of a file ``maxaccel bench --transfers
+    --json`` wrote, such as :data:`TRANSFERS_FILE`."""
+    import json
+    names = {f.name for f in fields(TransferMeasurement)}
+    with open(path) as file:
+        transfers = json.load(file)["transfers"]
+    return {url: [TransferMeasurement(**{k: v for k, v in m.items() if k in names})
+                  for m in rows] for url, rows in transfers.items()}
+
+
 def format_transfers(measurements, link_bytes_per_s):
     """A markdown table: transfer size, modelled MB/s, share of the link's rate."""
-    lines = ["| transfer | requests | modelled MB/s | of the link |", "|---|---|---|---|"]
+    lines = [f"| transfer | requests | modelled MB/s | of the link "
+             f"({link_bytes_per_s / 1e9:g} GB/s) |", "|---|---|---|---|"]
     for m in measurements:
         lines.append(f"| {m.transfer_bytes} B | {m.requests} | {m.bytes_per_s / 1e6:.1f} | "
                      f"{m.bytes_per_s / link_bytes_per_s:.1%} |")

@@ -128,7 +128,8 @@ class _Faults:
         late, as the driver can (the completion is serviced after the engine went on): the
         next packet runs into the read's following descriptors, this many of them, and the
         count is the completed descriptors' lengths (the first packet, a hole to the next
-        descriptor, a cut start of the second; its rest goes to the next read); 0 is off.
+        descriptor, a cut start of the second; its rest goes to the next read); a read whose
+        buffer ends with the packet has no descriptor left to run into. 0 is off.
     signal : set of str
         Engines (``"h2c"``, ``"c2h"``) where a signal (:attr:`signal_number`) arrives at the
         thread in the driver, once each, at its next transfer's start or during its wait: a
@@ -231,6 +232,9 @@ class XdmaDriverModel:
     signals_blocked, signals_taken : int
         Signals that arrived at a thread in the driver which blocked them, or which did not
         (its transfer's wait, if any, ended).
+    runs_on : int
+        Reads into which the next packet ran (``faults.back_to_back``): bytes of two packets
+        in one read's count.
     clock_s : float
         Modelled time of the last completed transfer's end.
     """
@@ -266,6 +270,7 @@ class XdmaDriverModel:
         self.transfers = []
         self.calls = []
         self.signals_blocked = self.signals_taken = 0
+        self.runs_on = 0
         self._interrupted = set()
         self.clock_s = 0.0
         self._engine_free_s = {"h2c": 0.0, "c2h": 0.0}
@@ -691,6 +696,7 @@ class XdmaDriverModel:
             if ended or got < length:
                 break
         self.faults.back_to_back = 0
+        self.runs_on += merged > 0
         return merged
 
     def shutdown(self):

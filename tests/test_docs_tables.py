@@ -5,7 +5,10 @@ new bench file changes the page with it, and a page edited by hand fails here.
 * ``docs/boards.md``: the per-board table (``docs/boards/*.json``, the build reports:
   ``report_markdown``), core against link (``docs/boards/core_link.json``:
   ``format_core_link``) and the elements on the link per pool and board (the host's planners
-  on each target's ``IDENTIFY``: ``format_link_elements``);
+  on each target's ``IDENTIFY``: ``format_link_elements``) and the XDMA link's modelled
+  throughput against transfer size (``docs/bench/transfers.json``,
+  ``bench.xdma.TRANSFERS_FILE``, written by ``bench.xdma.TRANSFERS_COMMAND``:
+  ``format_transfers``);
 * ``docs/benchmarks.md``: the ratio table and the MaxPool table (``docs/bench/ratios.json``,
   ``maxaccel.bench.pools.RATIOS_FILE``: ``format_ratios``, ``format_pool_ratios``), whose cycles
   ``tests/test_pool_classes.py`` asserts against the compiled board;
@@ -136,3 +139,20 @@ def test_the_resource_points_table_of_the_docs_is_their_file():
     assert [(p["part"], p["family"]) for p in document["points"]] == [
         (part, family) for part, family, _ in POINTS]
     assert points_markdown(document) in page("boards.md")
+
+
+def test_the_xdma_transfers_table_of_the_docs_is_the_bench_file():
+    """docs/boards.md's modelled XDMA throughput against transfer size is the bench file's, as
+    ``maxaccel bench --transfers`` prints it, with the command that wrote the file: every
+    default size around the compiled board (each request's write the size less the bytes
+    short of a whole element), and 8 MiB requests at 90% of the link or more."""
+    from maxaccel.bench.xdma import (TRANSFER_SIZES, TRANSFERS_COMMAND, TRANSFERS_FILE,
+                                     format_transfers, load_transfers)
+    link = TARGETS["nitefury"].link_bytes_per_s
+    ((url, rows),) = load_transfers(ROOT / TRANSFERS_FILE).items()
+    assert url == "xdma-model:verilator" and len(rows) == len(TRANSFER_SIZES)
+    assert all(size - 4 < m.transfer_bytes <= size for size, m in zip(TRANSFER_SIZES, rows))
+    assert rows[-1].bytes_per_s >= 0.9 * link
+    text = page("boards.md")
+    assert format_transfers(rows, link) in text
+    assert TRANSFERS_COMMAND in text
