@@ -56,8 +56,8 @@ from maxaccel.host.reduction import (arg_rows, plan_reduction, reduce_by_plan, r
                                      store_bits)
 from maxaccel.host.transport import open_transport
 
-__all__ = ["Device", "open_device", "plan_max_pool", "max_pool_link_elements", "written",
-           "POSITIONS", "DEFAULT_FRAME_BYTES"]
+__all__ = ["Device", "open_device", "plan_max_pool", "max_pool_link_elements",
+           "DEFAULT_FRAME_BYTES"]
 
 #: A device's largest tensor payload of one command unless its transport says otherwise.
 DEFAULT_FRAME_BYTES = 1 << 20
@@ -106,10 +106,10 @@ def max_pool_link_elements(route, plan):
 
 
 #: The element type of positions (ArgMax's, ArgMin's, MaxPool's Indices): ONNX's int64.
-POSITIONS = FORMATS[DType.INT64]
+_POSITIONS = FORMATS[DType.INT64]
 
 
-def written(out, results, inputs, name, compute):
+def _written(out, results, inputs, name, compute):
     """An operation's results, written into numpy's ``out`` (:class:`Device`'s Notes).
 
     Parameters
@@ -153,7 +153,7 @@ def written(out, results, inputs, name, compute):
 
 
 def _rooms(out, results, name):
-    """``out`` (:func:`written`) as one checked array or None per result."""
+    """``out`` (:func:`_written`) as one checked array or None per result."""
     if out is None:
         return [None] * len(results)
     if not isinstance(out, tuple):
@@ -168,7 +168,7 @@ def _rooms(out, results, name):
             if isinstance(room, np.ndarray) and room.dtype != np.dtype(np.int64):
                 raise TypeError(f"{name}: out for positions must be int64 (native byte "
                                 f"order), got {room.dtype.str}")
-            fmt = POSITIONS
+            fmt = _POSITIONS
         check_out(room, shape, fmt, name)
     return list(out)
 
@@ -376,7 +376,7 @@ class Device:
                     self.identity, frame_bytes, self._request,
                     minimum=name == "min").max_into(operands, y, fmt))
             return (y,)
-        return written(out, [(shape, fmt)], natives, f"{name}()", compute)[0]
+        return _written(out, [(shape, fmt)], natives, f"{name}()", compute)[0]
 
     def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False, *,
                    out=None):
@@ -405,7 +405,7 @@ class Device:
             data, axes, keepdims, noop_with_empty_axes, name=name)
         self._check_supported(fmt, f"{name}()")
         if not axes and noop_with_empty_axes:
-            return written(out, [(values.shape, fmt)], [values], f"{name}()",
+            return _written(out, [(values.shape, fmt)], [values], f"{name}()",
                            lambda room: (values.copy() if room is None else values,))[0]
         return self._reduce(values, fmt, axes or tuple(range(values.ndim)), keepdims,
                             name == "reduce_min", out, f"{name}()")
@@ -441,7 +441,7 @@ class Device:
                 lambda frame_bytes: arg_rows(rows, fmt, frame_bytes, self._request,
                                              minimum=name == "arg_min", last=select_last_index))
             return (positions.reshape(shape),)
-        return written(out, [(shape, POSITIONS)], [values], f"{name}()", compute)[0]
+        return _written(out, [(shape, None)], [values], f"{name}()", compute)[0]
 
     def global_max_pool(self, x, channels_last=False, *, out=None):
         """ONNX ``GlobalMaxPool`` on the device: as
@@ -502,7 +502,7 @@ class Device:
                 return np.empty(shape, values.dtype), np.empty(shape, np.int64)
             got = self._max_pool_routed(values, fmt, geometry, return_indices, route, room)
             return got if return_indices else (got,)
-        got = written(out, results, [values], "max_pool()", compute)
+        got = _written(out, results, [values], "max_pool()", compute)
         return got if return_indices else got[0]
 
     def _max_pool_routed(self, values, fmt, geometry, return_indices, route, out):
@@ -530,7 +530,7 @@ class Device:
     def _max_pool_by_reduce(self, values, fmt, plan, return_indices, frame_bytes):
         """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s
         ``plan``) in frames of at most ``frame_bytes``: the route :meth:`max_pool` falls back
-        to (new arrays: :func:`written` copies them into ``out``)."""
+        to (new arrays: :func:`_written` copies them into ``out``)."""
         self.last_max_pool_route = Command.REDUCE
         return max_pool_by_reduce(
             values, plan, lambda rows: reduce_rows(
@@ -559,7 +559,7 @@ class Device:
                               lambda frame_bytes: reduce_by_plan(
                                   values, fmt, planned(frame_bytes), frame_bytes,
                                   self._request)),)
-        return written(out, [(plan.output_shape, fmt)], [values], name, compute)[0]
+        return _written(out, [(plan.output_shape, fmt)], [values], name, compute)[0]
 
     # --- link ----------------------------------------------------------------------------------
 

@@ -201,10 +201,12 @@ def bad_outs(case, want):
     """``(out, exception, words of its message)`` that do not fit ``want`` (the results)."""
     first = want[0]
     other = np.float64 if first.dtype != np.float64 else np.float32
+    dtype_words = "positions must be int64" if case.name.startswith("arg_") else \
+        f"must be {first.dtype}"
     read_only = np.empty_like(first)
     read_only.flags.writeable = False
     bad = [(first.tolist(), TypeError, "numpy.ndarray, not"),
-           (np.empty(first.shape, other), TypeError, str(first.dtype)),
+           (np.empty(first.shape, other), TypeError, dtype_words),
            (np.empty(first.shape, first.dtype.newbyteorder(">")), TypeError,
             "native byte order"),
            (np.empty(first.shape + (2,), first.dtype), ValueError, "shape"),
@@ -212,7 +214,7 @@ def bad_outs(case, want):
            ((np.empty_like(first),) * (len(want) + 1), ValueError, "tuple of")]
     if len(want) > 1:
         bad.append(((np.empty_like(first), np.empty(want[1].shape, np.int32)), TypeError,
-                    "int64"))
+                    "positions must be int64"))
     return bad
 
 
