@@ -138,25 +138,31 @@ def _written(out, results, inputs, name, compute):
         An ``out`` that does not fit, before ``compute`` is called (so before anything is
         sent).
     """
+    if out is None:     # the common case, kept short: an offloaded model calls this often
+        return compute(*[None] * len(results))
     rooms = _rooms(out, results, name)
-    if any(room is not None and any(np.may_share_memory(room, a) for a in inputs)
-           for room in rooms):
-        # As numpy: made apart, then copied (a route writing into out as it goes would
-        # overwrite input it still reads).
-        computed = compute(*[None] * len(rooms))
-    else:
-        computed = compute(*rooms)
+    shared = False
+    for room in rooms:
+        if room is not None:
+            for array in inputs:
+                shared = shared or np.may_share_memory(room, array)
+    # As numpy: made apart, then copied when out may share memory with an input (a route
+    # writing into out as it goes would overwrite input it still reads).
+    computed = compute(*[None] * len(rooms)) if shared else compute(*rooms)
+    got = []
     for room, result in zip(rooms, computed):
-        if room is not None and result is not room:
+        if room is None:
+            got.append(result)
+            continue
+        if result is not room:
             store_bits(room, result)
-    return tuple(result if room is None else room for room, result in zip(rooms, computed))
+        got.append(room)
+    return tuple(got)
 
 
 def _rooms(out, results, name):
     """``out`` (:func:`_written`) as one checked array or None per result."""
-    if out is None:
-        return [None] * len(results)
-    if not isinstance(out, tuple):
+    if type(out) is not tuple:
         out = (out,) + (None,) * (len(results) - 1)
     elif len(out) != len(results):
         raise ValueError(f"{name}: out must be a tuple of {len(results)} (one array or None "
@@ -165,12 +171,12 @@ def _rooms(out, results, name):
         if room is None:
             continue
         if fmt is None:
-            if isinstance(room, np.ndarray) and room.dtype != np.dtype(np.int64):
+            if isinstance(room, np.ndarray) and room.dtype != _POSITIONS.numpy_dtype:
                 raise TypeError(f"{name}: out for positions must be int64 (native byte "
                                 f"order), got {room.dtype.str}")
             fmt = _POSITIONS
         check_out(room, shape, fmt, name)
-    return list(out)
+    return out
 
 
 def open_device(url="sim", **options):
