@@ -484,10 +484,11 @@ class Device:
         route whatever the planner would choose (to compare the two: ``maxaccel bench
         --pool-routes``).
 
-        ``out``, as numpy's (the class's Notes): the room of ``y``, or ``(y's, Indices')``
-        with ``return_indices``. Through ``MAX_POOL`` each tile's maxima go straight into
-        ``y``'s room (an :class:`~maxaccel.host.offload.OffloadSession` hands onnxruntime's own
-        output this way, so that the reply lands where onnxruntime wants it).
+        ``out``, as numpy's (the class's Notes): the array ``y`` is written into, or with
+        ``return_indices`` a tuple of the arrays ``y`` and ``indices`` are written into (either
+        None). Through ``MAX_POOL`` each tile's maxima go straight into ``y``'s array (an
+        :class:`~maxaccel.host.offload.OffloadSession` hands onnxruntime's own output this way,
+        so that the reply lands where onnxruntime wants it).
 
         A pool with no images (``N`` or ``C`` is 0) returns its empty result without a
         request, and :attr:`last_max_pool_route` is then None.
