@@ -35,6 +35,7 @@ happen on the device, encoding and decoding are vectorised numpy.
 
 import contextlib
 import functools
+import math
 import threading
 import time
 
@@ -42,7 +43,7 @@ import numpy as np
 
 from maxaccel.contract.checks import (check_arg, check_global_max_pool, check_max, check_out,
                                      check_reduce_max)
-from maxaccel.contract.dtypes import FORMATS
+from maxaccel.contract.dtypes import FORMATS, DType
 from maxaccel.contract.pooling import check_max_pool
 from maxaccel.contract.progress import TransferProgress, log
 from maxaccel.contract.wire import (COUNTER_NAMES, COUNTERS, VERSION, WINDOW_INDEX_BYTES, Command,
@@ -102,6 +103,80 @@ def max_pool_link_elements(route, plan):
     if route == Command.MAX_POOL:
         return plan.wire_elements()
     return plan.sent_elements + plan.output_elements
+
+
+#: The element type of positions (ArgMax's, ArgMin's, MaxPool's Indices): ONNX's int64.
+_POSITIONS = FORMATS[DType.INT64]
+
+
+def _written(out, results, inputs, name, compute):
+    """An operation's results, written into numpy's ``out`` (:class:`Device`'s Notes).
+
+    Parameters
+    ----------
+    out : None, numpy.ndarray or tuple
+        None (new arrays), the array the first result is written into, or a tuple of one
+        array (or None) per result.
+    results : list of (tuple, Format or None)
+        Each result's shape and format; None for positions (int64).
+    inputs : list of numpy.ndarray
+        The arrays the operation reads.
+    name : str
+        The operation, for messages (``"max()"``).
+    compute : callable
+        ``compute(*rooms)`` runs the operation and returns its results (a tuple), each written
+        into its room (an array, or None: a new one) where the route can, else new.
+
+    Returns
+    -------
+    tuple
+        The results, each its ``out`` array where one was given.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An ``out`` that does not fit, before ``compute`` is called (so before anything is
+        sent).
+    """
+    if out is None:     # the common case, kept short: an offloaded model calls this often
+        return compute(*[None] * len(results))
+    rooms = _rooms(out, results, name)
+    shared = False
+    for room in rooms:
+        if room is not None:
+            for array in inputs:
+                shared = shared or np.may_share_memory(room, array)
+    # As numpy: made apart, then copied when out may share memory with an input (a route
+    # writing into out as it goes would overwrite input it still reads).
+    computed = compute(*[None] * len(rooms)) if shared else compute(*rooms)
+    got = []
+    for room, result in zip(rooms, computed):
+        if room is None:
+            got.append(result)
+            continue
+        if result is not room:
+            store_bits(room, result)
+        got.append(room)
+    return tuple(got)
+
+
+def _rooms(out, results, name):
+    """``out`` (:func:`_written`) as one checked array or None per result."""
+    if type(out) is not tuple:
+        out = (out,) + (None,) * (len(results) - 1)
+    elif len(out) != len(results):
+        raise ValueError(f"{name}: out must be a tuple of {len(results)} (one array or None "
+                         f"per result), got {len(out)}")
+    for room, (shape, fmt) in zip(out, results):
+        if room is None:
+            continue
+        if fmt is None:
+            if isinstance(room, np.ndarray) and room.dtype != _POSITIONS.numpy_dtype:
+                raise TypeError(f"{name}: out for positions must be int64 (native byte "
+                                f"order), got {room.dtype.str}")
+            fmt = _POSITIONS
+        check_out(room, shape, fmt, name)
+    return out
 
 
 def open_device(url="sim", **options):
@@ -181,6 +256,15 @@ class Device:
     the device has nothing to drop). :meth:`close` waits, bounded the same way, for the
     operation in progress. Calling the device from inside its own operation (a ``progress``
     callback) is refused with a ``RuntimeError``.
+
+    Every operation takes ``out`` (keyword-only), as numpy's: an array of the result's shape
+    and dtype (the input's; int64 for positions) in native byte order, writeable, strided or
+    not, that the result is written into and returned as (:meth:`max_pool` with
+    ``return_indices`` takes a tuple of two, either None). An ``out`` that does not fit is
+    refused (``TypeError`` or ``ValueError`` naming the problem) before anything is sent. An
+    ``out`` that may share memory with an input gets, as numpy's does, the result made apart
+    and then copied in; otherwise the routes that can write into it as they go do
+    (:meth:`max`, :meth:`min`, :meth:`max_pool` through ``MAX_POOL``).
     """
 
     def __init__(self, transport, *, url=None, timeout_s=None, attempts=16, silent_attempts=4,
@@ -269,107 +353,114 @@ class Device:
 
     # --- operators -----------------------------------------------------------------------------
 
-    def max(self, *arrays):
-        """ONNX ``Max`` on the device: as :func:`maxaccel.sim.reference.max`, bit for bit."""
-        return self._elementwise(arrays, "max")
+    def max(self, *arrays, out=None):
+        """ONNX ``Max`` on the device: as :func:`maxaccel.sim.reference.max`, bit for bit;
+        ``out`` as numpy's (the class's Notes)."""
+        return self._elementwise(arrays, "max", out)
 
-    def min(self, *arrays):
+    def min(self, *arrays, out=None):
         """ONNX ``Min`` on the device: as :func:`maxaccel.sim.reference.min`, bit for bit
-        (IEEE 754-2019 ``minimum``: NaN absorbing, ``-0`` below ``+0``).
+        (IEEE 754-2019 ``minimum``: NaN absorbing, ``-0`` below ``+0``); ``out`` as numpy's.
 
         :meth:`max`'s passes with the ``MAX`` block's ``minimum`` set, so the same cycles and
         bytes on the link; takes and refuses what :meth:`max` does, before anything is
         sent."""
-        return self._elementwise(arrays, "min")
+        return self._elementwise(arrays, "min", out)
 
-    def _elementwise(self, arrays, name):
-        """Max or Min (``name``) of ``arrays`` through :class:`MaxPasses`."""
+    def _elementwise(self, arrays, name, out):
+        """Max or Min (``name``) of ``arrays`` through :class:`MaxPasses`, into ``out``: each
+        pass's results go straight into it."""
         natives, fmt, shape = check_max(arrays, name=name)
         self._check_supported(fmt, f"{name}()")
-        out = np.empty(shape, fmt.numpy_dtype)
-        if out.size:
-            operands = [Operand.new(values, len(shape)) for values in natives]
-            total = sum(values.nbytes for values in natives) + out.nbytes
-            self._run(total, lambda frame_bytes: MaxPasses(
-                self.identity, frame_bytes, self._request, minimum=name == "min").max_into(
-                    operands, out, fmt))
-        return out
 
-    def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):
-        """ONNX ``ReduceMax`` on the device: as :func:`maxaccel.sim.reference.reduce_max`.
+        def compute(room):
+            y = np.empty(shape, fmt.numpy_dtype) if room is None else room
+            if y.size:
+                operands = [Operand.new(values, len(shape)) for values in natives]
+                total = sum(values.nbytes for values in natives) + y.nbytes
+                self._run(total, lambda frame_bytes: MaxPasses(
+                    self.identity, frame_bytes, self._request,
+                    minimum=name == "min").max_into(operands, y, fmt))
+            return (y,)
+        return _written(out, [(shape, fmt)], natives, f"{name}()", compute)[0]
+
+    def reduce_max(self, data, axes=None, keepdims=True, noop_with_empty_axes=False, *,
+                   out=None):
+        """ONNX ``ReduceMax`` on the device: as :func:`maxaccel.sim.reference.reduce_max`;
+        ``out`` as numpy's.
 
         A reduction over adjacent axes with kept axes after them (the spatial axes of an
         ``N x D1..Dn x C`` tensor, say) runs on the channels-last pooling unit, with no
         transpose anywhere; any other reduction runs as contiguous runs (``REDUCE``)."""
-        values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
-            data, axes, keepdims, noop_with_empty_axes)
-        self._check_supported(fmt, "reduce_max()")
-        if not axes:
-            if noop_with_empty_axes:
-                return values.copy()
-            axes = tuple(range(values.ndim))
-        return self._reduce(values, fmt, axes, keepdims)
+        return self._reduction(data, axes, keepdims, noop_with_empty_axes, "reduce_max", out)
 
-    def reduce_min(self, data, axes=None, keepdims=True, noop_with_empty_axes=False):
+    def reduce_min(self, data, axes=None, keepdims=True, noop_with_empty_axes=False, *,
+                   out=None):
         """ONNX ``ReduceMin`` on the device: as :func:`maxaccel.sim.reference.reduce_min`, bit
         for bit (IEEE 754-2019 ``minimum``: NaN absorbing, ``-0`` below ``+0``; an empty set
-        gives ``+inf``, the integer maximum, ``True``).
+        gives ``+inf``, the integer maximum, ``True``); ``out`` as numpy's.
 
         :meth:`reduce_max`'s route (the channels-last pooling unit for the spatial axes of
         ``N x D1..Dn x C``, else contiguous runs through ``REDUCE``) with the command's
         ``minimum`` select, in the same cycles; takes and refuses what :meth:`reduce_max`
         does, before anything is sent."""
-        values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
-            data, axes, keepdims, noop_with_empty_axes, name="reduce_min")
-        self._check_supported(fmt, "reduce_min()")
-        if not axes:
-            if noop_with_empty_axes:
-                return values.copy()
-            axes = tuple(range(values.ndim))
-        return self._reduce(values, fmt, axes, keepdims, minimum=True)
+        return self._reduction(data, axes, keepdims, noop_with_empty_axes, "reduce_min", out)
 
-    def arg_max(self, data, axis=0, keepdims=True, select_last_index=False):
+    def _reduction(self, data, axes, keepdims, noop_with_empty_axes, name, out):
+        values, fmt, axes, keepdims, noop_with_empty_axes = check_reduce_max(
+            data, axes, keepdims, noop_with_empty_axes, name=name)
+        self._check_supported(fmt, f"{name}()")
+        if not axes and noop_with_empty_axes:
+            return _written(out, [(values.shape, fmt)], [values], f"{name}()",
+                           lambda room: (values.copy() if room is None else values,))[0]
+        return self._reduce(values, fmt, axes or tuple(range(values.ndim)), keepdims,
+                            name == "reduce_min", out, f"{name}()")
+
+    def arg_max(self, data, axis=0, keepdims=True, select_last_index=False, *, out=None):
         """ONNX ``ArgMax`` on the device: as :func:`maxaccel.sim.reference.arg_max`, bit for
         bit (int64; the first NaN if there is one, else the first maximum, ``+0`` above
-        ``-0``; the last with ``select_last_index``).
+        ``-0``; the last with ``select_last_index``); ``out`` as numpy's (int64).
 
         The axis is made innermost (a numpy transpose on the host: memory, not link) and each
         line along it is one ``REDUCE`` run with the block's ``arg`` set: each element crosses
         the link once, and each run's position comes back as a u32 (``host/reduction.py``)."""
-        return self._arg(data, axis, keepdims, select_last_index, "arg_max")
+        return self._arg(data, axis, keepdims, select_last_index, "arg_max", out)
 
-    def arg_min(self, data, axis=0, keepdims=True, select_last_index=False):
+    def arg_min(self, data, axis=0, keepdims=True, select_last_index=False, *, out=None):
         """ONNX ``ArgMin`` on the device: as :func:`maxaccel.sim.reference.arg_min`, bit for
         bit (a NaN is still the extreme, so the first NaN if there is one, else the first
         minimum, ``-0`` below ``+0``); :meth:`arg_max`'s route with the block's ``minimum``
         select too, in the same cycles."""
-        return self._arg(data, axis, keepdims, select_last_index, "arg_min")
+        return self._arg(data, axis, keepdims, select_last_index, "arg_min", out)
 
-    def _arg(self, data, axis, keepdims, select_last_index, name):
+    def _arg(self, data, axis, keepdims, select_last_index, name, out):
         values, fmt, axis, keepdims, select_last_index, shape = check_arg(
             data, axis, keepdims, select_last_index, name)
         self._check_supported(fmt, f"{name}()")
-        out = np.empty(shape, np.int64)
-        if out.size:
+
+        def compute(room):
+            if not math.prod(shape):
+                return (np.empty(shape, np.int64),)
             rows = np.moveaxis(values, axis, -1).reshape(-1, values.shape[axis])
-            out.reshape(-1)[...] = self._run(
+            positions = self._run(
                 values.nbytes + len(rows) * WINDOW_INDEX_BYTES,
                 lambda frame_bytes: arg_rows(rows, fmt, frame_bytes, self._request,
                                              minimum=name == "arg_min", last=select_last_index))
-        return out
+            return (positions.reshape(shape),)
+        return _written(out, [(shape, None)], [values], f"{name}()", compute)[0]
 
-    def global_max_pool(self, x, channels_last=False):
+    def global_max_pool(self, x, channels_last=False, *, out=None):
         """ONNX ``GlobalMaxPool`` on the device: as
         :func:`maxaccel.sim.reference.global_max_pool`.
 
         With ``channels_last``, ``x`` is ``N x D1..Dn x C`` (as a streaming layer or an NHWC
         exporter lays it out) and the result ``N x 1..1 x C``: the channels-last pooling unit
         reduces it as it is, the same bits as ``global_max_pool`` of the channels-first
-        transpose."""
+        transpose. ``out`` as numpy's."""
         values, fmt = check_global_max_pool(x)
         self._check_supported(fmt, "global_max_pool()")
         spatial = range(1, values.ndim - 1) if channels_last else range(2, values.ndim)
-        return self._reduce(values, fmt, tuple(spatial), True)
+        return self._reduce(values, fmt, tuple(spatial), True, False, out, "global_max_pool()")
 
     def max_pool(self, x, kernel_shape, strides=None, pads=None, dilations=None, ceil_mode=False,
                  auto_pad="NOTSET", storage_order=0, return_indices=False, *, route=None,
@@ -393,12 +484,11 @@ class Device:
         route whatever the planner would choose (to compare the two: ``maxaccel bench
         --pool-routes``).
 
-        ``out``, as numpy's: an array of the result's shape and the input's dtype (native byte
-        order), strided or not, that ``y`` is written into and returned as (an
-        :class:`~maxaccel.host.offload.OffloadSession` hands onnxruntime's own output this
-        way, so that the reply lands where onnxruntime wants it). Through ``MAX_POOL`` each
-        tile's maxima go straight into it, unless ``out`` may share memory with ``x``: then,
-        as numpy does, the result is made apart and copied into ``out`` at the end.
+        ``out``, as numpy's (the class's Notes): the array ``y`` is written into, or with
+        ``return_indices`` a tuple of the arrays ``y`` and ``indices`` are written into (either
+        None). Through ``MAX_POOL`` each tile's maxima go straight into ``y``'s array (an
+        :class:`~maxaccel.host.offload.OffloadSession` hands onnxruntime's own output this way,
+        so that the reply lands where onnxruntime wants it).
 
         A pool with no images (``N`` or ``C`` is 0) returns its empty result without a
         request, and :attr:`last_max_pool_route` is then None.
@@ -407,21 +497,20 @@ class Device:
             x, kernel_shape, strides, pads, dilations, ceil_mode, auto_pad, storage_order,
             return_indices)
         self._check_supported(fmt, "max_pool()")
-        if out is not None:
-            check_out(out, geometry.output_shape, fmt, "max_pool()")
         if route not in (None, Command.REDUCE):
             raise ValueError(f"max_pool(route=...) takes None (the planner's choice) or "
                              f"Command.REDUCE, not {route!r}")
-        if 0 in geometry.output_shape:
-            self.last_max_pool_route = None
-            y = np.empty(geometry.output_shape, values.dtype) if out is None else out
-            return (y, np.empty(geometry.output_shape, np.int64)) if return_indices else y
-        if out is not None and np.may_share_memory(out, values):
-            # Tiles written into out would overwrite input later tiles still read.
-            result = self._max_pool_routed(values, fmt, geometry, return_indices, route, None)
-            store_bits(out, result[0] if return_indices else result)
-            return (out, result[1]) if return_indices else out
-        return self._max_pool_routed(values, fmt, geometry, return_indices, route, out)
+        shape = geometry.output_shape
+        results = [(shape, fmt)] + [(shape, None)] * return_indices
+
+        def compute(room, indices_room=None):
+            if 0 in shape:
+                self.last_max_pool_route = None
+                return np.empty(shape, values.dtype), np.empty(shape, np.int64)
+            got = self._max_pool_routed(values, fmt, geometry, return_indices, route, room)
+            return got if return_indices else (got,)
+        got = _written(out, results, [values], "max_pool()", compute)
+        return got if return_indices else got[0]
 
     def _max_pool_routed(self, values, fmt, geometry, return_indices, route, out):
         """:meth:`max_pool` of checked ``values`` through the route ``route`` names, or the
@@ -436,7 +525,7 @@ class Device:
         def pool(frame_bytes):
             route, plan = planned(frame_bytes)
             if route == Command.REDUCE:
-                return self._max_pool_by_reduce(values, fmt, plan, return_indices, out,
+                return self._max_pool_by_reduce(values, fmt, plan, return_indices,
                                                 frame_bytes)
             self.last_max_pool_route = Command.MAX_POOL
             return max_pool_by_window(values, fmt, plan,
@@ -445,19 +534,15 @@ class Device:
         route, plan = planned(self.frame_bytes)
         return self._run(max_pool_link_elements(route, plan) * fmt.nbytes, pool)
 
-    def _max_pool_by_reduce(self, values, fmt, plan, return_indices, out, frame_bytes):
+    def _max_pool_by_reduce(self, values, fmt, plan, return_indices, frame_bytes):
         """A MaxPool through ``REDUCE`` (:func:`~maxaccel.host.pool_reduce.plan_reduce_pool`'s
         ``plan``) in frames of at most ``frame_bytes``: the route :meth:`max_pool` falls back
-        to."""
+        to (new arrays: :func:`_written` copies them into ``out``)."""
         self.last_max_pool_route = Command.REDUCE
-        result = max_pool_by_reduce(
+        return max_pool_by_reduce(
             values, plan, lambda rows: reduce_rows(
                 rows[..., np.newaxis], fmt, Command.REDUCE, frame_bytes, self._request)[:, 0],
             return_indices)
-        if out is None:
-            return result
-        store_bits(out, result[0] if return_indices else result)
-        return (out, result[1]) if return_indices else out
 
     # --- checks and the reduction route -------------------------------------------------------
 
@@ -468,14 +553,20 @@ class Device:
             raise TypeError(f"{operator_name}: the device at {self.url!r} does not support "
                             f"{fmt.numpy_dtype}; it supports: {names}")
 
-    def _reduce(self, values, fmt, axes, keepdims, minimum=False):
+    def _reduce(self, values, fmt, axes, keepdims, minimum, out, name):
         """Max (with ``minimum``, Min) of ``values`` over the (non-empty, non-negative)
-        ``axes`` (``host/reduction.py``)."""
+        ``axes`` (``host/reduction.py``), into ``out`` (``name`` the operation's, for its
+        messages)."""
         planned = functools.lru_cache(None)(lambda frame_bytes: plan_reduction(
             values.shape, axes, keepdims, fmt.nbytes, self.identity, frame_bytes, minimum))
-        return self._run(values.nbytes + planned(self.frame_bytes).output_elements * fmt.nbytes,
-                         lambda frame_bytes: reduce_by_plan(values, fmt, planned(frame_bytes),
-                                                            frame_bytes, self._request))
+        plan = planned(self.frame_bytes)
+
+        def compute(room):
+            return (self._run(values.nbytes + plan.output_elements * fmt.nbytes,
+                              lambda frame_bytes: reduce_by_plan(
+                                  values, fmt, planned(frame_bytes), frame_bytes,
+                                  self._request)),)
+        return _written(out, [(plan.output_shape, fmt)], [values], name, compute)[0]
 
     # --- link ----------------------------------------------------------------------------------
 
