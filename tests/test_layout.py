@@ -4,6 +4,7 @@ never import amaranth (``docs/architecture.md``, "Packages and imports"). The be
 them in its own functions only, so that the driver never loads them otherwise."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -150,39 +151,92 @@ def test_the_host_imports_sim_and_boards_inside_functions_but_the_targets():
             if parts[0] == "maxaccel" and len(parts) > 1 and parts[1] in ("sim", "boards"):
                 assert name == "maxaccel.boards.targets", \
                     f"{path.relative_to(ROOT)}:{lines} imports {name} at module level"
-#: The library units (``docs/library.md``): they know nothing of the wire protocol, which the
-#: command engine's adapters (``hdl/routing.py``) translate into their ports.
-LIBRARY_MODULES = ("unit", "kit", "lane", "beat", "reduce", "pool", "broadcast", "window")
-
-
-def test_the_library_units_import_nothing_of_the_wire_protocol():
-    """No module of a library unit imports ``maxaccel.contract.wire`` (its commands, field
-    names, reply formats or limits), directly or through another hdl module; the engine's
-    modules do (the adapters live there)."""
-    hdl = ROOT / "hdl"
+def hdl_imports():
+    """``{hdl module: {imported name, ...}}``: its sibling modules by stem (``from .kit import
+    ...`` gives ``kit``), and every absolute ``maxaccel`` module and name it imports
+    (``from maxaccel.contract import wire`` gives ``maxaccel.contract`` and
+    ``maxaccel.contract.wire``)."""
     imports = {}
-    for path in hdl.glob("*.py"):
+    for path in (ROOT / "hdl").glob("*.py"):
         found = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom):
-                if node.level == 1 and node.module:
-                    found.add(node.module)
-                elif node.level == 0 and node.module and node.module.startswith("maxaccel."):
-                    found.add(node.module)
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                found.update([node.module] if node.module else
+                             [alias.name for alias in node.names])
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
             elif isinstance(node, ast.Import):
                 found.update(alias.name for alias in node.names)
         imports[path.stem] = found
+    return imports
 
-    def reaches_wire(module, seen=()):
-        if module in seen:
-            return False
-        return any(name == "maxaccel.contract.wire"
-                   or (name in imports and reaches_wire(name, seen + (module,)))
-                   for name in imports[module])
 
-    offenders = [module for module in LIBRARY_MODULES if reaches_wire(module)]
-    assert not offenders, f"library units that import maxaccel.contract.wire: {offenders}"
-    assert reaches_wire("routing")      # the test sees an import when there is one
+def test_the_library_units_import_nothing_of_the_wire_protocol():
+    """No module of the library (``docs/library.md``: what ``maxaccel.hdl`` exports, and the
+    hdl modules those import) imports ``maxaccel.contract.wire`` (its commands, field names,
+    reply formats or limits), directly or through another hdl module; the engine's modules
+    do (the adapters, in ``hdl/routing.py``, translate the wire into the units' ports)."""
+    imports = hdl_imports()
+
+    def closure(modules):
+        found = set()
+        while modules:
+            module = modules.pop()
+            if module not in found:
+                found.add(module)
+                modules.extend(name for name in imports[module] if name in imports)
+        return found
+
+    def reaches_wire(module):
+        return any(name == "maxaccel.contract.wire" for used in closure([module])
+                   for name in imports[used])
+
+    library = closure(["__init__"])
+    assert {"unit", "kit", "lane", "reduce", "pool", "broadcast", "window"} <= library
+    offenders = sorted(module for module in library if reaches_wire(module))
+    assert not offenders, f"library modules that import maxaccel.contract.wire: {offenders}"
+    assert reaches_wire("routing") and reaches_wire("window_lanes")  # the test sees imports
+
+
+def private_amaranth_uses(path):
+    """``[(line, what), ...]``: where ``path`` uses Amaranth's private API: a private module
+    (``amaranth.hdl._ir``), a private name imported from Amaranth, or another class's mangled
+    private attribute (``design._MustUse__silence``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        modules = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                   [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "amaranth" and any(part.startswith("_") for part in parts):
+                found.append((node.lineno, module))
+            elif parts[0] == "amaranth" and isinstance(node, ast.ImportFrom):
+                found.extend((node.lineno, f"{module}.{alias.name}") for alias in node.names
+                             if alias.name.startswith("_"))
+        if isinstance(node, ast.Attribute) and re.match(r"_[A-Za-z]\w*__\w", node.attr):
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def test_no_package_uses_private_amaranth_api():
+    """The gateware, the simulators and the builds use Amaranth's public API only (a design
+    set aside goes through :func:`maxaccel.hdl.unit.set_aside`, which elaborates it)."""
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            uses = private_amaranth_uses(path)
+            assert not uses, f"{path.relative_to(ROOT)} uses private Amaranth API: {uses}"
+
+
+def test_the_private_api_check_sees_a_use(tmp_path):
+    """Negative control: each kind of use :func:`private_amaranth_uses` looks for is found."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("from amaranth.hdl._ir import Fragment\n"
+                      "from amaranth import _unused\n"
+                      "design._MustUse__silence = True\n"
+                      "from amaranth.hdl import Module\n"
+                      "self._parameters = {}\n")
+    assert [line for line, _ in private_amaranth_uses(sample)] == [1, 2, 3]
 
 
 def test_the_lane_width_is_the_wire_contracts():
