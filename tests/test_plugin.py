@@ -237,14 +237,14 @@ def test_the_options_have_their_heading_and_the_marker_its_line(pytester):
 
 def test_a_suite_that_does_not_use_the_plugin_loads_no_amaranth_or_onnx(pytester):
     """Run in a new process (this one has imported everything): the plugin is loaded, and
-    neither the driver nor amaranth, onnx or onnxruntime is."""
+    neither the driver nor amaranth, onnx, onnxruntime or numpy is."""
     pytester.makepyfile(test_light="""
         import sys
 
         def test_nothing_heavy():
             loaded = {name.split(".")[0] for name in sys.modules}
             assert "pytest_maxaccel" in sys.modules
-            assert not loaded & {"amaranth", "onnx", "onnxruntime"}
+            assert not loaded & {"amaranth", "onnx", "onnxruntime", "numpy"}
             assert "maxaccel.host" not in sys.modules
     """)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-W", "error")
@@ -263,7 +263,8 @@ def test_the_entry_point_s_module_is_top_level():
 
 def test_each_xdist_worker_opens_its_own_device(pytester):
     """Under ``-n 2`` with two URLs, worker gwN opens the N-th; with one virtual URL, each
-    worker opens its own device of it; one physical board is refused to two workers."""
+    worker opens its own device of it; one physical board is refused to two workers, and
+    a recording's replay to any."""
     pytester.makeconftest(f"""
         import sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
@@ -289,6 +290,14 @@ def test_each_xdist_worker_opens_its_own_device(pytester):
                                                            ("gw1", "fake://one")}
     # One device a worker: both tests of a worker saw the same process and device.
     assert len({(pid, device) for _, _, pid, device in seen}) == 2
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "each", *LIGHT, "-rA",
+                                           "--maxaccel-device", "fake://shared")
+    result.assert_outcomes(passed=4)
+    seen = {tuple(line.split()[1:]) for line in result.outlines if line.startswith("WORKER")}
+    # Fewer URLs than workers: they go round the list, each worker with its own device.
+    assert {(worker, url) for worker, url, *_ in seen} == {("gw0", "fake://shared"),
+                                                           ("gw1", "fake://shared")}
+    assert len({pid for _, _, pid, _ in seen}) == 2
     result = pytester.runpytest_subprocess("-n", "2", *LIGHT,
                                            "--maxaccel-device", "serial:///dev/ttyUSB1")
     result.assert_outcomes(errors=2)
