@@ -24,8 +24,11 @@ The choice:
   inner axes, and the outermost of 3-D pools, 1 without them); its line buffer holds the
   widest of their output rows, to the next power of two, at most the board's (or the Core's
   default, 64; wider pools go in tiles); its plane buffer likewise, where a 3-D pool needs
-  one. The broadcast unit takes the board's capacities (or the Core's defaults), its
-  replayed operands the most a node has. Lanes, clock and the rest are the board's.
+  one. The broadcast unit replays as many operands as a node has, in a buffer of as many
+  beats as a node's pass takes (to a power of two), walking as many outer dimensions; a node
+  of more than one pass (operands folded in groups, the output cut in tiles) keeps the
+  board's capacities (or the Core's defaults, for a board without the unit), so every pass is
+  the one the board's capacities give. Lanes, clock and the rest are the board's.
 * Every node's route is then the planner's on the chosen core: the unit or ``REDUCE``, with
   its link-bound time (bytes both ways over the link's rate) and why (``capacity`` when the
   core has the unit and the node is beyond it, ``unit absent`` when it has not).
@@ -52,6 +55,7 @@ from maxaccel.contract.pooling import check_max_pool
 from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command
 from maxaccel.host.device import DEFAULT_FRAME_BYTES, max_pool_link_elements, plan_max_pool
 from maxaccel.host.max_passes import expands_on_host
+from maxaccel.host.plan import OutputTiles, plan_max_pass
 from maxaccel.host.offload.specs import read_model
 from maxaccel.host.offload.steps import indices_wanted, prepare
 from maxaccel.host.partition import DeviceStep, node_name, partition
@@ -96,6 +100,13 @@ class Planned:
     output_columns: int = 0
     output_plane: int = 0
     operands: int = 0
+    replay_beats: int = 0
+    outer_dims: int = 0
+
+
+def _pow2(n):
+    """The least power of two at least ``n`` (1 for ``n`` < 1)."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 class RoutePlanner:
@@ -153,9 +164,23 @@ class RoutePlanner:
         link = (sum(math.prod(s) for s in shapes) + size) * fmt.nbytes
         broadcasting = any(s != tuple(shape) for s in shapes)
         if len(shapes) > 1 and self.identity.replay_depth:
-            return Planned(Command.MAX, link,
-                           operands=len(shapes) - 1 if broadcasting else 0)
+            return Planned(Command.MAX, link, operands=len(shapes) - 1 if broadcasting else 0,
+                           **self._replay(shapes, fmt) if broadcasting else {})
         return Planned(Command.REDUCE, link)
+
+    def _replay(self, shapes, fmt):
+        """What a broadcasting Max's one pass (:class:`~maxaccel.host.max_passes.MaxPasses`)
+        takes of the replay buffer, ``replay_beats``, and of the unit's outer dimensions,
+        ``outer_dims``; the unit's whole capacities when it takes more than one pass (operands
+        folded in groups, or the output in tiles)."""
+        identity = self.identity
+        whole = dict(replay_beats=identity.replay_depth, outer_dims=identity.max_dims)
+        if len(shapes) > min(identity.max_operands, identity.replay_depth) + 1:
+            return whole
+        plan = plan_max_pass(shapes, fmt.nbytes, identity, self.frame_bytes)
+        if isinstance(plan, OutputTiles):
+            return whole
+        return dict(replay_beats=plan.memory_beats, outer_dims=len(plan.dims) - 1)
 
     def min(self, *arrays):
         return self.max(*arrays, name="min")
@@ -365,9 +390,13 @@ def _probe(base, steps):
             inner = max([inner, *extents[-2:]])
             if len(extents) > 2:
                 outer = max(outer, extents[0])
+    built = base.get("units", UNIT_OF_ROUTE.values())
     probe = dict(base, units=("reduce", "pool", "broadcast", "window"),
                  window_extent=inner, window_extent_outer=outer)
-    if "window" not in base.get("units", ("window",)):
+    for unit in ("pool", "broadcast"):
+        if unit not in built:   # the board's capacities of a unit it lacks are placeholders
+            probe.update(UNIT_DEFAULTS[unit])
+    if "window" not in built:
         probe["window_lanes"] = 1
     return probe
 
@@ -421,16 +450,30 @@ def _chosen(base, steps, needs):
             window_lanes=base.get("window_lanes") if had else 1,
             window_extent=max(max(e[-2:]) for e in extents),
             window_extent_outer=max([1] + [e[0] for e in extents if len(e) > 2]),
-            **{name: min(dict(UNIT_DEFAULTS["window"], **base)[name],
-                         1 << max(need - 1, 0).bit_length())
+            **{name: min(dict(UNIT_DEFAULTS["window"], **base)[name], _pow2(need))
                for name, need in (("window_columns", columns), ("window_plane", plane))})
         if core["window_lanes"] is None:
             del core["window_lanes"]
     if "broadcast" in units:
-        operands = max(p.operands for n, p in needs if n == "broadcast")
-        if operands:
-            core["max_operands"] = min(base.get("max_operands", 4), max(operands, 1))
+        core.update(_broadcast_capacities(dict(UNIT_DEFAULTS["broadcast"], **base),
+                                          [p for n, p in needs if n == "broadcast"]))
     return {name: core[name] for name in _CORE_ORDER if name in core}
+
+
+def _broadcast_capacities(base, planned):
+    """The broadcast unit's capacities for the Max nodes ``planned`` on the probe core: the
+    most replayed operands a node has, a replay buffer of the most beats a node's pass takes
+    (to a power of two) and the most outer dimensions it walks, each at most the board's; a
+    node of more than one pass keeps the board's, so no pass is cut again."""
+    operands = max(p.operands for p in planned)
+    if not operands:    # only same-shape Max nodes: their passes stream every operand
+        return {}
+    max_operands = min(base["max_operands"], operands)
+    return {"replay_depth": min(base["replay_depth"],
+                                max(_pow2(max(p.replay_beats for p in planned)), 2,
+                                    _pow2(max_operands))),
+            "max_dims": min(base["max_dims"], max(max(p.outer_dims for p in planned), 1)),
+            "max_operands": max_operands}
 
 
 def _why(planned, final_core, needed, probe_planned):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import assume, given, settings, strategies as st
 from onnx import TensorProto, helper
 
 from maxaccel.bench.models import resnet18_model
@@ -21,7 +22,10 @@ from maxaccel.boards.estimate import (COEFFICIENTS, FEATURES, estimate_cells, es
 from maxaccel.boards.targets import TARGETS, load_model_reports, load_reports
 from maxaccel.contract.dtypes import format_of
 from maxaccel.host import OffloadSession, cli, open_device
-from maxaccel.host.model_core import UNIT_DEFAULTS, CoreDoesNotFit, choose_core
+from maxaccel.host.device import DEFAULT_FRAME_BYTES
+from maxaccel.host.model_core import UNIT_DEFAULTS, CoreDoesNotFit, RoutePlanner, choose_core
+from maxaccel.host.plan import BroadcastPlan, plan_max_pass
+from maxaccel.host.transport import XdmaTransport
 from maxaccel.sim import reference
 from maxaccel.sim.values import random_values
 from maxaccel.testing import assert_bits_equal
@@ -131,12 +135,81 @@ def test_routes_and_reasons_of_a_mixed_model(tmp_path):
         "gmax": ("REDUCE", "REDUCE: no unit takes it"),
         "bmax": ("MAX", "the broadcast unit: within its capacities")}
     # The line buffer is as wide as the widest output row; the broadcast unit replays one
-    # operand; the ULX3S's other capacities stay.
-    assert choice.core["window_columns"] == 4 and choice.core["max_operands"] == 1
-    assert choice.parameters["replay_depth"] == TARGETS["ulx3s"].core["replay_depth"]
-    # On the iCEBreaker, whose core has no broadcast unit, the unit takes the Core's defaults.
+    # operand of a beat a channel (2 beats) over one outer dimension (channels x pixels).
+    assert choice.core["window_columns"] == 4
+    assert (choice.core["max_operands"], choice.core["replay_depth"],
+            choice.core["max_dims"]) == (1, 2, 1)
+    # On the iCEBreaker, whose core has no broadcast unit, the same: the Core's defaults are
+    # only the bounds of the choice.
     icebreaker = choose_core("icebreaker", [path])
-    assert icebreaker.parameters["max_dims"] == UNIT_DEFAULTS["broadcast"]["max_dims"]
+    assert {k: icebreaker.parameters[k] for k in ("max_operands", "replay_depth", "max_dims")} \
+        == {"max_operands": 1, "replay_depth": 2, "max_dims": 1}
+
+
+def max_model(operand_shapes, dtype=TensorProto.FLOAT):
+    """One broadcasting Max node a list of operand shapes, each operand an input."""
+    inputs, nodes, outputs = [], [], []
+    for i, shapes in enumerate(operand_shapes):
+        names = [f"x{i}_{j}" for j in range(len(shapes))]
+        inputs += [helper.make_tensor_value_info(n, dtype, list(s))
+                   for n, s in zip(names, shapes)]
+        nodes.append(helper.make_node("Max", names, [f"y{i}"], name=f"max{i}"))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", dtype, None))
+    return helper.make_model(helper.make_graph(nodes, "maxes", inputs, outputs), ir_version=10,
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+#: The largest frame of each board's link, as the host plans with it.
+FRAME_BYTES = {"ulx3s": DEFAULT_FRAME_BYTES, "nitefury": XdmaTransport.max_frame_bytes}
+_dims = st.lists(st.integers(1, 40), min_size=1, max_size=4)
+
+
+@st.composite
+def _broadcasting_operands(draw):
+    shape = draw(_dims)
+    count = draw(st.integers(2, 6))
+    return [tuple(n if draw(st.booleans()) else 1 for n in shape) if i else tuple(shape)
+            for i in range(count)]
+
+
+@settings(max_examples=40)
+@given(operand_shapes=st.lists(_broadcasting_operands(), min_size=1, max_size=3),
+       board=st.sampled_from(["ulx3s", "nitefury"]))
+def test_a_sized_broadcast_unit_plans_every_pass_as_the_board_s(operand_shapes, board):
+    """The broadcast unit sized for a model (its replay buffer, outer dimensions and replayed
+    operands no more than the nodes' passes take) plans each node's pass exactly as the
+    board's own capacities do: a node of one pass gets the same pass, one of several keeps the
+    board's capacities."""
+    assume(any(len(set(shapes)) > 1 for shapes in operand_shapes))
+    choice = choose_core(board, [("maxes", max_model(operand_shapes))])
+    assert "broadcast" in choice.units
+    board_identity = dataclasses.replace(
+        choice.identity, **{k: TARGETS[board].core[k]
+                            for k in ("replay_depth", "max_dims", "max_operands")})
+    assert choice.identity.replay_depth <= board_identity.replay_depth
+    on_board = RoutePlanner(board_identity, FRAME_BYTES[board])
+    for shapes, node in zip(operand_shapes, choice.nodes):
+        stand_ins = [np.broadcast_to(np.float32(0), s) for s in shapes]
+        assert (node.route, node.link_bytes) == \
+            (on_board.max(*stand_ins).route.name, on_board.max(*stand_ins).link_bytes)
+        rank = max(len(s) for s in shapes)
+        aligned = [(1,) * (rank - len(s)) + s for s in shapes]
+        if len(set(aligned)) == 1:
+            continue    # same-shape operands stream, folded without the replay buffer
+        sized, whole = (plan_max_pass(aligned, 4, identity, FRAME_BYTES[board])
+                        for identity in (choice.identity, board_identity))
+        group = min(board_identity.max_operands, board_identity.replay_depth) + 1
+        if isinstance(whole, BroadcastPlan) and len(aligned) <= group:
+            assert isinstance(sized, BroadcastPlan)
+            assert (sized.dims, sized.memory_beats) == (whole.dims, whole.memory_beats)
+            # The same operands in the same slots and addresses; the walk's strides are padded
+            # at the front to the unit's outer dimensions.
+            for a, b in zip(sized.operands, whole.operands):
+                assert dataclasses.replace(a, strides=(), steps=()) == \
+                    dataclasses.replace(b, strides=(), steps=())
+                cut = len(b.strides) - len(a.strides)
+                assert (a.strides, a.steps) == (b.strides[cut:], b.steps[cut:])
+                assert not any(b.strides[:cut])
 
 
 def test_what_no_unit_takes_and_what_is_beyond_the_unit():
