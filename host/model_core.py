@@ -28,7 +28,8 @@ The choice:
   beats as a node's pass takes (to a power of two), walking as many outer dimensions; a node
   of more than one pass (operands folded in groups, the output cut in tiles) keeps the
   board's capacities (or the Core's defaults, for a board without the unit), so every pass is
-  the one the board's capacities give. Lanes, clock and the rest are the board's.
+  the one the board's capacities give. The windowed unit's lanes are the board's, halved
+  while the core's estimate exceeds the board. Lanes, clock and the rest are the board's.
 * Every node's route is then the planner's on the chosen core: the unit or ``REDUCE``, with
   its link-bound time (bytes both ways over the link's rate) and why (``capacity`` when the
   core has the unit and the node is beyond it, ``unit absent`` when it has not).
@@ -531,6 +532,7 @@ def choose_core(board=None, models=(), *, base=None):
         if unit not in core["units"]:
             for key in unit_keys:
                 parameters.pop(key, None)
+    core, parameters = _window_lanes_held(target, core, parameters)
     identity = core_identity(parameters)
     planner = RoutePlanner(identity, frame_bytes)
     rate = target.link_bytes_per_s if target is not None else None
@@ -548,6 +550,23 @@ def choose_core(board=None, models=(), *, base=None):
         target.family, parameters, target.link_word)
     return CoreChoice(board, core, parameters, identity, nodes, estimate, capacity, cell_type,
                       demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
+
+
+def _window_lanes_held(target, core, parameters):
+    """``(core, parameters)`` with the windowed unit's lanes the board holds: the board's (one
+    per datapath lane by default), halved while the core's estimate exceeds the board and more
+    than one is left. Fewer window lanes pool fewer bytes a cycle, still far more than a UART
+    brings; a core that does not fit with one is refused (:meth:`CoreChoice.check`)."""
+    capacity, _ = _capacity(target)
+    if capacity is None or "window" not in core["units"]:
+        return core, parameters
+    lanes = parameters.get("window_lanes") or parameters["lanes"]
+    while lanes > 1 and _estimate(target.family, parameters, target.link_word) > capacity:
+        lanes //= 2
+        parameters = dict(parameters, window_lanes=lanes)
+        core = {name: parameters[name] for name in _CORE_ORDER
+                if name in core or name == "window_lanes"}
+    return core, parameters
 
 
 def _refusal(choice):

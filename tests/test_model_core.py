@@ -212,6 +212,26 @@ def test_a_sized_broadcast_unit_plans_every_pass_as_the_board_s(operand_shapes, 
                 assert not any(b.strides[:cut])
 
 
+def test_the_nitefury_holds_a_13x13x13_pool_with_half_its_window_lanes():
+    """A 3-D pool of extent 13 on every axis: four window lanes (one per datapath lane, the
+    NiteFury's own) would take more LUTs than the XC7A200T has, two fit; the choice says so
+    and its routes are the unit's."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 24, 24])
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool13", kernel_shape=[13] * 3,
+                            pads=[6] * 6)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph([node], "p3d", [x], [y]), ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 13)])
+    choice = choose_core("nitefury", [("p3d", model)])
+    assert choice.core["window_lanes"] == choice.identity.window_lanes == 2
+    assert choice.fits() and "window_lanes=2" in choice.markdown()
+    target = TARGETS["nitefury"]
+    assert estimate_cells(target.family, dict(choice.parameters, window_lanes=4),
+                          target.link_word) > choice.capacity
+    assert [(n.route, n.why) for n in choice.nodes] == [
+        ("MAX_POOL", "the windowed pooling unit: within its capacities")]
+
+
 def test_what_no_unit_takes_and_what_is_beyond_the_unit():
     """A 4-D pool no unit takes; a 4x4 stride-4 pool beside a 3x3 one is beyond the unit the
     3x3 pool asks for (and asks for nothing itself: kernel = stride costs the same through
