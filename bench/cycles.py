@@ -1,4 +1,4 @@
-"""Device cycles per operation: ``maxaccel bench --ratios`` and ``maxaccel bench --core-link``.
+"""Device cycles per operation: ``maxaccel bench --ratios``, ``--core-link`` and ``--model-pools``.
 
 On a virtual board cycles are deterministic, unlike wall time, so these tables are exact:
 
@@ -7,7 +7,11 @@ On a virtual board cycles are deterministic, unlike wall time, so these tables a
   link's rate);
 * **core against link** (:func:`measure_core_link`): for each board's build report, the rate at
   which its core takes an operation's request bytes over its link's rate (above 1 the link is
-  the limit); the table is saved beside the reports (:data:`CORE_LINK_FILE`).
+  the limit); the table is saved beside the reports (:data:`CORE_LINK_FILE`);
+* **the pools of a model core** (:func:`measure_model_pools`, ``maxaccel bench
+  --model-pools``): for each build report of a core built for models, its models' MaxPools on
+  that core, their cycles at the board's clock against their link-bound time
+  (:data:`MODEL_POOLS_FILE`, beside the reports).
 
 The MaxPool table is ``bench/pools.py``'s; wall-clock throughput, ``bench/__init__.py``'s.
 """
@@ -20,7 +24,9 @@ from maxaccel.bench import random_tensor, square_shape
 
 __all__ = ["RATIO_OPERATIONS", "RATIO_DTYPES", "Ratio", "NoCycleCounter", "cycle_counter",
            "measure_ratios", "ratio_line", "format_ratios", "measure_core_link",
-           "format_core_link", "CORE_LINK_FILE", "CORE_LINK_COMMAND", "load_core_link"]
+           "format_core_link", "CORE_LINK_FILE", "CORE_LINK_COMMAND", "load_core_link",
+           "MODEL_POOLS_FILE", "MODEL_POOLS_COMMAND", "report_models", "measure_model_pools",
+           "format_model_pools", "load_model_pools"]
 
 
 def _row_col(rng, n, dt):
@@ -240,4 +246,122 @@ def load_core_link(directory=None):
     import pathlib
     from maxaccel.boards.targets import reports_dir
     path = pathlib.Path(reports_dir() if directory is None else directory) / CORE_LINK_FILE
+    return json.loads(path.read_text())["boards"] if path.exists() else None
+
+
+#: The model pools' table (:func:`measure_model_pools` of each model build report), beside the
+#: board reports, and the command that measures it.
+MODEL_POOLS_FILE = "model_pools.json"
+MODEL_POOLS_COMMAND = "maxaccel bench --model-pools --model-pools-json docs/boards/model_pools.json"
+
+
+def report_models(report):
+    """``[(name, model), ...]`` of the models a model build report names (its ``"models"``):
+    the bench's built-in models by name (:data:`maxaccel.bench.models.BUILT_IN`), others the
+    source tree's ``examples/NAME.onnx``.
+
+    Raises
+    ------
+    FileNotFoundError
+        A model that is neither.
+    """
+    import pathlib
+
+    from maxaccel.bench.models import BUILT_IN, build
+    from maxaccel.boards.targets import reports_dir
+    models = []
+    for name in report["models"]:
+        if name in BUILT_IN:
+            models.append((name, build(name)[1]))
+            continue
+        path = pathlib.Path(reports_dir()).parent.parent / "examples" / f"{name}.onnx"
+        if not path.is_file():
+            raise FileNotFoundError(f"{report['board']}'s model core was built for {name!r}: "
+                                    f"not a built-in model and no {path}")
+        models.append((name, str(path)))
+    return models
+
+
+def measure_model_pools(report, models, *, virtual_board="verilator", seed=0, progress=None):
+    """The MaxPools of ``models`` (``(name, model)`` pairs, :func:`report_models`) on the core
+    a model build ``report`` was built with (its ``"core"``), on the compiled virtual board
+    (``virtual_board``: ``"sim"`` counts the same cycles, thousands of times slower) with the
+    board's link word (a byte a cycle behind a UART), each against the golden model.
+
+    Returns
+    -------
+    list of dict
+        Per MaxPool: ``model``, ``node``, ``shape``, ``dtype``, ``kernel``, ``route`` (the
+        command the host chose), ``cycles`` (the core's, from the request's first byte to the
+        reply's last), ``core_s`` (those cycles at the board's clock), ``link_bytes`` (both
+        ways) and ``link_s`` (their time at the link's rate: above ``core_s``, the link is the
+        limit).
+    """
+    from maxaccel.host.device import Device
+    from maxaccel.host.model_core import model_steps
+    from maxaccel.host.offload.steps import indices_wanted, prepare
+    from maxaccel.host.transport import SimTransport
+    from maxaccel.sim import reference
+    clock_hz = report["clock_mhz"] * 1e6
+    link_bytes = round(report["core_bytes_per_s"] / clock_hz)
+    parameters = {name: tuple(value) if name == "units" else value
+                  for name, value in report["core"].items() if name != "clock_hz"}
+    rng = np.random.default_rng(seed)
+    rows = []
+    transport = SimTransport(virtual_board, link_bytes=link_bytes, **parameters)
+    with Device(transport, url=f"{virtual_board}:{report['board']}") as device:
+        board, link = cycle_counter(device), device.link
+        for name, model in models:
+            for s in model_steps(model, name):
+                node = s.step.node
+                if node.op_type != "MaxPool":
+                    continue
+                x = random_tensor(rng, s.shape, np.dtype(s.dtype))
+                wanted = indices_wanted(node.op_type, s.step.outputs)
+                start, moved = board.cycles, link.bytes_written + link.bytes_read
+                result = prepare(device, node.op_type, s.step.attributes, wanted)(x)
+                cycles = board.cycles - start
+                moved = link.bytes_written + link.bytes_read - moved
+                reference.assert_same_bits(
+                    result, prepare(reference, node.op_type, s.step.attributes, wanted)(x),
+                    f"{name} {s.step.name}")
+                kernel = s.step.attributes["kernel_shape"]
+                rows.append({"model": name, "node": s.step.name, "shape": list(s.shape),
+                             "dtype": s.dtype, "kernel": list(kernel),
+                             "route": device.last_max_pool_route.name, "cycles": cycles,
+                             "core_s": cycles / clock_hz, "link_bytes": moved,
+                             "link_s": moved / report["link_bytes_per_s"]})
+                if progress is not None:
+                    progress(rows[-1])
+    return rows
+
+
+def format_model_pools(model_pools):
+    """``{board: measure_model_pools(...)}`` as a markdown table, a row per board and pool:
+    its cycles, their time at the board's clock, the link-bound time, and the link's time over
+    the core's (above 1 the link is the limit)."""
+    lines = ["| board | model | node | input | kernel | route | cycles | core time | "
+             "link-bound time | link / core |", "|---|---|---|---|---|---|---:|---:|---:|---:|"]
+    for board, rows in model_pools.items():
+        for r in rows:
+            lines.append(
+                f"| {board} | {r['model']} | {r['node']} | {'x'.join(map(str, r['shape']))} "
+                f"{r['dtype']} | {'x'.join(map(str, r['kernel']))} | {r['route']} | "
+                f"{r['cycles']} | {_milliseconds(r['core_s'])} | "
+                f"{_milliseconds(r['link_s'])} | {r['link_s'] / r['core_s']:.1f}x |")
+    return "\n".join(lines)
+
+
+def _milliseconds(seconds):
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def load_model_pools(directory=None):
+    """The model pools' table saved beside the board reports in ``directory`` (default
+    :func:`maxaccel.boards.targets.reports_dir`): ``{board: [row, ...]}``, or None if there is
+    none."""
+    import json
+    import pathlib
+    from maxaccel.boards.targets import reports_dir
+    path = pathlib.Path(reports_dir() if directory is None else directory) / MODEL_POOLS_FILE
     return json.loads(path.read_text())["boards"] if path.exists() else None

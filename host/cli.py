@@ -39,7 +39,9 @@ and the MaxPool table: each MaxPool class of real networks (maxaccel.bench.pools
 ReduceMax of the larger of its input and output bytes (Indices included), in float32, float16
 and uint8; --pool-routes times the pools that go through the pooling unit through REDUCE too.
 With --core-link (or --board NAME), each board build report's core on the compiled virtual
-board: the rate at which it takes each operation's request bytes over its link's rate.
+board: the rate at which it takes each operation's request bytes over its link's rate. With
+--model-pools, each core built for a model (docs/boards/models) on the compiled virtual board:
+its models' MaxPools, their cycles at the board's clock against their link-bound time.
 With --transfers, on an xdma-model:BOARD device, the XDMA link's modelled throughput against
 the host's transfer size (a NiteFury's transfer costs, docs/boards.md)."""
 
@@ -281,7 +283,8 @@ def _check_bench_arguments(args, urls):
                        f"least 1")
     try:
         format_of(args.dtype)
-        if args.elements or not (args.model or args.ratios or args.core_link):
+        if args.elements or not (args.model or args.ratios or args.core_link
+                                 or args.model_pools):
             bench.check_operations(args.dtype)     # before any operation is measured
     except TypeError as error:
         raise _Failure(f"--dtype {args.dtype}: {error}") from None
@@ -310,6 +313,9 @@ def _check_bench_arguments(args, urls):
         _needs_xdma_model(urls, "--paced", "models each call's time on a NiteFury")
     if args.core_link_json and not args.core_link:
         raise _Failure("--core-link-json goes with --core-link (or --board)")
+    _check_output(args.model_pools_json, "--model-pools-json")
+    if args.model_pools_json and not args.model_pools:
+        raise _Failure("--model-pools-json goes with --model-pools")
     for name in args.board or ():
         from maxaccel.boards.targets import target
         try:
@@ -370,6 +376,41 @@ def _bench_core_link(args, out):
         print(f"wrote {args.core_link_json}", file=out)
 
 
+def _bench_model_pools(args, out):
+    """``--model-pools``: the MaxPools of each model build report's models (those of
+    ``--board``, or all) on its core on the compiled virtual board; ``--model-pools-json``
+    writes the table (``docs/boards/model_pools.json`` is this file)."""
+    import json
+
+    from maxaccel.boards.targets import load_model_reports
+    from maxaccel.bench import cycles as bench_cycles
+
+    reports = [r for r in load_model_reports(args.reports)
+               if not args.board or r["board"] in args.board]
+    if not reports:
+        raise _Failure("--model-pools: no model build report"
+                       + (f" for {', '.join(args.board)}" if args.board else ""))
+    try:
+        models = {tuple(r["models"]): bench_cycles.report_models(r) for r in reports}
+    except FileNotFoundError as error:
+        raise _Failure(f"--model-pools: {error}") from None
+    model_pools = {}
+    for report in reports:
+        name = f"{report['board']} ({', '.join(report['models'])})"
+        print(f"{name}: {report['clock_mhz']:g} MHz", file=out, flush=True)
+        model_pools[name] = bench_cycles.measure_model_pools(
+            report, models[tuple(report["models"])],
+            progress=lambda r: print(f"  {r['model']} {r['node']}: {r['cycles']} cycles, "
+                                     f"{r['link_bytes']} link bytes", file=out, flush=True))
+    print(bench_cycles.format_model_pools(model_pools), file=out)
+    if args.model_pools_json:
+        with open(args.model_pools_json, "w") as file:
+            json.dump({"command": bench_cycles.MODEL_POOLS_COMMAND, "boards": model_pools},
+                      file, indent=1)
+            file.write("\n")
+        print(f"wrote {args.model_pools_json}", file=out)
+
+
 def _measure_on(url, args, loaded, out, found):
     """Measure what ``bench`` asks on the device at ``url``, adding to the lists of ``found``
     (``measurements``, ``ratios``, ``pools``, ``models``, ``transfers``)."""
@@ -380,7 +421,7 @@ def _measure_on(url, args, loaded, out, found):
     with _open(url) as device:
         print(f"{device!r}", file=out, flush=True)
         only_tables = (args.model or args.ratios or args.transfers is not None
-                       or args.core_link)
+                       or args.core_link or args.model_pools)
         if args.elements or not only_tables:
             found["measurements"] += bench.measure_device(
                 device, elements, dtype=args.dtype,
@@ -421,9 +462,9 @@ def _bench(args, out):
     from maxaccel.bench import cycles as bench_cycles, pools as bench_pools
     from maxaccel.host.transport import TransportError
 
-    if args.board:
+    if args.board and not args.model_pools:
         args.core_link = True
-    urls = args.device or ([] if args.core_link else ["sim"])
+    urls = args.device or ([] if args.core_link or args.model_pools else ["sim"])
     loaded = _check_bench_arguments(args, urls)
 
     print(f"machine: {bench.machine_description()}", file=out)
@@ -438,6 +479,8 @@ def _bench(args, out):
             print(f"{url}: not measured: {error}", file=out)
     if args.core_link:
         _bench_core_link(args, out)
+    if args.model_pools:
+        _bench_model_pools(args, out)
     measurements, ratios, pools = found["measurements"], found["ratios"], found["pools"]
     models, transfers = found["models"], found["transfers"]
     if args.cpu and sizes:
@@ -733,10 +776,19 @@ def _parser(prog="maxaccel"):
                             "and float64 at the --ratios size (default 262144 elements per "
                             "operand); no device is timed unless --device is given")
     bench.add_argument("--board", action="append", metavar="NAME",
-                       help="with --core-link (implied): only this board's report (repeatable)")
+                       help="with --core-link (implied) or --model-pools: only this board's "
+                            "reports (repeatable)")
     bench.add_argument("--core-link-json", metavar="FILE",
                        help="with --core-link: write its table (docs/boards/core_link.json is "
                             "this file); with --board, the file's other boards are kept")
+    bench.add_argument("--model-pools", action="store_true",
+                       help="for every build report of a core built for models "
+                            "(docs/boards/models): its models' MaxPools on that core on the "
+                            "compiled virtual board, their cycles at the board's clock against "
+                            "their link-bound time; no device is timed unless --device is given")
+    bench.add_argument("--model-pools-json", metavar="FILE",
+                       help="with --model-pools: write its table (docs/boards/model_pools.json "
+                            "is this file)")
     bench.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
     bench.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     bench.add_argument("--reports", metavar="DIR",

@@ -337,6 +337,52 @@ def test_core_link_of_a_board_report():
     assert format_core_link({"nitefury": table}).splitlines()[2].startswith("| nitefury | ")
 
 
+def test_model_pools_of_a_model_core():
+    """``maxaccel bench --model-pools`` (``docs/boards/model_pools.json``) of a report of a
+    core built for a model, on the virtual board at a tiny size: each MaxPool through the
+    windowed unit, against the golden model, its cycles at the board's clock against its bytes
+    (both ways) at the link's rate; a byte a cycle each way behind a UART."""
+    from onnx import TensorProto, helper
+
+    from maxaccel.bench.cycles import format_model_pools, measure_model_pools
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 7, 7])
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="stem", kernel_shape=[3, 3],
+                              strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["x"], ["z", "i"], name="indexed",
+                              kernel_shape=[3, 3])]
+    outputs = [helper.make_tensor_value_info(n, t, None)
+               for n, t in (("y", TensorProto.FLOAT), ("z", TensorProto.FLOAT),
+                            ("i", TensorProto.INT64))]
+    model = helper.make_model(helper.make_graph(nodes, "pools", [x], outputs), ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 13)])
+    report = {"board": "ulx3s", "models": ["pools"], "clock_mhz": 60.0,
+              "core_bytes_per_s": 60e6, "link_bytes_per_s": 300e3,
+              "core": {"clock_hz": 60_000_000, "lanes": 1, "units": ["reduce", "window"],
+                       "window_lanes": 1, "window_extent": 3, "window_extent_outer": 1,
+                       "window_columns": 4, "window_plane": 1}}
+    rows = measure_model_pools(report, [("pools", model)], virtual_board="sim")
+    assert [(r["node"], r["route"], r["shape"], r["kernel"]) for r in rows] == [
+        ("stem", "MAX_POOL", [1, 2, 7, 7], [3, 3]), ("indexed", "MAX_POOL", [1, 2, 7, 7], [3, 3])]
+    for r in rows:
+        assert r["core_s"] == r["cycles"] / 60e6 and r["link_s"] == r["link_bytes"] / 300e3
+        # Both ways at a byte a cycle each way: at least half the bytes' cycles.
+        assert 2 * r["cycles"] >= r["link_bytes"] > 2 * 7 * 7 * 4
+    # The indexed pool's reply carries the indices too.
+    assert rows[1]["link_bytes"] > rows[0]["link_bytes"]
+    table = format_model_pools({"ulx3s (pools)": rows}).splitlines()
+    assert table[2].startswith("| ulx3s (pools) | pools | stem | 1x2x7x7 float32 | 3x3 | "
+                               f"MAX_POOL | {rows[0]['cycles']} |")
+
+
+def test_model_pools_json_goes_with_model_pools(capsys, tmp_path):
+    status, _ = run("bench", "--model-pools-json", str(tmp_path / "model_pools.json"))
+    assert status == 2
+    assert "--model-pools-json goes with --model-pools" in capsys.readouterr().err
+    status, _ = run("bench", "--model-pools", "--board", "icebreaker")
+    assert status == 2
+    assert "--model-pools: no model build report for icebreaker" in capsys.readouterr().err
+
+
 def test_ctrl_c_is_one_line_and_status_130(monkeypatch, capsys):
     def interrupt(args, out):
         raise KeyboardInterrupt
