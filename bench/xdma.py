@@ -202,8 +202,9 @@ class PacedDevice(_OperatorWrapper):
     those results once the modelled time has passed since the call began: it waits for the
     end of each host-to-card transfer in turn (the request's ``write``), then for the call's
     last transfer (the reply's ``read``), each as the driver waits (``wait``). A call given
-    ``out`` (:meth:`~maxaccel.host.device.Device.max_pool`'s) gets those results written into
-    it, as the board's reply would be. Any other attribute is the device's. On the compiled
+    ``out`` (an array for the first result, or a tuple of one array or None per result, as
+    :class:`~maxaccel.host.device.Device`'s operations take it) gets those results written
+    into it, as the board's reply would be. Any other attribute is the device's. On the compiled
     board a call lasts 0.01-1 s; after that long this machine's caches have lost what the next
     CPU nodes need, as they would after any wait that long (``docs/offload.md``, "Paced as a
     NiteFury"), while a NiteFury's calls on the same tensors take 0.07-0.4 ms.
@@ -244,23 +245,32 @@ class PacedDevice(_OperatorWrapper):
             started = time.perf_counter()
             if out is not None:
                 keywords["out"] = out
-            if not all(isinstance(a, np.ndarray) for a in arrays) or \
-                    not isinstance(out, (np.ndarray, type(None))):
+            if not all(isinstance(a, np.ndarray) for a in arrays) or not _rooms_given(out):
                 return method(*arrays, **keywords)     # the device's checks and errors
             key = (name, tuple((a.shape, a.dtype.str) for a in arrays),
                    repr(sorted((k, v) for k, v in keywords.items() if k != "out")))
             for inputs, results, ends in self._kept.get(key, ()):
                 if all(_same_bits(a, b) for a, b in zip(arrays, inputs)):
-                    y = results[0] if isinstance(results, tuple) else results
-                    if out is not None:     # as the device checks it, before any wait
-                        check_out(out, y.shape, format_of(y.dtype), f"{name}()")
+                    several = isinstance(results, tuple)
+                    values = results if several else (results,)
+                    rooms = out if type(out) is tuple else (out,)
+                    if len(rooms) != len(values) and type(out) is tuple:
+                        return method(*arrays, **keywords)  # the device's own error
+                    rooms += (None,) * (len(values) - len(rooms))
+                    for room, y in zip(rooms, values):  # as the device checks, before waits
+                        if room is not None:
+                            check_out(room, y.shape, format_of(y.dtype), f"{name}()")
                     for end in ends:
                         self._wait(started + end)
                     self.replayed += 1
-                    if out is None:
-                        return _copies(results)
-                    store_bits(out, y)
-                    return (out,) + _copies(results[1:]) if isinstance(results, tuple) else out
+                    answered = []
+                    for room, y in zip(rooms, values):
+                        if room is None:
+                            answered.append(y.copy())
+                        else:
+                            store_bits(room, y)
+                            answered.append(room)
+                    return tuple(answered) if several else answered[0]
             clock, first = self._model.clock_s, len(self._model.transfers)
             results = method(*arrays, **keywords)
             transfers = self._model.transfers[first:]
@@ -271,6 +281,14 @@ class PacedDevice(_OperatorWrapper):
             self.recorded += 1
             return results
         return paced
+
+
+def _rooms_given(out):
+    """Whether ``out`` is one a paced call answers: None, an array, or a tuple of arrays and
+    Nones (anything else is the device's to refuse)."""
+    if type(out) is tuple:
+        return all(isinstance(room, (np.ndarray, type(None))) for room in out)
+    return isinstance(out, (np.ndarray, type(None)))
 
 
 def _same_bits(a, b):

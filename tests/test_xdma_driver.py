@@ -536,9 +536,10 @@ def test_a_paced_device_answers_inputs_it_has_seen_in_their_modelled_time(device
 
 
 def test_a_paced_device_writes_what_it_answers_into_out(device):
-    """A call given ``out`` (a strided view) records and replays with the same bits written
-    into it, Indices as without it, whatever ``out`` it gets (not part of what it
-    recognises); an ``out`` of another shape gets the device's own error."""
+    """A call given ``out`` (a strided view, or a tuple of a room or None per result) records
+    and replays with the same bits written into it, Indices as without it, whatever ``out``
+    it gets (not part of what it recognises); an ``out`` that does not fit gets the device's
+    own error."""
     from maxaccel.bench.xdma import PacedDevice
     x = random_values(np.random.default_rng(9), np.float32, (1, 8, 12, 12), edge_fraction=0.5)
     pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
@@ -554,8 +555,25 @@ def test_a_paced_device_writes_what_it_answers_into_out(device):
         if indices:
             assert np.array_equal(got[1], expected[1])
     assert (paced.recorded, paced.replayed) == (2, 2)
+    # A tuple: a room per result, or None for a new array; recorded and replayed alike.
+    for _ in range(2):
+        indices = np.full((1, 8, 6, 6), -1, np.int64)
+        got = paced.max_pool(x, **pool, return_indices=True, out=(None, indices))
+        assert got[1] is indices and np.array_equal(indices, expected[1])
+        assert_same_bits(got[0], expected[0])
+        values = np.empty((1, 8, 6, 6), np.float32)
+        got = paced.max_pool(x, **pool, return_indices=True, out=(values, indices))
+        assert got[0] is values and got[1] is indices
+        assert_same_bits(values, expected[0])
+    assert (paced.recorded, paced.replayed) == (2, 6)
     with pytest.raises(ValueError, match=r"out must have the result's shape \(1, 8, 6, 6\)"):
         paced.max_pool(x, **pool, out=np.empty((1, 8, 6, 7), np.float32))
+    with pytest.raises(ValueError, match=r"out must have the result's shape \(1, 8, 6, 6\)"):
+        paced.max_pool(x, **pool, return_indices=True,
+                       out=(None, np.empty((1, 8, 6, 7), np.int64)))
+    with pytest.raises(ValueError, match="out must be a tuple of 2"):
+        paced.max_pool(x, **pool, return_indices=True, out=(None,))
+    assert (paced.recorded, paced.replayed) == (2, 6)
 
 
 def test_a_paced_device_needs_the_xdma_double_and_a_driver_wait(board):
