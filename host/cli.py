@@ -51,6 +51,9 @@ client connects to it as to a board's serial port: the host driver with
 open_device("serial:///dev/pts/N"), pyserial, or a terminal program. A client that goes away
 mid-request leaves a freshly reset board for the next one."""
 
+#: How often ``maxaccel serve``'s main thread wakes to run a Ctrl-C's or SIGTERM's handler.
+SIGNAL_POLL_S = 0.1
+
 BOARDS_DESCRIPTION = "The boards 'maxaccel build' knows, with device, link, default lanes and clock."
 
 BUILD_DESCRIPTION = """\
@@ -567,7 +570,10 @@ def _serve(args, out):
                   + (f" (link {server.link})" if server.link else ""), file=out)
             print(f'connect with open_device("{server.url}"); Ctrl-C stops', file=out,
                   flush=True)
-            server.wait()
+            # Woken every SIGNAL_POLL_S: CPython runs a signal's handler in the main thread
+            # only, and a signal the kernel gives the pump thread wakes no wait without one.
+            while not server.wait(SIGNAL_POLL_S):
+                pass
         except KeyboardInterrupt:
             pass
         finally:

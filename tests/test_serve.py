@@ -80,6 +80,42 @@ def test_sigterm_stops_the_server_cleanly(served):
     assert not os.path.lexists(link)
 
 
+#: ``maxaccel serve`` in this process, and a thread that sends SIGTERM to its pump thread
+#: alone once it serves (the kernel may give a process's signal to any of its threads).
+SIGNAL_TO_THE_PUMP = """
+import os, signal, sys, threading, time
+from maxaccel.host.cli import main
+link = sys.argv[1]
+
+def signal_the_pump():
+    while not os.path.lexists(link):
+        time.sleep(0.01)
+    time.sleep(0.5)     # the main thread is waiting by now
+    pump = next(t for t in threading.enumerate() if t.name == "maxaccel-pty-pump")
+    signal.pthread_kill(pump.ident, signal.SIGTERM)
+
+threading.Thread(target=signal_the_pump, daemon=True).start()
+sys.exit(main(["serve", "--device", "sim", "--link", link]))
+"""
+
+
+def test_a_signal_the_pump_thread_takes_still_stops_the_server(tmp_path):
+    """SIGTERM handled by the pump thread's C-level handler: the main thread, which alone
+    runs Python's handlers, still wakes, stops the server and exits cleanly."""
+    link = tmp_path / "tty"
+    process = subprocess.Popen([sys.executable, "-c", SIGNAL_TO_THE_PUMP, str(link)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = process.communicate(timeout=120)     # a hang guard, not a bound
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert out.decode().strip().endswith("stopped")
+    assert not os.path.lexists(link)
+
+
 def test_link_refuses_to_replace_a_file(tmp_path):
     class Board:
         closed = False
