@@ -347,13 +347,13 @@ def format_model_pools(model_pools):
             lines.append(
                 f"| {board} | {r['model']} | {r['node']} | {'x'.join(map(str, r['shape']))} "
                 f"{r['dtype']} | {'x'.join(map(str, r['kernel']))} | {r['route']} | "
-                f"{r['cycles']} | {_milliseconds(r['core_s'])} | "
-                f"{_milliseconds(r['link_s'])} | {r['link_s'] / r['core_s']:.1f}x |")
+                f"{r['cycles']} | {_duration(r['core_s'])} | {_duration(r['link_s'])} | "
+                f"{r['link_s'] / r['core_s']:.1f}x |")
     return "\n".join(lines)
 
 
-def _milliseconds(seconds):
-    return f"{seconds * 1e3:.3g} ms"
+def _duration(seconds):
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
 def load_model_pools(directory=None):

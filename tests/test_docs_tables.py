@@ -4,7 +4,9 @@ new bench file changes the page with it, and a page edited by hand fails here.
 
 * ``docs/boards.md``: the per-board table (``docs/boards/*.json``, the build reports:
   ``report_markdown``), core against link (``docs/boards/core_link.json``:
-  ``format_core_link``) and the elements on the link per pool and board (the host's planners
+  ``format_core_link``), the model cores' pools against the link
+  (``docs/boards/model_pools.json``: ``format_model_pools``) and the elements on the link per
+  pool and board (the host's planners
   on each target's ``IDENTIFY``: ``format_link_elements``) and the XDMA link's modelled
   throughput against transfer size (``docs/bench/transfers.json``,
   ``bench.xdma.TRANSFERS_FILE``, written by ``bench.xdma.TRANSFERS_COMMAND``:
@@ -22,7 +24,7 @@ import pathlib
 
 from maxaccel.boards.targets import TARGETS, load_reports, report_markdown
 from maxaccel.bench.cycles import RATIO_DTYPES, RATIO_OPERATIONS, format_core_link, \
-    format_ratios, load_core_link
+    format_model_pools, format_ratios, load_core_link, load_model_pools
 from maxaccel.bench.pools import POOL_CLASSES, POOL_DTYPES, RATIOS_FILE, \
     format_pool_ratios, load_ratio_tables
 
@@ -44,6 +46,19 @@ def test_the_core_against_link_table_of_the_docs_is_its_file():
     core_link = load_core_link()
     assert list(core_link) == [board for board in TARGETS if board in core_link]
     assert format_core_link(core_link) in page("boards.md")
+
+
+def test_the_model_pools_table_of_the_docs_is_its_file():
+    """Each model report's pools, measured on its own core: the file names the boards of the
+    model reports, the models each was built for, and every MaxPool of them."""
+    from maxaccel.boards.targets import load_model_reports
+    model_pools = load_model_pools()
+    reports = load_model_reports()
+    assert list(model_pools) == [f"{r['board']} ({', '.join(r['models'])})" for r in reports]
+    for report, rows in zip(reports, model_pools.values()):
+        assert {r["model"] for r in rows} == set(report["models"])
+        assert all(r["route"] == "MAX_POOL" for r in rows)
+    assert format_model_pools(model_pools) in page("boards.md")
 
 
 def test_the_ratio_tables_of_the_docs_are_the_bench_file():
