@@ -203,21 +203,28 @@ def measure_core_link(report, elements=1 << 18, *, dtypes=RATIO_DTYPES, progress
     """
     from maxaccel.boards.build import core_parameters
     from maxaccel.boards.targets import target
-    from maxaccel.host.device import Device
-    from maxaccel.host.transport import SimTransport
-    board = target(report["board"])
     clock_hz = report["clock_mhz"] * 1e6
-    link_bytes = round(report["core_bytes_per_s"] / clock_hz)
-    parameters = core_parameters(board, report["lanes"], report["clock_mhz"])
-    del parameters["clock_hz"]  # only what IDENTIFY reports; the virtual boards' keeps one model
-    transport = SimTransport("verilator", link_bytes=link_bytes, **parameters)
-    with Device(transport, url=f"verilator:{board.name}") as device:
+    parameters = core_parameters(target(report["board"]), report["lanes"], report["clock_mhz"])
+    with _board_of(report, parameters) as device:
         ratios = measure_ratios(device, elements, dtypes=dtypes, progress=progress)
     table = {}
     for r in ratios:
         rate = clock_hz * r.request_bytes / r.cycles
         table.setdefault(r.operation, {})[r.dtype] = rate / report["link_bytes_per_s"]
     return table
+
+
+def _board_of(report, parameters, virtual_board="verilator"):
+    """A :class:`~maxaccel.host.device.Device` on the virtual board of a build ``report``'s
+    core (``parameters``, the Core's) with the report's link word: ``core_bytes_per_s`` over
+    the clock, 32 bytes behind the NiteFury's XDMA, one behind a UART."""
+    from maxaccel.host.device import Device
+    from maxaccel.host.transport import SimTransport
+    link_bytes = round(report["core_bytes_per_s"] / (report["clock_mhz"] * 1e6))
+    # Only what IDENTIFY reports: the virtual boards' own clock keeps one model for all clocks.
+    parameters = {name: value for name, value in parameters.items() if name != "clock_hz"}
+    transport = SimTransport(virtual_board, link_bytes=link_bytes, **parameters)
+    return Device(transport, url=f"{virtual_board}:{report['board']}")
 
 
 def format_core_link(core_link):
@@ -297,19 +304,15 @@ def measure_model_pools(report, models, *, virtual_board="verilator", seed=0, pr
         ways) and ``link_s`` (their time at the link's rate: above ``core_s``, the link is the
         limit).
     """
-    from maxaccel.host.device import Device
     from maxaccel.host.model_core import model_steps
     from maxaccel.host.offload.steps import indices_wanted, prepare
-    from maxaccel.host.transport import SimTransport
     from maxaccel.sim import reference
     clock_hz = report["clock_mhz"] * 1e6
-    link_bytes = round(report["core_bytes_per_s"] / clock_hz)
     parameters = {name: tuple(value) if name == "units" else value
-                  for name, value in report["core"].items() if name != "clock_hz"}
+                  for name, value in report["core"].items()}
     rng = np.random.default_rng(seed)
     rows = []
-    transport = SimTransport(virtual_board, link_bytes=link_bytes, **parameters)
-    with Device(transport, url=f"{virtual_board}:{report['board']}") as device:
+    with _board_of(report, parameters, virtual_board) as device:
         board, link = cycle_counter(device), device.link
         for name, model in models:
             for s in model_steps(model, name):

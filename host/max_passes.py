@@ -30,9 +30,16 @@ from maxaccel.contract.wire import MAX_STREAMED, PARAMETERS, Command, MaxParamet
 from maxaccel.host.plan import OutputTiles, plan_fold, plan_max_pass
 from maxaccel.host.reduction import reduce_rows, store_bits
 
-__all__ = ["Operand", "MaxPasses", "expands_on_host"]
+__all__ = ["Operand", "MaxPasses", "expands_on_host", "operands_per_pass"]
 
 _tokens = itertools.count()
+
+
+def operands_per_pass(identity):
+    """The most operands of a broadcasting Max one ``MAX`` pass takes on a device: the
+    replayed ones the unit folds (no more than its buffer has beats) and the streamed one;
+    more are folded in groups of this many, each group's result an operand of the next."""
+    return min(identity.max_operands, identity.replay_depth) + 1
 
 
 def expands_on_host(shapes, shape, identity):
@@ -113,7 +120,7 @@ class MaxPasses:
             store_bits(out, reduce_rows(rows, fmt, Command.REDUCE, self.max_frame_bytes,
                                         self.request, self.minimum).reshape(out.shape))
             return
-        group = min(identity.max_operands, identity.replay_depth) + 1
+        group = operands_per_pass(identity)
         while len(operands) > group:
             # More operands than one pass takes: fold a group, then use its result.
             first = operands[:group]

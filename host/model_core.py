@@ -55,7 +55,7 @@ from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import check_max_pool
 from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command
 from maxaccel.host.device import DEFAULT_FRAME_BYTES, max_pool_link_elements, plan_max_pool
-from maxaccel.host.max_passes import expands_on_host
+from maxaccel.host.max_passes import expands_on_host, operands_per_pass
 from maxaccel.host.plan import OutputTiles, plan_max_pass
 from maxaccel.host.offload.specs import read_model
 from maxaccel.host.offload.steps import indices_wanted, prepare
@@ -176,7 +176,7 @@ class RoutePlanner:
         folded in groups, or the output in tiles)."""
         identity = self.identity
         whole = dict(replay_beats=identity.replay_depth, outer_dims=identity.max_dims)
-        if len(shapes) > min(identity.max_operands, identity.replay_depth) + 1:
+        if len(shapes) > operands_per_pass(identity):
             return whole
         plan = plan_max_pass(shapes, fmt.nbytes, identity, self.frame_bytes)
         if isinstance(plan, OutputTiles):

@@ -23,6 +23,7 @@ from maxaccel.boards.targets import TARGETS, load_model_reports, load_reports
 from maxaccel.contract.dtypes import format_of
 from maxaccel.host import OffloadSession, cli, open_device
 from maxaccel.host.device import DEFAULT_FRAME_BYTES
+from maxaccel.host.max_passes import operands_per_pass
 from maxaccel.host.model_core import UNIT_DEFAULTS, CoreDoesNotFit, RoutePlanner, choose_core
 from maxaccel.host.plan import BroadcastPlan, plan_max_pass
 from maxaccel.host.transport import XdmaTransport
@@ -198,8 +199,7 @@ def test_a_sized_broadcast_unit_plans_every_pass_as_the_board_s(operand_shapes, 
             continue    # same-shape operands stream, folded without the replay buffer
         sized, whole = (plan_max_pass(aligned, 4, identity, FRAME_BYTES[board])
                         for identity in (choice.identity, board_identity))
-        group = min(board_identity.max_operands, board_identity.replay_depth) + 1
-        if isinstance(whole, BroadcastPlan) and len(aligned) <= group:
+        if isinstance(whole, BroadcastPlan) and len(aligned) <= operands_per_pass(board_identity):
             assert isinstance(sized, BroadcastPlan)
             assert (sized.dims, sized.memory_beats) == (whole.dims, whole.memory_beats)
             # The same operands in the same slots and addresses; the walk's strides are padded
