@@ -240,14 +240,22 @@ def _run_one(device, rng, args, figures):
     expected = call(reference)
     if not _same_bits(result, expected):
         figures.counts["wrong results"] += 1
-        print(f"WRONG: {name}: {result!r} != {expected!r}", file=sys.stderr, flush=True)
+        _say(f"WRONG: {name}: {result!r} != {expected!r}")
     return True
+
+
+def _say(line):
+    """``line`` on stderr in one write: a soak's jobs share their parent's stderr, and a line
+    written in pieces (``print`` writes the text and its newline apart) interleaves with
+    theirs."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def _progress(figures, faulty, started):
     if figures.counts["operations"] % 500 == 0:
-        print(f"{figures.counts['operations']} operations, {figures.faults(faulty)} faults, "
-              f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+        _say(f"{figures.counts['operations']} operations, {figures.faults(faulty)} faults, "
+             f"{time.monotonic() - started:.0f} s")
 
 
 def _device(faulty, url, args):
@@ -395,8 +403,7 @@ def _run_jobs(args, figures):
                     figures.add(json.loads(pathlib.Path(out).read_text()))
                 else:
                     figures.counts["jobs that failed"] += 1
-                    print(f"a soak job ended with status {child.returncode} and no figures",
-                          file=sys.stderr)
+                    _say(f"a soak job ended with status {child.returncode} and no figures")
 
 
 def add_arguments(parser):
@@ -452,16 +459,15 @@ def soak(args, out=sys.stdout):
     # Both explicitly: a shell starts a background job with SIGINT ignored.
     previous = {number: signal.signal(number, _stop)
                 for number in (signal.SIGINT, signal.SIGTERM)}
-    print(f"soak: {args.faults} faults through {args.path} to {args.device}"
-          + (f" in {args.jobs} jobs" if args.jobs > 1 else "") + "; Ctrl-C or SIGTERM stops it",
-          file=sys.stderr, flush=True)
+    _say(f"soak: {args.faults} faults through {args.path} to {args.device}"
+         + (f" in {args.jobs} jobs" if args.jobs > 1 else "") + "; Ctrl-C or SIGTERM stops it")
     try:
         if args.jobs > 1:
             _run_jobs(args, figures)
         else:
             run(args, figures, rng, started)
     except KeyboardInterrupt:
-        print("interrupted: the figures so far", file=sys.stderr)
+        _say("interrupted: the figures so far")
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
