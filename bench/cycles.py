@@ -263,9 +263,9 @@ MODEL_POOLS_COMMAND = "maxaccel bench --model-pools --model-pools-json docs/boar
 
 
 def report_models(report):
-    """``[(name, model), ...]`` of the models a model build report names (its ``"models"``):
-    the bench's built-in models by name (:data:`maxaccel.bench.models.BUILT_IN`), others the
-    source tree's ``examples/NAME.onnx``.
+    """``[(name, onnx.ModelProto), ...]`` of the models a model build report names (its
+    ``"models"``): the bench's built-in models by name
+    (:data:`maxaccel.bench.models.BUILT_IN`), others the source tree's ``examples/NAME.onnx``.
 
     Raises
     ------
@@ -276,6 +276,7 @@ def report_models(report):
 
     from maxaccel.bench.models import BUILT_IN, build
     from maxaccel.boards.targets import reports_dir
+    from maxaccel.host.offload import read_model
     models = []
     for name in report["models"]:
         if name in BUILT_IN:
@@ -285,7 +286,7 @@ def report_models(report):
         if not path.is_file():
             raise FileNotFoundError(f"{report['board']}'s model core was built for {name!r}: "
                                     f"not a built-in model and no {path}")
-        models.append((name, str(path)))
+        models.append((name, read_model(str(path))))
     return models
 
 

@@ -532,7 +532,8 @@ def choose_core(board=None, models=(), *, base=None):
         if unit not in core["units"]:
             for key in unit_keys:
                 parameters.pop(key, None)
-    core, parameters = _window_lanes_held(target, core, parameters)
+    capacity, cell_type = _capacity(target)
+    core, parameters = _window_lanes_held(target, capacity, core, parameters)
     identity = core_identity(parameters)
     planner = RoutePlanner(identity, frame_bytes)
     rate = target.link_bytes_per_s if target is not None else None
@@ -545,19 +546,17 @@ def choose_core(board=None, models=(), *, base=None):
             planned.route.name if planned.route is not None else "-", planned.link_bytes,
             _link_s(planned.link_bytes, rate),
             _why(planned, parameters, needed, probe_planned)))
-    capacity, cell_type = _capacity(target)
     estimate = None if target is None else _estimate(
         target.family, parameters, target.link_word)
     return CoreChoice(board, core, parameters, identity, nodes, estimate, capacity, cell_type,
                       demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
 
 
-def _window_lanes_held(target, core, parameters):
+def _window_lanes_held(target, capacity, core, parameters):
     """``(core, parameters)`` with the windowed unit's lanes the board holds: the board's (one
-    per datapath lane by default), halved while the core's estimate exceeds the board and more
-    than one is left. Fewer window lanes pool fewer bytes a cycle, still far more than a UART
-    brings; a core that does not fit with one is refused (:meth:`CoreChoice.check`)."""
-    capacity, _ = _capacity(target)
+    per datapath lane by default), halved while the core's estimate exceeds the board's
+    ``capacity`` (its logic cells) and more than one is left. Fewer window lanes pool fewer
+    bytes a cycle; a core that does not fit with one is refused (:meth:`CoreChoice.check`)."""
     if capacity is None or "window" not in core["units"]:
         return core, parameters
     lanes = parameters.get("window_lanes") or parameters["lanes"]

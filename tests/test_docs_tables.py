@@ -107,10 +107,9 @@ def test_the_model_core_table_of_the_docs_is_the_model_reports():
     ``IDENTIFY``) takes every MaxPool of its models through the windowed pooling unit, in one
     tile an image, as the host's planner routes them (float32, float16, uint8)."""
     import numpy as np
-    import onnx
     from onnx import helper, shape_inference
 
-    from maxaccel.bench.models import build as built_in
+    from maxaccel.bench.cycles import report_models
     from maxaccel.boards.targets import load_model_reports, model_report_markdown
     from maxaccel.contract.dtypes import format_of
     from maxaccel.contract.pooling import resolve_max_pool
@@ -121,14 +120,12 @@ def test_the_model_core_table_of_the_docs_is_the_model_reports():
     reports = load_model_reports()
     assert reports
     assert model_report_markdown(reports) in page("boards.md")
-    models = {"squeezenet1_1": lambda: onnx.load(ROOT / "examples" / "squeezenet1_1.onnx"),
-              "resnet18": lambda: built_in("resnet18")[1]}
     for report in reports:
         assert report["fmax_mhz"] is None or report["fmax_mhz"] >= report["clock_mhz"]
         core = dict(report["core"], units=tuple(report["core"]["units"]))
         identity = Core.identity_of(**core)
-        for name in report["models"]:
-            model = shape_inference.infer_shapes(models[name]())
+        for name, model in report_models(report):
+            model = shape_inference.infer_shapes(model)
             shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
                       for v in list(model.graph.value_info) + list(model.graph.input)}
             pools = [node for node in model.graph.node if node.op_type == "MaxPool"]
