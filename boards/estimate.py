@@ -16,6 +16,12 @@ the core's parameters (:func:`features`):
 ``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
 ========================  ==================================================================
 
+A core of one element type (the Core's ``dtype``) builds every unit for that type alone: each
+unit's terms are then scaled by the share of its logic a static element type keeps
+(:func:`static_dtype_shares`: the LUT4s of the unit built for float32 over those of the unit
+that serves every type, from the library's synthesis figures, ``docs/library.md``,
+"Resources"; the Xilinx family at the ECP5's shares).
+
 The coefficients (:data:`COEFFICIENTS`, per FPGA family, in the unit its reports count:
 ``ICESTORM_LC``, ``TRELLIS_COMB``, yosys's Xilinx LUT estimate) come from measurements: the
 units' own synthesis figures (``docs/resources.md``, "Streaming units": the cells a unit's
@@ -31,7 +37,8 @@ import math
 
 __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_points", "refit",
            "report_name",
-           "window_taps", "relative_error", "report_core", "estimate_errors", "errors_markdown"]
+           "window_taps", "relative_error", "report_core", "estimate_errors", "errors_markdown",
+           "static_dtype_shares"]
 
 #: The terms of the estimate, in order.
 FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_lane", "pool",
@@ -75,33 +82,68 @@ COEFFICIENTS = {
 _UNITS = ("reduce", "pool", "broadcast", "window")
 
 
+#: The library unit (``library_units.json``: class and positional arguments) whose synthesis
+#: figures give each estimate unit's share kept with a static element type.
+_LIBRARY_UNITS = {"reduce": ("RunReducer", [1]), "reduce_shallow": ("RunReducer", [1, "shallow"]),
+                  "pool": ("ChannelsLastPool", None), "broadcast": ("BroadcastMax", None),
+                  "window": ("WindowMaxPool", None)}
+
+
+def static_dtype_shares(family, directory=None):
+    """``{unit: share}``: the share of each unit's logic (``reduce``, ``reduce_shallow``,
+    ``pool``, ``broadcast``, ``window``) a static element type keeps on ``family``, the LUT4s
+    of its float32 build over those of its run-time-typed one in ``library_units.json``
+    (``python docs/measure_library.py``; default directory
+    :func:`~maxaccel.boards.targets.reports_dir`)."""
+    import json
+    import pathlib
+    from maxaccel.boards.targets import reports_dir
+    path = pathlib.Path(reports_dir() if directory is None else directory) / "library_units.json"
+    measured = json.loads(path.read_text())["units"]
+    counted = "ice40" if family == "ice40" else "ecp5"
+    shares = {}
+    for name, (unit, args) in _LIBRARY_UNITS.items():
+        luts = {row["dtype"]: row["counts"][counted]["lut"] for row in measured
+                if row["unit"] == unit and (args is None or row["args"] == args)}
+        shares[name] = luts["FLOAT"] / luts[None]
+    return shares
+
+
 def window_taps(window_extent, window_extent_outer=None):
     """Taps of a windowed pooling unit's three axes: ``2 * (extent - 1) + (outer - 1)``."""
     outer = window_extent if window_extent_outer is None else window_extent_outer
     return 2 * (window_extent - 1) + (outer - 1)
 
 
-def features(core, link_word=1):
+def features(core, link_word=1, family=None):
     """The feature values (:data:`FEATURES`) of a core made with the
     :class:`~maxaccel.hdl.top.Core` parameters ``core`` (``lanes``, ``units``,
-    ``reduce_pipeline``, ``window_lanes``, ``window_extent``, ``window_extent_outer``; absent
-    ones at the Core's defaults) behind a link of ``link_word`` bytes a cycle."""
+    ``reduce_pipeline``, ``window_lanes``, ``window_extent``, ``window_extent_outer``,
+    ``dtype``; absent ones at the Core's defaults) behind a link of ``link_word`` bytes a
+    cycle; a core of one element type needs the ``family`` (its units' terms scaled by
+    :func:`static_dtype_shares`)."""
     lanes = core.get("lanes", 2)
     units = tuple(core.get("units", _UNITS))
     shallow = core.get("reduce_pipeline", "deep") == "shallow"
+    share = dict.fromkeys(_LIBRARY_UNITS, 1.0)
+    if core.get("dtype") is not None:
+        if family is None:
+            raise ValueError("a core of one element type is estimated on a family")
+        share = static_dtype_shares(family)
     values = dict.fromkeys(FEATURES, 0)
     values["base"] = 1
-    values["reduce_shallow" if shallow else "reduce"] = 1
-    values["reduce_shallow_lane" if shallow else "reduce_lane"] = lanes
+    reducer = "reduce_shallow" if shallow else "reduce"
+    values[reducer] = share[reducer]
+    values[f"{reducer}_lane"] = lanes * share[reducer]
     for unit in ("pool", "broadcast"):
         if unit in units:
-            values[unit] = 1
-            values[f"{unit}_lane"] = lanes
+            values[unit] = share[unit]
+            values[f"{unit}_lane"] = lanes * share[unit]
     if "window" in units:
         window_lanes = core.get("window_lanes") or lanes
-        values["window_lane"] = window_lanes
-        values["window_tap"] = window_lanes * window_taps(core.get("window_extent", 3),
-                                                          core.get("window_extent_outer"))
+        values["window_lane"] = window_lanes * share["window"]
+        values["window_tap"] = window_lanes * share["window"] * window_taps(
+            core.get("window_extent", 3), core.get("window_extent_outer"))
     values["link_byte"] = link_word - 1
     return values
 
@@ -111,7 +153,8 @@ def estimate_cells(family, core, link_word=1, coefficients=None):
     made with the parameters ``core`` on ``family`` (``coefficients``: default
     :data:`COEFFICIENTS`)."""
     table = (coefficients or COEFFICIENTS)[family]
-    return round(sum(table[name] * value for name, value in features(core, link_word).items()))
+    return round(sum(table[name] * value
+                     for name, value in features(core, link_word, family).items()))
 
 
 def report_core(report, targets):
@@ -130,7 +173,7 @@ def report_points(reports, targets):
     """``[(family, features, cells)]`` of build reports: the core each was built with
     (:func:`report_core`) and the logic cells it used."""
     return [(report["family"], features(report_core(report, targets),
-                                        targets[report["board"]].link_word),
+                                        targets[report["board"]].link_word, report["family"]),
              report["logic_cells"][0]) for report in reports]
 
 

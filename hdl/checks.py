@@ -263,6 +263,9 @@ class RequestChecks:
         :class:`SaturatingMultiplier` s that run the programs side by side.
     digit_bits : int
         Their bits of the second factor a cycle.
+    dtypes : collection of int, optional
+        The element type codes the units serve (default every one of
+        :data:`~maxaccel.contract.dtypes.FORMATS`); the others are ``UNSUPPORTED_DTYPE``.
 
     Attributes
     ----------
@@ -281,8 +284,11 @@ class RequestChecks:
         ``OK`` or the first refusing status (valid after ``SCALE``).
     """
 
-    def __init__(self, specs, fields, capacities, beat_bytes, *, multipliers=1, digit_bits=1):
+    def __init__(self, specs, fields, capacities, beat_bytes, *, multipliers=1, digit_bits=1,
+                 dtypes=None):
         self.specs, self.fields, self.capacities = specs, fields, capacities
+        self.formats = [fmt for code, fmt in FORMATS.items()
+                        if dtypes is None or int(code) in dtypes]
         self.beat_bytes = beat_bytes
         self.command = Signal(8, name="command")
         self.dtype = Signal(8, name="dtype")
@@ -338,7 +344,7 @@ class RequestChecks:
     def build(self, m, checks):
         """The checks' logic: registers and the multiplier in ``m``, the verdict in ``checks``."""
         with m.Switch(self.dtype):
-            for fmt in FORMATS.values():
+            for fmt in self.formats:
                 with m.Case(fmt.dtype):
                     m.d.sync += [self.supported.eq(1),
                                  self.shift.eq(fmt.nbytes.bit_length() - 1)]

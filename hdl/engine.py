@@ -59,6 +59,15 @@ def _broadcast_limits(broadcast):
     return broadcast.depth, broadcast.max_dims, broadcast.max_operands, broadcast.max_count
 
 
+def _element_types(present):
+    """The element type codes the units (signatures, by port name) serve: one static
+    ``dtype`` they share, else every one of :data:`FORMATS`."""
+    static = {unit.dtype for unit in present.values()}
+    if len(static) == 1 and None not in static:
+        return frozenset({int(static.pop())})
+    return frozenset(int(code) for code in FORMATS)
+
+
 def engine_identity(*, reducer, pool=None, broadcast=None, window=None, clock_hz,
                     frame_timeout_cycles=None, link_bytes=1):
     """What ``IDENTIFY`` of a :class:`CommandEngine` with these units (or their signatures)
@@ -70,7 +79,7 @@ def engine_identity(*, reducer, pool=None, broadcast=None, window=None, clock_hz
         frame_timeout_cycles = max(clock_hz // 100, 1)
     return Identity(
         version=VERSION, lanes=present["reducer"].lanes,
-        dtypes=frozenset(int(code) for code in FORMATS), replay_depth=depth,
+        dtypes=_element_types(present), replay_depth=depth,
         max_dims=max_dims, max_operands=max_operands,
         pool_channels=(pool.capacity_bytes if pool else 0) // LANE_BYTES, clock_hz=clock_hz,
         frame_timeout_cycles=frame_timeout_cycles, **(window.limits if window else {}))
@@ -128,7 +137,10 @@ class CommandEngine(Checked, wiring.Component):
         capacities and signatures only (it builds and elaborates no unit). They must have the
         same ``lanes``, a power of two. Without a pool, broadcast or window unit the engine
         reports its capacity as 0 in ``IDENTIFY``, takes none of its commands (``takes``), so
-        it answers them ``BAD_COMMAND``, and has no port for it.
+        it answers them ``BAD_COMMAND``, and has no port for it. The units share one
+        ``dtype``: None (every element type, chosen by each request) or a static one, which
+        ``IDENTIFY`` then reports as the only type and the checks refuse every other
+        (``UNSUPPORTED_DTYPE``).
     clock_hz : int
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional
@@ -204,6 +216,12 @@ class CommandEngine(Checked, wiring.Component):
                              + ", ".join(f"{name} {unit.lanes}"
                                          for name, unit in present.items()))
         check_link_bytes(link_bytes, lanes=lanes)
+        static = {name: unit.dtype for name, unit in present.items()}
+        if len(set(static.values())) > 1:
+            raise ValueError("the units must have the same dtype (one static element type, or "
+                             "None: every type chosen at run time), not "
+                             + ", ".join(f"{name} {getattr(d, 'name', d)}"
+                                         for name, d in static.items()))
 
     def __init__(self, *, reducer, pool=None, broadcast=None, window=None, clock_hz,
                  frame_timeout_cycles=None, link_bytes=1):
@@ -294,7 +312,8 @@ class CommandEngine(Checked, wiring.Component):
         request = RequestChecks({code: command_rules(code, max_dims) for code in commands},
                                 parameters.fields, Capacities.of(self.identity), beat_bytes,
                                 multipliers=2 if width > 1 else 1,
-                                digit_bits=2 if width > 1 else 1)
+                                digit_bits=2 if width > 1 else 1,
+                                dtypes=self.identity.dtypes)
         command = request.command
         length = Signal(32, name="length")
         request.build(m, checks)

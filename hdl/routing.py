@@ -71,12 +71,18 @@ UNIT_NAMES = {"reducer": "reduce", "pool": "pool", "broadcast": "broadcast",
               "window": "window"}
 
 
+def _element_type(holder, request):
+    """``holder.dtype`` (a port, or the broadcast unit's ``config``) set to the request's, or
+    nothing for a unit of a static element type (it has no ``dtype``)."""
+    return [holder.dtype.eq(request.dtype)] if hasattr(holder, "dtype") else []
+
+
 def _configure_reducer(port, fields, request):
     """A ``REDUCE``: the reducer's ``dtype``, ``minimum`` and ``arg`` (the block's fields; the
     status rules let only 0 and 1 through)."""
     reduce = fields[Command.REDUCE]
-    return [port.dtype.eq(request.dtype), port.minimum.eq(reduce["minimum"][0]),
-            port.arg.eq(reduce["arg"][0])]
+    return _element_type(port, request) + [port.minimum.eq(reduce["minimum"][0]),
+                                            port.arg.eq(reduce["arg"][0])]
 
 
 def _reducer_result_beat(port, beat, request):
@@ -91,8 +97,9 @@ def _configure_pool(port, fields, request):
     """A ``POOL_CHANNELS_LAST``: the pool's ``dtype``, ``minimum``, ``pixels`` and
     ``channels``."""
     pool = fields[Command.POOL_CHANNELS_LAST]
-    return [port.dtype.eq(request.dtype), port.minimum.eq(pool["minimum"][0]),
-            port.pixels.eq(pool["pixels"]), port.channels.eq(pool["channels"])]
+    return _element_type(port, request) + [
+        port.minimum.eq(pool["minimum"][0]), port.pixels.eq(pool["pixels"]),
+        port.channels.eq(pool["channels"])]
 
 
 def _configure_broadcast(port, fields, request):
@@ -102,8 +109,7 @@ def _configure_broadcast(port, fields, request):
     load, run, config = fields[Command.LOAD], fields[Command.MAX], port.config
     command = port.command.payload
     max_dims, max_operands = len(config.counts), len(config.operand)
-    statements = [
-        config.dtype.eq(request.dtype),
+    statements = _element_type(config, request) + [
         config.minimum.eq(run["minimum"][0]),
         config.operands.eq(run["operands"]),
         config.streamed.eq(run["streamed"]),
@@ -130,8 +136,8 @@ def _configure_window(port, fields, request):
     configuration, the block's fields by their contract names
     (:func:`~maxaccel.contract.wire.window_fields`)."""
     pool = fields[Command.MAX_POOL]
-    statements = [port.dtype.eq(request.dtype), port.group.eq(pool["group"]),
-                  port.indices.eq(pool["indices"][0])]
+    statements = _element_type(port, request) + [port.group.eq(pool["group"]),
+                                                 port.indices.eq(pool["indices"][0])]
     for axis in range(WINDOW_RANK):
         for name, field in window_fields(axis).items():
             statements.append(getattr(port.config[axis], name).eq(pool[field]))

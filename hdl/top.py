@@ -11,6 +11,7 @@ from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Elaboratable,
 from amaranth.lib import fifo, io, wiring
 from amaranth.lib.wiring import In, Out
 
+from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.wire import MAX_COUNT, MAX_STREAMED
 
 from .broadcast import BroadcastMax
@@ -82,6 +83,13 @@ class Core(Checked, wiring.Component):
         Bytes per cycle of ``i`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`, at most
         ``8 * lanes``): 1 behind a UART, 32 behind the NiteFury's XDMA stream and on the
         compiled virtual board.
+    dtype : str, optional
+        One element type for every unit (a name such as ``"float32"``, or anything
+        :func:`~maxaccel.contract.dtypes.format_of` takes): the units are built for it alone
+        (about half the reducer's logic, a fifth to a quarter of the others',
+        ``docs/library.md``), ``IDENTIFY`` reports it as the only type, and a request of
+        another is ``UNSUPPORTED_DTYPE`` (the host runs those on the golden model). Default
+        None: every type, chosen by each request.
 
     Attributes
     ----------
@@ -119,24 +127,29 @@ class Core(Checked, wiring.Component):
                         reduce_pipeline="deep", max_count=MAX_COUNT, pool_channels=32,
                         window_lanes=None, window_extent=3, window_columns=64,
                         window_plane=1024, window_extent_outer=None, clock_hz=100_000_000,
-                        frame_timeout_cycles=None, units=UNITS, link_bytes=1):
+                        frame_timeout_cycles=None, units=UNITS, link_bytes=1, dtype=None):
         """The signatures of the units a core with these parameters is built with, by the
         engine's port name (each checks its parameters: ``ValueError``), and the engine's
         other arguments; nothing is built."""
         if "reduce" not in units or set(units) - set(UNITS):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
                              f"not {units!r}")
+        if dtype is not None:
+            try:
+                dtype = format_of(dtype).dtype
+            except TypeError as error:
+                raise ValueError(f"dtype: {error}") from None
         makers = {
             "reducer": lambda: RunReducer.Signature(lanes, reduce_pipeline,
-                                                    position_bits=POSITION_BITS),
-            "pool": lambda: ChannelsLastPool.Signature(lanes, pool_channels),
+                                                    position_bits=POSITION_BITS, dtype=dtype),
+            "pool": lambda: ChannelsLastPool.Signature(lanes, pool_channels, dtype=dtype),
             "broadcast": lambda: BroadcastMax.Signature(lanes, replay_depth, max_dims,
                                                         max_operands, max_count=max_count,
-                                                        max_streamed=MAX_STREAMED),
+                                                        max_streamed=MAX_STREAMED, dtype=dtype),
             "window": lambda: WindowLanes.Signature(
                 lanes, lanes if window_lanes is None else window_lanes,
                 max_extent=window_extent, max_extent_outer=window_extent_outer,
-                max_columns=window_columns, max_plane=window_plane),
+                max_columns=window_columns, max_plane=window_plane, dtype=dtype),
         }
         signatures = {name: make() for name, make in makers.items()
                       if UNIT_NAMES[name] in units}

@@ -29,12 +29,12 @@ __all__ = ["WindowLanes", "WINDOW_DIM_BITS"]
 WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
 
 
-def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane):
+def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane, dtype=None):
     """The parameters of each :class:`WindowMaxPool` of a :class:`WindowLanes`."""
     outer = max_extent if max_extent_outer is None else max_extent_outer
     return dict(max_rank=WINDOW_RANK, max_extent=(outer,) + (max_extent,) * (WINDOW_RANK - 1),
                 max_columns=max_columns, max_plane=max_plane, dim_bits=WINDOW_DIM_BITS,
-                index_bits=8 * WINDOW_INDEX_BYTES)
+                index_bits=8 * WINDOW_INDEX_BYTES, dtype=dtype)
 
 
 class _ReplyFIFO(SyncFIFOBuffered):
@@ -80,6 +80,8 @@ class WindowLanes(Unit):
         The kernel extent of the outermost axis (a 3-D pool's first), default ``max_extent``.
         Its delay line is ``max_extent_outer - 1`` plane buffers of ``max_plane`` entries, the
         unit's largest memories: a board sizes it apart.
+    dtype : DType, optional
+        A static element type: no ``dtype`` port, and the other formats' logic folds away.
 
     Attributes
     ----------
@@ -100,6 +102,7 @@ class WindowLanes(Unit):
         (``indices``) a row of ``group * 4`` bytes of indices, ``ceil(group * 4 / (8 * lanes))``
         beats (``first`` and ``last`` mark each row's ends).
     dtype : In(DType)
+        Only without the ``dtype`` parameter.
     config : In(ArrayLayout(axis_layout(16), WINDOW_RANK))
     group : In(range(8 * window_lanes + 1))
     indices : In(1)
@@ -128,18 +131,22 @@ class WindowLanes(Unit):
 
     class Signature(UnitSignature):
         """:class:`WindowLanes`'s signature: ``WindowLanes.Signature(lanes, window_lanes, *,
-        max_extent=3, max_extent_outer=None, max_columns=64, max_plane=1024)``, its
-        parameters checked (``ValueError``), and their :attr:`limits`."""
+        max_extent=3, max_extent_outer=None, max_columns=64, max_plane=1024, dtype=None)``,
+        its parameters checked (``ValueError``), and their :attr:`limits`; without ``dtype``
+        a ``dtype`` port."""
 
         def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                     max_columns=64, max_plane=1024):
-            self.check_parameters(lanes, window_lanes, max_extent=max_extent,
-                                  max_extent_outer=max_extent_outer, max_columns=max_columns,
-                                  max_plane=max_plane)
+                     max_columns=64, max_plane=1024, dtype=None):
+            dtype = self.check_parameters(lanes, window_lanes, max_extent=max_extent,
+                                          max_extent_outer=max_extent_outer,
+                                          max_columns=max_columns, max_plane=max_plane,
+                                          dtype=dtype)
             beats = stream.Signature(beat_layout(lanes))
+            members = {"i": In(beats), "o": Out(beats)}
+            if dtype is None:
+                members["dtype"] = In(DType)
             super().__init__({
-                "i": In(beats), "o": Out(beats),
-                "dtype": In(DType),
+                **members,
                 "config": In(data.ArrayLayout(axis_layout(WINDOW_DIM_BITS), WINDOW_RANK)),
                 "group": In(range(LANE_BYTES * window_lanes + 1)),
                 "indices": In(1),
@@ -147,19 +154,21 @@ class WindowLanes(Unit):
                 "idle": Out(1),
                 "error": Out(1),
             }, lanes=lanes, window_lanes=window_lanes, max_extent=max_extent,
-               max_extent_outer=max_extent_outer, max_columns=max_columns, max_plane=max_plane)
+               max_extent_outer=max_extent_outer, max_columns=max_columns, max_plane=max_plane,
+               dtype=dtype)
 
         @classmethod
         def check_parameters(cls, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                             max_columns=64, max_plane=1024):
+                             max_columns=64, max_plane=1024, dtype=None):
             """``ValueError`` unless ``window_lanes`` is 1 to ``lanes`` and the units'
-            capacities are valid (:class:`WindowMaxPool`)."""
+            capacities and ``dtype`` are valid (:class:`WindowMaxPool`); returns the static
+            ``DType`` or None."""
             if not isinstance(window_lanes, int) or isinstance(window_lanes, bool) \
                     or not 1 <= window_lanes <= lanes:
                 raise ValueError(f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a "
                                  f"beat of {lanes} lanes), not {window_lanes!r}")
-            WindowMaxPool.Signature.check_parameters(**_unit_parameters(
-                max_extent, max_extent_outer, max_columns, max_plane))
+            return WindowMaxPool.Signature.check_parameters(**_unit_parameters(
+                max_extent, max_extent_outer, max_columns, max_plane, dtype))
 
         @property
         def limits(self):
@@ -171,12 +180,13 @@ class WindowLanes(Unit):
                     "window_plane": self.max_plane}
 
     def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                 max_columns=64, max_plane=1024):
+                 max_columns=64, max_plane=1024, dtype=None):
         super().__init__(lanes, window_lanes, max_extent=max_extent,
                          max_extent_outer=max_extent_outer, max_columns=max_columns,
-                         max_plane=max_plane)
+                         max_plane=max_plane, dtype=dtype)
         self.units = [WindowMaxPool(**_unit_parameters(max_extent, max_extent_outer,
-                                                       max_columns, max_plane))
+                                                       max_columns, max_plane,
+                                                       self.signature.dtype))
                       for _ in range(window_lanes)]
         unit = self.units[0]
         self.latency = unit.latency
@@ -194,8 +204,9 @@ class WindowLanes(Unit):
         sizes = list(zip(fmt.size, ELEMENT_SIZES))
         for j, unit in enumerate(units):
             m.submodules[f"unit_{j}"] = unit
-            m.d.comb += [unit.dtype.eq(self.dtype), unit.config.eq(self.config),
-                         unit.clear.eq(self.clear)]
+            m.d.comb += [unit.config.eq(self.config), unit.clear.eq(self.clear)]
+            if self.signature.dtype is None:
+                m.d.comb += unit.dtype.eq(self.dtype)
 
         # --- In: lane u of the beat to unit u. -----------------------------------------------
         ready = Cat(u.i.ready for u in units).all()

@@ -30,6 +30,9 @@ The choice:
   board's capacities (or the Core's defaults, for a board without the unit), so every pass is
   the one the board's capacities give. The windowed unit's lanes are the board's, halved
   while the core's estimate exceeds the board. Lanes, clock and the rest are the board's.
+* When every node has the same element type, the core is built for that type alone (the
+  Core's ``dtype``: about half the reducer's logic, a fifth to a quarter of the other units');
+  a request of another type then runs on the golden model on the host.
 * Every node's route is then the planner's on the chosen core: the unit or ``REDUCE``, with
   its link-bound time (bytes both ways over the link's rate) and why (``capacity`` when the
   core has the unit and the node is beyond it, ``unit absent`` when it has not).
@@ -80,7 +83,7 @@ UNIT_DEFAULTS = {"window": dict(window_columns=64, window_plane=1024),
 
 
 #: The order in which a chosen core's parameters are given.
-_CORE_ORDER = ("units", "window_lanes", "window_extent", "window_extent_outer", "window_columns",
+_CORE_ORDER = ("units", "dtype", "window_lanes", "window_extent", "window_extent_outer", "window_columns",
                "window_plane", "pool_channels", "replay_depth", "max_dims", "max_operands")
 
 
@@ -436,6 +439,9 @@ def _chosen(base, steps, needs):
     units = ["reduce"] + [u for u in ("pool", "broadcast", "window")
                           if any(n == u for n, _ in needs)]
     core = {"units": tuple(units)}
+    element_types = {s.dtype for s in steps}
+    if len(element_types) == 1 and base.get("dtype") is None:
+        core["dtype"] = element_types.pop()
     for unit in units[1:]:
         if unit not in base.get("units", UNIT_OF_ROUTE.values()):
             # The board's capacities of a unit it does not build are placeholders.
@@ -639,18 +645,19 @@ def _nearest_board(choice):
 
 
 def choices_markdown(choices):
-    """A markdown table of :class:`CoreChoice` s, one row per board: the units, the windowed
-    unit's extents, the estimate against the board's logic, and the nodes per route (the
-    table of ``docs/boards.md``, "A core for your model")."""
-    lines = ["| board | units | window extent (inner / outer) | estimated logic | fill | fits "
-             "| nodes per route |", "|---|---|---|---|---|---|---|"]
+    """A markdown table of :class:`CoreChoice` s, one row per board: the units, the element
+    type they serve, the windowed unit's extents, the estimate against the board's logic, and
+    the nodes per route (the table of ``docs/boards.md``, "A core for your model")."""
+    lines = ["| board | units | element type | window extent (inner / outer) | estimated logic "
+             "| fill | fits | nodes per route |", "|---|---|---|---|---|---|---|---|"]
     for c in choices:
         extent = (f"{c.parameters['window_extent']} / {c.parameters['window_extent_outer']}"
                   if "window" in c.units else "-")
         routes = {}
         for n in c.nodes:
             routes[n.route] = routes.get(n.route, 0) + 1
-        lines.append(f"| {c.board} | {', '.join(c.units)} | {extent} | {c.estimate} / "
+        lines.append(f"| {c.board} | {', '.join(c.units)} | "
+                     f"{c.parameters.get('dtype') or 'every'} | {extent} | {c.estimate} / "
                      f"{c.capacity} {c.cell_type} | {c.estimate / c.capacity:.0%} | "
                      f"{'yes' if c.fits() else 'no'} | "
                      f"{', '.join(f'{r} {k}' for r, k in routes.items())} |")

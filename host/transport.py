@@ -19,7 +19,8 @@ A transport moves bytes and nothing else; framing, retries and meaning live in
 ==============================  =====================================================
 ``sim``                         the virtual board, in this process (Amaranth's simulator)
 ``verilator``                   the same board compiled with Verilator: thousands of times
-                                faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters)
+                                faster (``sim?lanes=4``, ``verilator?lanes=4``: Core parameters;
+                                ``verilator?dtype=float32``: a core of one element type)
 ``netlist:BOARD``               a board's Core as yosys synthesises it, simulated gate by gate
                                 with Verilator (``netlist:ice40_hx8k_breakout``,
                                 ``netlist:arty_a7_35``)
@@ -842,11 +843,15 @@ def _open_xdma(parsed, options):
     return XdmaTransport(parsed.path)
 
 
+#: The virtual boards' Core parameters given in a URL by name, not as integers.
+TEXT_OPTIONS = ("dtype",)
+
+
 def _options(query, url, integer=True):
     options = {}
     for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
         value = values[-1]
-        if not integer:
+        if not integer or key in TEXT_OPTIONS:
             options[key] = value
             continue
         try:

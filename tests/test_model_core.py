@@ -117,7 +117,7 @@ def test_a_13x13_spp_on_the_icebreaker_is_refused_before_synthesis(tmp_path):
 def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
     path = _save(spp_model(), tmp_path / "spp.onnx")
     with pytest.raises(CoreDoesNotFit, match=r"^ulx3s: node 'spp13' .* has 24288 "
-                                             r"\(window_extent 7 would take about \d+: larger "
+                                             r"\(window_extent 9 would take about \d+: larger "
                                              r"kernels then go through REDUCE\); ulx3s_85f"):
         choose_core("ulx3s", [path]).check()
 
@@ -217,19 +217,26 @@ def test_the_nitefury_holds_a_13x13x13_pool_with_half_its_window_lanes():
     NiteFury's own) would take more LUTs than the XC7A200T has, two fit; the choice says so
     and its routes are the unit's."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 24, 24, 24])
-    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool13", kernel_shape=[13] * 3,
-                            pads=[6] * 6)
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    model = helper.make_model(helper.make_graph([node], "p3d", [x], [y]), ir_version=10,
+    # A float16 pool beside it: a core of every element type (one of a single type is
+    # smaller and would hold four).
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="pool13", kernel_shape=[13] * 3,
+                              pads=[6] * 6),
+             helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("MaxPool", ["h"], ["z"], name="pool13h", kernel_shape=[13] * 3,
+                              pads=[6] * 6)]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.UNDEFINED, None)
+               for name in ("y", "z")]
+    model = helper.make_model(helper.make_graph(nodes, "p3d", [x], outputs), ir_version=10,
                               opset_imports=[helper.make_opsetid("", 13)])
     choice = choose_core("nitefury", [("p3d", model)])
+    assert "dtype" not in choice.core
     assert choice.core["window_lanes"] == choice.identity.window_lanes == 2
     assert choice.fits() and "window_lanes=2" in choice.markdown()
     target = TARGETS["nitefury"]
     assert estimate_cells(target.family, dict(choice.parameters, window_lanes=4),
                           target.link_word) > choice.capacity
     assert [(n.route, n.why) for n in choice.nodes] == [
-        ("MAX_POOL", "the windowed pooling unit: within its capacities")]
+        ("MAX_POOL", "the windowed pooling unit: within its capacities")] * 2
 
 
 def test_what_no_unit_takes_and_what_is_beyond_the_unit():
@@ -296,7 +303,7 @@ def test_the_cli_dry_run_prints_the_choice_and_builds_nothing(tmp_path):
     status, out, err = _cli("build", "ulx3s", "--model", SQUEEZENET, "--plan-only",
                             "--out", str(tmp_path / "out"))
     assert (status, err) == (0, "")
-    assert out.startswith("Core for ulx3s: units reduce, window; window_lanes=1, "
+    assert out.startswith("Core for ulx3s: units reduce, window; dtype=float32, window_lanes=1, "
                           "window_extent=3, window_extent_outer=1, window_columns=64")
     assert "Estimated logic: about " in out and " of 24288 TRELLIS_COMB (" in out
     rows = [line for line in out.splitlines() if line.startswith(f"| {SQUEEZENET} |")]
@@ -450,3 +457,15 @@ def test_board_alone_gives_the_target_s_bitstream_core():
     options = core_options("verilator", {"board": "arty_a7_35"})
     assert (options["lanes"], options["window_extent"], options["replay_depth"]) == (2, 3, 512)
     assert core_parameters("arty_a7_35")["window_extent"] == 3
+
+
+def test_a_model_of_one_element_type_gets_a_core_of_that_type(tmp_path):
+    """Every node of the SPP block is float32: the core is built for float32 alone, reports it
+    as its one type, and is estimated smaller than the same core serving every type."""
+    path = _save(spp_model(), tmp_path / "spp.onnx")
+    choice = choose_core("ulx3s_85f", [path])
+    assert choice.core["dtype"] == "float32"
+    assert choice.identity.dtypes == {format_of(np.float32).dtype}
+    every_type = dict(choice.parameters, dtype=None)
+    assert choice.estimate < estimate_cells("ecp5", every_type)
+    assert "dtype=float32" in choice.markdown()

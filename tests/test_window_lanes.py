@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.dtypes import DType, format_of
 from maxaccel.contract.pooling import WINDOW_FIELDS, decode_window_reply
 from maxaccel.contract.wire import WINDOW_INDEX_BYTES
 from maxaccel.hdl.window import WindowMaxPool
@@ -56,7 +56,8 @@ def check_window_lanes(dut, x, axes, *, group, indices, stalls):
     outputs = len(values) // group * (1 + index_beats)
 
     def setup(ctx):
-        ctx.set(dut.dtype, fmt.dtype)
+        if "dtype" in dut.signature.members:     # else the unit's static element type
+            ctx.set(dut.dtype, fmt.dtype)
         ctx.set(dut.group, group)
         ctx.set(dut.indices, int(indices))
         for a, given in enumerate(axes):
@@ -142,6 +143,27 @@ def test_the_model_core_s_unit_without_plane_buffers(dtype, group, axes, stalls)
     x = random_values(_rng("model core", str(dtype), len(axes)), np.dtype(dtype),
                       (group,) + tuple(a.size for a in axes), edge_fraction=0.3)
     check_window_lanes(_model_core_unit(), x, axes, group=group, indices=True, stalls=stalls)
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+@pytest.mark.parametrize("axes", [SQUEEZENET, RESNET], ids=["squeezenet", "resnet"])
+def test_a_unit_of_one_element_type(axes, stalls):
+    # The model core's unit built for float32 alone (a core of one dtype): no dtype port, the
+    # same bits and indices, NaN payloads and zero signs included.
+    dut = shared_design(WindowLanes, LANES, 1, max_extent=3, max_extent_outer=1, max_columns=8,
+                        max_plane=1, dtype=DType.FLOAT)
+    assert "dtype" not in dut.signature.members
+    x = random_values(_rng("one type", axes[0].size), np.dtype(np.float32),
+                      (2,) + tuple(a.size for a in axes), edge_fraction=0.4)
+    check_window_lanes(dut, x, axes, group=2, indices=True, stalls=stalls)
+
+
+def test_a_unit_of_one_element_type_takes_a_beat_per_cycle():
+    axes = (axis(6, 3, 2, pads=(1, 1)), axis(8, 3, 2, pads=(1, 1)))
+    x = random_values(_rng("rate", "one type"), np.dtype(np.float32), (8, 6, 8))
+    dut = WindowLanes(LANES, LANES, max_extent=3, max_columns=8, max_plane=16, dtype=DType.FLOAT)
+    run = check_window_lanes(dut, x, axes, group=4, indices=False, stalls=Stalls())
+    assert run.cycles["o"] == WindowMaxPool.SETTLE + 1 + 95 + dut.latency
 
 
 @pytest.mark.parametrize("indices", [False, True])
