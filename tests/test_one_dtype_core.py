@@ -97,4 +97,5 @@ def test_a_session_runs_a_node_of_another_type_on_the_golden_model(device):
     x = random_values(_rng("session"), np.dtype(np.float16), (2, 5), edge_fraction=0.4)
     (y,) = session.run(None, {"x": x})
     assert_bits_equal(y, reference.reduce_max(x, axes=[1], keepdims=False))
+    assert [where for _, op, where in session.placements if op == "ReduceMax"] == ["golden"]
     assert [where for _, op, where in session.last_run if op == "ReduceMax"] == ["golden"]

@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from maxaccel.contract.dtypes import format_of
 from maxaccel.host.offload.one_session import OneSession
 from maxaccel.host.offload.partitions import Partitions
 from maxaccel.host.offload.runtime import Runtime, onnxruntime_refusal, without_spinning
@@ -148,11 +149,11 @@ class OffloadSession:
         wanted |= set(self._output_names)
         self._initializers = {t.name: numpy_helper.to_array(t)
                               for t in plan.model.graph.initializer if t.name in wanted}
-        self.placements = [(name, node.op_type, self._where(step))
-                           for step in plan.steps for name, node in step.nodes]
         self._last = ([], [])    # (last_run, last_steps)
         self._one_last = None   # or, after a one-session run, what OneSession.records takes
         self._calls.device, self._owns_device = _opened(device)
+        self.placements = [(name, node.op_type, self._where(step, plan.types))
+                           for step in plan.steps for name, node in step.nodes]
 
     def _make_executor(self, plan, one_session):
         """The one session, or the partitions (with :attr:`one_session_refusal` saying why).
@@ -172,10 +173,24 @@ class OffloadSession:
         for text, category in dict.fromkeys((str(w.message), w.category) for w in caught):
             warnings.warn(text, category, stacklevel=3)
 
-    def _where(self, step):
+    def _where(self, step, types):
+        if isinstance(step, DeviceStep):
+            return self._device_where(step, types)
         if self._one is not None:
-            return DEVICE if isinstance(step, DeviceStep) else ONNXRUNTIME
+            return ONNXRUNTIME
         return self._partitions.where(step)
+
+    def _device_where(self, step, types):
+        """Where device step ``step`` runs: the device, or the golden model for an element type
+        (from the model's ``types``) the device does not support."""
+        value = types.get(step.inputs[0])
+        elem_type = value.tensor_type.elem_type if value is not None \
+            and value.HasField("tensor_type") else 0
+        try:
+            dtype = format_of(elem_type).numpy_dtype
+        except TypeError:      # unknown or unsupported: the device's own check says it
+            return DEVICE
+        return self._calls.route(dtype)[1]
 
     @property
     def device(self):
