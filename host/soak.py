@@ -277,6 +277,11 @@ def _kill_a_client_mid_frame(port, rng):
         process.communicate()
 
 
+#: Seconds ``maxaccel serve`` has to stop after SIGTERM at the end of a serve soak; one that
+#: has not is killed and counted, and fails the soak.
+SERVER_STOP_S = 60
+
+
 def _soak_serve(args, figures, rng, started):
     from maxaccel.sim.faults import Faulty
     workdir = tempfile.mkdtemp(prefix="maxaccel-soak-")
@@ -315,7 +320,14 @@ def _soak_serve(args, figures, rng, started):
         if device is not None:
             device.close()
         server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=60)
+        try:
+            server.communicate(timeout=SERVER_STOP_S)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
+            figures.counts["served boards that did not stop on SIGTERM"] += 1
+            _say(f"soak: the served board (pid {server.pid}) had not stopped "
+                 f"{SERVER_STOP_S} s after SIGTERM; killed")
 
 
 def _switch(model, rng, figures):
@@ -479,4 +491,6 @@ def soak(args, out=sys.stdout):
         print(f"{key:<{width}}  {value}", file=out)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
-    return 0 if report["wrong results"] == 0 and report["hangs"] == 0 else 1
+    failed = report["wrong results"] or report["hangs"] \
+        or report.get("served boards that did not stop on SIGTERM")
+    return 1 if failed else 0

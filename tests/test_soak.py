@@ -95,6 +95,18 @@ def test_a_wrong_result_is_counted_and_fails_the_soak(tmp_path, compiled_device,
     assert figures["wrong results"] > 0
 
 
+def test_a_served_board_that_does_not_stop_is_killed_counted_and_fails_the_soak(
+        tmp_path, compiled_device, monkeypatch):
+    """No time to stop after SIGTERM: the soak kills the served board, keeps its figures,
+    counts the board and exits 1."""
+    monkeypatch.setattr(soak_module, "SERVER_STOP_S", 0)
+    status, _, figures = run_soak(tmp_path, "--path", "serve", "--faults", "10",
+                                  "--timeout", "0.2")
+    assert status == 1
+    assert figures["served boards that did not stop on SIGTERM"] == 1
+    check_consistent(figures, 10)
+
+
 @pytest.mark.parametrize("options, message", [
     (["--jobs", "0"], "--jobs must be at least 1, not 0"),
     (["--path", "xdma", "--device", "serial:///dev/null"], "--path xdma puts the injector"),
