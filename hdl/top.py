@@ -86,10 +86,11 @@ class Core(Checked, wiring.Component):
     dtype : str, optional
         One element type for every unit (a name such as ``"float32"``, or anything
         :func:`~maxaccel.contract.dtypes.format_of` takes): the units are built for it alone
-        (about half the reducer's logic, a fifth to a quarter of the others',
+        (about half the reducer's logic, a tenth to a quarter of the others',
         ``docs/library.md``), ``IDENTIFY`` reports it as the only type, and a request of
-        another is ``UNSUPPORTED_DTYPE`` (the host runs those on the golden model). Default
-        None: every type, chosen by each request.
+        another is ``UNSUPPORTED_DTYPE`` (the host's ``Device`` refuses it first, naming the
+        type; ``OffloadSession`` runs such a node on the golden model). Default None: every
+        type, chosen by each request.
 
     Attributes
     ----------

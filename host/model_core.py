@@ -31,7 +31,7 @@ The choice:
   the one the board's capacities give. The windowed unit's lanes are the board's, halved
   while the core's estimate exceeds the board. Lanes, clock and the rest are the board's.
 * When every node has the same element type, the core is built for that type alone (the
-  Core's ``dtype``: about half the reducer's logic, a fifth to a quarter of the other units');
+  Core's ``dtype``: about half the reducer's logic, a tenth to a quarter of the other units');
   a request of another type then runs on the golden model on the host.
 * Every node's route is then the planner's on the chosen core: the unit or ``REDUCE``, with
   its link-bound time (bytes both ways over the link's rate) and why (``capacity`` when the
