@@ -393,7 +393,8 @@ _WINDOW = dict(lanes=1, window_lanes=1, max_extent=3, max_extent_outer=1, max_co
 #: the :class:`~maxaccel.hdl.engine.CommandEngine` of a core with ``lanes`` and ``units``
 #: (its checks and ports follow the units); ``reducer``: the
 #: :class:`~maxaccel.hdl.reduce.RunReducer`; ``window``: the
-#: :class:`~maxaccel.hdl.window_lanes.WindowLanes` (its parameters as it takes them). A core
+#: :class:`~maxaccel.hdl.window_lanes.WindowLanes` (its parameters as it takes them; ``dtype``
+#: by name, the unit of a core of one element type). A core
 #: is about its engine, its units and the UART with its FIFO (a few hundred cells).
 POINTS = (
     [("engine", "ecp5", dict(lanes=2, units=units)) for units in
@@ -401,8 +402,8 @@ POINTS = (
     + [("reducer", "ecp5", dict(lanes=2, reduce_pipeline="deep"))]
     + [("window", "ecp5", dict(_WINDOW, **change)) for change in
        ({}, dict(max_extent=5), dict(max_extent=13), dict(max_columns=128),
-        dict(lanes=2, window_lanes=2))]
-    + [("window", "ice40", _WINDOW)])
+        dict(lanes=2, window_lanes=2), dict(dtype="float32"))]
+    + [("window", "ice40", dict(_WINDOW, **change)) for change in ({}, dict(dtype="float32"))])
 
 
 def point_design(part, parameters):
@@ -412,6 +413,7 @@ def point_design(part, parameters):
     from maxaccel.hdl.routing import POSITION_BITS
     from maxaccel.hdl.top import Core
     from maxaccel.hdl.window_lanes import WindowLanes
+    from maxaccel.contract.dtypes import format_of
 
     if part == "engine":
         signatures, engine = Core.unit_signatures(**parameters, clock_hz=60_000_000)
@@ -420,6 +422,8 @@ def point_design(part, parameters):
         return RunReducer(parameters["lanes"], parameters["reduce_pipeline"],
                           position_bits=POSITION_BITS)
     window = dict(parameters)
+    if window.get("dtype") is not None:     # a core of one element type's unit
+        window["dtype"] = format_of(window["dtype"]).dtype
     return WindowLanes(window.pop("lanes"), window.pop("window_lanes"), **window)
 
 
