@@ -224,13 +224,17 @@ MODEL_REPORTS = "models"
 
 
 def _core_text(report):
-    """A report's core in a few words: its units, and the windowed pooling unit's window lanes,
-    kernel extents (inner / outermost) and output columns (its ``IDENTIFY``)."""
-    units = report["core"]["units"]
-    if "window" not in units:
-        return "+".join(units)
+    """A report's core in a few words: its units, the one element type they serve if built
+    for one, and the windowed pooling unit's window lanes, kernel extents (inner / outermost)
+    and output columns (its ``IDENTIFY``)."""
+    units = "+".join(report["core"]["units"])
+    dtype = report["core"].get("dtype")
+    if dtype is not None:
+        units += f" ({dtype} only)"
+    if "window" not in report["core"]["units"]:
+        return units
     c = report["capacities"]
-    return (f"{'+'.join(units)}: {c['window_lanes']} window lane(s), extent "
+    return (f"{units}: {c['window_lanes']} window lane(s), extent "
             f"{c['window_extent']} / {c['window_extent_outer']}, {c['window_columns']} columns")
 
 
