@@ -22,8 +22,8 @@ SLOW_HELP = (
     "the host corpus and the engine's tests through Amaranth's simulator, the rest of the "
     "compiled board's MaxPool cycle table, an 8-byte compiled link, the compiled board and the "
     "iCEBreaker's netlist of a core chosen for a model, and the Ray Serve example serving "
-    "requests. More than an hour on 2 cores (the ULX3S 85F's place and route alone is "
-    "about 36 min); combine with -k or a file to run a part")
+    "requests. About 1 h 50 min on 2 cores with the models cached (the ULX3S 85F's place "
+    "and route about 67 min of it); combine with -k or a file to run a part")
 
 
 @pytest.fixture(scope="session")
