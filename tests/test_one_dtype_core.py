@@ -17,6 +17,7 @@ from maxaccel.sim.virtual_board import VirtualBoard
 from maxaccel.testing import assert_bits_equal
 
 from onnx_models import single_node_model
+from window_model import _rng
 
 #: A small core of every unit, for float32 alone.
 CORE = dict(lanes=1, window_columns=8, window_plane=16, replay_depth=16, pool_channels=4,
@@ -28,10 +29,6 @@ URL = "sim?" + "&".join(f"{k}={v}" for k, v in CORE.items())
 def device():
     with open_device(URL) as dev:
         yield dev
-
-
-def _rng(*label):
-    return np.random.default_rng(abs(hash(("one dtype",) + label)) % 2**32)
 
 
 def test_the_core_reports_its_one_type():
