@@ -33,6 +33,7 @@ build refits the estimate without touching the formula.
 Imports neither amaranth nor the host: a host plans a core without the toolchain.
 """
 
+import functools
 import math
 
 __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_points", "refit",
@@ -89,12 +90,13 @@ _LIBRARY_UNITS = {"reduce": ("RunReducer", [1]), "reduce_shallow": ("RunReducer"
                   "window": ("WindowMaxPool", None)}
 
 
+@functools.lru_cache(maxsize=None)
 def static_dtype_shares(family, directory=None):
     """``{unit: share}``: the share of each unit's logic (``reduce``, ``reduce_shallow``,
     ``pool``, ``broadcast``, ``window``) a static element type keeps on ``family``, the LUT4s
     of its float32 build over those of its run-time-typed one in ``library_units.json``
     (``python docs/measure_library.py``; default directory
-    :func:`~maxaccel.boards.targets.reports_dir`)."""
+    :func:`~maxaccel.boards.targets.reports_dir`), read once per family and directory."""
     import json
     import pathlib
     from maxaccel.boards.targets import reports_dir
