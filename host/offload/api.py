@@ -7,12 +7,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from maxaccel.contract.dtypes import format_of
 from maxaccel.host.offload.one_session import OneSession
 from maxaccel.host.offload.partitions import Partitions
 from maxaccel.host.offload.runtime import Runtime, onnxruntime_refusal, without_spinning
 from maxaccel.host.offload.specs import ModelMetadata, TensorSpec, read_model
-from maxaccel.host.offload.steps import DEVICE, ONNXRUNTIME, DeviceCalls, schedule
+from maxaccel.host.offload.steps import ONNXRUNTIME, DeviceCalls, schedule
 from maxaccel.host.partition import CpuPartition, DeviceStep, node_name, partition
 
 __all__ = ["OffloadSession"]
@@ -182,15 +181,12 @@ class OffloadSession:
 
     def _device_where(self, step, types):
         """Where device step ``step`` runs: the device, or the golden model for an element type
-        (from the model's ``types``) the device does not support."""
+        (from the model's ``types``; 0 when unknown) the device does not support, as
+        :meth:`~maxaccel.host.offload.steps.DeviceCalls.route` decides at run time."""
         value = types.get(step.inputs[0])
         elem_type = value.tensor_type.elem_type if value is not None \
             and value.HasField("tensor_type") else 0
-        try:
-            dtype = format_of(elem_type).numpy_dtype
-        except TypeError:      # unknown or unsupported: the device's own check says it
-            return DEVICE
-        return self._calls.route(dtype)[1]
+        return self._calls.route(elem_type)[1]
 
     @property
     def device(self):
