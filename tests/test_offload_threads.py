@@ -59,13 +59,13 @@ def pools(options):
     return entry(options, INTRA), entry(options, INTER), entry(options, STOP_SPINNING_AFTER_RUN)
 
 
-#: What the session sets on options that set none: the pools sleep, the one session's through
-#: its device calls, the partitions' between hand-overs.
-POOLS = {True: (NO_SPINNING, NO_SPINNING, None), False: (NO_SPINNING, NO_SPINNING, None)}
+#: What the session sets on options that set none: the partitions' pools sleep between
+#: hand-overs; the one session's pool is left as onnxruntime has it.
+POOLS = {True: (None, None, None), False: (NO_SPINNING, NO_SPINNING, None)}
 
 
 @pytest.mark.parametrize("one_session", [True, False])
-def test_the_callers_options_reach_every_partition_with_pools_that_never_spin_between_runs(
+def test_the_callers_options_reach_every_partition_with_the_pools_as_documented(
         one_session, made):
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 2
@@ -91,7 +91,7 @@ def test_a_spinning_setting_the_caller_made_is_kept(one_session, made):
 
 
 @pytest.mark.parametrize("one_session", [True, False])
-def test_without_options_the_pools_never_spin_between_runs_either(one_session, made):
+def test_without_options_the_pools_are_set_the_same_way(one_session, made):
     session = OffloadSession(mixed_model(), device=reference, one_session=one_session)
     for given in partition_options(made, one_session):
         assert pools(given) == POOLS[one_session]

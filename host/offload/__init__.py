@@ -19,8 +19,9 @@ operators calling the device (:mod:`maxaccel.host.device_ops`): one entry into o
 run, the device steps' inputs read in place. Otherwise each partition is one onnxruntime
 ``InferenceSession``, created once and reused, and :meth:`OffloadSession.run` runs the steps in
 order, values passing between them as the numpy arrays onnxruntime and the device return. Either
-way the sessions get the user's ``SessionOptions`` and providers; their thread pools sleep
-through device calls and between hand-overs (unless the caller lets them spin).
+way the sessions get the user's ``SessionOptions`` and providers; the partitions' thread pools
+sleep between hand-overs (unless the caller lets them spin), the one session's pool does what
+onnxruntime's default does.
 
 Where each node runs (the ``where`` of :attr:`~OffloadSession.placements`):
 
@@ -63,11 +64,11 @@ API), :mod:`~maxaccel.host.offload.steps` (a max-family node as a device call),
 
 from maxaccel.host.offload.api import OffloadSession
 from maxaccel.host.offload.runtime import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RUN,
-                                           spinning_within_runs, without_spinning)
+                                           without_spinning)
 from maxaccel.host.offload.specs import ModelMetadata, StepTiming, TensorSpec, read_model
 from maxaccel.host.offload.steps import DEVICE, GOLDEN, ONNX_REFERENCE, ONNXRUNTIME
 from maxaccel.host.partition import OFFLOADED
 
 __all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
            "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "SPINNING", "NO_SPINNING",
-           "STOP_SPINNING_AFTER_RUN", "without_spinning", "spinning_within_runs"]
+           "STOP_SPINNING_AFTER_RUN", "without_spinning"]

@@ -9,7 +9,7 @@ from onnx import numpy_helper
 
 from maxaccel.host.offload.one_session import OneSession
 from maxaccel.host.offload.partitions import Partitions
-from maxaccel.host.offload.runtime import Runtime, onnxruntime_refusal, without_spinning
+from maxaccel.host.offload.runtime import Runtime, onnxruntime_refusal
 from maxaccel.host.offload.specs import ModelMetadata, TensorSpec, read_model
 from maxaccel.host.offload.steps import ONNXRUNTIME, DeviceCalls, schedule
 from maxaccel.host.partition import CpuPartition, DeviceStep, node_name, partition
@@ -56,16 +56,16 @@ class OffloadSession:
         The model. It must pass ``onnx.checker`` or load in onnxruntime (no stricter check
         than onnxruntime's).
     sess_options : onnxruntime.SessionOptions, optional
-        Used for the one session, or every CPU partition. When the model has device or
-        subgraph steps, entries it does not set are set on it: each of
-        :data:`~maxaccel.host.offload.SPINNING` to
-        :data:`~maxaccel.host.offload.NO_SPINNING` (see
-        :func:`~maxaccel.host.offload.without_spinning`: the pools sleep through device calls
-        and between hand-overs), and for the one session its ``execution_order`` and the
-        device operators' library. Entries already present count as the caller's: sessions
-        sharing one ``SessionOptions`` keep what the first set. For the one session onnxruntime also optimizes the model once with
-        them (its optimized model file, log level and profiling set aside meanwhile and
-        restored), so that pools take its NCHWc tensors (``docs/offload.md``, "One session").
+        Used for the one session, or every CPU partition. Entries it does not set are set on
+        it: for partitions with device or subgraph steps between them, each of
+        :data:`~maxaccel.host.offload.SPINNING` to :data:`~maxaccel.host.offload.NO_SPINNING`
+        (:func:`~maxaccel.host.offload.without_spinning`: their pools sleep between
+        hand-overs); for the one session its ``execution_order`` and the device operators'
+        library (its pool spins or sleeps as onnxruntime's default says). Entries already
+        present count as the caller's: sessions sharing one ``SessionOptions`` keep what the
+        first set. For the one session onnxruntime also optimizes the model once with them
+        (its optimized model file, log level and profiling set aside meanwhile and restored),
+        so that pools take its NCHWc tensors (``docs/offload.md``, "One session").
     providers, provider_options : optional
         onnxruntime execution providers for the CPU partitions (default
         ``["CPUExecutionProvider"]``), as for ``InferenceSession``.

@@ -10,7 +10,7 @@ import numpy as np
 from onnx import TensorProto
 
 from maxaccel.contract.pooling import resolve_max_pool
-from maxaccel.host.offload.runtime import NUMPY_NATIVE, direct_run, nchwc_level, without_spinning
+from maxaccel.host.offload.runtime import NUMPY_NATIVE, direct_run, nchwc_level
 from maxaccel.host.offload.specs import StepTiming
 from maxaccel.host.offload.steps import (DEVICE_STEP, ONNXRUNTIME, max_pool_arguments, prepare,
                                          takes_out)
@@ -104,9 +104,6 @@ class OneSession:
         # so each partition runs between the device steps around it (``last_steps``).
         if options.execution_order == onnxruntime.ExecutionOrder.DEFAULT:
             options.execution_order = onnxruntime.ExecutionOrder.PRIORITY_BASED
-        # A pool spinning through a device call holds a core the wait's wake-up needs (end to
-        # end, default threads: docs/offload.md, "One session").
-        without_spinning(options)
         self.engine, blocks = self._load(runtime, model, blocked, blocks)
         # Each operator's step, whether every input and output of the step has a name (then
         # the operator's arrays are the step's, in order), and the NCHWc block of its tensors.

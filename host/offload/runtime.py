@@ -13,7 +13,7 @@ from onnx import TensorProto
 from maxaccel.host.partition import MAX_IR_VERSION
 
 __all__ = ["SPINNING", "NO_SPINNING", "STOP_SPINNING_AFTER_RUN", "without_spinning",
-           "spinning_within_runs", "Runtime", "direct_run", "onnxruntime_refusal",
+           "Runtime", "direct_run", "onnxruntime_refusal",
            "NUMPY_NATIVE"]
 
 #: Element types whose numpy arrays onnxruntime's Python API takes and returns (not bfloat16,
@@ -79,15 +79,6 @@ def without_spinning(options):
     pool need); an entry the caller set is kept. The caller's object is changed, which
     changes nothing else."""
     return _set_unless_set(options, dict.fromkeys(SPINNING, NO_SPINNING))
-
-
-def spinning_within_runs(options):
-    """``options`` (as for :func:`without_spinning`) with :data:`STOP_SPINNING_AFTER_RUN`
-    set to "1" unless the caller set it: with each entry of :data:`SPINNING` set to "1" by
-    the caller, the pool of a model run as one session spins while a run lasts, device calls
-    included, and stops when the run returns (an opt-in: by default the session's pools sleep,
-    :func:`without_spinning`)."""
-    return _set_unless_set(options, {STOP_SPINNING_AFTER_RUN: "1"})
 
 
 def direct_run(engine):
