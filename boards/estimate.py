@@ -13,6 +13,8 @@ the core's parameters (:func:`features`):
 ``window_tap``            ``window_lanes`` times its taps, ``2 * (window_extent - 1) +
                           (window_extent_outer - 1)`` (each tap of an axis's compare tree and
                           delay line)
+``window_serial``         ``window_lanes`` with ``window_serial_products``: what a lane's
+                          serial products change (fewer cells without multipliers, more with)
 ``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
 ========================  ==================================================================
 
@@ -44,7 +46,7 @@ __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_poi
 #: The terms of the estimate, in order.
 FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_lane", "pool",
             "pool_lane", "broadcast", "broadcast_lane", "window_lane", "window_tap",
-            "link_byte")
+            "window_serial", "link_byte")
 
 #: Cells per feature and family. Where each comes from:
 #:
@@ -61,6 +63,11 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 #:   three units at 2 lanes. The windowed unit's lane and tap: :func:`refit` over the ULX3S
 #:   builds (the 25F's and 85F's own cores and the 25F's core for a model,
 #:   ``docs/boards/models``).
+#: * ``window_serial``: the resource points of the unit (``docs/boards/resource_points.json``,
+#:   one lane of extent 3, outermost 1, every element type) with serial products against
+#:   parallel: on the iCE40 11 194 LUT4s fewer (18 418 to 7 224, the flip-flops about the same);
+#:   on the ECP5 1 290 LUT4s more and 132 ``CCU2C`` fewer (two TRELLIS_COMB each), its 21
+#:   ``MULT18X18D`` left out; on Xilinx the ECP5's, scaled as below.
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
 #:   LUT4s, ``docs/resources.md``, "The lane"). ``base``: the Arty A7-35's build (18 725) less
 #:   its units; the windowed unit's lane and tap and ``link_byte`` (what the NiteFury's 32-byte
@@ -69,13 +76,16 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 COEFFICIENTS = {
     "ice40": dict(base=3617, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
-                  broadcast_lane=2853, window_lane=12057, window_tap=2983, link_byte=0),
+                  broadcast_lane=2853, window_lane=12057, window_tap=2983, window_serial=-11194,
+                  link_byte=0),
     "ecp5": dict(base=6834, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
-                 broadcast_lane=1780, window_lane=3897, window_tap=964, link_byte=0),
+                 broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1026,
+                 link_byte=0),
     "xilinx": dict(base=6335, reduce=539, reduce_lane=406, reduce_shallow=539,
                    reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
-                   broadcast_lane=1560, window_lane=691, window_tap=692, link_byte=810),
+                   broadcast_lane=1560, window_lane=691, window_tap=692, window_serial=899,
+                   link_byte=810),
 }
 
 #: The units a parameter set without ``units`` builds (``hdl/top.py``'s ``UNITS``, the Core's
@@ -146,6 +156,8 @@ def features(core, link_word=1, family=None):
         values["window_lane"] = window_lanes * share["window"]
         values["window_tap"] = window_lanes * share["window"] * window_taps(
             core.get("window_extent", 3), core.get("window_extent_outer"))
+        if core.get("window_serial_products"):
+            values["window_serial"] = window_lanes * share["window"]
     values["link_byte"] = link_word - 1
     return values
 

@@ -402,8 +402,11 @@ POINTS = (
     + [("reducer", "ecp5", dict(lanes=2, reduce_pipeline="deep"))]
     + [("window", "ecp5", dict(_WINDOW, **change)) for change in
        ({}, dict(max_extent=5), dict(max_extent=13), dict(max_columns=128),
-        dict(lanes=2, window_lanes=2), dict(dtype="float32"))]
-    + [("window", "ice40", dict(_WINDOW, **change)) for change in ({}, dict(dtype="float32"))])
+        dict(lanes=2, window_lanes=2), dict(dtype="float32"), dict(serial_products=True),
+        dict(dtype="float32", serial_products=True))]
+    + [("window", "ice40", dict(_WINDOW, **change)) for change in
+       ({}, dict(dtype="float32"), dict(serial_products=True),
+        dict(dtype="float32", serial_products=True))])
 
 
 def point_design(part, parameters):

@@ -65,6 +65,11 @@ class Core(Checked, wiring.Component):
         buffer capacities (:class:`~maxaccel.hdl.window_lanes.WindowLanes`).
     window_extent_outer : int, optional
         Its kernel extent of a 3-D pool's outermost axis; default ``window_extent``.
+    window_serial_products : bool
+        Its configuration products on one shift-and-add multiplier per window lane instead
+        of a multiplier each (:class:`~maxaccel.hdl.window.WindowMaxPool`): for FPGAs without
+        multipliers to spare; a ``MAX_POOL`` request then waits a few hundred cycles more
+        before its data streams.
     clock_hz : int
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional
@@ -128,7 +133,8 @@ class Core(Checked, wiring.Component):
                         reduce_pipeline="deep", max_count=MAX_COUNT, pool_channels=32,
                         window_lanes=None, window_extent=3, window_columns=64,
                         window_plane=1024, window_extent_outer=None, clock_hz=100_000_000,
-                        frame_timeout_cycles=None, units=UNITS, link_bytes=1, dtype=None):
+                        frame_timeout_cycles=None, units=UNITS, link_bytes=1, dtype=None,
+                        window_serial_products=False):
         """The signatures of the units a core with these parameters is built with, by the
         engine's port name (each checks its parameters: ``ValueError``), and the engine's
         other arguments; nothing is built."""
@@ -150,7 +156,8 @@ class Core(Checked, wiring.Component):
             "window": lambda: WindowLanes.Signature(
                 lanes, lanes if window_lanes is None else window_lanes,
                 max_extent=window_extent, max_extent_outer=window_extent_outer,
-                max_columns=window_columns, max_plane=window_plane, dtype=dtype),
+                max_columns=window_columns, max_plane=window_plane, dtype=dtype,
+                serial_products=window_serial_products),
         }
         signatures = {name: make() for name, make in makers.items()
                       if UNIT_NAMES[name] in units}

@@ -22,7 +22,7 @@ index.
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -138,6 +138,9 @@ class AxisPass(wiring.Component):
         Shape of ``config`` (an array of :func:`axis_layout`).
     dim_bits : int
         Width of the configuration fields.
+    reach : Signal, optional
+        ``(out - 1) * stride`` of this axis, computed by the unit (``serial_products`` of
+        :class:`WindowMaxPool`); without it the pass multiplies for itself.
 
     Attributes
     ----------
@@ -162,8 +165,9 @@ class AxisPass(wiring.Component):
         Between images, nothing in flight.
     """
 
-    def __init__(self, axis, inner, extents, depth, config_shape, dim_bits):
+    def __init__(self, axis, inner, extents, depth, config_shape, dim_bits, reach=None):
         self.axis = axis
+        self._reach = reach
         self.inner = tuple(inner)
         self.extents = tuple(extents)
         self.max_extent = self.extents[axis]
@@ -352,7 +356,9 @@ class AxisPass(wiring.Component):
         # take the next image's first steps instead (it treats them as padding) when none of
         # that image's windows ends during it (tail <= first_gap) and that image is longer
         # (tail < size); the counters of the next image after the tail are then constants.
-        reach = register(m, 1, (cfg.out - 1) * cfg.stride, "reach")
+        reach = self._reach
+        if reach is None:
+            reach = register(m, 1, (cfg.out - 1) * cfg.stride, "reach")
         tail_shape = signed(2 * dim_bits + 3)
         tail = Signal(tail_shape)
         m.d.comb += tail.eq(reach + first_gap - size_less)
@@ -520,6 +526,63 @@ def _earliest_max(m, name, enable, at_least, earlier, later=None):
     return winner
 
 
+class _ConfigProducts:
+    """Products of the configuration, each held in a register: ``wide * field``, where
+    ``field`` is at most ``field_bits`` wide.
+
+    Parallel: each product is one multiplier and its register, ready a cycle after its
+    factors. Serial: one shift-and-add multiplier computes them one after another from reset
+    (:meth:`sequence`), in the order they were asked for, so a product may take an earlier one
+    as its ``wide`` factor; each takes :meth:`cycles_each` cycles.
+    """
+
+    def __init__(self, m, serial, field_bits):
+        self.m, self.serial, self.field_bits = m, serial, field_bits
+        self.steps = []
+
+    @staticmethod
+    def cycles_each(field_bits):
+        """Cycles of one serial product: load, a bit of the field a cycle, store."""
+        return field_bits + 2
+
+    def product(self, name, wide, field, width):
+        """A register of ``(wide * field)[:width]``."""
+        if not self.serial:
+            return register(self.m, 1, (wide * field)[:width], name)
+        held = Signal(width, name=name, reset_less=True)
+        self.steps.append((held, Value.cast(wide), Value.cast(field)[:self.field_bits]))
+        return held
+
+    def sequence(self):
+        """The serial multiplier (nothing when parallel); returns the cycles from reset until
+        the last product is stored."""
+        if not self.serial or not self.steps:
+            return 0
+        m, bits = self.m, self.field_bits
+        width = max(len(held) for held, _, _ in self.steps)
+        step = Signal(range(len(self.steps) + 1), name="product_step")
+        phase = Signal(range(bits + 2), name="product_phase")
+        wide = Signal(width, name="product_wide")
+        field = Signal(bits, name="product_field")
+        total = Signal(width, name="product_total")
+        with m.If(step != len(self.steps)):
+            m.d.sync += phase.eq(Mux(phase == bits + 1, 0, phase + 1))
+            with m.If(phase == 0):
+                m.d.sync += [wide.eq(Array(w for _, w, _ in self.steps)[step]),
+                             field.eq(Array(f for _, _, f in self.steps)[step]),
+                             total.eq(0)]
+            with m.Elif(phase <= bits):
+                m.d.sync += [total.eq(total + Mux(field[0], wide, 0)),
+                             wide.eq(wide << 1), field.eq(field >> 1)]
+            with m.Else():
+                with m.Switch(step):
+                    for k, (held, _, _) in enumerate(self.steps):
+                        with m.Case(k):
+                            m.d.sync += held.eq(total)
+                m.d.sync += step.eq(step + 1)
+        return len(self.steps) * self.cycles_each(bits)
+
+
 class WindowMaxPool(Unit):
     """Streaming windowed max pooling of ``N x C`` images with the index of each maximum, a
     64-bit lane of images at a time.
@@ -558,6 +621,12 @@ class WindowMaxPool(Unit):
         Width of the output index: ``prod(size)`` must be below ``2**index_bits``.
     dtype : DType, optional
         A static element type: no ``dtype`` port, and the other formats' logic folds away.
+    serial_products : bool
+        Compute the configuration's products (the index arithmetic's constants and each pass's
+        reach, ``7 * max_rank - 1`` of them) one after another on one shift-and-add multiplier
+        after reset or ``clear``, instead of a multiplier each: a few hundred LUTs instead of
+        thousands where the FPGA has no multipliers to spare (the iCE40 synthesis infers none),
+        for a longer :attr:`settle`.
 
     Ports
     -----
@@ -590,8 +659,9 @@ class WindowMaxPool(Unit):
 
     Latency and throughput
     ----------------------
-    ``i.ready`` is low for the first :attr:`SETTLE` cycles after reset or ``clear`` (the
-    configuration is registered). Then one lane is taken per cycle, except that each pass
+    ``i.ready`` is low for the first :attr:`settle` cycles after reset or ``clear`` (the
+    configuration is registered; :attr:`SETTLE`, or with ``serial_products`` its products are
+    computed as well). Then one lane is taken per cycle, except that each pass
     inserts one cycle per virtual step: per input row ``max(0, end - size + 1)`` for the
     innermost axis, where ``end = (out - 1) * stride - pad + (kernel - 1) * dilation``, and
     per image a row of ``out`` items (``out[2]``, resp. ``out[1] * out[2]``) per virtual step
@@ -619,10 +689,13 @@ class WindowMaxPool(Unit):
     combinationally on ``o.ready``.
     """
 
-    #: Cycles ``i.ready`` stays low after reset or ``clear``. The counters' start values are
-    #: up to three registers deep; the first element reaches the passes two cycles after it is
-    #: taken, when every pass has loaded its counters from them. The tail's constants (four
-    #: deep) are read no earlier than the step after an image's first.
+    #: Cycles ``i.ready`` stays low after reset or ``clear`` (without ``serial_products``). The
+    #: counters' start values are up to three registers deep; the first element reaches the
+    #: passes two cycles after it is taken, when every pass has loaded its counters from them.
+    #: The tail's constants (four deep) are read no earlier than the step after an image's
+    #: first. With ``serial_products`` the products are stored in turn from reset, and what
+    #: depends on the last of them (a pass's tail, two registers on) settles as the
+    #: configuration does without: :attr:`settle` is this plus the products' cycles plus two.
     SETTLE = 2
 
     class Signature(UnitSignature):
@@ -635,10 +708,11 @@ class WindowMaxPool(Unit):
         stall = Stall("i", "o", registered=True)
 
         def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
-                     dim_bits=16, index_bits=32, dtype=None):
+                     dim_bits=16, index_bits=32, dtype=None, serial_products=False):
             dtype = self.check_parameters(
                 max_rank=max_rank, max_extent=max_extent, max_columns=max_columns,
-                max_plane=max_plane, dim_bits=dim_bits, index_bits=index_bits, dtype=dtype)
+                max_plane=max_plane, dim_bits=dim_bits, index_bits=index_bits, dtype=dtype,
+                serial_products=serial_products)
             members = {
                 "i": In(stream.Signature(data.StructLayout({"data": LANE_BITS}))),
                 "o": Out(stream.Signature(data.StructLayout({
@@ -656,11 +730,12 @@ class WindowMaxPool(Unit):
             })
             super().__init__(members, max_rank=max_rank, max_extent=max_extent,
                              max_columns=max_columns, max_plane=max_plane, dim_bits=dim_bits,
-                             index_bits=index_bits, dtype=dtype)
+                             index_bits=index_bits, dtype=dtype,
+                             serial_products=serial_products)
 
         @classmethod
         def check_parameters(cls, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
-                             dim_bits=16, index_bits=32, dtype=None):
+                             dim_bits=16, index_bits=32, dtype=None, serial_products=False):
             """The static element type; ``ValueError`` for a parameter out of range (see
             :class:`WindowMaxPool`) or an unknown ``dtype``."""
             def integer(value, least):
@@ -675,6 +750,9 @@ class WindowMaxPool(Unit):
                                      f"not {value!r}")
             if max_rank > 3:
                 raise ValueError(f"WindowMaxPool: max_rank must be 1, 2 or 3, not {max_rank}")
+            if serial_products not in (False, True):
+                raise ValueError(f"WindowMaxPool: serial_products must be True or False (or 1 "
+                                 f"or 0), not {serial_products!r}")
             extents = (max_extent,) * max_rank if integer(max_extent, 1) else max_extent
             if not (isinstance(extents, (tuple, list)) and len(extents) == max_rank
                     and all(integer(e, 1) for e in extents)):
@@ -683,10 +761,10 @@ class WindowMaxPool(Unit):
             return check_dtype(dtype, "WindowMaxPool")
 
     def __init__(self, *, max_rank=3, max_extent=3, max_columns=64, max_plane=1024,
-                 dim_bits=16, index_bits=32, dtype=None):
+                 dim_bits=16, index_bits=32, dtype=None, serial_products=False):
         super().__init__(max_rank=max_rank, max_extent=max_extent, max_columns=max_columns,
                          max_plane=max_plane, dim_bits=dim_bits, index_bits=index_bits,
-                         dtype=dtype)
+                         dtype=dtype, serial_products=serial_products)
         extents = (max_extent,) * max_rank if isinstance(max_extent, int) else max_extent
         #: Largest kernel extent per axis, entry 0 the outermost.
         self.extents = tuple(extents)
@@ -700,6 +778,10 @@ class WindowMaxPool(Unit):
         self.latency = 3 + sum(_pass_latency(self.extents[axis], self._depths[axis])
                                for axis in range(max_rank))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
+        #: Cycles ``i.ready`` stays low after reset or ``clear`` (:attr:`SETTLE`).
+        self.settle = self.SETTLE
+        if serial_products:
+            self.settle += (7 * max_rank - 1) * _ConfigProducts.cycles_each(dim_bits) + 2
 
     @property
     def limits(self):
@@ -713,14 +795,21 @@ class WindowMaxPool(Unit):
         m = Module()
         rank = self.max_rank
         fmt = decode_format(m, self.dtype)
-        settle = Signal(range(self.SETTLE + 1), init=self.SETTLE)
+        settle = Signal(range(self.settle + 1), init=self.settle)
         with m.If(settle != 0):
             m.d.sync += settle.eq(settle - 1)
+        cfg, bits = self.config, self.index_bits
+        products = _ConfigProducts(m, self.serial_products, self.dim_bits)
+        # Each pass's reach, (out - 1) * stride, from the serial multiplier (else its own).
+        reaches = [products.product(f"pass_reach_{a}", cfg[a].stride, cfg[a].out - 1,
+                                    2 * self.dim_bits) if self.serial_products else None
+                   for a in range(rank)]
 
         passes = []
         for axis in reversed(range(rank)):
             passes.append(AxisPass(axis, range(axis + 1, rank), self.extents,
-                                   self._depths[axis], self.config_shape, self.dim_bits))
+                                   self._depths[axis], self.config_shape, self.dim_bits,
+                                   reach=reaches[axis]))
             m.submodules[f"axis_{axis}"] = passes[-1]
             m.d.comb += [passes[-1].config.eq(self.config), passes[-1].size.eq(fmt.size)]
         for inner, outer in zip(passes, passes[1:]):
@@ -744,16 +833,15 @@ class WindowMaxPool(Unit):
         # and the taps that won: the flat index of the window's last tap, ``base``, less, per
         # axis, the winning tap's steps back times the axis's stride in the flat index. -------
         last = passes[-1].o
-        cfg, bits = self.config, self.index_bits
 
-        def product(name, a, b):
-            return register(m, 1, (a * b)[:bits], name)
+        def product(name, wide, field):
+            return products.product(name, wide, field, bits)
 
         inner = [Const(1, bits)] * rank            # flat-index stride of one step of each axis
         for a in reversed(range(rank - 1)):
             inner[a] = product(f"inner_{a}", inner[a + 1], cfg[a + 1].size)
-        step = [product(f"step_{a}", cfg[a].stride, inner[a]) for a in range(rank)]
-        back = [register(m, 1, (product(f"out_step_{a}", cfg[a].out, step[a]) - step[a])[:bits],
+        step = [product(f"step_{a}", inner[a], cfg[a].stride) for a in range(rank)]
+        back = [register(m, 1, (product(f"out_step_{a}", step[a], cfg[a].out) - step[a])[:bits],
                          f"back_{a}") for a in range(rank)]
         # The base's change when axis a advances and the axes inside it start over.
         delta = [register(m, 1, (step[a] - sum(back[a + 1:], Const(0, bits)))[:bits],
@@ -761,14 +849,19 @@ class WindowMaxPool(Unit):
         # A window's reach back along an axis, registered on its own: a product of a product
         # in one cycle was the ULX3S 85F's critical path (two MULT18X18D and an adder chain).
         # It is as deep as ``inner``'s first product, so ``span`` and ``start`` come no later.
-        reach = [register(m, 1, cfg[a].kernel * cfg[a].dilation - cfg[a].dilation, f"reach_{a}")
-                 for a in range(rank)]
-        span = [product(f"span_{a}", reach[a], inner[a]) for a in range(rank)]
-        padding = [product(f"padding_{a}", cfg[a].pad, inner[a]) for a in range(rank)]
+        if self.serial_products:
+            reach = [products.product(f"reach_{a}", cfg[a].dilation, cfg[a].kernel - 1,
+                                      2 * self.dim_bits) for a in range(rank)]
+        else:
+            reach = [register(m, 1, cfg[a].kernel * cfg[a].dilation - cfg[a].dilation,
+                              f"reach_{a}") for a in range(rank)]
+        span = [product(f"span_{a}", inner[a], reach[a]) for a in range(rank)]
+        padding = [product(f"padding_{a}", inner[a], cfg[a].pad) for a in range(rank)]
         start = register(m, 1, (sum(span, Const(0, bits)) - sum(padding, Const(0, bits)))[:bits],
                          "start")
-        multiples = [[product(f"multiple_{a}_{t}", inner[a], t)
+        multiples = [[register(m, 1, (inner[a] * t)[:bits], f"multiple_{a}_{t}")
                       for t in range(self.extents[a])] for a in range(rank)]
+        assert products.sequence() + self.SETTLE + 2 * self.serial_products == self.settle
         out_less = [register(m, 1, cfg[a].out - 1, f"out_less_{a}") for a in range(rank)]
 
         # Where the next output is: ``fresh`` at an image's first (then ``start`` and the

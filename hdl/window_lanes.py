@@ -29,12 +29,13 @@ __all__ = ["WindowLanes", "WINDOW_DIM_BITS"]
 WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
 
 
-def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane, dtype=None):
+def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane, dtype=None,
+                     serial_products=False):
     """The parameters of each :class:`WindowMaxPool` of a :class:`WindowLanes`."""
     outer = max_extent if max_extent_outer is None else max_extent_outer
     return dict(max_rank=WINDOW_RANK, max_extent=(outer,) + (max_extent,) * (WINDOW_RANK - 1),
                 max_columns=max_columns, max_plane=max_plane, dim_bits=WINDOW_DIM_BITS,
-                index_bits=8 * WINDOW_INDEX_BYTES, dtype=dtype)
+                index_bits=8 * WINDOW_INDEX_BYTES, dtype=dtype, serial_products=serial_products)
 
 
 class _ReplyFIFO(SyncFIFOBuffered):
@@ -82,11 +83,16 @@ class WindowLanes(Unit):
         unit's largest memories: a board sizes it apart.
     dtype : DType, optional
         A static element type: no ``dtype`` port, and the other formats' logic folds away.
+    serial_products : bool
+        The units' configuration products on one shift-and-add multiplier each
+        (:class:`WindowMaxPool`), for a longer :attr:`settle`.
 
     Attributes
     ----------
     latency : int
         :attr:`WindowMaxPool.latency`.
+    settle : int
+        :attr:`WindowMaxPool.settle`: cycles after ``clear`` before the first beat is taken.
     reply_depth : int
         Results the reply FIFO holds with ``indices`` (``max_columns``: a row of outputs).
     limits : dict
@@ -117,8 +123,8 @@ class WindowLanes(Unit):
 
     Latency and throughput
     ----------------------
-    Those of :class:`WindowMaxPool`: a beat per cycle in (after :attr:`WindowMaxPool.SETTLE`
-    cycles from ``clear``), with one bubble per virtual step; per window result an output beat,
+    Those of :class:`WindowMaxPool`: a beat per cycle in (after :attr:`settle` cycles from
+    ``clear``), with one bubble per virtual step; per window result an output beat,
     plus ``ceil(group * 4 / (8 * lanes))`` with ``indices``. Without ``indices`` a result
     leaves as the units give it (:attr:`latency`). With ``indices`` the results queue in a
     reply FIFO of :attr:`reply_depth` results (a row of outputs; the units' values and indices,
@@ -131,16 +137,17 @@ class WindowLanes(Unit):
 
     class Signature(UnitSignature):
         """:class:`WindowLanes`'s signature: ``WindowLanes.Signature(lanes, window_lanes, *,
-        max_extent=3, max_extent_outer=None, max_columns=64, max_plane=1024, dtype=None)``,
+        max_extent=3, max_extent_outer=None, max_columns=64, max_plane=1024, dtype=None,
+        serial_products=False)``,
         its parameters checked (``ValueError``), and their :attr:`limits`; without ``dtype``
         a ``dtype`` port."""
 
         def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                     max_columns=64, max_plane=1024, dtype=None):
+                     max_columns=64, max_plane=1024, dtype=None, serial_products=False):
             dtype = self.check_parameters(lanes, window_lanes, max_extent=max_extent,
                                           max_extent_outer=max_extent_outer,
                                           max_columns=max_columns, max_plane=max_plane,
-                                          dtype=dtype)
+                                          dtype=dtype, serial_products=serial_products)
             beats = stream.Signature(beat_layout(lanes))
             members = {"i": In(beats), "o": Out(beats)}
             if dtype is None:
@@ -155,11 +162,11 @@ class WindowLanes(Unit):
                 "error": Out(1),
             }, lanes=lanes, window_lanes=window_lanes, max_extent=max_extent,
                max_extent_outer=max_extent_outer, max_columns=max_columns, max_plane=max_plane,
-               dtype=dtype)
+               dtype=dtype, serial_products=serial_products)
 
         @classmethod
         def check_parameters(cls, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                             max_columns=64, max_plane=1024, dtype=None):
+                             max_columns=64, max_plane=1024, dtype=None, serial_products=False):
             """``ValueError`` unless ``window_lanes`` is 1 to ``lanes`` and the units'
             capacities and ``dtype`` are valid (:class:`WindowMaxPool`); returns the static
             ``DType`` or None."""
@@ -168,7 +175,7 @@ class WindowLanes(Unit):
                 raise ValueError(f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a "
                                  f"beat of {lanes} lanes), not {window_lanes!r}")
             return WindowMaxPool.Signature.check_parameters(**_unit_parameters(
-                max_extent, max_extent_outer, max_columns, max_plane, dtype))
+                max_extent, max_extent_outer, max_columns, max_plane, dtype, serial_products))
 
         @property
         def limits(self):
@@ -180,16 +187,17 @@ class WindowLanes(Unit):
                     "window_plane": self.max_plane}
 
     def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                 max_columns=64, max_plane=1024, dtype=None):
+                 max_columns=64, max_plane=1024, dtype=None, serial_products=False):
         super().__init__(lanes, window_lanes, max_extent=max_extent,
                          max_extent_outer=max_extent_outer, max_columns=max_columns,
-                         max_plane=max_plane, dtype=dtype)
+                         max_plane=max_plane, dtype=dtype, serial_products=serial_products)
         self.units = [WindowMaxPool(**_unit_parameters(max_extent, max_extent_outer,
                                                        max_columns, max_plane,
-                                                       self.signature.dtype))
+                                                       self.signature.dtype, serial_products))
                       for _ in range(window_lanes)]
         unit = self.units[0]
         self.latency = unit.latency
+        self.settle = unit.settle
         #: Entries of the reply FIFO (results waiting for their indices to be sent): a row of
         #: outputs, the line buffers' ``max_columns``.
         self.reply_depth = unit.max_columns

@@ -83,8 +83,9 @@ UNIT_DEFAULTS = {"window": dict(window_columns=64, window_plane=1024),
 
 
 #: The order in which a chosen core's parameters are given.
-_CORE_ORDER = ("units", "dtype", "window_lanes", "window_extent", "window_extent_outer", "window_columns",
-               "window_plane", "pool_channels", "replay_depth", "max_dims", "max_operands")
+_CORE_ORDER = ("units", "dtype", "window_lanes", "window_extent", "window_extent_outer",
+               "window_columns", "window_plane", "window_serial_products", "pool_channels",
+               "replay_depth", "max_dims", "max_operands")
 
 
 class CoreDoesNotFit(ValueError):
@@ -559,12 +560,22 @@ def choose_core(board=None, models=(), *, base=None):
 
 
 def _window_lanes_held(target, capacity, core, parameters):
-    """``(core, parameters)`` with the windowed unit's lanes the board holds: the board's (one
-    per datapath lane by default), halved while the core's estimate exceeds the board's
-    ``capacity`` (its logic cells) and more than one is left. Fewer window lanes pool fewer
-    bytes a cycle; a core that does not fit with one is refused (:meth:`CoreChoice.check`)."""
+    """``(core, parameters)`` with the windowed unit the board holds. When the core's estimate
+    exceeds the board's ``capacity`` (its logic cells), the unit's configuration products go
+    serial if that takes fewer cells (``window_serial_products``: a few hundred cycles more
+    before each ``MAX_POOL`` request's data; fewer cells where the synthesis has no
+    multipliers, the iCE40's), then its lanes (the board's, one per datapath
+    lane by default) are halved while it still does not fit and more than one is left. Fewer
+    window lanes pool fewer bytes a cycle; a core that does not fit with one is refused
+    (:meth:`CoreChoice.check`)."""
     if capacity is None or "window" not in core["units"]:
         return core, parameters
+    estimate = _estimate(target.family, parameters, target.link_word)
+    serial = dict(parameters, window_serial_products=True)
+    if estimate > capacity and _estimate(target.family, serial, target.link_word) < estimate:
+        parameters = serial
+        core = {name: parameters[name] for name in _CORE_ORDER
+                if name in core or name == "window_serial_products"}
     lanes = parameters.get("window_lanes") or parameters["lanes"]
     while lanes > 1 and _estimate(target.family, parameters, target.link_word) > capacity:
         lanes //= 2
@@ -626,15 +637,18 @@ _FAMILY_ORDER = ("ice40", "ecp5", "xilinx")
 
 def _nearest_board(choice):
     """``(board, estimate, capacity)`` of the nearest other board whose core for the same
-    units and capacities fits (:data:`_FAMILY_ORDER`), or None."""
+    units and capacities fits (:data:`_FAMILY_ORDER`), or None; the windowed unit's products
+    serial or not, whichever that board's estimate finds smaller."""
     family = find_target(choice.board).family
     found = []
+    core = {k: v for k, v in choice.core.items() if k != "window_serial_products"}
     for name, other in TARGETS.items():
         capacity, _ = _capacity(other)
         if name == choice.board or capacity is None:
             continue
-        parameters = {"lanes": other.lanes, **other.core, **choice.core}
-        estimate = _estimate(other.family, parameters, other.link_word)
+        parameters = {"lanes": other.lanes, **other.core, **core}
+        estimate = min(_estimate(other.family, dict(parameters, window_serial_products=serial),
+                                 other.link_word) for serial in (False, True))
         if estimate <= capacity:
             rank = (other.family != family, _FAMILY_ORDER.index(other.family))
             found.append((rank, capacity, name, estimate))
@@ -652,6 +666,7 @@ def choices_markdown(choices):
              "| fill | fits | nodes per route |", "|---|---|---|---|---|---|---|---|"]
     for c in choices:
         extent = (f"{c.parameters['window_extent']} / {c.parameters['window_extent_outer']}"
+                  + (", serial products" if c.parameters.get("window_serial_products") else "")
                   if "window" in c.units else "-")
         routes = {}
         for n in c.nodes:

@@ -31,7 +31,7 @@ CORE_DEFAULTS = dict(lanes=2, replay_depth=64, max_dims=4, max_operands=4, max_c
                      pool_channels=32, window_lanes=None, window_extent=3, window_columns=16,
                      window_plane=64, window_extent_outer=None, clock_hz=1_000_000,
                      frame_timeout_cycles=2000, units=UNITS, link_bytes=1,
-                     reduce_pipeline="deep", dtype=None)
+                     reduce_pipeline="deep", dtype=None, window_serial_products=False)
 
 
 class VirtualBoard:

@@ -109,8 +109,12 @@ def test_a_13x13_spp_on_the_icebreaker_is_refused_before_synthesis(tmp_path):
                               f"needs the windowed pooling unit with window_extent 13; the "
                               f"core would take about {choice.estimate} ICESTORM_LC, the "
                               f"iCE40UP5K-SG48 has 5280")
+    # The iCE40's core computes the window's products serially (fewer cells there); the
+    # ECP5's keeps a multiplier each (fewer cells there).
+    assert choice.core["window_serial_products"]
+    parallel = dict(choice.core, window_serial_products=False)
     assert message.endswith(f"; ulx3s_85f holds it (about "
-                            f"{estimate_cells('ecp5', {'lanes': 2, **choice.core})} of 83640)")
+                            f"{estimate_cells('ecp5', {'lanes': 2, **parallel})} of 83640)")
     assert isinstance(refused.value, ValueError)
 
 
@@ -353,12 +357,14 @@ def test_the_cli_adds_the_table_to_the_build_report(tmp_path, monkeypatch):
 
 
 def _check_board_for_model(url, path, choice):
-    """The board at ``url`` is the chosen core; the model runs on it bit for bit as the golden
-    model, every MaxPool through the route the choice gave it."""
+    """The board at ``url`` is the chosen core (all of ``IDENTIFY`` but the clock and the frame
+    timeout, a virtual board's own); the model runs on it bit for bit as the golden model,
+    every MaxPool through the route the choice gave it."""
     rng = np.random.default_rng(7)
     x = random_values(rng, format_of(np.float32), (1, 2, 6, 6), edge_fraction=0.3)
     with open_device(url, progress=None) as device:
-        assert device.identity == choice.identity
+        assert dataclasses.replace(device.identity, clock_hz=0, frame_timeout_cycles=0) == \
+            dataclasses.replace(choice.identity, clock_hz=0, frame_timeout_cycles=0)
         with OffloadSession(path, device=device) as session:
             outputs = session.run(None, {"x": x})
             assert [where for _, _, where in session.last_run] == ["device"] * 4
@@ -396,6 +402,31 @@ def test_a_virtual_board_for_a_model_on_a_board_s_target(tmp_path):
     # All of IDENTIFY but the clock and the frame timeout, the virtual board's own.
     assert dataclasses.replace(identity, clock_hz=0, frame_timeout_cycles=0) == \
         dataclasses.replace(choice.identity, clock_hz=0, frame_timeout_cycles=0)
+
+
+def test_the_icebreaker_s_core_for_a_model_computes_the_window_s_products_serially(tmp_path):
+    """The iCEBreaker's core for the model would not fit with a multiplier per configuration
+    product, so its windowed unit computes them one after another; on its virtual board the
+    model's nodes give the golden model's bits, each request starting the products over."""
+    path = _save(tiny_model(), tmp_path / "tiny.onnx")
+    choice = choose_core("icebreaker", [path])
+    assert choice.core["window_serial_products"]
+    unserial = dict(choice.parameters, window_serial_products=False)
+    assert choice.estimate < estimate_cells("ice40", unserial)
+    url = f"sim?for={path}&board=icebreaker"
+    _check_board_for_model(url, path, choice)
+    # The indices, whose arithmetic the products are: images of different sizes in turn.
+    with open_device(url, progress=None) as device:
+        for shape in [(1, 2, 6, 6), (2, 1, 5, 7), (1, 1, 4, 3)]:
+            x = random_values(np.random.default_rng(len(shape) + shape[-1]),
+                              format_of(np.float32), shape, edge_fraction=0.4)
+            pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                        return_indices=True)
+            (y, indices), (want, want_indices) = device.max_pool(x, **pool), \
+                reference.max_pool(x, **pool)
+            assert device.last_max_pool_route.name == "MAX_POOL"
+            assert_bits_equal(y, want)
+            np.testing.assert_array_equal(indices, want_indices)
 
 
 def test_several_models_and_bad_model_options(tmp_path):

@@ -84,13 +84,15 @@ def unpack_lanes(received, fmt):
     return reference.from_bits(values.astype(fmt.uint_dtype), fmt), index
 
 
-def check_window_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axis=False):
+def check_window_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axis=False,
+                      serial_products=False):
     """Stream ``x`` through a WindowMaxPool configured with ``axes``, its images packed into
     lanes (:func:`pack_lanes`); compare every element with the oracle.
 
     Unless ``dut`` is given, the unit is built for ``axes``: its line and plane buffers hold
     ``spare`` entries more than the rows need (0: exactly full), its kernel extent is the
-    largest of ``axes`` on every axis, or (``per_axis``) each axis's own.
+    largest of ``axes`` on every axis, or (``per_axis``) each axis's own, its products
+    ``serial_products`` or not.
     ``exact``: with no stalls, assert the edge of every output from :func:`step_edges` (only
     when no outer axis adds virtual steps, or only the next one, overlapped: see below).
     """
@@ -100,7 +102,8 @@ def check_window_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axi
     dut = dut or shared_design(WindowMaxPool, max_rank=rank,
                                max_extent=extents if per_axis else max(extents),
                                max_columns=axes[-1].out + spare,
-        max_plane=int(np.prod([a.out for a in axes[1:]])) + spare)
+        max_plane=int(np.prod([a.out for a in axes[1:]])) + spare,
+        serial_products=serial_products)
     axes = (UNIT,) * (dut.max_rank - rank) + tuple(axes)
     words, images = pack_lanes(x, axes, _rng("filler", x.shape, str(x.dtype)))
     per_lane = 8 // fmt.nbytes
@@ -130,7 +133,7 @@ def check_window_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axi
         # a cycle (its rows of ``out`` items).
         assert all(a.extra == 0 for a in axes[:-2])
         assert all(a.extra == 0 or a.overlaps for a in axes[-2:-1])
-        edge = step_edges(axes, WindowMaxPool.SETTLE)
+        edge = step_edges(axes, dut.settle)
         outer = axes[:-1]
         sizes = [a.size for a in outer]
         rows = int(np.prod(sizes))
@@ -483,9 +486,11 @@ def test_empty_window_flagged():
                  {"empty_window": 1, "config_error": 0, "idle": 1})
 
 
+@pytest.mark.parametrize("serial_products", [False, True], ids=["parallel", "serial"])
 @stall_params
-def test_clear_abandons_partial_image(stalls):
-    dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=4)
+def test_clear_abandons_partial_image(stalls, serial_products):
+    dut = shared_design(WindowMaxPool, max_rank=2, max_extent=3, max_columns=4,
+                        serial_products=serial_products)
     # One output column: the last outputs come one at a time, so idle sees every stage.
     axes = (axis(3, 3, 2, pads=(1, 1)), axis(4, 3, 3))
     x = random_values(_rng("clear"), np.float32, (1, 1, 3, 4), edge_fraction=0.2)
@@ -498,11 +503,11 @@ def test_clear_abandons_partial_image(stalls):
         await ctx.tick()
         ctx.set(dut.clear, 0)
         payloads, idle, last_out = await feed_a_beat_a_cycle(
-            ctx, dut, beats, len(beats) + WindowMaxPool.SETTLE + dut.latency + 10)
+            ctx, dut, beats, len(beats) + dut.settle + dut.latency + 10)
         received = [(int(p.data), int(p.index[0])) for p in payloads]
         # Not idle while the configuration settles; idle until the first element is taken
-        # (at edge SETTLE + 1), then not until the last output is taken.
-        settle = WindowMaxPool.SETTLE
+        # (at edge settle + 1), then not until the last output is taken.
+        settle = dut.settle
         assert idle == ([0] * settle + [1] + [0] * (last_out - settle - 1)
                         + [1] * (len(idle) - last_out))
         got = reference.from_bits(np.array([d & 0xFFFF_FFFF for d, _ in received],
@@ -515,12 +520,27 @@ def test_clear_abandons_partial_image(stalls):
                 setup=configure(dut, np.float32, axes), check=clear_then_pool)
 
 
+def _run_bench_and_check(dut, bench, received, values, indices, dtype):
+    """Run ``bench`` on ``dut`` (it fills ``received`` with ``(data, index)`` of each output,
+    element 0 of the lane) and compare them with the oracle's ``values`` and ``indices``."""
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    fmt = format_of(dtype)
+    assert [index for _, index in received] == list(indices)
+    mask = (1 << fmt.bits) - 1
+    got = reference.from_bits(np.array([d & mask for d, _ in received], dtype=fmt.uint_dtype),
+                              fmt)
+    reference.assert_same_bits(got, values)
+
+
 def test_clear_drops_results_in_flight():
     # A window's result is inside the compare tree (the sink not ready) when ``clear`` comes:
     # the pipeline's valid flags are cleared with it, so after the clear exactly the next
     # image's outputs come out (the flags were once reset-less registers: the stale result
     # then came out first, before the new image's).
-    from amaranth.sim import Simulator
     dut = WindowMaxPool(max_rank=1, max_extent=5)
     axes = (axis(6, 2, 2),)
     x = random_values(_rng("clear in flight"), np.float64, (1, 1, 6), edge_fraction=0.2)
@@ -545,14 +565,7 @@ def test_clear_drops_results_in_flight():
             ctx, dut, [{"data": beat} for beat in beats], len(beats) + dut.latency + 21)
         received.extend((int(p.data), int(p.index[0])) for p in payloads)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert [index for _, index in received] == list(indices)
-    got = reference.from_bits(np.array([d for d, _ in received], dtype=np.uint64),
-                              format_of(np.float64))
-    reference.assert_same_bits(got, values)
+    _run_bench_and_check(dut, bench, received, values, indices, np.float64)
 
 
 def test_parameters():
@@ -600,3 +613,63 @@ def test_random_geometry(seed):
         x = rng.choice(x.reshape(-1)[:3], size=shape)          # few distinct values: ties
     check_window_pool(x, axes, stalls=Stalls(rng.random() * 0.6, rng.random() * 0.6, seed),
                spare=int(rng.integers(0, 3)))
+
+
+# --- serial products ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["resnet-stem", "3d", "1d-k13s1p6", "2d-5x5s1p2",
+                                  "1d-tail-beyond-the-first-gap", "1d-ceil-overlapped"])
+def test_serial_products_give_the_same_outputs_at_the_same_edges_after_a_longer_settle(case):
+    # The configuration's products one after another: every value and index as the oracle's,
+    # every output at the parallel unit's edge plus the longer settle (7 x rank - 1 products of
+    # 18 cycles, and 2 cycles for what follows the last).
+    dtype, images, axes = CYCLE_CASES[case]
+    x = random_values(_rng("serial cycles", case), dtype,
+                      (images, 1) + tuple(a.size for a in axes), edge_fraction=0.3)
+    run = check_window_pool(x, axes, stalls=NO_STALLS, exact=True, serial_products=True)
+    parallel = check_window_pool(x, axes, stalls=NO_STALLS, exact=True)
+    rank = len(axes)
+    settle = WindowMaxPool.SETTLE + (7 * rank - 1) * 18 + 2
+    assert run.arrivals["o"] == [edge + settle - WindowMaxPool.SETTLE
+                                 for edge in parallel.arrivals["o"]]
+
+
+@stall_params
+def test_serial_products_under_stalls(stalls):
+    # Geometries whose products are all different (dilations, pads, strides above the
+    # kernel, several images), edge values, stalls on both sides.
+    rng = _rng("serial stalls", str(stalls))
+    for case in ("2d-dilated", "3d-pads-dilation", "1d-k5-stride-beyond-kernel",
+                 "2d-7x5-dilated-ceil"):
+        dtype, images, axes = GEOMETRY[case]
+        x = random_values(rng, dtype, (images, 2) + tuple(a.size for a in axes),
+                          edge_fraction=0.5)
+        check_window_pool(x, axes, stalls=stalls, serial_products=True,
+                          per_axis=case in PER_AXIS)
+
+
+def test_a_clear_while_the_serial_products_are_computed_starts_them_over():
+    # The products of one configuration half computed, then another configuration and
+    # ``clear`` (as the engine starts a request): the products are the new configuration's.
+    dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=8, serial_products=True)
+    before = (axis(7, 2, 1, dilation=2), axis(8, 3, 3, pads=(2, 1)))
+    axes = (axis(5, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))
+    x = random_values(_rng("clear in products"), np.float32, (1, 1, 5, 6), edge_fraction=0.3)
+    values, indices = oracle(x, axes)
+    beats = [{"data": int(b)} for b in reference.bits_of(x).reshape(-1)]
+    received = []
+
+    async def bench(ctx):
+        configure(dut, np.float32, before)(ctx)
+        await ctx.tick().repeat(dut.settle // 2)
+        assert not ctx.get(dut.i.ready)
+        configure(dut, np.float32, axes)(ctx)
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        payloads, idle, _ = await feed_a_beat_a_cycle(
+            ctx, dut, beats, len(beats) + dut.settle + dut.latency + 10)
+        assert idle[:dut.settle + 1] == [0] * dut.settle + [1]
+        received.extend((int(p.data), int(p.index[0])) for p in payloads)
+
+    _run_bench_and_check(dut, bench, received, values, indices, np.float32)
