@@ -624,9 +624,10 @@ class WindowMaxPool(Unit):
     serial_products : bool
         Compute the configuration's products (the index arithmetic's constants and each pass's
         reach, ``7 * max_rank - 1`` of them) one after another on one shift-and-add multiplier
-        after reset or ``clear``, instead of a multiplier each: a few hundred LUTs instead of
-        thousands where the FPGA has no multipliers to spare (the iCE40 synthesis infers none),
-        for a longer :attr:`settle`.
+        after reset or ``clear``, instead of a multiplier each, for a longer :attr:`settle`:
+        for FPGAs without multipliers to spare (the iCE40's synthesis infers none, so there
+        it saves most of the unit's LUTs; ``docs/boards.md``, "Built for a model", has the
+        figures).
 
     Ports
     -----
