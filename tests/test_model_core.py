@@ -479,6 +479,34 @@ def test_the_icebreaker_netlist_for_a_model(tmp_path):
                            choose_core("icebreaker", [path]))
 
 
+@pytest.mark.slow(reason="synthesising the iCEBreaker's core for SqueezeNet 1.1 and ResNet-18 "
+                         "and compiling its gate-level netlist with Verilator, 3 minutes; their "
+                         "four pools on it, 30 s")
+def test_the_squeezenet_and_resnet18_pools_on_the_icebreaker_netlist_for_them(tmp_path, resnet18):
+    """The iCEBreaker's core for the two networks (float32, the windowed unit with serial
+    products), gate by gate: each of their MaxPools, with its attributes on its input's
+    spatial size (two channels), through MAX_POOL, values and indices as the golden model's."""
+    path = _save(resnet18, tmp_path / "resnet18.onnx")
+    choice = choose_core("icebreaker", [SQUEEZENET, path])
+    assert choice.core["window_serial_products"]
+    pools = {node.name: (model, {a.name: helper.get_attribute_value(a) for a in node.attribute})
+             for model in (SQUEEZENET, path) for node in onnx.load(model).graph.node
+             if node.op_type == "MaxPool"}
+    rng = np.random.default_rng(55)
+    with open_device(f"netlist:icebreaker?for={SQUEEZENET},{path}", progress=None) as device:
+        assert device.identity == choice.identity
+        for n in choice.nodes:
+            model, attributes = pools[n.node]
+            x = random_values(rng, format_of(np.float32), (1, 2) + n.shape[2:],
+                              edge_fraction=0.3)
+            (y, indices), (want, want_indices) = (
+                pool(x, **attributes, return_indices=True)
+                for pool in (device.max_pool, reference.max_pool))
+            assert device.last_max_pool_route.name == n.route == "MAX_POOL"
+            assert_bits_equal(y, want)
+            np.testing.assert_array_equal(indices, want_indices)
+
+
 def test_board_alone_gives_the_target_s_bitstream_core():
     """``board=`` without ``for=``: the target's bitstream's core, the Core's own default for
     what the target leaves to it (the Arty's extent 3, not the compiled board's 13); so is a
