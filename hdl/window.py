@@ -545,10 +545,12 @@ class _ConfigProducts:
         """Cycles of one serial product: load, a bit of the field a cycle, store."""
         return field_bits + 2
 
-    def product(self, name, wide, field, width):
-        """A register of ``(wide * field)[:width]``."""
+    def product(self, name, wide, field, width, field_first=True):
+        """A register of ``(wide * field)[:width]`` (parallel: ``field * wide`` if
+        ``field_first``, the operands in the order the synthesis has always been given)."""
         if not self.serial:
-            return register(self.m, 1, (wide * field)[:width], name)
+            return register(self.m, 1, ((field * wide) if field_first else (wide * field))[:width],
+                            name)
         held = Signal(width, name=name, reset_less=True)
         self.steps.append((held, Value.cast(wide), Value.cast(field)[:self.field_bits]))
         return held
@@ -835,12 +837,12 @@ class WindowMaxPool(Unit):
         # axis, the winning tap's steps back times the axis's stride in the flat index. -------
         last = passes[-1].o
 
-        def product(name, wide, field):
-            return products.product(name, wide, field, bits)
+        def product(name, wide, field, field_first=True):
+            return products.product(name, wide, field, bits, field_first)
 
         inner = [Const(1, bits)] * rank            # flat-index stride of one step of each axis
         for a in reversed(range(rank - 1)):
-            inner[a] = product(f"inner_{a}", inner[a + 1], cfg[a + 1].size)
+            inner[a] = product(f"inner_{a}", inner[a + 1], cfg[a + 1].size, field_first=False)
         step = [product(f"step_{a}", inner[a], cfg[a].stride) for a in range(rank)]
         back = [register(m, 1, (product(f"out_step_{a}", step[a], cfg[a].out) - step[a])[:bits],
                          f"back_{a}") for a in range(rank)]
