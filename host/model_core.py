@@ -28,8 +28,10 @@ The choice:
   beats as a node's pass takes (to a power of two), walking as many outer dimensions; a node
   of more than one pass (operands folded in groups, the output cut in tiles) keeps the
   board's capacities (or the Core's defaults, for a board without the unit), so every pass is
-  the one the board's capacities give. The windowed unit's lanes are the board's, halved
-  while the core's estimate exceeds the board. Lanes, clock and the rest are the board's.
+  the one the board's capacities give. When the core's estimate exceeds the board, the
+  windowed unit computes its configuration's products serially if the estimate says that is
+  smaller (on the iCE40), and its lanes, the board's, are halved while it still does. Lanes,
+  clock and the rest are the board's.
 * When every node has the same element type, the core is built for that type alone (the
   Core's ``dtype``: about half the reducer's logic, a tenth to a quarter of the other units');
   a request of another type then runs on the golden model on the host.
