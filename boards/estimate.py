@@ -14,7 +14,9 @@ the core's parameters (:func:`features`):
                           (window_extent_outer - 1)`` (each tap of an axis's compare tree and
                           delay line)
 ``window_serial``         ``window_lanes`` with ``window_serial_products``: what a lane's
-                          serial products change (fewer cells without multipliers, more with)
+                          serial products change (fewer cells without multipliers, more with;
+                          not scaled by a static element type's share: the index arithmetic
+                          is the same for every type)
 ``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
 ========================  ==================================================================
 
@@ -156,8 +158,8 @@ def features(core, link_word=1, family=None):
         values["window_lane"] = window_lanes * share["window"]
         values["window_tap"] = window_lanes * share["window"] * window_taps(
             core.get("window_extent", 3), core.get("window_extent_outer"))
-        if core.get("window_serial_products"):
-            values["window_serial"] = window_lanes * share["window"]
+        if core.get("window_serial_products"):     # the index arithmetic: any element type
+            values["window_serial"] = window_lanes
     values["link_byte"] = link_word - 1
     return values
 

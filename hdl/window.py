@@ -641,7 +641,9 @@ class WindowMaxPool(Unit):
         Only without the ``dtype`` parameter.
     config : In(ArrayLayout(axis_layout(dim_bits), max_rank))
         Entry 0 is the outermost spatial axis. ``dtype`` and ``config`` are static while an
-        image is in flight: change them only while ``idle`` (or with ``clear``).
+        image is in flight: change them only while ``idle`` (or with ``clear``). With
+        ``serial_products`` a new ``config`` takes a ``clear`` (its products are computed
+        after one).
     clear : In(1)
         Synchronous reset of the unit (not of its line buffers): abandons a partial image.
 
@@ -696,9 +698,10 @@ class WindowMaxPool(Unit):
     #: counters' start values are up to three registers deep; the first element reaches the
     #: passes two cycles after it is taken, when every pass has loaded its counters from them.
     #: The tail's constants (four deep) are read no earlier than the step after an image's
-    #: first. With ``serial_products`` the products are stored in turn from reset, and what
-    #: depends on the last of them (a pass's tail, two registers on) settles as the
-    #: configuration does without: :attr:`settle` is this plus the products' cycles plus two.
+    #: first. With ``serial_products`` the products are stored in turn from reset, the
+    #: passes' reaches first (their tails' constants then settle as they do from the
+    #: configuration); the last feeds only ``start``, a register on, read at an image's first
+    #: output: :attr:`settle` is this plus the products' cycles plus two, a margin.
     SETTLE = 2
 
     class Signature(UnitSignature):
@@ -781,10 +784,13 @@ class WindowMaxPool(Unit):
         self.latency = 3 + sum(_pass_latency(self.extents[axis], self._depths[axis])
                                for axis in range(max_rank))
         self.config_shape = data.ArrayLayout(axis_layout(dim_bits), max_rank)
+        # The serial products' narrow factor: a field, or a window's reach (below the extent).
+        self._field_bits = max(dim_bits, (self.max_extent - 1).bit_length())
         #: Cycles ``i.ready`` stays low after reset or ``clear`` (:attr:`SETTLE`).
         self.settle = self.SETTLE
         if serial_products:
-            self.settle += (7 * max_rank - 1) * _ConfigProducts.cycles_each(dim_bits) + 2
+            self.settle += (7 * max_rank - 1) * _ConfigProducts.cycles_each(
+                self._field_bits) + 2
 
     @property
     def limits(self):
@@ -802,7 +808,7 @@ class WindowMaxPool(Unit):
         with m.If(settle != 0):
             m.d.sync += settle.eq(settle - 1)
         cfg, bits = self.config, self.index_bits
-        products = _ConfigProducts(m, self.serial_products, self.dim_bits)
+        products = _ConfigProducts(m, self.serial_products, self._field_bits)
         # Each pass's reach, (out - 1) * stride, from the serial multiplier (else its own).
         reaches = [products.product(f"pass_reach_{a}", cfg[a].stride, cfg[a].out - 1,
                                     2 * self.dim_bits) if self.serial_products else None
