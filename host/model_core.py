@@ -542,7 +542,7 @@ def choose_core(board=None, models=(), *, base=None):
             for key in unit_keys:
                 parameters.pop(key, None)
     capacity, cell_type = _capacity(target)
-    core, parameters = _window_lanes_held(target, capacity, core, parameters)
+    core, parameters = _window_unit_held(target, capacity, core, parameters)
     identity = core_identity(parameters)
     planner = RoutePlanner(identity, frame_bytes)
     rate = target.link_bytes_per_s if target is not None else None
@@ -561,7 +561,7 @@ def choose_core(board=None, models=(), *, base=None):
                       demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
 
 
-def _window_lanes_held(target, capacity, core, parameters):
+def _window_unit_held(target, capacity, core, parameters):
     """``(core, parameters)`` with the windowed unit the board holds. When the core's estimate
     exceeds the board's ``capacity`` (its logic cells), the unit's configuration products go
     serial if that takes fewer cells (``window_serial_products``: a few hundred cycles more
