@@ -63,12 +63,11 @@ API), :mod:`~maxaccel.host.offload.steps` (a max-family node as a device call),
 """
 
 from maxaccel.host.offload.api import OffloadSession
-from maxaccel.host.offload.runtime import (NO_SPINNING, SPINNING, STOP_SPINNING_AFTER_RUN,
-                                           without_spinning)
+from maxaccel.host.offload.runtime import NO_SPINNING, SPINNING, without_spinning
 from maxaccel.host.offload.specs import ModelMetadata, StepTiming, TensorSpec, read_model
 from maxaccel.host.offload.steps import DEVICE, GOLDEN, ONNX_REFERENCE, ONNXRUNTIME
 from maxaccel.host.partition import OFFLOADED
 
 __all__ = ["OffloadSession", "read_model", "TensorSpec", "ModelMetadata", "StepTiming", "OFFLOADED",
            "DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "SPINNING", "NO_SPINNING",
-           "STOP_SPINNING_AFTER_RUN", "without_spinning"]
+           "without_spinning"]

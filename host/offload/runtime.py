@@ -12,7 +12,7 @@ from onnx import TensorProto
 
 from maxaccel.host.partition import MAX_IR_VERSION
 
-__all__ = ["SPINNING", "NO_SPINNING", "STOP_SPINNING_AFTER_RUN", "without_spinning",
+__all__ = ["SPINNING", "NO_SPINNING", "without_spinning",
            "Runtime", "direct_run", "onnxruntime_refusal",
            "NUMPY_NATIVE"]
 
@@ -27,8 +27,6 @@ NUMPY_NATIVE = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, Tens
 #: value that stops them (onnxruntime's default, "1", lets them spin).
 SPINNING = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 NO_SPINNING = "0"
-#: The session configuration entry that stops the pools' spinning when a run returns.
-STOP_SPINNING_AFTER_RUN = "session.force_spinning_stop"
 
 _OPTIMIZING = threading.Lock()    # Runtime.optimized: one at a time
 
