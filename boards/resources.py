@@ -416,7 +416,6 @@ def point_design(part, parameters):
     from maxaccel.hdl.routing import POSITION_BITS
     from maxaccel.hdl.top import Core
     from maxaccel.hdl.window_lanes import WindowLanes
-    from maxaccel.contract.dtypes import format_of
 
     if part == "engine":
         signatures, engine = Core.unit_signatures(**parameters, clock_hz=60_000_000)
@@ -425,8 +424,6 @@ def point_design(part, parameters):
         return RunReducer(parameters["lanes"], parameters["reduce_pipeline"],
                           position_bits=POSITION_BITS)
     window = dict(parameters)
-    if window.get("dtype") is not None:     # a core of one element type's unit
-        window["dtype"] = format_of(window["dtype"]).dtype
     return WindowLanes(window.pop("lanes"), window.pop("window_lanes"), **window)
 
 

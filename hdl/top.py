@@ -11,7 +11,6 @@ from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Elaboratable,
 from amaranth.lib import fifo, io, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.wire import MAX_COUNT, MAX_STREAMED
 
 from .broadcast import BroadcastMax
@@ -141,11 +140,6 @@ class Core(Checked, wiring.Component):
         if "reduce" not in units or set(units) - set(UNITS):
             raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
                              f"not {units!r}")
-        if dtype is not None:
-            try:
-                dtype = format_of(dtype).dtype
-            except TypeError as error:
-                raise ValueError(f"dtype: {error}") from None
         makers = {
             "reducer": lambda: RunReducer.Signature(lanes, reduce_pipeline,
                                                     position_bits=POSITION_BITS, dtype=dtype),

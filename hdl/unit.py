@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Fragment
 from amaranth.lib import wiring
 
-from maxaccel.contract.dtypes import DType
+from maxaccel.contract.dtypes import format_of
 
 __all__ = ["Checked", "UnitSignature", "Unit", "Stall", "set_aside", "check_lanes",
            "check_dtype"]
@@ -139,12 +139,13 @@ def check_lanes(lanes, name):
 
 def check_dtype(dtype, name):
     """``None`` (the element type chosen at run time, by a ``dtype`` port), or the
-    :class:`~maxaccel.contract.dtypes.DType` of a static element type; ``ValueError`` for
-    anything else (``name`` names the unit)."""
+    :class:`~maxaccel.contract.dtypes.DType` of a static element type, given as anything
+    :func:`~maxaccel.contract.dtypes.format_of` takes (``DType.FLOAT``, ``"float32"``,
+    ``numpy.float32``, the ONNX code 1); ``ValueError`` for anything else (``name`` names the
+    unit)."""
     if dtype is None:
         return None
     try:
-        return DType(dtype)
-    except ValueError:
-        raise ValueError(f"{name}: dtype must be None (chosen at run time) or one of "
-                         f"{', '.join(d.name for d in DType)}, not {dtype!r}") from None
+        return format_of(dtype).dtype
+    except TypeError as error:
+        raise ValueError(f"{name}: dtype: {error} (or None: chosen at run time)") from None

@@ -5,6 +5,7 @@ to warn about: pytest runs with warnings as errors), and a static dtype drops th
 
 import gc
 
+import numpy as np
 import pytest
 
 from maxaccel.contract.dtypes import DType
@@ -42,6 +43,11 @@ def test_the_signature_carries_and_checks_the_parameters(unit_class, args, good,
         unit_class(*args, **bad)
     gc.collect()            # a unit that had been created would warn here
     static = unit_class.Signature(*args, **good, dtype=DType.FLOAT)
+    # The static type by any name numpy and ONNX give it, and a clear refusal of a non-type.
+    assert all(unit_class.Signature(*args, **good, dtype=name) == static
+               for name in ("float32", np.float32, np.dtype("float32"), 1))
+    with pytest.raises(ValueError, match=r"^\w+: dtype: .*'float99'"):
+        unit_class.Signature(*args, **good, dtype="float99")
     if port == "config":
         assert "dtype" in signature.members["config"].shape.members
         assert "dtype" not in static.members["config"].shape.members
