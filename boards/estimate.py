@@ -208,10 +208,15 @@ def estimate_errors(reports, targets, coefficients=None):
 
 
 def report_name(report):
-    """A build report's name in tables: its board, and the models a core for models was
-    chosen for (``docs/boards/models``)."""
+    """A build report's name in tables: its board, the models a core for models was chosen
+    for (``docs/boards/models``) and the one element type of a core built for one:
+    ``"ulx3s (squeezenet1_1, resnet18; float32)"``."""
     models = report.get("models")
-    return report["board"] + (f" ({', '.join(models)})" if models else "")
+    dtype = (report.get("core") or {}).get("dtype")
+    within = [", ".join(models)] if models else []
+    if dtype is not None:
+        within.append(dtype)
+    return report["board"] + (f" ({'; '.join(within)})" if within else "")
 
 
 def refit(points, names, coefficients=None):

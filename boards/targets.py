@@ -249,13 +249,15 @@ def model_report_markdown(reports):
 
 def load_model_reports(directory=None):
     """The reports of :data:`MODEL_REPORTS` in ``directory`` (default :func:`reports_dir`), in
-    :data:`TARGETS` order, then by file name; an empty list if there is none."""
+    :data:`TARGETS` order, a board's cores for every element type before those of one type,
+    then by file name; an empty list if there is none."""
     import json
     import pathlib
     directory = pathlib.Path(reports_dir() if directory is None else directory) / MODEL_REPORTS
     order = {name: k for k, name in enumerate(TARGETS)}
     reports = [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
-    return sorted(reports, key=lambda r: order.get(r["board"], len(order)))
+    return sorted(reports, key=lambda r: (order.get(r["board"], len(order)),
+                                          r["core"].get("dtype") is not None))
 
 
 def reports_dir():

@@ -385,6 +385,7 @@ def _bench_model_pools(args, out):
     writes the table (``docs/boards/model_pools.json`` is this file)."""
     import json
 
+    from maxaccel.boards.estimate import report_name
     from maxaccel.boards.targets import load_model_reports
     from maxaccel.bench import cycles as bench_cycles
 
@@ -399,7 +400,7 @@ def _bench_model_pools(args, out):
         raise _Failure(f"--model-pools: {error}") from None
     model_pools = {}
     for report in reports:
-        name = f"{report['board']} ({', '.join(report['models'])})"
+        name = report_name(report)
         print(f"{name}: {report['clock_mhz']:g} MHz", file=out, flush=True)
         model_pools[name] = bench_cycles.measure_model_pools(
             report, models[tuple(report["models"])],

@@ -228,13 +228,16 @@ def test_ulx3s_bitstream_from_the_pip_installed_toolchain(tmp_path, capsys):
 @pytest.mark.synth
 @pytest.mark.slow(reason="the ULX3S's place and route with the windowed pooling unit takes "
                          "about 15 minutes on a loaded machine")
-def test_ulx3s_bitstream_of_the_model_core_with_the_pooling_unit(tmp_path):
-    """The 25F built with the core of its model report (docs/boards/models: SqueezeNet 1.1 and
-    ResNet-18, the windowed pooling unit of extent 3 in place of the pooling and broadcast
-    units): it fits and meets 60 MHz, with the unit in IDENTIFY."""
+@pytest.mark.parametrize("dtype", [None, "float32"], ids=["every-type", "float32"])
+def test_ulx3s_bitstream_of_the_model_core_with_the_pooling_unit(tmp_path, dtype):
+    """The 25F built with the core of each of its model reports (docs/boards/models:
+    SqueezeNet 1.1 and ResNet-18, the windowed pooling unit of extent 3 in place of the pooling
+    and broadcast units; for every element type, and for float32 alone as ``maxaccel build
+    --model`` chooses): it fits and meets 60 MHz, with the unit in IDENTIFY."""
     from maxaccel.boards.targets import load_model_reports
 
-    (shipped,) = [r for r in load_model_reports() if r["board"] == "ulx3s"]
+    (shipped,) = [r for r in load_model_reports()
+                  if r["board"] == "ulx3s" and r["core"].get("dtype") == dtype]
     core = {k: v for k, v in shipped["core"].items() if k not in ("lanes", "clock_hz")}
     report = build.build("ulx3s", core=core, out_dir=tmp_path, progress=lambda text: None)
     assert report["fmax_mhz"] >= 60 and report["bitstream"] == "maxaccel.bit"

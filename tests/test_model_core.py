@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 
 from maxaccel.bench.models import resnet18_model
 from maxaccel.boards.estimate import (COEFFICIENTS, FEATURES, estimate_cells, estimate_errors,
-                                      refit, report_points)
+                                      refit, report_name, report_points)
 from maxaccel.boards.targets import TARGETS, load_model_reports, load_reports
 from maxaccel.contract.dtypes import format_of
 from maxaccel.host import OffloadSession, cli, open_device
@@ -272,19 +272,32 @@ def test_the_unit_defaults_are_the_core_s():
         assert {k: defaults[k] for k in capacities} == capacities
 
 
+def _fitted_reports():
+    """The build reports the estimate's bases and window terms are fitted to: those of cores
+    for every element type (a core of one type is estimated with the units' own shares)."""
+    return [r for r in load_reports() + load_model_reports()
+            if (r.get("core") or {}).get("dtype") is None]
+
+
 def test_the_estimate_against_every_build_report():
-    """Within 2% of each shipped build's logic cells, the targets' own cores and the cores
-    built for a model (the reports fix the bases and the windowed unit's terms: docs/boards.md
-    "A core for your model" gives the errors)."""
+    """Within 2% of each build it is fitted to (the targets' own cores and the cores built for
+    a model for every element type: docs/boards.md "A core for your model" gives the errors);
+    over, by less than 10%, on each build of a core of one element type, whose units it scales
+    by their own synthesis figures (static_dtype_shares), an independent check."""
     errors = estimate_errors(load_reports() + load_model_reports(), TARGETS)
-    assert set(TARGETS) < set(errors)
-    assert "ulx3s (squeezenet1_1, resnet18)" in errors
+    fitted = {report_name(r) for r in _fitted_reports()}
+    assert set(TARGETS) < fitted
+    assert {"ulx3s (squeezenet1_1, resnet18)",
+            "ulx3s (squeezenet1_1, resnet18; float32)"} < set(errors)
     for board, (estimate, measured, error) in errors.items():
-        assert abs(error) < 0.02, (board, estimate, measured)
+        if board in fitted:
+            assert abs(error) < 0.02, (board, estimate, measured)
+        else:
+            assert 0 <= error < 0.10, (board, estimate, measured)
 
 
 def test_refitting_the_bases_on_the_reports_gives_them_back():
-    points = report_points(load_reports() + load_model_reports(), TARGETS)
+    points = report_points(_fitted_reports(), TARGETS)
     table = refit(points, ["base"])
     for family in ("ice40", "ecp5", "xilinx"):
         assert set(table[family]) == set(FEATURES)
