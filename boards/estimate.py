@@ -67,8 +67,8 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 #:   ``docs/boards/models``).
 #: * ``window_serial``: the resource points of the unit (``docs/boards/resource_points.json``,
 #:   one lane of extent 3, outermost 1, every element type) with serial products against
-#:   parallel: on the iCE40 11 194 LUT4s fewer (18 418 to 7 224, the flip-flops about the same);
-#:   on the ECP5 1 290 LUT4s more and 132 ``CCU2C`` fewer (two TRELLIS_COMB each), its 21
+#:   parallel: on the iCE40 11 197 LUT4s fewer (18 418 to 7 221, the flip-flops about the same);
+#:   on the ECP5 1 277 LUT4s more and 134 ``CCU2C`` fewer (two TRELLIS_COMB each), its 21
 #:   ``MULT18X18D`` left out; on Xilinx the ECP5's, scaled as below.
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
 #:   LUT4s, ``docs/resources.md``, "The lane"). ``base``: the Arty A7-35's build (18 725) less
@@ -78,15 +78,15 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 COEFFICIENTS = {
     "ice40": dict(base=3617, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
-                  broadcast_lane=2853, window_lane=12057, window_tap=2983, window_serial=-11194,
+                  broadcast_lane=2853, window_lane=12057, window_tap=2983, window_serial=-11197,
                   link_byte=0),
     "ecp5": dict(base=6834, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
-                 broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1026,
+                 broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1009,
                  link_byte=0),
     "xilinx": dict(base=6335, reduce=539, reduce_lane=406, reduce_shallow=539,
                    reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
-                   broadcast_lane=1560, window_lane=691, window_tap=692, window_serial=899,
+                   broadcast_lane=1560, window_lane=691, window_tap=692, window_serial=884,
                    link_byte=810),
 }
 

@@ -38,8 +38,9 @@ SATURATED = (1 << 36) - 1
 
 
 class SaturatingMultiplier(Checked, wiring.Component):
-    """``a * b`` for checking lengths: bit-serial, ``digit_bits`` bits of ``b`` a cycle,
-    saturating at ``2**width``.
+    """``a * b``, bit-serial, ``digit_bits`` bits of ``b`` a cycle, saturating at
+    ``2**width``: the command engine's checks of lengths, and the windowed pooling unit's
+    configuration products when it computes them one after another.
 
     Shift and add over the bits of ``b``, least significant first: while bits of ``b`` remain,
     ``p += a * d`` for the next digit ``d`` of ``digit_bits`` bits (an adder per bit of the

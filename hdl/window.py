@@ -30,6 +30,7 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.contract.dtypes import DType
 from maxaccel.contract.pooling import WINDOW_FIELDS
 
+from .checks import SaturatingMultiplier
 from .kit import (Stall, Unit, UnitSignature, check_dtype, decode_format, from_key, register,
                   to_keys)
 from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level,
@@ -531,9 +532,12 @@ class _ConfigProducts:
     ``field`` is at most ``field_bits`` wide.
 
     Parallel: each product is one multiplier and its register, ready a cycle after its
-    factors. Serial: one shift-and-add multiplier computes them one after another from reset
-    (:meth:`sequence`), in the order they were asked for, so a product may take an earlier one
-    as its ``wide`` factor; each takes :meth:`cycles_each` cycles.
+    factors. Serial: the engine checks' bit-serial
+    :class:`~maxaccel.hdl.checks.SaturatingMultiplier` (a bit of the field a cycle) computes
+    them one after another from reset (:meth:`sequence`), in the order they were asked for, so
+    a product may take an earlier one as its ``wide`` factor; each takes :meth:`cycles_each`
+    cycles, however few bits its field has, so the unit's :attr:`~WindowMaxPool.settle` is a
+    constant. A product keeps its low ``width`` bits, as a parallel one does.
     """
 
     def __init__(self, m, serial, field_bits):
@@ -542,7 +546,7 @@ class _ConfigProducts:
 
     @staticmethod
     def cycles_each(field_bits):
-        """Cycles of one serial product: load, a bit of the field a cycle, store."""
+        """Cycles of one serial product: the start, a bit of the field a cycle, the store."""
         return field_bits + 2
 
     def product(self, name, wide, field, width, field_first=True):
@@ -562,25 +566,20 @@ class _ConfigProducts:
             return 0
         m, bits = self.m, self.field_bits
         width = max(len(held) for held, _, _ in self.steps)
+        m.submodules.product_multiplier = multiplier = SaturatingMultiplier(width, digit_bits=1)
         step = Signal(range(len(self.steps) + 1), name="product_step")
         phase = Signal(range(bits + 2), name="product_phase")
-        wide = Signal(width, name="product_wide")
-        field = Signal(bits, name="product_field")
-        total = Signal(width, name="product_total")
         with m.If(step != len(self.steps)):
             m.d.sync += phase.eq(Mux(phase == bits + 1, 0, phase + 1))
             with m.If(phase == 0):
-                m.d.sync += [wide.eq(Array(w for _, w, _ in self.steps)[step]),
-                             field.eq(Array(f for _, _, f in self.steps)[step]),
-                             total.eq(0)]
-            with m.Elif(phase <= bits):
-                m.d.sync += [total.eq(total + Mux(field[0], wide, 0)),
-                             wide.eq(wide << 1), field.eq(field >> 1)]
-            with m.Else():
+                m.d.comb += [multiplier.start.eq(1),
+                             multiplier.a.eq(Array(w for _, w, _ in self.steps)[step]),
+                             multiplier.b.eq(Array(f for _, _, f in self.steps)[step])]
+            with m.Elif(phase == bits + 1):    # the field's bits are all taken: not busy
                 with m.Switch(step):
                     for k, (held, _, _) in enumerate(self.steps):
                         with m.Case(k):
-                            m.d.sync += held.eq(total)
+                            m.d.sync += held.eq(multiplier.product)
                 m.d.sync += step.eq(step + 1)
         return len(self.steps) * self.cycles_each(bits)
 
