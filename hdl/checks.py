@@ -3,22 +3,20 @@
 The rules live in :mod:`maxaccel.contract.wire` (``RULES``) as predicates over a request's
 fields, the quantities they imply and the device's capacities. Here they are mapped onto
 registers: :func:`check_programs` turns each command's products into a program for the
-bit-serial :class:`SaturatingMultiplier`, and :func:`verdict_logic` evaluates the predicates on
+bit-serial :class:`~maxaccel.hdl.kit.SaturatingMultiplier`, and :func:`verdict_logic` evaluates the predicates on
 Amaranth values and picks the first status in ``STATUS_ORDER`` whose rule refuses.
 :class:`RequestChecks` puts them together for the command engine: the request's geometry, the
 programs run step by step, and the verdict.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.wire import STATUS_ORDER, WINDOW_INDEX_BYTES, Status
 
-from .kit import Checked
+from .kit import SaturatingMultiplier
 
-__all__ = ["SATURATED", "SaturatingMultiplier", "RequestChecks", "check_programs",
+__all__ = ["SATURATED", "RequestChecks", "check_programs",
            "verdict_logic"]
 
 
@@ -35,95 +33,6 @@ class _HardwareOps:
 
 #: A saturated quantity of the checks: above every bound a status rule compares one with.
 SATURATED = (1 << 36) - 1
-
-
-class SaturatingMultiplier(Checked, wiring.Component):
-    """``a * b``, bit-serial, ``digit_bits`` bits of ``b`` a cycle, saturating at
-    ``2**width``: the command engine's checks of lengths, and the windowed pooling unit's
-    configuration products when it computes them one after another.
-
-    Shift and add over the bits of ``b``, least significant first: while bits of ``b`` remain,
-    ``p += a * d`` for the next digit ``d`` of ``digit_bits`` bits (an adder per bit of the
-    digit, chained), then ``a`` is shifted past the digit. The unit stops as soon as no bit of
-    ``b`` is left, so small factors (the usual counts) take a few cycles. ``overflow`` is set
-    when the product is ``2**width`` or more; ``a_overflow`` says ``a`` stands for such a
-    value. A product of 0 is exact whatever ``a`` was. Chaining ``product``/``overflow`` into
-    ``a``/``a_overflow`` (they hold until the next ``start``) multiplies any number of factors,
-    saturating.
-
-    Parameters
-    ----------
-    width : int
-        Width of ``a``, ``b`` and ``product``.
-    digit_bits : int
-        Bits of ``b`` a cycle (1 or 2: one adder or two).
-
-    Ports
-    -----
-    start : In(1)
-        Strobe: sample ``a``, ``a_overflow``, ``b`` and begin.
-    a, b : In(width)
-    a_overflow : In(1)
-    product : Out(width), overflow : Out(1)
-        Valid while ``busy`` is low after a ``start``.
-    busy : Out(1)
-
-    Latency
-    -------
-    ``busy`` is high for ``ceil(b.bit_length() / digit_bits)`` cycles from the cycle after
-    ``start`` (0 when ``b`` is 0); a ``start`` may come in the first cycle ``busy`` is low.
-    """
-
-    @classmethod
-    def check_parameters(cls, width=32, digit_bits=2):
-        if digit_bits not in (1, 2):
-            raise ValueError(f"digit_bits must be 1 or 2, not {digit_bits!r}")
-
-    def __init__(self, width=32, digit_bits=2):
-        self.width, self.digit_bits = width, digit_bits
-        super().__init__({
-            "start": In(1),
-            "a": In(width),
-            "a_overflow": In(1),
-            "b": In(width),
-            "product": Out(width),
-            "overflow": Out(1),
-            "busy": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        width, digit = self.width, self.digit_bits
-        multiplicand = Signal(width)
-        multiplicand_overflow = Signal()      # the shifted multiplicand is 2**width or more
-        multiplier = Signal(width)
-        total = Signal(width + digit + 1)
-        # a * 2**j for each set bit j of the digit (not truncated: the total says overflow).
-        terms = [Mux(multiplier[j], multiplicand << j, 0) for j in range(digit)]
-        m.d.comb += [
-            total.eq(sum(terms, self.product)),
-            self.busy.eq(multiplier != 0),
-        ]
-        with m.If(self.busy):
-            m.d.sync += [
-                multiplicand.eq(multiplicand << digit),
-                multiplier.eq(multiplier >> digit),
-                self.product.eq(total[:width]),
-            ]
-            with m.If(multiplicand[width - digit:].any()):
-                m.d.sync += multiplicand_overflow.eq(1)
-            with m.If(total[width:].any()
-                      | (multiplicand_overflow & multiplier[:digit].any())):
-                m.d.sync += self.overflow.eq(1)
-        with m.If(self.start):
-            m.d.sync += [
-                multiplicand.eq(self.a),
-                multiplicand_overflow.eq(self.a_overflow),
-                multiplier.eq(self.b),
-                self.product.eq(0),
-                self.overflow.eq(0),
-            ]
-        return m
 
 
 def product_groups(products):

@@ -9,8 +9,8 @@ gateware agree by construction. Its parts, each in a module of its own:
 * :mod:`~maxaccel.hdl.framing` -- :class:`FrameReceiver`, :class:`FrameTransmitter`;
 * :mod:`~maxaccel.hdl.packing` -- :class:`RowPacker`, :class:`RowUnpacker`;
 * :mod:`~maxaccel.hdl.parameters` -- :class:`ParameterRegister`, the parameter block;
-* :mod:`~maxaccel.hdl.checks` -- :class:`RequestChecks`, the status rules on registers and
-  the :class:`SaturatingMultiplier` that computes their products;
+* :mod:`~maxaccel.hdl.checks` -- :class:`RequestChecks`, the status rules on registers, their
+  products computed by :class:`~maxaccel.hdl.kit.SaturatingMultiplier`;
 * :mod:`~maxaccel.hdl.routing` -- :class:`UnitRouter`, which unit a command's beats go to
   (``ROUTES``), and each unit's adapter (``ADAPTERS``: its configuration from the block, its
   reply beats, when it has settled);

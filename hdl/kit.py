@@ -5,6 +5,8 @@ that :mod:`~maxaccel.hdl.reduce`, :mod:`~maxaccel.hdl.pool`, :mod:`~maxaccel.hdl
 and any new unit build their pipelines the same way:
 
 * structure: :func:`register`, :func:`delay`, :func:`stall_control`;
+* arithmetic: :class:`SaturatingMultiplier` (bit-serial: the command engine's checks of
+  lengths, the windowed unit's serial configuration products);
 * slicing: :func:`~maxaccel.hdl.lane.byte` (re-exported), :func:`lane_of`;
 * key space: :func:`decode_format`, :func:`to_keys`, :func:`key_max`, :func:`from_key`,
   :func:`accumulate_runs` (the two-cycle run accumulator loop);
@@ -22,7 +24,9 @@ keep the *registered* one instead: ``i.ready`` is a register and a skid register
 beat that finds the output full. See ``docs/library.md``.
 """
 
-from amaranth.hdl import EnableInserter, Mux, Signal, Value
+from amaranth.hdl import EnableInserter, Module, Mux, Signal, Value
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import DType
 
@@ -32,7 +36,8 @@ from .lane import (FLOAT_FORMATS, LANE_BITS, LANE_BYTES, FromKey, KeyMax, LaneDe
 
 __all__ = ["Checked", "UnitSignature", "Unit", "Stall", "set_aside", "check_lanes",
            "check_dtype", "decode_format", "stall_control", "register", "key_max", "delay",
-           "to_keys", "byte", "lane_of", "from_key", "accumulate_runs"]
+           "to_keys", "byte", "lane_of", "from_key", "accumulate_runs",
+           "SaturatingMultiplier"]
 
 
 def decode_format(m, dtype, registered=True):
@@ -263,3 +268,92 @@ def accumulate_runs(m, advance, fmt, lanes, valid, last, registered=True, minimu
     with m.If(advance):
         m.d.sync += [closing.eq(head_final), result_valid.eq(closing)]
     return (results, result_valid) + ((found,) if width else ())
+
+
+class SaturatingMultiplier(Checked, wiring.Component):
+    """``a * b``, bit-serial, ``digit_bits`` bits of ``b`` a cycle, saturating at
+    ``2**width``: the command engine's checks of lengths, and the windowed pooling unit's
+    configuration products when it computes them one after another.
+
+    Shift and add over the bits of ``b``, least significant first: while bits of ``b`` remain,
+    ``p += a * d`` for the next digit ``d`` of ``digit_bits`` bits (an adder per bit of the
+    digit, chained), then ``a`` is shifted past the digit. The unit stops as soon as no bit of
+    ``b`` is left, so small factors (the usual counts) take a few cycles. ``overflow`` is set
+    when the product is ``2**width`` or more; ``a_overflow`` says ``a`` stands for such a
+    value. A product of 0 is exact whatever ``a`` was. Chaining ``product``/``overflow`` into
+    ``a``/``a_overflow`` (they hold until the next ``start``) multiplies any number of factors,
+    saturating.
+
+    Parameters
+    ----------
+    width : int
+        Width of ``a``, ``b`` and ``product``.
+    digit_bits : int
+        Bits of ``b`` a cycle (1 or 2: one adder or two).
+
+    Ports
+    -----
+    start : In(1)
+        Strobe: sample ``a``, ``a_overflow``, ``b`` and begin.
+    a, b : In(width)
+    a_overflow : In(1)
+    product : Out(width), overflow : Out(1)
+        Valid while ``busy`` is low after a ``start``.
+    busy : Out(1)
+
+    Latency
+    -------
+    ``busy`` is high for ``ceil(b.bit_length() / digit_bits)`` cycles from the cycle after
+    ``start`` (0 when ``b`` is 0); a ``start`` may come in the first cycle ``busy`` is low.
+    """
+
+    @classmethod
+    def check_parameters(cls, width=32, digit_bits=2):
+        if digit_bits not in (1, 2):
+            raise ValueError(f"digit_bits must be 1 or 2, not {digit_bits!r}")
+
+    def __init__(self, width=32, digit_bits=2):
+        self.width, self.digit_bits = width, digit_bits
+        super().__init__({
+            "start": In(1),
+            "a": In(width),
+            "a_overflow": In(1),
+            "b": In(width),
+            "product": Out(width),
+            "overflow": Out(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width, digit = self.width, self.digit_bits
+        multiplicand = Signal(width)
+        multiplicand_overflow = Signal()      # the shifted multiplicand is 2**width or more
+        multiplier = Signal(width)
+        total = Signal(width + digit + 1)
+        # a * 2**j for each set bit j of the digit (not truncated: the total says overflow).
+        terms = [Mux(multiplier[j], multiplicand << j, 0) for j in range(digit)]
+        m.d.comb += [
+            total.eq(sum(terms, self.product)),
+            self.busy.eq(multiplier != 0),
+        ]
+        with m.If(self.busy):
+            m.d.sync += [
+                multiplicand.eq(multiplicand << digit),
+                multiplier.eq(multiplier >> digit),
+                self.product.eq(total[:width]),
+            ]
+            with m.If(multiplicand[width - digit:].any()):
+                m.d.sync += multiplicand_overflow.eq(1)
+            with m.If(total[width:].any()
+                      | (multiplicand_overflow & multiplier[:digit].any())):
+                m.d.sync += self.overflow.eq(1)
+        with m.If(self.start):
+            m.d.sync += [
+                multiplicand.eq(self.a),
+                multiplicand_overflow.eq(self.a_overflow),
+                multiplier.eq(self.b),
+                self.product.eq(0),
+                self.overflow.eq(0),
+            ]
+        return m

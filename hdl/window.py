@@ -30,9 +30,8 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.contract.dtypes import DType
 from maxaccel.contract.pooling import WINDOW_FIELDS
 
-from .checks import SaturatingMultiplier
-from .kit import (Stall, Unit, UnitSignature, check_dtype, decode_format, from_key, register,
-                  to_keys)
+from .kit import (SaturatingMultiplier, Stall, Unit, UnitSignature, check_dtype, decode_format,
+                  from_key, register, to_keys)
 from .lane import (ELEMENT_SIZES, LANE_BITS, LANE_BYTES, byte, key_compare_level,
                    spans_at_least)
 
@@ -533,7 +532,7 @@ class _ConfigProducts:
 
     Parallel: each product is one multiplier and its register, ready a cycle after its
     factors. Serial: the engine checks' bit-serial
-    :class:`~maxaccel.hdl.checks.SaturatingMultiplier` (a bit of the field a cycle) computes
+    :class:`~maxaccel.hdl.kit.SaturatingMultiplier` (a bit of the field a cycle) computes
     them one after another from reset (:meth:`sequence`), in the order they were asked for, so
     a product may take an earlier one as its ``wide`` factor; each takes :meth:`cycles_each`
     cycles, however few bits its field has, so the unit's :attr:`~WindowMaxPool.settle` is a

@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from maxaccel.hdl.beat import beat_layout
-from maxaccel.hdl.checks import SaturatingMultiplier
+from maxaccel.hdl.kit import SaturatingMultiplier
 from maxaccel.hdl.framing import FrameReceiver
 from maxaccel.hdl.packing import RowPacker, RowUnpacker
 from maxaccel.hdl.linkword import WordSplitter, link_signature
