@@ -63,7 +63,9 @@ carries only the units and capacities the models' max-family nodes need (the win
 unit at the models' kernel extents, say, and no broadcast unit when no Max broadcasts); the
 report gains each node's route on it, its link-bound time and why. A core the board cannot hold
 is refused before any synthesis, naming the node and the nearest board or setting that would
-hold it. --plan-only prints the choice and stops there (no toolchain needed)."""
+hold it, as --core NAME=VALUE where a setting would (a Core parameter the choice then keeps:
+--core window_extent=9, --core units=reduce). --plan-only prints the choice and stops there (no
+toolchain needed)."""
 
 PROGRAM_DESCRIPTION = """\
 Load the bitstream 'maxaccel build' made onto the board, with the programmer its amaranth-boards
@@ -620,14 +622,55 @@ def _toolchain():
     return build
 
 
-def _model_core(args, out):
-    """The core chosen for ``--model`` (printed), refused when the board cannot hold it."""
+#: ``--core`` parameters given by name, and the one given as 0 or 1.
+_TEXT_SETTINGS, _FLAG_SETTINGS = ("dtype", "reduce_pipeline"), ("window_serial_products",)
+
+
+def _core_settings(args):
+    """``{name: value}`` of the ``--core NAME=VALUE`` options: ``units`` a comma-separated
+    list, ``dtype`` and ``reduce_pipeline`` names, ``window_serial_products`` 0 or 1, the
+    others integers; each a parameter a Core has (checked before anything is chosen or
+    built)."""
+    settings = {}
+    for text in args.core or ():
+        name, equals, value = text.partition("=")
+        if not equals or not name or not value:
+            raise _Failure(f"--core {text!r}: give NAME=VALUE, such as window_extent=9")
+        if name == "units":
+            settings[name] = tuple(u for u in value.split(",") if u)
+        elif name in _TEXT_SETTINGS:
+            settings[name] = value
+        elif name in _FLAG_SETTINGS:
+            if value not in ("0", "1"):
+                raise _Failure(f"--core {text!r}: {name} is 0 or 1")
+            settings[name] = value == "1"
+        else:
+            try:
+                settings[name] = int(value)
+            except ValueError:
+                raise _Failure(f"--core {text!r}: {name} is an integer") from None
+    if settings:
+        from maxaccel.boards.build import with_core
+        from maxaccel.boards.targets import target
+        try:
+            with_core(target(args.board), settings)
+        except ValueError as error:
+            raise _Failure(f"--core: {error}") from None
+    return settings
+
+
+def _model_core(args, out, settings):
+    """The core chosen for ``--model`` with the ``--core`` settings (printed), refused when
+    the board cannot hold it."""
     from maxaccel.host.model_core import choose_core
     for path in args.model:
         if not os.path.isfile(path):
             raise _Failure(f"--model {path}: no such file")
     base = {"lanes": args.lanes} if args.lanes is not None else None
-    choice = choose_core(args.board, args.model, base=base)
+    try:
+        choice = choose_core(args.board, args.model, base=base, fixed=settings)
+    except (ValueError, TypeError) as error:      # a value no Core is built with
+        raise _Failure(f"--core: {error}") from None
     print(choice.markdown(), file=out, flush=True)
     return choice.check()
 
@@ -650,7 +693,8 @@ def _build(args, out):
     _check_board(args)
     if args.plan_only and not args.model:
         raise _Failure("--plan-only shows the core chosen for --model: give one or more")
-    choice = _model_core(args, out) if args.model else None
+    settings = _core_settings(args)
+    choice = _model_core(args, out, settings) if args.model else None
     if args.plan_only:
         return 0
     build = _toolchain()
@@ -658,7 +702,7 @@ def _build(args, out):
     try:
         build.build(args.board, lanes=args.lanes, clock_mhz=args.clock, seed=args.seed,
                     out_dir=directory, progress=lambda text: print(text, file=out, flush=True),
-                    core=choice.core if choice else None)
+                    core=choice.core if choice else settings or None)
     except build.BuildError as error:
         raise _Failure(str(error)) from None
     finally:
@@ -836,6 +880,11 @@ def _parser(prog="maxaccel"):
     build.add_argument("--model", action="append", metavar="MODEL.onnx",
                        help="size the core for this ONNX model's max-family nodes (repeat for "
                             "several models)")
+    build.add_argument("--core", action="append", metavar="NAME=VALUE",
+                       help="a Core parameter over the board's core, or over the one chosen "
+                            "for --model, which keeps it (repeatable): window_extent=9 sends "
+                            "larger kernels through REDUCE, units=reduce leaves the other "
+                            "units out")
     build.add_argument("--plan-only", action="store_true",
                        help="print the core chosen for --model and each node's route on it, "
                             "and build nothing")

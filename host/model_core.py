@@ -89,6 +89,10 @@ _CORE_ORDER = ("units", "dtype", "window_lanes", "window_extent", "window_extent
                "window_columns", "window_plane", "window_serial_products", "pool_channels",
                "replay_depth", "max_dims", "max_operands")
 
+#: The windowed pooling unit's parameters: none in a core without the unit.
+_WINDOW_KEYS = ("window_lanes", "window_extent", "window_extent_outer", "window_columns",
+                "window_plane", "window_serial_products")
+
 
 class CoreDoesNotFit(ValueError):
     """The models need more of the board than it holds (the message names the node and the
@@ -516,33 +520,39 @@ def _capacity(target):
     return None, None
 
 
-def choose_core(board=None, models=(), *, base=None):
+def choose_core(board=None, models=(), *, base=None, fixed=None):
     """The core ``board`` (a target of :data:`~maxaccel.boards.targets.TARGETS`; None: a
     virtual board whose own parameters are ``base``) needs for the max-family nodes of
     ``models`` (paths, bytes or ``onnx.ModelProto``s, or ``(label, model)`` pairs), and each
     node's route on it; see the module docstring. ``base``: Core parameters over the
-    target's. Refuses nothing: :meth:`CoreChoice.check` does.
+    target's. ``fixed``: Core parameters the choice takes as they are, over what the nodes
+    need (``maxaccel build --core``): ``{"window_extent": 9}`` sends larger kernels through
+    ``REDUCE``, ``{"units": ("reduce",)}`` every node a unit would have taken. Refuses
+    nothing: :meth:`CoreChoice.check` does.
 
     Returns
     -------
     CoreChoice
     """
     target, base = _base(board, base)
+    fixed = dict(fixed or {})
+    if "units" in fixed:
+        fixed["units"] = tuple(fixed["units"])
     steps = []
     for model in models:
         label, model = model if isinstance(model, tuple) else (None, model)
         steps += model_steps(model, label)
     frame_bytes = _frame_bytes(target)
     needs = _needs(steps, base, frame_bytes)
-    core = _chosen(base, steps, needs)
+    core = dict(_chosen(base, steps, needs), **fixed)
     parameters = {**base, **core}
-    for unit_keys, unit in ((("window_lanes", "window_extent", "window_extent_outer",
-                              "window_columns", "window_plane"), "window"),):
-        if unit not in core["units"]:
-            for key in unit_keys:
-                parameters.pop(key, None)
+    if "window" not in core["units"]:
+        for key in _WINDOW_KEYS:
+            parameters.pop(key, None)
+            core.pop(key, None)
     capacity, cell_type = _capacity(target)
-    core, parameters = _window_unit_held(target, capacity, core, parameters)
+    core, parameters = _window_unit_held(target, capacity, core, parameters, fixed)
+    core = _ordered(core)
     identity = core_identity(parameters)
     planner = RoutePlanner(identity, frame_bytes)
     rate = target.link_bytes_per_s if target is not None else None
@@ -561,35 +571,41 @@ def choose_core(board=None, models=(), *, base=None):
                       demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
 
 
-def _window_unit_held(target, capacity, core, parameters):
+def _window_unit_held(target, capacity, core, parameters, fixed):
     """``(core, parameters)`` with the windowed unit the board holds. When the core's estimate
     exceeds the board's ``capacity`` (its logic cells), the unit's configuration products go
     serial if that takes fewer cells (``window_serial_products``: a few hundred cycles more
     before each ``MAX_POOL`` request's data; fewer cells where the synthesis has no
     multipliers, the iCE40's), then its lanes (the board's, one per datapath
-    lane by default) are halved while it still does not fit and more than one is left. Fewer
-    window lanes pool fewer bytes a cycle; a core that does not fit with one is refused
-    (:meth:`CoreChoice.check`)."""
+    lane by default) are halved while it still does not fit and more than one is left; either
+    only if not ``fixed``. Fewer window lanes pool fewer bytes a cycle; a core that does not
+    fit with one is refused (:meth:`CoreChoice.check`)."""
     if capacity is None or "window" not in core["units"]:
         return core, parameters
     estimate = _estimate(target.family, parameters, target.link_word)
     serial = dict(parameters, window_serial_products=True)
-    if estimate > capacity and _estimate(target.family, serial, target.link_word) < estimate:
+    if estimate > capacity and "window_serial_products" not in fixed \
+            and _estimate(target.family, serial, target.link_word) < estimate:
         parameters = serial
-        core = {name: parameters[name] for name in _CORE_ORDER
-                if name in core or name == "window_serial_products"}
+        core = dict(core, window_serial_products=True)
     lanes = parameters.get("window_lanes") or parameters["lanes"]
-    while lanes > 1 and _estimate(target.family, parameters, target.link_word) > capacity:
+    while lanes > 1 and "window_lanes" not in fixed \
+            and _estimate(target.family, parameters, target.link_word) > capacity:
         lanes //= 2
         parameters = dict(parameters, window_lanes=lanes)
-        core = {name: parameters[name] for name in _CORE_ORDER
-                if name in core or name == "window_lanes"}
+        core = dict(core, window_lanes=lanes)
     return core, parameters
+
+
+def _ordered(core):
+    """``core`` with its parameters in :data:`_CORE_ORDER`, any others after them."""
+    return {**{name: core[name] for name in _CORE_ORDER if name in core}, **core}
 
 
 def _refusal(choice):
     """The message of a choice that does not fit: the node asking for the most, the setting
-    that would hold the rest, and the nearest board that holds it all."""
+    that would hold the rest (as ``maxaccel build --core`` gives it: the ``fixed`` of
+    :func:`choose_core`), and the nearest board that holds it all."""
     target = find_target(choice.board)
     demands = sorted(choice.demands, key=lambda d: max(_kernel_extents(d[0]) or (0,)),
                      reverse=True)
@@ -608,11 +624,12 @@ def _refusal(choice):
                f"{choice.cell_type}, the {target.device} has {choice.capacity}")
     smaller = _largest_extent(choice, target) if culprit and culprit[1] == "window" else None
     if smaller:
-        message += (f" (window_extent {smaller[0]} would take about {smaller[1]}: larger "
-                    f"kernels then go through REDUCE)")
+        message += (f" (with window_extent={smaller[0]} about {smaller[1]}, `--core "
+                    f"window_extent={smaller[0]}`: larger kernels then go through REDUCE)")
     elif culprit is not None and lighter <= choice.capacity:
-        message += (f" (without {_UNIT_TITLES[culprit[1]]} about {lighter}: the nodes it "
-                    f"serves then go through REDUCE)")
+        units = ",".join(without["units"])
+        message += (f" (with units={units} about {lighter}, `--core units={units}`: the nodes "
+                    f"{_UNIT_TITLES[culprit[1]]} would serve then go through REDUCE)")
     nearest = _nearest_board(choice)
     message += (f"; {nearest[0]} holds it (about {nearest[1]} of {nearest[2]})" if nearest
                 else "; no board maxaccel builds for holds it")

@@ -121,9 +121,63 @@ def test_a_13x13_spp_on_the_icebreaker_is_refused_before_synthesis(tmp_path):
 def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
     path = _save(spp_model(), tmp_path / "spp.onnx")
     with pytest.raises(CoreDoesNotFit, match=r"^ulx3s: node 'spp13' .* has 24288 "
-                                             r"\(window_extent 9 would take about \d+: larger "
-                                             r"kernels then go through REDUCE\); ulx3s_85f"):
+                                             r"\(with window_extent=9 about \d+, `--core "
+                                             r"window_extent=9`: larger kernels then go "
+                                             r"through REDUCE\); ulx3s_85f"):
         choose_core("ulx3s", [path]).check()
+
+
+def test_the_setting_a_refusal_names_holds_the_model(tmp_path):
+    """``--core window_extent=9`` (``fixed``), which the ULX3S 25F's refusal of a 13x13 SPP
+    names, gives a core that fits, the 13x13 pool through REDUCE for its capacity and the
+    others through the unit; on the command line too."""
+    path = _save(spp_model(), tmp_path / "spp.onnx")
+    choice = choose_core("ulx3s", [path], fixed={"window_extent": 9})
+    assert choice.fits() and choice.core["window_extent"] == 9
+    assert [(n.node, n.route, n.why) for n in choice.nodes] == [
+        ("spp5", "MAX_POOL", "the windowed pooling unit: within its capacities"),
+        ("spp9", "MAX_POOL", "the windowed pooling unit: within its capacities"),
+        ("spp13", "REDUCE", "capacity: beyond the windowed pooling unit's")]
+    status, out, err = _cli("build", "ulx3s", "--model", path, "--core", "window_extent=9",
+                            "--plan-only")
+    assert (status, err) == (0, "") and "window_extent=9" in out.splitlines()[0]
+    assert f"| {path} | spp13 | MaxPool | 1x8x13x13 float32 | 13x13 | REDUCE |" in out
+
+
+def test_a_core_without_the_unit_the_board_cannot_hold(tmp_path):
+    """The iCEBreaker's refusal of SqueezeNet's windowed unit names ``--core units=reduce``:
+    that core fits, keeps none of the unit's parameters, and every MaxPool goes through
+    REDUCE for want of the unit. A setting the choice would change is kept as given."""
+    with pytest.raises(CoreDoesNotFit, match=r"\(with units=reduce about \d+, `--core "
+                                             r"units=reduce`: the nodes the windowed pooling "
+                                             r"unit would serve then go through REDUCE\)"):
+        choose_core("icebreaker", [SQUEEZENET]).check()
+    choice = choose_core("icebreaker", [SQUEEZENET], fixed={"units": ["reduce"]})
+    assert choice.fits() and choice.units == ("reduce",)
+    assert not any(name.startswith("window") for name in choice.core)
+    assert {(n.route, n.why) for n in choice.nodes} == {
+        ("REDUCE", "unit absent: the windowed pooling unit")}
+    kept = choose_core("icebreaker", [SQUEEZENET], fixed={"window_serial_products": False})
+    assert kept.core["window_serial_products"] is False
+    assert kept.estimate > choose_core("icebreaker", [SQUEEZENET]).estimate
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("window_extent", "--core 'window_extent': give NAME=VALUE, such as window_extent=9"),
+    ("window_extent=x", "--core 'window_extent=x': window_extent is an integer"),
+    ("window_serial_products=2", "--core 'window_serial_products=2': window_serial_products "
+                                 "is 0 or 1"),
+    ("speed=11", "--core: unknown core parameter 'speed'; a Core has dtype, "),
+    ("lanes=4", "--core: core parameter 'lanes' is set by lanes, not by core"),
+    ("units=window", "--core: units must include 'reduce'"),
+    ("window_extent=0", "--core: WindowMaxPool: max_extent must be an integer >= 1"),
+])
+def test_the_cli_refuses_a_bad_core_setting(tmp_path, setting, message):
+    status, out, err = _cli("build", "ulx3s", "--model", SQUEEZENET, "--core", setting,
+                            "--out", str(tmp_path / "out"))
+    assert status == 2 and err.count("\n") == 1
+    assert err.startswith(f"maxaccel build: error: {message}")
+    assert not (tmp_path / "out").exists()
 
 
 def test_routes_and_reasons_of_a_mixed_model(tmp_path):
@@ -354,6 +408,11 @@ def test_the_cli_adds_the_table_to_the_build_report(tmp_path, monkeypatch):
         (out_dir / "report.md").write_text("| board |\n")
         return {}
     monkeypatch.setattr(build_module, "build", fake_build)
+    status, _, err = _cli("build", "ulx3s", "--core", "window_extent=9", "--core",
+                          "window_serial_products=1", "--out", str(tmp_path / "own"))
+    assert (status, err) == (0, "")    # without --model, over the board's own core
+    assert given == {"board": "ulx3s",
+                     "core": {"window_extent": 9, "window_serial_products": True}}
     out = tmp_path / "out"
     status, _, err = _cli("build", "arty_a7_35", "--model", SQUEEZENET, "--out", str(out))
     assert (status, err) == (0, "")
