@@ -257,7 +257,7 @@ def load_model_reports(directory=None):
     order = {name: k for k, name in enumerate(TARGETS)}
     reports = [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
     return sorted(reports, key=lambda r: (order.get(r["board"], len(order)),
-                                          r["core"].get("dtype") is not None))
+                                          (r.get("core") or {}).get("dtype") is not None))
 
 
 def reports_dir():

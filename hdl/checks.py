@@ -3,8 +3,9 @@
 The rules live in :mod:`maxaccel.contract.wire` (``RULES``) as predicates over a request's
 fields, the quantities they imply and the device's capacities. Here they are mapped onto
 registers: :func:`check_programs` turns each command's products into a program for the
-bit-serial :class:`~maxaccel.hdl.kit.SaturatingMultiplier`, and :func:`verdict_logic` evaluates the predicates on
-Amaranth values and picks the first status in ``STATUS_ORDER`` whose rule refuses.
+bit-serial :class:`~maxaccel.hdl.kit.SaturatingMultiplier`, and :func:`verdict_logic`
+evaluates the predicates on Amaranth values and picks the first status in ``STATUS_ORDER``
+whose rule refuses.
 :class:`RequestChecks` puts them together for the command engine: the request's geometry, the
 programs run step by step, and the verdict.
 """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from amaranth.hdl import Fragment
 from amaranth.lib import wiring
 
-from maxaccel.contract.dtypes import format_of
+from maxaccel.contract.dtypes import dtype_of
 
 __all__ = ["Checked", "UnitSignature", "Unit", "Stall", "set_aside", "check_lanes",
            "check_dtype"]
@@ -146,6 +146,6 @@ def check_dtype(dtype, name):
     if dtype is None:
         return None
     try:
-        return format_of(dtype).dtype
+        return dtype_of(dtype)
     except TypeError as error:
         raise ValueError(f"{name}: dtype: {error} (or None: chosen at run time)") from None
