@@ -622,40 +622,40 @@ def _toolchain():
     return build
 
 
-#: ``--core`` parameters given by name, and the one given as 0 or 1.
-_TEXT_SETTINGS, _FLAG_SETTINGS = ("dtype", "reduce_pipeline"), ("window_serial_products",)
-
-
 def _core_settings(args):
-    """``{name: value}`` of the ``--core NAME=VALUE`` options: ``units`` a comma-separated
-    list, ``dtype`` and ``reduce_pipeline`` names, ``window_serial_products`` 0 or 1, the
-    others integers; each a parameter a Core has (checked before anything is chosen or
-    built)."""
+    """``{name: value}`` of the ``--core NAME=VALUE`` options (values as a virtual board's URL
+    options take them, :func:`~maxaccel.host.transport.core_value`), each a parameter a Core
+    has, with a value it takes over the board's core, and none of a unit the ``units`` given
+    leave out: checked before anything is chosen or built."""
+    from maxaccel.host.model_core import absent_unit_settings
+    from maxaccel.host.transport import core_value
     settings = {}
     for text in args.core or ():
         name, equals, value = text.partition("=")
         if not equals or not name or not value:
             raise _Failure(f"--core {text!r}: give NAME=VALUE, such as window_extent=9")
-        if name == "units":
-            settings[name] = tuple(u for u in value.split(",") if u)
-        elif name in _TEXT_SETTINGS:
-            settings[name] = value
-        elif name in _FLAG_SETTINGS:
-            if value not in ("0", "1"):
-                raise _Failure(f"--core {text!r}: {name} is 0 or 1")
-            settings[name] = value == "1"
-        else:
-            try:
-                settings[name] = int(value)
-            except ValueError:
-                raise _Failure(f"--core {text!r}: {name} is an integer") from None
-    if settings:
-        from maxaccel.boards.build import with_core
-        from maxaccel.boards.targets import target
         try:
-            with_core(target(args.board), settings)
+            settings[name] = core_value(name, value)
         except ValueError as error:
-            raise _Failure(f"--core: {error}") from None
+            raise _Failure(f"--core {error}") from None
+    if not settings:
+        return settings
+    if "units" in settings and absent_unit_settings(settings, settings["units"]):
+        (name, unit), *_ = absent_unit_settings(settings, settings["units"])
+        raise _Failure(f"--core {name}={settings[name]}: a parameter of the {unit} unit, which "
+                       f"units={','.join(settings['units'])} leaves out")
+    from maxaccel.boards.build import core_parameters, with_core
+    from maxaccel.boards.targets import core_identity, target
+    try:
+        board = with_core(target(args.board), settings)
+        # With the units whose parameters are given, so that their values are checked too.
+        units = settings.get("units") or tuple(dict.fromkeys(
+            [*board.core.get("units", ("reduce",)),
+             *(unit for _, unit in absent_unit_settings(settings, ()))]))
+        core_identity(dict(core_parameters(board, args.lanes or board.lanes, board.clock_mhz),
+                           units=units))
+    except (ValueError, TypeError) as error:
+        raise _Failure(f"--core: {error}") from None
     return settings
 
 
@@ -667,10 +667,7 @@ def _model_core(args, out, settings):
         if not os.path.isfile(path):
             raise _Failure(f"--model {path}: no such file")
     base = {"lanes": args.lanes} if args.lanes is not None else None
-    try:
-        choice = choose_core(args.board, args.model, base=base, fixed=settings)
-    except (ValueError, TypeError) as error:      # a value no Core is built with
-        raise _Failure(f"--core: {error}") from None
+    choice = choose_core(args.board, args.model, base=base, fixed=settings)
     print(choice.markdown(), file=out, flush=True)
     return choice.check()
 

@@ -69,7 +69,8 @@ from maxaccel.host.reduction import plan_reduction
 from maxaccel.host.transport import XdmaTransport
 
 __all__ = ["CoreChoice", "NodeRoute", "CoreDoesNotFit", "RoutePlanner", "choose_core",
-           "model_steps", "UNIT_OF_ROUTE", "UNIT_DEFAULTS", "choices_markdown"]
+           "model_steps", "UNIT_OF_ROUTE", "UNIT_DEFAULTS", "UNIT_PARAMETERS",
+           "absent_unit_settings", "choices_markdown"]
 
 #: The unit each command runs on (``REDUCE`` on the run reducer every core has).
 UNIT_OF_ROUTE = {Command.MAX_POOL: "window", Command.POOL_CHANNELS_LAST: "pool",
@@ -89,9 +90,17 @@ _CORE_ORDER = ("units", "dtype", "window_lanes", "window_extent", "window_extent
                "window_columns", "window_plane", "window_serial_products", "pool_channels",
                "replay_depth", "max_dims", "max_operands")
 
-#: The windowed pooling unit's parameters: none in a core without the unit.
-_WINDOW_KEYS = ("window_lanes", "window_extent", "window_extent_outer", "window_columns",
-                "window_plane", "window_serial_products")
+#: Each unit's own Core parameters: none in a core without the unit.
+UNIT_PARAMETERS = {"window": ("window_lanes", "window_extent", "window_extent_outer",
+                              *UNIT_DEFAULTS["window"], "window_serial_products"),
+                   "pool": tuple(UNIT_DEFAULTS["pool"]),
+                   "broadcast": tuple(UNIT_DEFAULTS["broadcast"])}
+
+
+def absent_unit_settings(settings, units):
+    """``[(name, unit)]``: the parameters in ``settings`` of a unit ``units`` leaves out."""
+    return [(name, unit) for unit, names in UNIT_PARAMETERS.items() if unit not in units
+            for name in names if name in settings]
 
 
 class CoreDoesNotFit(ValueError):
@@ -471,7 +480,7 @@ def _chosen(base, steps, needs):
     if "broadcast" in units:
         core.update(_broadcast_capacities(dict(UNIT_DEFAULTS["broadcast"], **base),
                                           [p for n, p in needs if n == "broadcast"]))
-    return {name: core[name] for name in _CORE_ORDER if name in core}
+    return core
 
 
 def _broadcast_capacities(base, planned):
@@ -544,12 +553,11 @@ def choose_core(board=None, models=(), *, base=None, fixed=None):
         steps += model_steps(model, label)
     frame_bytes = _frame_bytes(target)
     needs = _needs(steps, base, frame_bytes)
-    core = dict(_chosen(base, steps, needs), **fixed)
+    core = _with_fixed(base, _chosen(base, steps, needs), fixed)
     parameters = {**base, **core}
     if "window" not in core["units"]:
-        for key in _WINDOW_KEYS:
+        for key in UNIT_PARAMETERS["window"]:
             parameters.pop(key, None)
-            core.pop(key, None)
     capacity, cell_type = _capacity(target)
     core, parameters = _window_unit_held(target, capacity, core, parameters, fixed)
     core = _ordered(core)
@@ -569,6 +577,27 @@ def choose_core(board=None, models=(), *, base=None, fixed=None):
         target.family, parameters, target.link_word)
     return CoreChoice(board, core, parameters, identity, nodes, estimate, capacity, cell_type,
                       demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
+
+
+def _with_fixed(base, core, fixed):
+    """The chosen ``core`` with the ``fixed`` parameters over it: a unit they leave out takes
+    its parameters along, a unit they add has the Core's defaults where the board builds none
+    (:data:`UNIT_DEFAULTS`); ``ValueError`` for a parameter of a unit the core leaves out."""
+    units = fixed.get("units", core["units"])
+    absent = absent_unit_settings(fixed, units)
+    if absent:
+        raise ValueError(", ".join(f"{name}={fixed[name]!r}" for name, _ in absent)
+                         + f" set a parameter of {_UNIT_TITLES[absent[0][1]]}, which "
+                         f"units={','.join(units)} leaves out")
+    built = base.get("units", UNIT_OF_ROUTE.values())
+    added = {key: value for unit in units if unit not in core["units"] and unit not in built
+             for key, value in UNIT_DEFAULTS.get(unit, {}).items()}
+    core = {**added, **core, **fixed}
+    for unit, names in UNIT_PARAMETERS.items():
+        if unit not in units:
+            for name in names:
+                core.pop(name, None)
+    return core
 
 
 def _window_unit_held(target, capacity, core, parameters, fixed):
@@ -607,8 +636,8 @@ def _refusal(choice):
     that would hold the rest (as ``maxaccel build --core`` gives it: the ``fixed`` of
     :func:`choose_core`), and the nearest board that holds it all."""
     target = find_target(choice.board)
-    demands = sorted(choice.demands, key=lambda d: max(_kernel_extents(d[0]) or (0,)),
-                     reverse=True)
+    demands = sorted((d for d in choice.demands if d[1] in choice.units),
+                     key=lambda d: max(_kernel_extents(d[0]) or (0,)), reverse=True)
     culprit = demands[0] if demands else None
     without = dict(choice.parameters,
                    units=tuple(u for u in choice.units if culprit is None or u != culprit[1]))
@@ -624,8 +653,10 @@ def _refusal(choice):
                f"{choice.cell_type}, the {target.device} has {choice.capacity}")
     smaller = _largest_extent(choice, target) if culprit and culprit[1] == "window" else None
     if smaller:
-        message += (f" (with window_extent={smaller[0]} about {smaller[1]}, `--core "
-                    f"window_extent={smaller[0]}`: larger kernels then go through REDUCE)")
+        settings = " ".join(f"--core {name}={value}" for name, value in smaller[0].items())
+        given = ", ".join(f"{name}={value}" for name, value in smaller[0].items())
+        message += (f" (with {given} about {smaller[1]}, `{settings}`: larger kernels then go "
+                    f"through REDUCE)")
     elif culprit is not None and lighter <= choice.capacity:
         units = ",".join(without["units"])
         message += (f" (with units={units} about {lighter}, `--core units={units}`: the nodes "
@@ -637,15 +668,17 @@ def _refusal(choice):
 
 
 def _largest_extent(choice, target):
-    """``(extent, estimate)`` of the largest windowed unit's extent below the chosen one
-    (above 1) whose core the board holds, or None."""
+    """``(settings, estimate)`` of the largest windowed unit's extent below the chosen one
+    (above 1) whose core the board holds, or None: ``settings`` are ``window_extent`` and, if
+    the outermost axis's extent is larger, ``window_extent_outer`` too."""
+    outer = choice.parameters["window_extent_outer"]
     for extent in range(choice.parameters["window_extent"] - 1, 1, -1):
-        parameters = dict(choice.parameters, window_extent=extent,
-                          window_extent_outer=min(extent,
-                                                  choice.parameters["window_extent_outer"]))
-        estimate = _estimate(target.family, parameters, target.link_word)
+        settings = dict(window_extent=extent, **({"window_extent_outer": extent}
+                                                 if outer > extent else {}))
+        estimate = _estimate(target.family, dict(choice.parameters, **settings),
+                             target.link_word)
         if estimate <= choice.capacity:
-            return extent, estimate
+            return settings, estimate
     return None
 
 

@@ -53,6 +53,7 @@ import time
 import urllib.parse
 
 from maxaccel.boards.targets import DEFAULT_BAUD, TARGETS
+from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.progress import log
 
 __all__ = ["TransportError", "Transport", "SerialTransport", "XdmaTransport",
@@ -843,22 +844,42 @@ def _open_xdma(parsed, options):
     return XdmaTransport(parsed.path)
 
 
-#: The virtual boards' Core parameters given in a URL by name, not as integers.
-TEXT_OPTIONS = ("dtype",)
+#: The Core parameters given by name, not as integers.
+TEXT_OPTIONS = ("dtype", "reduce_pipeline")
+
+
+def core_value(name, text):
+    """The value of Core parameter ``name`` given as ``text`` (a virtual board's URL option,
+    ``maxaccel build --core``): ``units`` a comma-separated list, ``dtype`` an element type's
+    name (``every``: None, every type), ``reduce_pipeline`` a name, the others integers
+    (``window_serial_products`` 0 or 1); ``ValueError`` naming what it should be."""
+    if name == "units":
+        return tuple(unit for unit in text.split(",") if unit)
+    if name == "dtype":
+        if text == "every":
+            return None
+        try:
+            return format_of(text).numpy_dtype.name
+        except TypeError as error:
+            raise ValueError(f"{name}={text!r}: {error}, or every") from None
+    if name in TEXT_OPTIONS:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} must be an integer") from None
 
 
 def _options(query, url, integer=True):
     options = {}
     for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
-        value = values[-1]
-        if not integer or key in TEXT_OPTIONS:
-            options[key] = value
+        if not integer:
+            options[key] = values[-1]
             continue
         try:
-            options[key] = int(value)
-        except ValueError:
-            raise ValueError(f"option {key}={value!r} of device URL {url!r} must be an "
-                             f"integer") from None
+            options[key] = core_value(key, values[-1])
+        except ValueError as error:
+            raise ValueError(f"option {error} (device URL {url!r})") from None
     return options
 
 
@@ -900,7 +921,8 @@ def _model_options(query, url):
 def core_options(kind, options):
     """A virtual board's options with its ``for=`` and ``board=`` (:data:`MODEL_OPTIONS`)
     replaced by the Core parameters they name: the target's core, or the core chosen for the
-    models (:func:`maxaccel.host.model_core.choose_core`), with the other options over it."""
+    models (:func:`maxaccel.host.model_core.choose_core`, which keeps the Core parameters the
+    options give), with the other options over it."""
     options = dict(options)
     models = options.pop("for", ())
     if kind == "netlist":
@@ -916,14 +938,16 @@ def core_options(kind, options):
     module_name, _ = SimTransport.BOARDS[kind]
     module = importlib.import_module(module_name)
     defaults = getattr(module, "VERILATOR_DEFAULTS", None) or module.CORE_DEFAULTS
+    # The Core parameters the URL gives: the choice keeps them, as maxaccel build --core's.
+    fixed = {name: value for name, value in options.items() if name in defaults}
     if board is None:
-        chosen = choose_core(None, models, base=defaults).parameters
+        chosen = choose_core(None, models, base=defaults, fixed=fixed).parameters
     else:
         # The target's bitstream's core; the virtual board keeps its own clock, frame timeout
         # and link, which are the bench's, not the core's.
         from maxaccel.boards.build import board_core
-        chosen = board_core(TARGETS[board], choose_core(board, models).core if models
-                            else None)
+        chosen = board_core(TARGETS[board], choose_core(board, models, fixed=fixed).core
+                            if models else None)
         chosen = {k: v for k, v in chosen.items()
                   if k not in ("clock_hz", "frame_timeout_cycles", "link_bytes")}
     return {**{k: v for k, v in chosen.items() if k in defaults and defaults[k] != v},

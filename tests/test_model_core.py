@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -162,18 +163,61 @@ def test_a_core_without_the_unit_the_board_cannot_hold(tmp_path):
     assert kept.estimate > choose_core("icebreaker", [SQUEEZENET]).estimate
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("window_extent", "--core 'window_extent': give NAME=VALUE, such as window_extent=9"),
-    ("window_extent=x", "--core 'window_extent=x': window_extent is an integer"),
-    ("window_serial_products=2", "--core 'window_serial_products=2': window_serial_products "
-                                 "is 0 or 1"),
-    ("speed=11", "--core: unknown core parameter 'speed'; a Core has dtype, "),
-    ("lanes=4", "--core: core parameter 'lanes' is set by lanes, not by core"),
-    ("units=window", "--core: units must include 'reduce'"),
-    ("window_extent=0", "--core: WindowMaxPool: max_extent must be an integer >= 1"),
+def test_units_given_in_place_of_those_the_model_needs(tmp_path):
+    """A unit the settings add has the Core's capacities where the board builds none; one
+    they leave out takes its parameters along, and naming one of them is refused; a refusal
+    of the result names no node of a unit it lacks."""
+    pooled = choose_core("icebreaker", [SQUEEZENET], fixed={"units": ("reduce", "pool")})
+    assert pooled.units == ("reduce", "pool")
+    assert pooled.core["pool_channels"] == UNIT_DEFAULTS["pool"]["pool_channels"]
+    assert not any(name.startswith("window") for name in pooled.core)
+    with pytest.raises(CoreDoesNotFit, match=r"^icebreaker: the core \(reduce, pool\); the "
+                                             r"core would take about \d+ ICESTORM_LC"):
+        pooled.check()
+    with pytest.raises(ValueError, match=r"^window_extent=9 set a parameter of the windowed "
+                                         r"pooling unit, which units=reduce leaves out$"):
+        choose_core("icebreaker", [SQUEEZENET],
+                    fixed={"units": ("reduce",), "window_extent": 9})
+
+
+def test_a_refusal_names_the_outermost_extent_when_it_is_larger(tmp_path):
+    """A 13x13x13 pool on the ULX3S 25F: the setting the refusal names lowers the outermost
+    axis's extent too, and that core fits."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16, 16])
+    nodes = [helper.make_node("MaxPool", ["x"], ["y"], name="pool13", kernel_shape=[13] * 3,
+                              pads=[6] * 6)]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = helper.make_model(helper.make_graph(nodes, "p3d", [x], [y]), ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(CoreDoesNotFit) as refused:
+        choose_core("ulx3s", [("p3d", model)]).check()
+    settings = re.search(r"`((?:--core \w+=\d+ ?)+)`", str(refused.value)).group(1).split()
+    fixed = {name: int(value) for name, value in
+             (setting.split("=") for setting in settings if setting != "--core")}
+    assert set(fixed) == {"window_extent", "window_extent_outer"}
+    assert fixed["window_extent"] == fixed["window_extent_outer"] < 13
+    smaller = choose_core("ulx3s", [("p3d", model)], fixed=fixed)
+    assert smaller.fits() and [n.route for n in smaller.nodes] == ["REDUCE"]
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["window_extent"], "--core 'window_extent': give NAME=VALUE, such as window_extent=9"),
+    (["window_extent=x"], "--core window_extent='x' must be an integer"),
+    (["dtype=float99"], "--core dtype='float99': 'float99' is not a dtype; supported: "),
+    (["window_serial_products=2"], "--core: WindowMaxPool: serial_products must be True or "
+                                   "False (or 1 or 0), not 2"),
+    (["speed=11"], "--core: unknown core parameter 'speed'; a Core has dtype, "),
+    (["lanes=4"], "--core: core parameter 'lanes' is set by lanes, not by core"),
+    (["units=window"], "--core: units must include 'reduce'"),
+    (["window_extent=0"], "--core: WindowMaxPool: max_extent must be an integer >= 1"),
+    (["units=reduce", "window_extent=9"], "--core window_extent=9: a parameter of the window "
+                                          "unit, which units=reduce leaves out"),
 ])
-def test_the_cli_refuses_a_bad_core_setting(tmp_path, setting, message):
-    status, out, err = _cli("build", "ulx3s", "--model", SQUEEZENET, "--core", setting,
+def test_the_cli_refuses_a_bad_core_setting(tmp_path, settings, message):
+    """Before anything is chosen or built (the ULX3S 25F's own core has no windowed unit:
+    a window parameter's value is checked all the same)."""
+    status, out, err = _cli("build", "ulx3s", "--model", SQUEEZENET,
+                            *(word for setting in settings for word in ("--core", setting)),
                             "--out", str(tmp_path / "out"))
     assert status == 2 and err.count("\n") == 1
     assert err.startswith(f"maxaccel build: error: {message}")
@@ -409,10 +453,12 @@ def test_the_cli_adds_the_table_to_the_build_report(tmp_path, monkeypatch):
         return {}
     monkeypatch.setattr(build_module, "build", fake_build)
     status, _, err = _cli("build", "ulx3s", "--core", "window_extent=9", "--core",
-                          "window_serial_products=1", "--out", str(tmp_path / "own"))
+                          "window_serial_products=1", "--core", "dtype=f4", "--out",
+                          str(tmp_path / "own"))
     assert (status, err) == (0, "")    # without --model, over the board's own core
-    assert given == {"board": "ulx3s",
-                     "core": {"window_extent": 9, "window_serial_products": True}}
+    assert given == {"board": "ulx3s", "core": {"window_extent": 9,
+                                                "window_serial_products": 1,
+                                                "dtype": "float32"}}
     out = tmp_path / "out"
     status, _, err = _cli("build", "arty_a7_35", "--model", SQUEEZENET, "--out", str(out))
     assert (status, err) == (0, "")
