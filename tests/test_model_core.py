@@ -648,3 +648,23 @@ def test_a_model_of_one_element_type_gets_a_core_of_that_type(tmp_path):
     every_type = dict(choice.parameters, dtype=None)
     assert choice.estimate < estimate_cells("ecp5", every_type)
     assert "dtype=float32" in choice.markdown()
+
+
+def test_a_virtual_board_s_core_parameters_are_kept_by_the_choice(tmp_path):
+    """``for=`` with Core parameters in the URL: the choice keeps them, as ``--core`` does
+    (here without the serial products the iCEBreaker's choice would make), and they are
+    read as ``--core`` reads them."""
+    from maxaccel.host.transport import core_options, core_value
+    path = _save(spp_model(), tmp_path / "spp.onnx")
+    options = core_options("sim", {"for": (path,), "board": "ulx3s", "window_extent": 9})
+    assert options["window_extent"] == 9 and options["units"] == ("reduce", "window")
+    serial = core_options("sim", {"for": (SQUEEZENET,), "board": "icebreaker"})
+    assert serial["window_serial_products"] is True
+    kept = core_options("sim", {"for": (SQUEEZENET,), "board": "icebreaker",
+                                "window_serial_products": 0})
+    assert not kept.get("window_serial_products")
+    assert [core_value("dtype", "f4"), core_value("dtype", "every"),
+            core_value("units", "reduce,window,"), core_value("window_extent", "9")] == [
+        "float32", None, ("reduce", "window"), 9]
+    with pytest.raises(ValueError, match=r"^window_extent='nine' must be an integer$"):
+        core_value("window_extent", "nine")
