@@ -627,7 +627,7 @@ def _core_settings(args):
     options take them, :func:`~maxaccel.host.transport.core_value`), each a parameter a Core
     has, with a value it takes over the board's core, and none of a unit the ``units`` given
     leave out: checked before anything is chosen or built."""
-    from maxaccel.host.model_core import absent_unit_settings
+    from maxaccel.host.model_core import absent_unit_settings, check_unit_settings
     from maxaccel.host.transport import core_value
     settings = {}
     for text in args.core or ():
@@ -640,13 +640,11 @@ def _core_settings(args):
             raise _Failure(f"--core {error}") from None
     if not settings:
         return settings
-    if "units" in settings and absent_unit_settings(settings, settings["units"]):
-        (name, unit), *_ = absent_unit_settings(settings, settings["units"])
-        raise _Failure(f"--core {name}={settings[name]}: a parameter of the {unit} unit, which "
-                       f"units={','.join(settings['units'])} leaves out")
     from maxaccel.boards.build import core_parameters, with_core
     from maxaccel.boards.targets import core_identity, target
     try:
+        if "units" in settings:
+            check_unit_settings(settings, settings["units"])
         board = with_core(target(args.board), settings)
         # With the units whose parameters are given, so that their values are checked too.
         units = settings.get("units") or tuple(dict.fromkeys(

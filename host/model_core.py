@@ -70,7 +70,7 @@ from maxaccel.host.transport import XdmaTransport
 
 __all__ = ["CoreChoice", "NodeRoute", "CoreDoesNotFit", "RoutePlanner", "choose_core",
            "model_steps", "UNIT_OF_ROUTE", "UNIT_DEFAULTS", "UNIT_PARAMETERS",
-           "absent_unit_settings", "choices_markdown"]
+           "absent_unit_settings", "check_unit_settings", "choices_markdown"]
 
 #: The unit each command runs on (``REDUCE`` on the run reducer every core has).
 UNIT_OF_ROUTE = {Command.MAX_POOL: "window", Command.POOL_CHANNELS_LAST: "pool",
@@ -101,6 +101,15 @@ def absent_unit_settings(settings, units):
     """``[(name, unit)]``: the parameters in ``settings`` of a unit ``units`` leaves out."""
     return [(name, unit) for unit, names in UNIT_PARAMETERS.items() if unit not in units
             for name in names if name in settings]
+
+
+def check_unit_settings(settings, units):
+    """``ValueError`` naming the parameters in ``settings`` of a unit ``units`` leaves out."""
+    absent = absent_unit_settings(settings, units)
+    if absent:
+        raise ValueError(", ".join(f"{name}={settings[name]!r}" for name, _ in absent)
+                         + f" set a parameter of {_UNIT_TITLES[absent[0][1]]}, which "
+                         f"units={','.join(units)} leaves out")
 
 
 class CoreDoesNotFit(ValueError):
@@ -584,11 +593,7 @@ def _with_fixed(base, core, fixed):
     its parameters along, a unit they add has the Core's defaults where the board builds none
     (:data:`UNIT_DEFAULTS`); ``ValueError`` for a parameter of a unit the core leaves out."""
     units = fixed.get("units", core["units"])
-    absent = absent_unit_settings(fixed, units)
-    if absent:
-        raise ValueError(", ".join(f"{name}={fixed[name]!r}" for name, _ in absent)
-                         + f" set a parameter of {_UNIT_TITLES[absent[0][1]]}, which "
-                         f"units={','.join(units)} leaves out")
+    check_unit_settings(fixed, units)
     built = base.get("units", UNIT_OF_ROUTE.values())
     added = {key: value for unit in units if unit not in core["units"] and unit not in built
              for key, value in UNIT_DEFAULTS.get(unit, {}).items()}

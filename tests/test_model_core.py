@@ -210,8 +210,9 @@ def test_a_refusal_names_the_outermost_extent_when_it_is_larger(tmp_path):
     (["lanes=4"], "--core: core parameter 'lanes' is set by lanes, not by core"),
     (["units=window"], "--core: units must include 'reduce'"),
     (["window_extent=0"], "--core: WindowMaxPool: max_extent must be an integer >= 1"),
-    (["units=reduce", "window_extent=9"], "--core window_extent=9: a parameter of the window "
-                                          "unit, which units=reduce leaves out"),
+    (["units=reduce", "window_extent=9"], "--core: window_extent=9 set a parameter of the "
+                                          "windowed pooling unit, which units=reduce leaves "
+                                          "out"),
 ])
 def test_the_cli_refuses_a_bad_core_setting(tmp_path, settings, message):
     """Before anything is chosen or built (the ULX3S 25F's own core has no windowed unit:
