@@ -498,6 +498,8 @@ LIBRARY_UNITS = (
     ("ChannelsLastPool", (1, 16), {}),
     ("WindowMaxPool", (), {"max_rank": 2, "max_extent": 3, "max_columns": 32, "dim_bits": 8,
                            "index_bits": 16}),
+    ("SerialWindowMaxPool", (), {"max_rank": 2, "max_extent": 3, "max_columns": 32,
+                                 "dim_bits": 8, "index_bits": 16}),
     ("BroadcastMax", (1, 32, 2, 2), {"max_count": 255}),
 )
 #: Each unit's element types: chosen at run time (``None``: its ``dtype`` port) and static.

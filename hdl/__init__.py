@@ -14,7 +14,9 @@ from .pool import ChannelsLastPool
 from .reduce import RunReducer
 from .unit import Stall
 from .window import WindowMaxPool, axis_layout
+from .window_serial import SerialWindowMaxPool
 
-__all__ = ["KeyMax", "RunReducer", "ChannelsLastPool", "WindowMaxPool", "BroadcastMax",
+__all__ = ["KeyMax", "RunReducer", "ChannelsLastPool", "WindowMaxPool", "SerialWindowMaxPool",
+           "BroadcastMax",
            "BroadcastOp", "ToKey", "FromKey", "LaneMax", "LaneDecode", "LaneFormat",
            "lane_format", "beat_layout", "axis_layout", "Stall"]

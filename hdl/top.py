@@ -69,6 +69,13 @@ class Core(Checked, wiring.Component):
         of a multiplier each (:class:`~maxaccel.hdl.window.WindowMaxPool`): for FPGAs without
         multipliers to spare; a ``MAX_POOL`` request then waits a few hundred cycles more
         before its data streams.
+    window_serial : bool
+        Its units update one window at a time
+        (:class:`~maxaccel.hdl.window_serial.SerialWindowMaxPool`, no reply FIFO): a fraction
+        of the logic, and ``2 * taps * elements`` cycles or more per beat (``taps`` the
+        product of the axes' extents, ``elements`` the images a lane holds): for a core
+        behind a link that brings a beat no faster (a UART), on a device too small for the
+        pipelined unit.
     clock_hz : int
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional
@@ -133,7 +140,7 @@ class Core(Checked, wiring.Component):
                         window_lanes=None, window_extent=3, window_columns=64,
                         window_plane=1024, window_extent_outer=None, clock_hz=100_000_000,
                         frame_timeout_cycles=None, units=UNITS, link_bytes=1, dtype=None,
-                        window_serial_products=False):
+                        window_serial_products=False, window_serial=False):
         """The signatures of the units a core with these parameters is built with, by the
         engine's port name (each checks its parameters: ``ValueError``), and the engine's
         other arguments; nothing is built."""
@@ -151,7 +158,7 @@ class Core(Checked, wiring.Component):
                 lanes, lanes if window_lanes is None else window_lanes,
                 max_extent=window_extent, max_extent_outer=window_extent_outer,
                 max_columns=window_columns, max_plane=window_plane, dtype=dtype,
-                serial_products=window_serial_products),
+                serial_products=window_serial_products, serial=window_serial),
         }
         signatures = {name: make() for name, make in makers.items()
                       if UNIT_NAMES[name] in units}

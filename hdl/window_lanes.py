@@ -21,6 +21,7 @@ from .beat import beat_layout
 from .kit import Unit, UnitSignature, decode_format, lane_of
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES
 from .window import WindowMaxPool, axis_layout
+from .window_serial import SerialWindowMaxPool
 
 __all__ = ["WindowLanes", "WINDOW_DIM_BITS"]
 
@@ -31,11 +32,19 @@ WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
 
 def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane, dtype=None,
                      serial_products=False):
-    """The parameters of each :class:`WindowMaxPool` of a :class:`WindowLanes`."""
+    """The parameters of each unit of a :class:`WindowLanes`."""
     outer = max_extent if max_extent_outer is None else max_extent_outer
     return dict(max_rank=WINDOW_RANK, max_extent=(outer,) + (max_extent,) * (WINDOW_RANK - 1),
                 max_columns=max_columns, max_plane=max_plane, dim_bits=WINDOW_DIM_BITS,
                 index_bits=8 * WINDOW_INDEX_BYTES, dtype=dtype, serial_products=serial_products)
+
+
+def _unit(serial, parameters):
+    """A :class:`WindowMaxPool`, or with ``serial`` a :class:`SerialWindowMaxPool`."""
+    if serial:
+        parameters = {k: v for k, v in parameters.items() if k != "serial_products"}
+        return SerialWindowMaxPool(**parameters)
+    return WindowMaxPool(**parameters)
 
 
 class _ReplyFIFO(SyncFIFOBuffered):
@@ -86,11 +95,15 @@ class WindowLanes(Unit):
     serial_products : bool
         The units' configuration products on one shift-and-add multiplier each
         (:class:`WindowMaxPool`), for a longer :attr:`settle`.
+    serial : bool
+        :class:`~maxaccel.hdl.window_serial.SerialWindowMaxPool` units, which update one
+        window at a time (a few cycles per element and window tap), and no reply FIFO: each
+        result leaves before the units go on. For cores whose link is slower than that.
 
     Attributes
     ----------
-    latency : int
-        :attr:`WindowMaxPool.latency`.
+    latency : int or None
+        :attr:`WindowMaxPool.latency` (None with ``serial``: the cycles depend on the data).
     settle : int
         :attr:`WindowMaxPool.settle`: cycles after ``clear`` before the first beat is taken.
     reply_depth : int
@@ -123,8 +136,9 @@ class WindowLanes(Unit):
 
     Latency and throughput
     ----------------------
-    Those of :class:`WindowMaxPool`: a beat per cycle in (after :attr:`settle` cycles from
-    ``clear``), with one bubble per virtual step; per window result an output beat,
+    With ``serial``, those of :class:`~maxaccel.hdl.window_serial.SerialWindowMaxPool`, each
+    result held until its reply beats are sent. Else those of :class:`WindowMaxPool`: a beat
+    per cycle in (after :attr:`settle` cycles from ``clear``), with one bubble per virtual step; per window result an output beat,
     plus ``ceil(group * 4 / (8 * lanes))`` with ``indices``. Without ``indices`` a result
     leaves as the units give it (:attr:`latency`). With ``indices`` the results queue in a
     reply FIFO of :attr:`reply_depth` results (a row of outputs; the units' values and indices,
@@ -143,11 +157,13 @@ class WindowLanes(Unit):
         a ``dtype`` port."""
 
         def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                     max_columns=64, max_plane=1024, dtype=None, serial_products=False):
+                     max_columns=64, max_plane=1024, dtype=None, serial_products=False,
+                     serial=False):
             dtype = self.check_parameters(lanes, window_lanes, max_extent=max_extent,
                                           max_extent_outer=max_extent_outer,
                                           max_columns=max_columns, max_plane=max_plane,
-                                          dtype=dtype, serial_products=serial_products)
+                                          dtype=dtype, serial_products=serial_products,
+                                          serial=serial)
             beats = stream.Signature(beat_layout(lanes))
             members = {"i": In(beats), "o": Out(beats)}
             if dtype is None:
@@ -162,11 +178,12 @@ class WindowLanes(Unit):
                 "error": Out(1),
             }, lanes=lanes, window_lanes=window_lanes, max_extent=max_extent,
                max_extent_outer=max_extent_outer, max_columns=max_columns, max_plane=max_plane,
-               dtype=dtype, serial_products=serial_products)
+               dtype=dtype, serial_products=serial_products, serial=serial)
 
         @classmethod
         def check_parameters(cls, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                             max_columns=64, max_plane=1024, dtype=None, serial_products=False):
+                             max_columns=64, max_plane=1024, dtype=None, serial_products=False,
+                             serial=False):
             """``ValueError`` unless ``window_lanes`` is 1 to ``lanes`` and the units'
             capacities and ``dtype`` are valid (:class:`WindowMaxPool`); returns the static
             ``DType`` or None."""
@@ -174,6 +191,12 @@ class WindowLanes(Unit):
                     or not 1 <= window_lanes <= lanes:
                 raise ValueError(f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a "
                                  f"beat of {lanes} lanes), not {window_lanes!r}")
+            if serial not in (False, True):
+                raise ValueError(f"WindowLanes: serial must be True or False (or 1 or 0), not "
+                                 f"{serial!r}")
+            if serial and serial_products:
+                raise ValueError("WindowLanes: serial units compute their products serially "
+                                 "anyway; serial_products is for the pipelined ones")
             return WindowMaxPool.Signature.check_parameters(**_unit_parameters(
                 max_extent, max_extent_outer, max_columns, max_plane, dtype, serial_products))
 
@@ -187,20 +210,22 @@ class WindowLanes(Unit):
                     "window_plane": self.max_plane}
 
     def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
-                 max_columns=64, max_plane=1024, dtype=None, serial_products=False):
+                 max_columns=64, max_plane=1024, dtype=None, serial_products=False,
+                 serial=False):
         super().__init__(lanes, window_lanes, max_extent=max_extent,
                          max_extent_outer=max_extent_outer, max_columns=max_columns,
-                         max_plane=max_plane, dtype=dtype, serial_products=serial_products)
-        self.units = [WindowMaxPool(**_unit_parameters(max_extent, max_extent_outer,
-                                                       max_columns, max_plane,
-                                                       self.signature.dtype, serial_products))
+                         max_plane=max_plane, dtype=dtype, serial_products=serial_products,
+                         serial=serial)
+        self.units = [_unit(serial, _unit_parameters(max_extent, max_extent_outer, max_columns,
+                                                     max_plane, self.signature.dtype,
+                                                     serial_products))
                       for _ in range(window_lanes)]
         unit = self.units[0]
-        self.latency = unit.latency
+        self.latency = None if serial else unit.latency
         self.settle = unit.settle
         #: Entries of the reply FIFO (results waiting for their indices to be sent): a row of
-        #: outputs, the line buffers' ``max_columns``.
-        self.reply_depth = unit.max_columns
+        #: outputs, the line buffers' ``max_columns``; none with ``serial`` units.
+        self.reply_depth = 0 if serial else unit.max_columns
         self.limits = self.signature.limits
 
     def elaborate(self, platform):
@@ -241,13 +266,18 @@ class WindowLanes(Unit):
         # the last input row of its windows streams, faster than the reply sends them, and
         # drains while the next input row streams. Without indices a result is one beat and
         # goes straight out (the FIFO would only add its two cycles).
-        fifo = m.submodules.reply = _ReplyFIFO(width=value_bits + index_bits,
-                                              depth=self.reply_depth)
-        m.d.comb += [fifo.w_en.eq(units_valid & self.indices),
-                     fifo.w_data.eq(Cat(units_values, units_index))]
-        valid = Mux(self.indices, fifo.r_rdy, units_valid)
-        values = Mux(self.indices, fifo.r_data[:value_bits], units_values)
-        index_row = fifo.r_data[value_bits:]
+        if self.reply_depth:
+            fifo = m.submodules.reply = _ReplyFIFO(width=value_bits + index_bits,
+                                                  depth=self.reply_depth)
+            m.d.comb += [fifo.w_en.eq(units_valid & self.indices),
+                         fifo.w_data.eq(Cat(units_values, units_index))]
+            valid = Mux(self.indices, fifo.r_rdy, units_valid)
+            values = Mux(self.indices, fifo.r_data[:value_bits], units_values)
+            index_row = fifo.r_data[value_bits:]
+            queued = fifo.level != 0
+        else:
+            # The units hold each result until its beats are sent.
+            valid, values, index_row, queued = units_valid, units_values, units_index, 0
         index_beats = -(-index_bits // beat_bits)
         index_row = Cat(index_row, Const(0, index_beats * beat_bits))
         in_indices = Signal()           # the indices are being sent, word ``index_word``
@@ -267,9 +297,11 @@ class WindowLanes(Unit):
             self.o.payload.last.eq(~in_indices | index_last),
         ]
         done = self.o.ready & (in_indices & index_last | ~self.indices)
-        m.d.comb += fifo.r_en.eq(done)
+        if self.reply_depth:
+            m.d.comb += fifo.r_en.eq(done)
         for unit in units:
-            m.d.comb += unit.o.ready.eq(units_valid & Mux(self.indices, fifo.w_rdy, done))
+            taken = Mux(self.indices, fifo.w_rdy, done) if self.reply_depth else done
+            m.d.comb += unit.o.ready.eq(units_valid & taken)
         with m.If(self.o.valid & self.o.ready & self.indices):
             with m.If(~in_indices):
                 m.d.sync += [in_indices.eq(1), index_word.eq(0),
@@ -281,7 +313,7 @@ class WindowLanes(Unit):
                              index_left.eq(index_left - beat_bytes)]
 
         m.d.comb += [
-            self.idle.eq(Cat(u.idle for u in units).all() & ~in_indices & (fifo.level == 0)),
+            self.idle.eq(Cat(u.idle for u in units).all() & ~in_indices & ~queued),
             self.error.eq(Cat(u.empty_window | u.capacity_error | u.config_error
                               for u in units).any()),
         ]

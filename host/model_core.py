@@ -87,12 +87,14 @@ UNIT_DEFAULTS = {"window": dict(window_columns=64, window_plane=1024),
 
 #: The order in which a chosen core's parameters are given.
 _CORE_ORDER = ("units", "dtype", "window_lanes", "window_extent", "window_extent_outer",
-               "window_columns", "window_plane", "window_serial_products", "pool_channels",
+               "window_columns", "window_plane", "window_serial_products", "window_serial",
+               "pool_channels",
                "replay_depth", "max_dims", "max_operands")
 
 #: Each unit's own Core parameters: none in a core without the unit.
 UNIT_PARAMETERS = {"window": ("window_lanes", "window_extent", "window_extent_outer",
-                              *UNIT_DEFAULTS["window"], "window_serial_products"),
+                              *UNIT_DEFAULTS["window"], "window_serial_products",
+                              "window_serial"),
                    "pool": tuple(UNIT_DEFAULTS["pool"]),
                    "broadcast": tuple(UNIT_DEFAULTS["broadcast"])}
 

@@ -15,7 +15,8 @@ def test_every_unit_of_the_library_page_has_an_example():
     page = (ROOT / "docs" / "library.md").read_text()
     for example in EXAMPLES:
         assert f"examples/library/{example.name}" in page, example.name
-    for unit in ("KeyMax", "RunReducer", "ChannelsLastPool", "WindowMaxPool", "BroadcastMax"):
+    for unit in ("KeyMax", "RunReducer", "ChannelsLastPool", "WindowMaxPool",
+                 "SerialWindowMaxPool", "BroadcastMax"):
         section = page.split(f"### {unit}\n", 1)[1].split("\n### ", 1)[0]
         assert "**Example**: `examples/library/test_" in section, unit
 

@@ -550,6 +550,31 @@ def test_the_icebreaker_s_core_for_a_model_computes_the_window_s_products_serial
             np.testing.assert_array_equal(indices, want_indices)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "every"])
+def test_a_core_whose_windowed_unit_updates_one_window_at_a_time(dtype):
+    """``window_serial``: the windowed unit of SerialWindowMaxPool lanes, no reply FIFO; on its
+    virtual board MaxPools of several shapes and element types (NaN payloads, signed zeros)
+    go through MAX_POOL, values and indices as the golden model's."""
+    url = (f"sim?units=reduce,window&window_serial=1&window_extent=3&window_extent_outer=1"
+           f"&window_columns=16&window_plane=1&lanes=1&dtype={dtype}")
+    types = [np.float32] if dtype == "float32" else [np.float32, np.float16, np.int8]
+    with open_device(url, progress=None) as device:
+        assert (device.identity.window_lanes, device.identity.window_extent) == (1, 3)
+        for n, (shape, pool) in enumerate([
+                ((1, 2, 6, 6), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+                ((2, 1, 5, 7), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+                ((1, 3, 9), dict(kernel_shape=[2], strides=[2]))]):
+            for t in types:
+                x = random_values(np.random.default_rng(n), format_of(t), shape,
+                                  edge_fraction=0.4)
+                (y, indices), (want, want_indices) = (
+                    run(x, **pool, return_indices=True)
+                    for run in (device.max_pool, reference.max_pool))
+                assert device.last_max_pool_route.name == "MAX_POOL"
+                assert_bits_equal(y, want)
+                np.testing.assert_array_equal(indices, want_indices)
+
+
 def test_several_models_and_bad_model_options(tmp_path):
     tiny = _save(tiny_model(), tmp_path / "tiny.onnx")
     spp = _save(spp_model(channels=1), tmp_path / "spp.onnx")

@@ -11,7 +11,8 @@ import pytest
 from amaranth.sim import Simulator
 
 from maxaccel.contract.dtypes import DType
-from maxaccel.hdl import BroadcastMax, BroadcastOp, ChannelsLastPool, RunReducer, WindowMaxPool
+from maxaccel.hdl import (BroadcastMax, BroadcastOp, ChannelsLastPool, RunReducer,
+                          SerialWindowMaxPool, WindowMaxPool)
 
 
 def _reducer():
@@ -38,8 +39,8 @@ def _pool():
     return unit, setup
 
 
-def _window():
-    unit = WindowMaxPool(max_rank=1, max_extent=2, dim_bits=4, index_bits=8)
+def _window(unit_class=WindowMaxPool):
+    unit = unit_class(max_rank=1, max_extent=2, dim_bits=4, index_bits=8)
 
     def setup(ctx):
         ctx.set(unit.dtype, DType.UINT8)
@@ -63,7 +64,7 @@ def _broadcast():
 
 
 UNITS = {"RunReducer": _reducer, "ChannelsLastPool": _pool, "WindowMaxPool": _window,
-         "BroadcastMax": _broadcast}
+         "SerialWindowMaxPool": lambda: _window(SerialWindowMaxPool), "BroadcastMax": _broadcast}
 
 
 @pytest.mark.parametrize("name", UNITS)

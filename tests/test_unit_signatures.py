@@ -10,7 +10,7 @@ import pytest
 
 from maxaccel.contract.dtypes import DType
 from maxaccel.hdl import (BroadcastMax, ChannelsLastPool, FromKey, KeyMax, LaneMax, RunReducer,
-                          ToKey, WindowMaxPool)
+                          SerialWindowMaxPool, ToKey, WindowMaxPool)
 from maxaccel.hdl.window_lanes import WindowLanes
 
 UNITS = [
@@ -21,9 +21,12 @@ UNITS = [
     (RunReducer, (2,), dict(pipeline="shallow"), dict(pipeline="fast"), "dtype"),
     (ChannelsLastPool, (1, 8), dict(pixel_bits=16), dict(pixel_bits=0), "dtype"),
     (WindowMaxPool, (), dict(max_rank=2, max_extent=3), dict(max_rank=4), "dtype"),
+    (SerialWindowMaxPool, (), dict(max_rank=2, max_extent=3), dict(max_rank=4), "dtype"),
     (BroadcastMax, (1, 8, 2, 2), dict(max_count=100), dict(max_count=0), "config"),
     # The engine's MAX_POOL unit (WindowMaxPool side by side), for a core of one element type.
     (WindowLanes, (2, 1), dict(max_columns=8, max_plane=4), dict(max_columns=0), "dtype"),
+    (WindowLanes, (2, 1), dict(max_columns=8, max_plane=4, serial=True), dict(serial=3),
+     "dtype"),
 ]
 
 

@@ -18,6 +18,7 @@ import pytest
 from cycle_exact import feed_a_beat_a_cycle
 
 from maxaccel.hdl.window import WindowMaxPool
+from maxaccel.hdl.window_serial import SerialWindowMaxPool
 from maxaccel.contract.dtypes import FORMATS, format_of
 from maxaccel.contract.pooling import WINDOW_FIELDS
 from maxaccel.sim import reference
@@ -85,25 +86,26 @@ def unpack_lanes(received, fmt):
 
 
 def check_window_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axis=False,
-                      serial_products=False):
+                      serial_products=False, unit=WindowMaxPool):
     """Stream ``x`` through a WindowMaxPool configured with ``axes``, its images packed into
     lanes (:func:`pack_lanes`); compare every element with the oracle.
 
     Unless ``dut`` is given, the unit is built for ``axes``: its line and plane buffers hold
     ``spare`` entries more than the rows need (0: exactly full), its kernel extent is the
     largest of ``axes`` on every axis, or (``per_axis``) each axis's own, its products
-    ``serial_products`` or not.
+    ``serial_products`` or not, of class ``unit``.
     ``exact``: with no stalls, assert the edge of every output from :func:`step_edges` (only
     when no outer axis adds virtual steps, or only the next one, overlapped: see below).
     """
     fmt = format_of(x.dtype)
     rank = len(axes)
     extents = tuple((a.kernel - 1) * a.dilation + 1 for a in axes)
-    dut = dut or shared_design(WindowMaxPool, max_rank=rank,
+    products = {"serial_products": serial_products} if unit is WindowMaxPool else {}
+    dut = dut or shared_design(unit, max_rank=rank,
                                max_extent=extents if per_axis else max(extents),
                                max_columns=axes[-1].out + spare,
-        max_plane=int(np.prod([a.out for a in axes[1:]])) + spare,
-        serial_products=serial_products)
+                               max_plane=int(np.prod([a.out for a in axes[1:]])) + spare,
+                               **products)
     axes = (UNIT,) * (dut.max_rank - rank) + tuple(axes)
     words, images = pack_lanes(x, axes, _rng("filler", x.shape, str(x.dtype)))
     per_lane = 8 // fmt.nbytes
@@ -117,8 +119,13 @@ def check_window_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axi
         assert ctx.get(dut.empty_window) == 0, "empty_window"
         assert ctx.get(dut.idle) == 1, "idle"
 
+    # The serial unit is still updating with the last lane's elements when its last window
+    # has left (if that lane lies beyond every window), and a wide window's first result
+    # comes after many lanes' updates.
+    lane = dut.lane_cycles(per_lane, 0) if isinstance(dut, SerialWindowMaxPool) else 0
     run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, outputs)},
-                      stalls=stalls, setup=configure(dut, x.dtype, axes), check=status)
+                      stalls=stalls, setup=configure(dut, x.dtype, axes), check=status,
+                      drain_cycles=32 + lane, timeout=20_000 + 100 * lane)
     got, got_index = unpack_lanes(run.received["o"], fmt)
     # oracle: image-major; the unit: lane, position, element.
     per_image = outputs * per_lane // len(images)
@@ -156,6 +163,22 @@ def check_window_pool(x, axes, *, stalls, dut=None, exact=None, spare=2, per_axi
 
 
 stall_params = pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+#: Every value and geometry test runs on both units.
+unit_params = pytest.mark.parametrize("unit", [WindowMaxPool, SerialWindowMaxPool],
+                                      ids=["pipelined", "serial"])
+#: The serial unit's widest windows take minutes through Amaranth's simulator.
+SERIAL_SLOW = pytest.mark.slow(reason="the serial unit: 81 to 169 window updates an element "
+                                      "through Amaranth's simulator")
+
+
+def unit_cases(cases, slow_for_serial):
+    """``(unit, case)`` parameters: every case on both units, the serial unit's
+    ``slow_for_serial`` ones behind the slow gate."""
+    return [pytest.param(unit, case, id=f"{name}-{case}",
+                         marks=[SERIAL_SLOW] if unit is SerialWindowMaxPool
+                         and case in slow_for_serial else [])
+            for unit, name in [(WindowMaxPool, "pipelined"), (SerialWindowMaxPool, "serial")]
+            for case in cases]
 
 
 # --- values ------------------------------------------------------------------------------------
@@ -164,16 +187,18 @@ RESNET = (axis(5, 3, 2, pads=(1, 1)), axis(6, 3, 2, pads=(1, 1)))   # the ResNet
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_every_dtype(dtype):
+@unit_params
+def test_every_dtype(dtype, unit):
     # Each dtype meets one stall pattern (every pattern meets several dtypes).
     index = ALL_DTYPES.index(dtype)
     stalls = STALL_PATTERNS[index % len(STALL_PATTERNS)]
     x = random_values(_rng("dtype", str(dtype)), dtype, (2, 1, 5, 6), edge_fraction=0.3)
-    check_window_pool(x, RESNET, stalls=stalls)
+    check_window_pool(x, RESNET, stalls=stalls, unit=unit)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-def test_nan_at_every_window_position(dtype):
+@unit_params
+def test_nan_at_every_window_position(dtype, unit):
     # 3 x 3 windows, stride 3: image k has a NaN at window position k of every window (quiet,
     # signalling, negative, with payloads, in turn), images 9.. a second NaN later in the
     # window, so the first one's index must come out; the last image has none.
@@ -195,11 +220,12 @@ def test_nan_at_every_window_position(dtype):
                     bits[image, 0, 3 * wy + y, 3 * wx + xx] = nans[(image + 1) % len(nans)]
     x = reference.from_bits(bits, fmt)
     stalls = STALL_PATTERNS[FLOATS.index(np.dtype(dtype))]
-    check_window_pool(x, (axis(6, 3, 3), axis(6, 3, 3)), stalls=stalls)
+    check_window_pool(x, (axis(6, 3, 3), axis(6, 3, 3)), stalls=stalls, unit=unit)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
-def test_signed_zeros_and_ties(dtype):
+@unit_params
+def test_signed_zeros_and_ties(dtype, unit):
     # Windows of ±0 in every order (a 3-tap 1-D window over 8 patterns x 3 positions), then
     # windows of equal values: +0 wins over -0 wherever it stands, and the first of equal
     # keys gives the index.
@@ -211,13 +237,14 @@ def test_signed_zeros_and_ties(dtype):
     bits = np.concatenate([zeros, ones]).reshape(1, 1, -1)
     x = reference.from_bits(bits, fmt)
     stalls = STALL_PATTERNS[(FLOATS.index(np.dtype(dtype)) + 1) % 4]
-    check_window_pool(x, (axis(30, 3, 3),), stalls=stalls)
-    check_window_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS)  # overlapping windows
+    check_window_pool(x, (axis(30, 3, 3),), stalls=stalls, unit=unit)
+    check_window_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS, unit=unit)  # overlapping windows
 
 
 @pytest.mark.parametrize("dtype, kernel", [(np.float32, 5), (np.float16, 13),
                                            (ml_dtypes.bfloat16, 9), (np.float64, 4)], ids=str)
-def test_nan_at_every_tap_of_a_wide_window(dtype, kernel):
+@unit_params
+def test_nan_at_every_tap_of_a_wide_window(dtype, kernel, unit):
     # 1-D windows of ``kernel`` taps, stride ``kernel``, on a unit of that extent: image k has
     # a NaN at tap k % kernel of every window (every NaN kind in turn), images kernel.. also a
     # second NaN later in the window, so the first one's index must come out; the last image
@@ -237,14 +264,15 @@ def test_nan_at_every_tap_of_a_wide_window(dtype, kernel):
                 bits[image, 0, w * kernel + later] = nans[(image + 1) % len(nans)]
     x = reference.from_bits(bits, fmt)
     stalls = STALL_PATTERNS[kernel % len(STALL_PATTERNS)]
-    check_window_pool(x, (axis(windows * kernel, kernel, kernel),), stalls=stalls)
+    check_window_pool(x, (axis(windows * kernel, kernel, kernel),), stalls=stalls, unit=unit)
     half = kernel // 2
     check_window_pool(x[:kernel + 2], (axis(windows * kernel, kernel, 1, pads=(half, half)),),
-               stalls=STALL_PATTERNS[(kernel + 1) % len(STALL_PATTERNS)])
+               stalls=STALL_PATTERNS[(kernel + 1) % len(STALL_PATTERNS)], unit=unit)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=str)
-def test_signed_zeros_and_ties_in_wide_windows(dtype):
+@unit_params
+def test_signed_zeros_and_ties_in_wide_windows(dtype, unit):
     # Windows of five ±0 in every order (32 patterns), then windows of equal values; on a
     # unit of extent 5, then the same windows in 2-D (5 x 5 taps: a pattern per row).
     fmt = format_of(dtype)
@@ -254,21 +282,22 @@ def test_signed_zeros_and_ties_in_wide_windows(dtype):
     ones = reference.bits_of(np.array([1.5, -2.0, 1.5, 1.5, -2.0] * 2, dtype=dtype))
     bits = np.concatenate([zeros, ones]).reshape(1, 1, -1)
     x = reference.from_bits(bits, fmt)
-    check_window_pool(x, (axis(170, 5, 5),), stalls=STALL_PATTERNS[1])
-    check_window_pool(x, (axis(170, 5, 1, pads=(4, 4)),), stalls=NO_STALLS)   # overlapping windows
+    check_window_pool(x, (axis(170, 5, 5),), stalls=STALL_PATTERNS[1], unit=unit)
+    check_window_pool(x, (axis(170, 5, 1, pads=(4, 4)),), stalls=NO_STALLS, unit=unit)   # overlapping windows
     planes = reference.from_bits(zeros.reshape(1, 1, 32, 5)[..., ::-1].copy(), fmt)
     check_window_pool(planes, (axis(32, 5, 3, pads=(1, 0)), axis(5, 5, 1, pads=(2, 2))),
-               stalls=STALL_PATTERNS[2], per_axis=True)
+               stalls=STALL_PATTERNS[2], per_axis=True, unit=unit)
 
 
-def test_integer_ties_with_the_padding_key():
+@unit_params
+def test_integer_ties_with_the_padding_key(unit):
     # The least uint8 and int8 values have key 0, like padding: padding must still not win.
     for dtype in (np.uint8, np.int8):
         least = np.iinfo(dtype).min
         x = np.full((2, 1, 4, 5), least, dtype=dtype)
         x[1, 0, 2, 3] = least + 1
         check_window_pool(x, (axis(4, 3, 2, pads=(2, 1), ceil=True), axis(5, 3, 1, pads=(1, 2))),
-                   stalls=STALL_PATTERNS[3])
+                   stalls=STALL_PATTERNS[3], unit=unit)
 
 
 # --- geometry ----------------------------------------------------------------------------------
@@ -316,8 +345,9 @@ GEOMETRY = {
 PER_AXIS = {"2d-7x5-dilated-ceil", "3d-3x5x5"}
 
 
-@pytest.mark.parametrize("case", GEOMETRY)
-def test_geometry(case):
+@pytest.mark.parametrize("unit, case",
+                         unit_cases(list(GEOMETRY), {"2d-9x9s1p4", "2d-13x13s1p6"}))
+def test_geometry(case, unit):
     # Values from a small range, so that ties (and the tie rule) are everywhere.
     dtype, images, axes = GEOMETRY[case]
     stalls = STALL_PATTERNS[list(GEOMETRY).index(case) % len(STALL_PATTERNS)]
@@ -325,7 +355,7 @@ def test_geometry(case):
     shape = (images, 1) + tuple(a.size for a in axes)
     x = rng.integers(0, 4, size=shape).astype(dtype)
     check_window_pool(x, axes, stalls=stalls, spare=2 * (list(GEOMETRY).index(case) % 2),
-               per_axis=case in PER_AXIS)
+               per_axis=case in PER_AXIS, unit=unit)
 
 
 def test_rows_beyond_the_line_buffers_without_taps_across_them():
@@ -382,8 +412,8 @@ def test_exact_cycles(case):
     check_window_pool(x, axes, stalls=NO_STALLS, exact=True)
 
 
-@stall_params
-def test_overlapped_tails_under_stalls(stalls):
+@pytest.mark.parametrize("unit, stalls", unit_cases(STALL_PATTERNS, STALL_PATTERNS[:3]))
+def test_overlapped_tails_under_stalls(stalls, unit):
     # SPP-shaped pools (stride 1, symmetric pads: every tail may overlap the next row's or
     # image's first steps) on edge values (NaN payloads, ±0, infinities, subnormals, extremes),
     # images back to back under random stalls on both sides: a tail overlaps when the next
@@ -397,7 +427,7 @@ def test_overlapped_tails_under_stalls(stalls):
             (np.float64, (3, 1, 4, 3, 5), (axis(4, 3, 1, pads=(1, 1)), axis(3, 3, 1, pads=(1, 1)),
                                            axis(5, 3, 1, pads=(1, 1))))]:
         x = random_values(rng, dtype, shape, edge_fraction=0.5)
-        check_window_pool(x, axes, stalls=stalls)
+        check_window_pool(x, axes, stalls=stalls, unit=unit)
 
 
 def test_overlapped_tails_cost_no_cycles():
@@ -431,8 +461,12 @@ def _status_only(dut, axes, dtype, beats, outputs, expect, stalls=NO_STALLS):
     def status(ctx):
         for name, value in expect.items():
             assert ctx.get(getattr(dut, name)) == value, name
+    # The serial unit's settle and lanes are long: the status is read after them.
+    drain = (dut.settle + len(beats) * dut.lane_cycles(8, 0)
+             if isinstance(dut, SerialWindowMaxPool) else 0)
     return run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, outputs)},
-                       stalls=stalls, setup=configure(dut, dtype, axes), check=status)
+                       stalls=stalls, setup=configure(dut, dtype, axes), check=status,
+                       drain_cycles=32 + drain)
 
 
 @pytest.mark.parametrize("axes, error", [
@@ -601,7 +635,8 @@ def _random_axis(rng, size_limit):
 
 @pytest.mark.parametrize("seed", [*range(6), *(pytest.param(seed, marks=pytest.mark.slow(
     reason="18 more random geometries through Amaranth's simulator")) for seed in range(6, 24))])
-def test_random_geometry(seed):
+@unit_params
+def test_random_geometry(seed, unit):
     # Random rank, geometry, dtype and stalls; values with ties and edge values.
     rng = _rng("random", seed)
     rank = int(rng.integers(1, 4))
@@ -612,7 +647,7 @@ def test_random_geometry(seed):
     if seed % 2:
         x = rng.choice(x.reshape(-1)[:3], size=shape)          # few distinct values: ties
     check_window_pool(x, axes, stalls=Stalls(rng.random() * 0.6, rng.random() * 0.6, seed),
-               spare=int(rng.integers(0, 3)))
+               spare=int(rng.integers(0, 3)), unit=unit)
 
 
 # --- serial products ---------------------------------------------------------------------------
@@ -682,3 +717,132 @@ def test_a_clear_while_the_serial_products_are_computed_starts_them_over():
         received.extend((int(p.data), int(p.index[0])) for p in payloads)
 
     _run_bench_and_check(dut, bench, received, values, indices, np.float32)
+
+
+# --- the serial unit ---------------------------------------------------------------------------
+# Its values, indices and geometry are tested with the pipelined unit's above (``unit``); here
+# what is its own: the cycles, the status, a clear, the parameters.
+
+def serial_arrivals(dut, axes, lanes, per_lane):
+    """The edges at which a :class:`SerialWindowMaxPool` with an always-ready sink and input
+    gives its outputs: a lane taken at ``settle + 1``, then each after the previous one's
+    :meth:`~SerialWindowMaxPool.lane_cycles`; a window leaves after the lane at its last element
+    (row-major, the last tap clipped to the image), the ``k``-th of that lane ``2 + updates +
+    k * (2 * elements + 2)`` edges after it was taken."""
+    sizes = [a.size for a in axes]
+    positions = list(itertools.product(*(range(s) for s in sizes)))
+    closing = {}
+    for window in itertools.product(*(range(a.out) for a in axes)):
+        last = tuple(min(a.taps(o)[-1], a.size - 1) for a, o in zip(axes, window))
+        closing.setdefault(positions.index(last), []).append(window)
+    updates = 2 * int(np.prod(dut.extents)) * per_lane
+    arrivals, taken = [], dut.settle + 1
+    for lane in range(lanes):
+        for position in range(len(positions)):
+            leaving = len(closing.get(position, []))
+            arrivals += [taken + 2 + updates + k * (2 * per_lane + 2)
+                         for k in range(1, leaving + 1)]
+            taken += dut.lane_cycles(per_lane, leaving)
+    return arrivals
+
+
+@pytest.mark.parametrize("case", ["resnet-stem", "2x2s2", "3d", "1d-wide-extent",
+                                  "1d-ceil-overlapped"])
+def test_serial_exact_cycles(case):
+    dtype, images, axes = CYCLE_CASES[case]
+    x = random_values(_rng("serial cycles", case), dtype,
+                      (images, 1) + tuple(a.size for a in axes), edge_fraction=0.3)
+    run = check_window_pool(x, axes, stalls=NO_STALLS, unit=SerialWindowMaxPool)
+    per_lane = 8 // format_of(dtype).nbytes
+    lanes = -(-images // per_lane)
+    dut = shared_design(SerialWindowMaxPool, max_rank=len(axes),
+                        max_extent=max((a.kernel - 1) * a.dilation + 1 for a in axes),
+                        max_columns=axes[-1].out + 2,
+                        max_plane=int(np.prod([a.out for a in axes[1:]])) + 2)
+    assert run.arrivals["o"] == serial_arrivals(dut, axes, lanes, per_lane)
+
+
+@pytest.mark.parametrize("axes, error", [
+    ((axis(4, 3, 1), axis(4, 3, 1)), 0),
+    ((axis(4, 3, 1), axis(4, 4, 1)), 1),                       # extent 4 > 3
+    ((axis(4, 3, 1), axis(9, 2, 1, dilation=3)), 1),           # extent 4 > 3
+    ((axis(4, 3, 1), Axis(4, 0, 1, 0, 1, 1)), 1),              # kernel 0
+    ((axis(4, 3, 1), Axis(4, 0, 1, 2, 0, 1)), 1),              # stride 0
+    ((axis(4, 3, 1), Axis(4, 0, 1, 2, 1, 0)), 1),              # dilation 0
+    ((axis(4, 3, 1), Axis(0, 0, 1, 2, 1, 1)), 1),              # size 0
+    ((axis(4, 3, 1), Axis(4, 0, 0, 2, 1, 1)), 1),              # out 0
+    ((axis(4, 3, 1), Axis(4, 2, 2, 2, 1, 1)), 1),              # first window all padding
+    ((axis(4, 3, 1), Axis(40, 9, 3, 2, 30, 1)), 1),            # a pad far beyond the extent
+    ((axis(4, 3, 1), axis(7, 1, 1)), 1),                       # 7 columns > max_columns
+    ((axis(4, 1, 1), axis(9, 3, 1)), 0),                       # rows beyond the ring's: no taps
+    ((Axis(4, 0, 4, 70000 % 65536, 1, 1), axis(4, 3, 1)), 1),  # kernel far beyond the extent
+])
+def test_serial_config_error(axes, error):
+    dut = SerialWindowMaxPool(max_rank=2, max_extent=3, max_columns=6)
+    _status_only(dut, axes, np.float32, [], 0, {"config_error": error, "idle": 1})
+
+
+def test_serial_capacity_error():
+    # As the pipelined unit's: a plane of 3 x 4 outputs with taps across planes, 8 held.
+    x = np.zeros((1, 1, 2, 3, 4), dtype=np.int8)
+    for kernel, expect in [(2, 1), (1, 0)]:
+        dut = SerialWindowMaxPool(max_rank=3, max_extent=2, max_columns=4, max_plane=8)
+        axes = (axis(2, kernel, 1), axis(3, 1, 1), axis(4, 1, 1))
+        outputs = int(np.prod([a.out for a in axes]))
+        _status_only(dut, axes, np.int8, [{"data": 0}] * x.size, outputs,
+                     {"capacity_error": expect, "config_error": 0, "idle": 1})
+
+
+def test_serial_empty_window_flagged():
+    # Input 2, kernel 2, dilation 3, pads 1 and 1: window 0 has taps at -1 and 2, both padding;
+    # then the same unit pools a good image: the slot of the empty window was not left written.
+    dut = SerialWindowMaxPool(max_rank=1, max_extent=4)
+    _status_only(dut, (Axis(2, 1, 1, 2, 1, 3),), np.float32, [{"data": 0}, {"data": 0}], 1,
+                 {"empty_window": 1, "config_error": 0, "idle": 1})
+
+
+@stall_params
+def test_serial_clear_abandons_partial_image(stalls):
+    dut = shared_design(SerialWindowMaxPool, max_rank=2, max_extent=3, max_columns=4)
+    axes = (axis(3, 3, 2, pads=(1, 1)), axis(4, 3, 3))
+    x = random_values(_rng("serial clear"), np.float32, (1, 1, 3, 4), edge_fraction=0.2)
+    values, indices = oracle(x, axes)
+    beats = [{"data": int(b)} for b in reference.bits_of(x).reshape(-1)]
+
+    async def clear_then_pool(ctx):
+        assert ctx.get(dut.idle) == 0
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        ctx.set(dut.clear, 0)
+        payloads, idle, last_out = await feed_a_beat_a_cycle(
+            ctx, dut, beats, dut.settle + len(beats) * dut.lane_cycles(2, 2) + 10)
+        # Not idle while the RAM is marked unwritten; idle until the first lane is taken,
+        # then not until the last output is taken and the last lane (beyond every window of
+        # the innermost axis) updated.
+        assert idle[:dut.settle + 1] == [0] * dut.settle + [1]
+        assert idle[dut.settle + 1:last_out] == [0] * (last_out - dut.settle - 1)
+        after = idle[last_out:]
+        assert after == sorted(after) and after[-1] == 1
+        got = reference.from_bits(np.array([int(p.data) & 0xFFFF_FFFF for p in payloads],
+                                           dtype=np.uint32), format_of(np.float32))
+        reference.assert_same_bits(got, values)
+        assert [int(p.index[0]) for p in payloads] == list(indices)
+
+    # Five elements of an image, then the clear.
+    run_streams(dut, sources={dut.i: beats[:5]}, sinks={"o": (dut.o, 0)}, stalls=stalls,
+                setup=configure(dut, np.float32, axes), check=clear_then_pool,
+                drain_cycles=8 * dut.lane_cycles(2, 0))
+
+
+def test_serial_parameters():
+    dut = SerialWindowMaxPool(max_rank=2, max_extent=5, max_columns=32, max_plane=99)
+    assert dut.limits == {"max_rank": 2, "max_extent": 5, "extents": (5, 5), "max_columns": 32,
+                          "max_plane": 1, "dim_bits": 16, "index_bits": 32}
+    # The ring holds every window open at once: 5 rows of 32 (and 5 more), for 8 elements.
+    assert dut.ring == 256 and dut.settle == 8 * 256 + 1
+    assert SerialWindowMaxPool(max_rank=3, max_extent=(1, 3, 3), max_columns=64,
+                               dtype="float32").ring == 256
+    for bad in [dict(max_rank=0), dict(max_rank=4), dict(max_extent=0), dict(max_columns=0),
+                dict(max_extent=(3, 3)), dict(serial_products=True), dict(dtype="float8")]:
+        with pytest.raises(ValueError):
+            SerialWindowMaxPool(**bad)

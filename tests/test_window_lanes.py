@@ -68,8 +68,11 @@ def check_window_lanes(dut, x, axes, *, group, indices, stalls):
         assert ctx.get(dut.error) == 0
         assert ctx.get(dut.idle) == 1
 
+    # Serial units take many cycles a beat: the status is read once the last beat is done.
+    lane = dut.units[0].lane_cycles(8, 0) if dut.serial else 0
     run = run_streams(dut, sources={dut.i: beats}, sinks={"o": (dut.o, outputs)},
-                      stalls=stalls, setup=setup, check=status)
+                      stalls=stalls, setup=setup, check=status, drain_cycles=32 + lane,
+                      timeout=20_000 + 100 * lane)
     got = run.received["o"]
     per_image = len(values) // images
     want_values = values.reshape(images // group, group, per_image)
@@ -143,6 +146,37 @@ def test_the_model_core_s_unit_without_plane_buffers(dtype, group, axes, stalls)
     x = random_values(_rng("model core", str(dtype), len(axes)), np.dtype(dtype),
                       (group,) + tuple(a.size for a in axes), edge_fraction=0.3)
     check_window_lanes(_model_core_unit(), x, axes, group=group, indices=True, stalls=stalls)
+
+
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+@pytest.mark.parametrize("dtype, group, indices", [
+    (np.float32, 2, True), (np.float32, 4, False), (np.float16, 8, True), (np.uint8, 16, True),
+    (np.float64, 1, False)], ids=str)
+def test_serial_units(dtype, group, indices, stalls):
+    # The units that update one window at a time, no reply FIFO: each result held until its
+    # reply (values, then indices) is sent, under stalls on both sides; the model core's
+    # capacities (extent 1 on the outermost axis).
+    dut = shared_design(WindowLanes, LANES, LANES, max_extent=3, max_extent_outer=1,
+                        max_columns=8, max_plane=1, serial=True)
+    assert dut.reply_depth == 0
+    x = random_values(_rng("serial lanes", str(dtype), group), np.dtype(dtype),
+                      (2 * group, 5, 6), edge_fraction=0.3)
+    check_window_lanes(dut, x, RESNET, group=group, indices=indices, stalls=stalls)
+
+
+def test_serial_units_of_one_element_type():
+    dut = shared_design(WindowLanes, LANES, 1, max_extent=3, max_extent_outer=1, max_columns=8,
+                        max_plane=1, dtype=DType.FLOAT, serial=True)
+    x = random_values(_rng("serial one type"), np.dtype(np.float32), (2, 7, 8),
+                      edge_fraction=0.4)
+    check_window_lanes(dut, x, SQUEEZENET, group=2, indices=True, stalls=STALL_PATTERNS[3])
+
+
+def test_serial_refuses_serial_products():
+    with pytest.raises(ValueError, match="serial_products"):
+        WindowLanes(2, 1, serial=True, serial_products=True)
+    with pytest.raises(ValueError, match="serial must be"):
+        WindowLanes(2, 1, serial=2)
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
