@@ -17,6 +17,9 @@ the core's parameters (:func:`features`):
                           serial products change (fewer cells without multipliers, more with;
                           not scaled by a static element type's share: the index arithmetic
                           is the same for every type)
+``window_serial_lane``    ``window_lanes`` with ``window_serial``: the windowed unit of
+                          ``SerialWindowMaxPool`` lanes (in place of the three terms above; its
+                          taps are cycles, not logic), with what ``MAX_POOL`` adds to the engine
 ``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
 ========================  ==================================================================
 
@@ -48,7 +51,7 @@ __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_poi
 #: The terms of the estimate, in order.
 FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_lane", "pool",
             "pool_lane", "broadcast", "broadcast_lane", "window_lane", "window_tap",
-            "window_serial", "link_byte")
+            "window_serial", "window_serial_lane", "link_byte")
 
 #: Cells per feature and family. Where each comes from:
 #:
@@ -70,6 +73,12 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 #:   parallel: on the iCE40 11 197 LUT4s fewer (18 418 to 7 221, the flip-flops about the same);
 #:   on the ECP5 1 277 LUT4s more and 134 ``CCU2C`` fewer (two TRELLIS_COMB each), its 21
 #:   ``MULT18X18D`` left out; on Xilinx the ECP5's, scaled as below.
+#: * ``window_serial_lane``: a build with a lane of ``SerialWindowMaxPool``. On the iCE40 the
+#:   HX8K's float32 core for SqueezeNet 1.1 (one lane of extent 3, outermost 1), which nextpnr
+#:   placed at 8 581 cells before refusing it, less its base and shallow reducer, over the
+#:   unit's float32 share; on the ECP5 the ULX3S 25F's own core with one lane of extent 5
+#:   (outermost 1) added: 21 119 TRELLIS_COMB against its 15 608 (66.3 MHz routed against
+#:   60); on Xilinx the ECP5's, scaled as below.
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
 #:   LUT4s, ``docs/resources.md``, "The lane"). ``base``: the Arty A7-35's build (18 725) less
 #:   its units; the windowed unit's lane and tap and ``link_byte`` (what the NiteFury's 32-byte
@@ -79,15 +88,15 @@ COEFFICIENTS = {
     "ice40": dict(base=3617, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
                   broadcast_lane=2853, window_lane=12057, window_tap=2983, window_serial=-11197,
-                  link_byte=0),
+                  window_serial_lane=6929, link_byte=0),
     "ecp5": dict(base=6834, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
                  broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1009,
-                 link_byte=0),
+                 window_serial_lane=5511, link_byte=0),
     "xilinx": dict(base=6335, reduce=539, reduce_lane=406, reduce_shallow=539,
                    reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
                    broadcast_lane=1560, window_lane=691, window_tap=692, window_serial=884,
-                   link_byte=810),
+                   window_serial_lane=4830, link_byte=810),
 }
 
 #: The units a parameter set without ``units`` builds (``hdl/top.py``'s ``UNITS``, the Core's
@@ -99,7 +108,8 @@ _UNITS = ("reduce", "pool", "broadcast", "window")
 #: figures give each estimate unit's share kept with a static element type.
 _LIBRARY_UNITS = {"reduce": ("RunReducer", [1]), "reduce_shallow": ("RunReducer", [1, "shallow"]),
                   "pool": ("ChannelsLastPool", None), "broadcast": ("BroadcastMax", None),
-                  "window": ("WindowMaxPool", None)}
+                  "window": ("WindowMaxPool", None),
+                  "window_serial": ("SerialWindowMaxPool", None)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,7 +163,10 @@ def features(core, link_word=1, family=None):
         if unit in units:
             values[unit] = share[unit]
             values[f"{unit}_lane"] = lanes * share[unit]
-    if "window" in units:
+    if "window" in units and core.get("window_serial"):
+        values["window_serial_lane"] = (core.get("window_lanes") or lanes) \
+            * share["window_serial"]
+    elif "window" in units:
         window_lanes = core.get("window_lanes") or lanes
         values["window_lane"] = window_lanes * share["window"]
         values["window_tap"] = window_lanes * share["window"] * window_taps(

@@ -30,6 +30,7 @@ section "Windowed MaxPool" is the contract):
   is the least element of the dtype and its index -1.
 """
 
+import math
 import operator
 from dataclasses import dataclass, replace
 
@@ -41,7 +42,7 @@ from maxaccel.contract.dtypes import decode_elements, encode_elements
 __all__ = ["AUTO_PADS", "MAX_POOL_DTYPES", "PoolAxis", "PoolGeometry", "resolve_max_pool",
            "check_max_pool", "WINDOW_RANK", "WINDOW_FIELDS", "window_config", "window_geometry",
            "interleave_group_images", "separate_group_images", "encode_window_reply",
-           "decode_window_reply"]
+           "decode_window_reply", "serial_window_cycles"]
 
 #: Accepted values of ``auto_pad``.
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -327,6 +328,16 @@ WINDOW_RANK = 3
 #: the padding at the beginning, the output length, kernel, stride and dilation. The padding at
 #: the end, ``auto_pad`` and ``ceil_mode`` are all implied by the output length.
 WINDOW_FIELDS = ("size", "pad", "out", "kernel", "stride", "dilation")
+
+
+def serial_window_cycles(extents, elements, leaving):
+    """Cycles a windowed unit that updates one window at a time
+    (:class:`~maxaccel.hdl.window_serial.SerialWindowMaxPool`) spends on one lane of
+    ``elements`` images side by side, whose element is the last of ``leaving`` windows, with a
+    sink always ready: three to take it, a read and a write for each combination of its axes'
+    candidate windows (the product of ``extents``) and element, and ``2 * elements + 2`` per
+    window that leaves."""
+    return 3 + 2 * math.prod(extents) * elements + leaving * (2 * elements + 2)
 
 
 def window_config(geometry):

@@ -24,7 +24,7 @@ keep the *registered* one instead: ``i.ready`` is a register and a skid register
 beat that finds the output full. See ``docs/library.md``.
 """
 
-from amaranth.hdl import EnableInserter, Module, Mux, Signal, Value
+from amaranth.hdl import Const, EnableInserter, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,6 +71,21 @@ def stall_control(m, unit):
         unit.i.ready.eq(advance),
     ]
     return advance
+
+
+def at_least(value, limit):
+    """``value >= limit`` for an unsigned ``value`` and a constant ``limit``: any of its bits
+    above the limit's, or its low bits compared with the limit, a few LUTs where yosys maps a
+    compare of every bit to a carry chain."""
+    value = Value.cast(value)
+    if limit <= 0:
+        return Const(1)
+    if limit >= 1 << len(value):
+        return Const(0)
+    low = limit.bit_length()
+    if value.shape().signed or len(value) <= low:
+        return value >= limit
+    return value[low:].any() | (value[:low] >= limit)
 
 
 def register(m, enable, value, name):

@@ -16,8 +16,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 
 from maxaccel.contract.dtypes import DType, format_of
+from maxaccel.contract.pooling import serial_window_cycles
 
-from .kit import SaturatingMultiplier, Unit, decode_format, from_key, to_keys
+from .kit import SaturatingMultiplier, Unit, at_least, decode_format, from_key, to_keys
 from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES
 from .window import WindowMaxPool, axis_layout
 
@@ -30,15 +31,6 @@ def _ceil_pow2(n):
 
 def _saturating_increment(value, limit):
     return Mux(value >= limit, limit, value + 1)
-
-
-def _at_least(value, limit):
-    """``value >= limit`` for a constant ``limit``: its high bits any, or its low bits compared
-    (a few LUTs, where a compare of every bit takes a carry chain)."""
-    low = max(1, limit.bit_length())
-    if len(value) <= low:
-        return value >= limit
-    return value[low:].any() | (value[:low] >= limit)
 
 
 class SerialWindowMaxPool(Unit):
@@ -142,11 +134,9 @@ class SerialWindowMaxPool(Unit):
 
     def lane_cycles(self, elements, leaving):
         """Cycles from one lane taken to the next (an always-ready sink): ``elements`` images
-        in the lane, ``leaving`` windows whose results leave after it."""
-        updates = 1
-        for e in self.extents:
-            updates *= e
-        return 3 + 2 * updates * elements + leaving * (2 * elements + 2)
+        in the lane, ``leaving`` windows whose results leave after it
+        (:func:`~maxaccel.contract.pooling.serial_window_cycles`)."""
+        return serial_window_cycles(self.extents, elements, leaving)
 
     def elaborate(self, platform):
         m = Module()
@@ -386,7 +376,7 @@ class SerialWindowMaxPool(Unit):
 
         def reset(axes):
             return ([candidate[a].eq(0) for a in axes]
-                    + [offset[a].eq(Mux(_at_least(at.phase[a], extents[a]), extents[a],
+                    + [offset[a].eq(Mux(at_least(at.phase[a], extents[a]), extents[a],
                                         at.phase[a])) for a in axes]
                     + [back[a].eq(0) for a in axes])
 
@@ -468,13 +458,13 @@ class SerialWindowMaxPool(Unit):
         div stride``) and the offset there (``pad mod stride``), the windows after it
         (``left``) or beyond the last (``over``), and the first window's last tap (``reach``,
         ``span - pad``). ``pad`` is at most the span (the configuration check), so all of it
-        is arithmetic on a few bits."""
+        is arithmetic on a few bits, a register a step (three deep)."""
         cfg, extent = self.config[a], self.extents[a]
         small = extent.bit_length() + 1
 
         def near(name, value):
             saturated = Signal(small, name=f"{name}_{a}")
-            m.d.sync += saturated.eq(Mux(_at_least(value, extent), extent, value))
+            m.d.sync += saturated.eq(Mux(at_least(value, extent), extent, value))
             return saturated
 
         stride, dilation, pad = near("stride", cfg.stride), near("dilation", cfg.dilation), \
@@ -486,9 +476,10 @@ class SerialWindowMaxPool(Unit):
             for t in range(extent)))
         span = Signal(2 * small, name=f"span_{a}")
         m.d.sync += span.eq((kernel - 1) * dilation)
-        count = Signal(small, name=f"pad_div_{a}")
-        m.d.comb += count.eq(sum((pad >= t * stride for t in range(1, extent)), Const(0, small)))
+        # A register a step: they are the configuration's, settled long before an image.
         newest = Signal(small, name=f"newest0_{a}")
+        m.d.sync += newest.eq(sum((pad >= t * stride for t in range(1, extent)),
+                                  Const(0, small)))
         phase = Signal(small, name=f"pad_mod_{a}")
         left = Signal(self.dim_bits, name=f"left0_{a}")
         over = Signal(small, name=f"over0_{a}")
@@ -497,13 +488,13 @@ class SerialWindowMaxPool(Unit):
             Signal(self.dim_bits, name=f"{name}_less_{a}") for name in ("stride", "size", "out"))
         m.d.sync += [stride_less.eq(cfg.stride - 1), size_less.eq(cfg.size - 1),
                      out_less.eq(cfg.out - 1)]
-        beyond = out_less - count
-        m.d.sync += [newest.eq(count), phase.eq(pad - count * stride), reach.eq(span - pad),
+        beyond = out_less - newest
+        m.d.sync += [phase.eq(pad - newest * stride), reach.eq(span - pad),
                      left.eq(Mux(beyond[-1], 0, beyond)),
                      over.eq(Mux(beyond[-1], -beyond, 0))]
         return SimpleNamespace(mask=mask, span=span, stride=stride, stride_less=stride_less,
                                size_less=size_less, out_less=out_less, dilation=dilation,
-                               kernel_wide=_at_least(cfg.kernel, extent + 1), newest=newest,
+                               kernel_wide=at_least(cfg.kernel, extent + 1), newest=newest,
                                phase=phase, left=left, over=over, reach=reach, pad=pad)
 
     def _checks(self, m, derived, plane_error):

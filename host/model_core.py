@@ -612,25 +612,52 @@ def _window_unit_held(target, capacity, core, parameters, fixed):
     exceeds the board's ``capacity`` (its logic cells), the unit's configuration products go
     serial if that takes fewer cells (``window_serial_products``: a few hundred cycles more
     before each ``MAX_POOL`` request's data; fewer cells where the synthesis has no
-    multipliers, the iCE40's), then its lanes (the board's, one per datapath
-    lane by default) are halved while it still does not fit and more than one is left; either
-    only if not ``fixed``. Fewer window lanes pool fewer bytes a cycle; a core that does not
-    fit with one is refused (:meth:`CoreChoice.check`)."""
+    multipliers, the iCE40's); if it still does not fit, its lanes update one window at a time
+    (``window_serial``: a fraction of the logic) when they keep up with the board's link
+    (:func:`_serial_window_keeps_up`); then its lanes (the board's, one per datapath lane by
+    default) are halved while it still does not fit and more than one is left; each only if
+    not ``fixed``. Fewer window lanes pool fewer bytes a cycle; a core that does not fit with
+    one is refused (:meth:`CoreChoice.check`)."""
     if capacity is None or "window" not in core["units"]:
         return core, parameters
-    estimate = _estimate(target.family, parameters, target.link_word)
+
+    def estimate(given):
+        return _estimate(target.family, given, target.link_word)
+
     serial = dict(parameters, window_serial_products=True)
-    if estimate > capacity and "window_serial_products" not in fixed \
-            and _estimate(target.family, serial, target.link_word) < estimate:
+    if estimate(parameters) > capacity and "window_serial_products" not in fixed \
+            and not parameters.get("window_serial") and estimate(serial) < estimate(parameters):
         parameters = serial
         core = dict(core, window_serial_products=True)
+    unit = {**{k: v for k, v in parameters.items() if k != "window_serial_products"},
+            "window_serial": True}
+    if estimate(parameters) > capacity and "window_serial" not in fixed \
+            and "window_serial_products" not in fixed and _serial_window_keeps_up(target, unit) \
+            and estimate(unit) < estimate(parameters):
+        parameters = unit
+        core = {**{k: v for k, v in core.items() if k != "window_serial_products"},
+                "window_serial": True}
     lanes = parameters.get("window_lanes") or parameters["lanes"]
-    while lanes > 1 and "window_lanes" not in fixed \
-            and _estimate(target.family, parameters, target.link_word) > capacity:
+    while lanes > 1 and "window_lanes" not in fixed and estimate(parameters) > capacity:
         lanes //= 2
         parameters = dict(parameters, window_lanes=lanes)
         core = dict(core, window_lanes=lanes)
     return core, parameters
+
+
+def _serial_window_keeps_up(target, parameters):
+    """Whether a windowed unit that updates one window at a time
+    (:func:`~maxaccel.contract.pooling.serial_window_cycles`, the largest kernel of the core's
+    extents, the most images a lane of its element type holds, a window leaving each lane)
+    takes a lane no slower than the board's link brings one at its clock."""
+    from maxaccel.contract.dtypes import format_of
+    from maxaccel.contract.pooling import serial_window_cycles
+    extent = parameters.get("window_extent", 3)
+    outer = parameters.get("window_extent_outer") or extent
+    dtype = parameters.get("dtype")
+    elements = 8 // format_of(dtype).nbytes if dtype else 8
+    cycles = serial_window_cycles((outer, extent, extent), elements, 1)
+    return cycles <= target.clock_mhz * 1e6 * 8 / target.link_bytes_per_s
 
 
 def _ordered(core):
@@ -697,17 +724,22 @@ _FAMILY_ORDER = ("ice40", "ecp5", "xilinx")
 def _nearest_board(choice):
     """``(board, estimate, capacity)`` of the nearest other board whose core for the same
     units and capacities fits (:data:`_FAMILY_ORDER`), or None; the windowed unit's products
-    serial or not, whichever that board's estimate finds smaller."""
+    serial or not, or its lanes updating one window at a time where they keep up with that
+    board's link, whichever that board's estimate finds smallest."""
     family = find_target(choice.board).family
     found = []
-    core = {k: v for k, v in choice.core.items() if k != "window_serial_products"}
+    serial_settings = ("window_serial_products", "window_serial")
     for name, other in TARGETS.items():
         capacity, _ = _capacity(other)
         if name == choice.board or capacity is None:
             continue
-        parameters = {"lanes": other.lanes, **other.core, **core}
-        estimate = min(_estimate(other.family, dict(parameters, window_serial_products=serial),
-                                 other.link_word) for serial in (False, True))
+        parameters = {k: v for k, v in {"lanes": other.lanes, **other.core, **choice.core}.items()
+                      if k not in serial_settings}
+        variants = [{}, {"window_serial_products": True}]
+        if _serial_window_keeps_up(other, parameters):
+            variants.append({"window_serial": True})
+        estimate = min(_estimate(other.family, dict(parameters, **variant), other.link_word)
+                       for variant in variants)
         if estimate <= capacity:
             rank = (other.family != family, _FAMILY_ORDER.index(other.family))
             found.append((rank, capacity, name, estimate))
@@ -726,6 +758,7 @@ def choices_markdown(choices):
     for c in choices:
         extent = (f"{c.parameters['window_extent']} / {c.parameters['window_extent_outer']}"
                   + (", serial products" if c.parameters.get("window_serial_products") else "")
+                  + (", serial unit" if c.parameters.get("window_serial") else "")
                   if "window" in c.units else "-")
         routes = {}
         for n in c.nodes:

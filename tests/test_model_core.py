@@ -110,22 +110,72 @@ def test_a_13x13_spp_on_the_icebreaker_is_refused_before_synthesis(tmp_path):
                               f"needs the windowed pooling unit with window_extent 13; the "
                               f"core would take about {choice.estimate} ICESTORM_LC, the "
                               f"iCE40UP5K-SG48 has 5280")
-    # The iCE40's core computes the window's products serially (fewer cells there); the
-    # ECP5's keeps a multiplier each (fewer cells there).
+    # The iCE40's core computes the window's products serially (fewer cells there; a unit
+    # updating one window at a time would not keep up with its link at 13 x 13). The ULX3S
+    # 25F holds the core with such a unit: a float32 lane in 679 cycles, the UART's 1 600 at
+    # 60 MHz.
     assert choice.core["window_serial_products"]
-    parallel = dict(choice.core, window_serial_products=False)
-    assert message.endswith(f"; ulx3s_85f holds it (about "
-                            f"{estimate_cells('ecp5', {'lanes': 2, **parallel})} of 83640)")
+    serial = {**{k: v for k, v in choice.core.items() if k != "window_serial_products"},
+              "window_serial": True}
+    assert message.endswith(f"; ulx3s holds it (about "
+                            f"{estimate_cells('ecp5', {'lanes': 2, **serial})} of 24288)")
     assert isinstance(refused.value, ValueError)
 
 
+def test_a_board_too_small_for_the_pipelined_unit_gets_one_that_updates_a_window_at_a_time(
+        tmp_path):
+    """When the core does not fit with the pipelined windowed unit even with serial products,
+    its lanes update one window at a time (``window_serial``) if they keep up with the link:
+    SqueezeNet's 3x3 pools on the HX8K, a float32 lane in 39 cycles against the 320 a 3 Mbaud
+    UART takes at 12 MHz. A 13x13 pool on the iCEBreaker would take 679 a float32 lane:
+    the unit stays pipelined there. A setting given is kept."""
+    choice = choose_core("ice40_hx8k_breakout", [SQUEEZENET])
+    assert choice.core["window_serial"] and "window_serial_products" not in choice.core
+    assert [n.route for n in choice.nodes] == ["MAX_POOL"] * 3
+    products = {k: v for k, v in choice.parameters.items() if k != "window_serial"}
+    assert choice.estimate == estimate_cells("ice40", choice.parameters) < estimate_cells(
+        "ice40", dict(products, window_serial_products=True))
+    path = _save(spp_model(), tmp_path / "spp.onnx")
+    assert "window_serial" not in choose_core("icebreaker", [path]).core
+    kept = choose_core("ice40_hx8k_breakout", [SQUEEZENET], fixed={"window_serial": False})
+    assert kept.core["window_serial"] is False and kept.core["window_serial_products"]
+
+
+@pytest.mark.slow(reason="compiling the ULX3S 25F's core for a 13x13 SPP with Verilator, a "
+                         "minute; its three pools, seconds")
+def test_the_spp_on_the_ulx3s_25f_core_whose_lanes_update_one_window_at_a_time(tmp_path):
+    """The 25F's core for a 13x13 SPP (float32, one window lane that updates one window at a
+    time, extent 13), compiled: each pool through MAX_POOL, values and indices (NaN payloads,
+    signed zeros) as the golden model's."""
+    path = _save(spp_model(channels=3), tmp_path / "spp.onnx")
+    choice = choose_core("ulx3s", [path])
+    assert choice.core["window_serial"] and choice.fits()
+    rng = np.random.default_rng(13)
+    x = random_values(rng, format_of(np.float32), (1, 3, 13, 13), edge_fraction=0.3)
+    with open_device(f"verilator?for={path}&board=ulx3s", progress=None) as device:
+        assert device.identity.window_extent == 13
+        for k in (5, 9, 13):
+            pool = dict(kernel_shape=[k, k], pads=[k // 2] * 4)
+            (y, indices), (want, want_indices) = (
+                run(x, **pool, return_indices=True) for run in (device.max_pool,
+                                                                reference.max_pool))
+            assert device.last_max_pool_route.name == "MAX_POOL"
+            assert_bits_equal(y, want)
+            np.testing.assert_array_equal(indices, want_indices)
+
+
 def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
+    # With the pipelined unit (``window_serial`` 0): with lanes that update one window at a
+    # time the 25F holds the model, every pool through MAX_POOL.
     path = _save(spp_model(), tmp_path / "spp.onnx")
     with pytest.raises(CoreDoesNotFit, match=r"^ulx3s: node 'spp13' .* has 24288 "
                                              r"\(with window_extent=9 about \d+, `--core "
                                              r"window_extent=9`: larger kernels then go "
                                              r"through REDUCE\); ulx3s_85f"):
-        choose_core("ulx3s", [path]).check()
+        choose_core("ulx3s", [path], fixed={"window_serial": False}).check()
+    serial = choose_core("ulx3s", [path])
+    assert serial.fits() and serial.core["window_serial"]
+    assert [n.route for n in serial.nodes] == ["MAX_POOL"] * 3
 
 
 def test_the_setting_a_refusal_names_holds_the_model(tmp_path):
@@ -526,15 +576,18 @@ def test_a_virtual_board_for_a_model_on_a_board_s_target(tmp_path):
 
 
 def test_the_icebreaker_s_core_for_a_model_computes_the_window_s_products_serially(tmp_path):
-    """The iCEBreaker's core for the model would not fit with a multiplier per configuration
-    product, so its windowed unit computes them one after another; on its virtual board the
-    model's nodes give the golden model's bits, each request starting the products over."""
+    """The iCEBreaker's core for the model with the pipelined windowed unit (``window_serial``
+    0; the choice would make its lanes update one window at a time) would not fit with a
+    multiplier per configuration product, so the unit computes them one after another; on its
+    virtual board the model's nodes give the golden model's bits, each request starting the
+    products over."""
     path = _save(tiny_model(), tmp_path / "tiny.onnx")
-    choice = choose_core("icebreaker", [path])
+    assert choose_core("icebreaker", [path]).core["window_serial"]
+    choice = choose_core("icebreaker", [path], fixed={"window_serial": False})
     assert choice.core["window_serial_products"]
     unserial = dict(choice.parameters, window_serial_products=False)
     assert choice.estimate < estimate_cells("ice40", unserial)
-    url = f"sim?for={path}&board=icebreaker"
+    url = f"sim?for={path}&board=icebreaker&window_serial=0"
     _check_board_for_model(url, path, choice, own_clock=True)
     # The indices, whose arithmetic the products are: images of different sizes in turn.
     with open_device(url, progress=None) as device:
@@ -629,12 +682,12 @@ def test_the_icebreaker_netlist_for_a_model(tmp_path):
                          "and compiling its gate-level netlist with Verilator, 3 minutes; their "
                          "four pools on it, 30 s")
 def test_the_squeezenet_and_resnet18_pools_on_the_icebreaker_netlist_for_them(tmp_path, resnet18):
-    """The iCEBreaker's core for the two networks (float32, the windowed unit with serial
-    products), gate by gate: each of their MaxPools, with its attributes on its input's
+    """The iCEBreaker's core for the two networks (float32, the windowed unit's lanes updating
+    one window at a time), gate by gate: each of their MaxPools, with its attributes on its input's
     spatial size (two channels), through MAX_POOL, values and indices as the golden model's."""
     path = _save(resnet18, tmp_path / "resnet18.onnx")
     choice = choose_core("icebreaker", [SQUEEZENET, path])
-    assert choice.core["window_serial_products"]
+    assert choice.core["window_serial"]
     pools = {node.name: (model, {a.name: helper.get_attribute_value(a) for a in node.attribute})
              for model in (SQUEEZENET, path) for node in onnx.load(model).graph.node
              if node.op_type == "MaxPool"}
@@ -678,17 +731,17 @@ def test_a_model_of_one_element_type_gets_a_core_of_that_type(tmp_path):
 
 def test_a_virtual_board_s_core_parameters_are_kept_by_the_choice(tmp_path):
     """``for=`` with Core parameters in the URL: the choice keeps them, as ``--core`` does
-    (here without the serial products the iCEBreaker's choice would make), and they are
+    (here without the serial unit the iCEBreaker's choice would make), and they are
     read as ``--core`` reads them."""
     from maxaccel.host.transport import core_options, core_value
     path = _save(spp_model(), tmp_path / "spp.onnx")
     options = core_options("sim", {"for": (path,), "board": "ulx3s", "window_extent": 9})
     assert options["window_extent"] == 9 and options["units"] == ("reduce", "window")
     serial = core_options("sim", {"for": (SQUEEZENET,), "board": "icebreaker"})
-    assert serial["window_serial_products"] is True
+    assert serial["window_serial"] is True
     kept = core_options("sim", {"for": (SQUEEZENET,), "board": "icebreaker",
-                                "window_serial_products": 0})
-    assert not kept.get("window_serial_products")
+                                "window_serial": 0, "window_serial_products": 0})
+    assert not kept.get("window_serial") and not kept.get("window_serial_products")
     assert [core_value("dtype", "f4"), core_value("dtype", "every"),
             core_value("units", "reduce,window,"), core_value("window_extent", "9")] == [
         "float32", None, ("reduce", "window"), 9]
