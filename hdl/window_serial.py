@@ -124,13 +124,8 @@ class SerialWindowMaxPool(Unit):
         #: Cycles ``i.ready`` stays low after reset or ``clear``: a slot of the RAM a cycle.
         self.settle = max(self.max_elements * self.ring, plane_cycles) + 1
 
-    @property
-    def limits(self):
-        """The capacities, by name (what IDENTIFY reports)."""
-        return {"max_rank": self.max_rank, "max_extent": self.max_extent,
-                "extents": self.extents,
-                "max_columns": self.max_columns, "max_plane": self.max_plane,
-                "dim_bits": self.dim_bits, "index_bits": self.index_bits}
+    #: The capacities, by name, as :attr:`WindowMaxPool.limits`.
+    limits = WindowMaxPool.limits
 
     def lane_cycles(self, elements, leaving):
         """Cycles from one lane taken to the next (an always-ready sink): ``elements`` images

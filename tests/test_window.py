@@ -479,11 +479,14 @@ def _status_only(dut, axes, dtype, beats, outputs, expect, stalls=NO_STALLS):
     ((axis(4, 3, 1), Axis(0, 0, 1, 2, 1, 1)), 1),              # size 0
     ((axis(4, 3, 1), Axis(4, 0, 0, 2, 1, 1)), 1),              # out 0
     ((axis(4, 3, 1), Axis(4, 2, 2, 2, 1, 1)), 1),              # first window all padding
+    ((axis(4, 3, 1), Axis(40, 9, 3, 2, 30, 1)), 1),            # a pad far beyond the extent
     ((axis(4, 3, 1), axis(7, 1, 1)), 1),                       # 7 columns > max_columns
     ((axis(4, 1, 1), axis(9, 3, 1)), 0),                       # no line buffer needed
+    ((Axis(4, 0, 4, 4464, 1, 1), axis(4, 3, 1)), 1),           # a kernel far beyond the extent
 ])
-def test_config_error(axes, error):
-    dut = WindowMaxPool(max_rank=2, max_extent=3, max_columns=6)
+@unit_params
+def test_config_error(axes, error, unit):
+    dut = unit(max_rank=2, max_extent=3, max_columns=6)
     _status_only(dut, axes, np.float32, [], 0, {"config_error": error, "idle": 1})
 
 
@@ -500,21 +503,23 @@ def test_config_error_per_axis_extents(axes, error):
     _status_only(dut, axes, np.float32, [], 0, {"config_error": error, "idle": 1})
 
 
-def test_capacity_error():
+@unit_params
+def test_capacity_error(unit):
     # 3 x 4 output columns in the plane buffers of a rank-3 unit that holds 8: flagged; the
     # same pool with no taps along the outer axis needs no plane buffer and is not.
     x = np.zeros((1, 1, 2, 3, 4), dtype=np.int8)
     for kernel, expect in [(2, 1), (1, 0)]:
-        dut = WindowMaxPool(max_rank=3, max_extent=2, max_columns=4, max_plane=8)
+        dut = unit(max_rank=3, max_extent=2, max_columns=4, max_plane=8)
         axes = (axis(2, kernel, 1), axis(3, 1, 1), axis(4, 1, 1))
         outputs = int(np.prod([a.out for a in axes]))
         _status_only(dut, axes, np.int8, [{"data": 0}] * x.size, outputs,
                      {"capacity_error": expect, "config_error": 0, "idle": 1})
 
 
-def test_empty_window_flagged():
+@unit_params
+def test_empty_window_flagged(unit):
     # Input 2, kernel 2, dilation 3, pads 1 and 1: window 0 has taps at -1 and 2, both padding.
-    dut = WindowMaxPool(max_rank=1, max_extent=4)
+    dut = unit(max_rank=1, max_extent=4)
     axes = (Axis(2, 1, 1, 2, 1, 3),)
     _status_only(dut, axes, np.float32, [{"data": 0}, {"data": 0}], 1,
                  {"empty_window": 1, "config_error": 0, "idle": 1})
@@ -760,45 +765,6 @@ def test_serial_exact_cycles(case):
                         max_columns=axes[-1].out + 2,
                         max_plane=int(np.prod([a.out for a in axes[1:]])) + 2)
     assert run.arrivals["o"] == serial_arrivals(dut, axes, lanes, per_lane)
-
-
-@pytest.mark.parametrize("axes, error", [
-    ((axis(4, 3, 1), axis(4, 3, 1)), 0),
-    ((axis(4, 3, 1), axis(4, 4, 1)), 1),                       # extent 4 > 3
-    ((axis(4, 3, 1), axis(9, 2, 1, dilation=3)), 1),           # extent 4 > 3
-    ((axis(4, 3, 1), Axis(4, 0, 1, 0, 1, 1)), 1),              # kernel 0
-    ((axis(4, 3, 1), Axis(4, 0, 1, 2, 0, 1)), 1),              # stride 0
-    ((axis(4, 3, 1), Axis(4, 0, 1, 2, 1, 0)), 1),              # dilation 0
-    ((axis(4, 3, 1), Axis(0, 0, 1, 2, 1, 1)), 1),              # size 0
-    ((axis(4, 3, 1), Axis(4, 0, 0, 2, 1, 1)), 1),              # out 0
-    ((axis(4, 3, 1), Axis(4, 2, 2, 2, 1, 1)), 1),              # first window all padding
-    ((axis(4, 3, 1), Axis(40, 9, 3, 2, 30, 1)), 1),            # a pad far beyond the extent
-    ((axis(4, 3, 1), axis(7, 1, 1)), 1),                       # 7 columns > max_columns
-    ((axis(4, 1, 1), axis(9, 3, 1)), 0),                       # rows beyond the ring's: no taps
-    ((Axis(4, 0, 4, 70000 % 65536, 1, 1), axis(4, 3, 1)), 1),  # kernel far beyond the extent
-])
-def test_serial_config_error(axes, error):
-    dut = SerialWindowMaxPool(max_rank=2, max_extent=3, max_columns=6)
-    _status_only(dut, axes, np.float32, [], 0, {"config_error": error, "idle": 1})
-
-
-def test_serial_capacity_error():
-    # As the pipelined unit's: a plane of 3 x 4 outputs with taps across planes, 8 held.
-    x = np.zeros((1, 1, 2, 3, 4), dtype=np.int8)
-    for kernel, expect in [(2, 1), (1, 0)]:
-        dut = SerialWindowMaxPool(max_rank=3, max_extent=2, max_columns=4, max_plane=8)
-        axes = (axis(2, kernel, 1), axis(3, 1, 1), axis(4, 1, 1))
-        outputs = int(np.prod([a.out for a in axes]))
-        _status_only(dut, axes, np.int8, [{"data": 0}] * x.size, outputs,
-                     {"capacity_error": expect, "config_error": 0, "idle": 1})
-
-
-def test_serial_empty_window_flagged():
-    # Input 2, kernel 2, dilation 3, pads 1 and 1: window 0 has taps at -1 and 2, both padding;
-    # then the same unit pools a good image: the slot of the empty window was not left written.
-    dut = SerialWindowMaxPool(max_rank=1, max_extent=4)
-    _status_only(dut, (Axis(2, 1, 1, 2, 1, 3),), np.float32, [{"data": 0}, {"data": 0}], 1,
-                 {"empty_window": 1, "config_error": 0, "idle": 1})
 
 
 @stall_params
