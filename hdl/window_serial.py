@@ -12,7 +12,7 @@ input has passed its last element; windows open at once share the RAM as a ring.
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data
 from amaranth.lib.memory import Memory
 
 from maxaccel.contract.dtypes import DType, format_of
@@ -70,8 +70,9 @@ class SerialWindowMaxPool(Unit):
     check for windows to leave), ``2 * prod(max_extent) * elements`` cycles of updates
     (``elements = 8 / itemsize``), and for each window that leaves after it ``2 * elements +
     2`` cycles, plus any cycles the output's sink is not ready: :meth:`lane_cycles`. Each lane
-    waits for the previous one's windows to leave. A window's result is taken by a ready sink ``2 + 2 * prod(max_extent) * elements + k * (2 *
-    elements + 2)`` edges after the lane that completes it, the ``k``-th to leave after it.
+    waits for the previous one's windows to leave. A window's result is taken by a ready sink
+    ``2 + 2 * prod(max_extent) * elements + k * (2 * elements + 2)`` edges after the lane that
+    completes it, the ``k``-th to leave after it.
     """
 
     class Signature(WindowMaxPool.Signature):

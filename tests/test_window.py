@@ -238,7 +238,8 @@ def test_signed_zeros_and_ties(dtype, unit):
     x = reference.from_bits(bits, fmt)
     stalls = STALL_PATTERNS[(FLOATS.index(np.dtype(dtype)) + 1) % 4]
     check_window_pool(x, (axis(30, 3, 3),), stalls=stalls, unit=unit)
-    check_window_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS, unit=unit)  # overlapping windows
+    # Overlapping windows.
+    check_window_pool(x, (axis(30, 3, 1, pads=(2, 2)),), stalls=NO_STALLS, unit=unit)
 
 
 @pytest.mark.parametrize("dtype, kernel", [(np.float32, 5), (np.float16, 13),
@@ -283,7 +284,8 @@ def test_signed_zeros_and_ties_in_wide_windows(dtype, unit):
     bits = np.concatenate([zeros, ones]).reshape(1, 1, -1)
     x = reference.from_bits(bits, fmt)
     check_window_pool(x, (axis(170, 5, 5),), stalls=STALL_PATTERNS[1], unit=unit)
-    check_window_pool(x, (axis(170, 5, 1, pads=(4, 4)),), stalls=NO_STALLS, unit=unit)   # overlapping windows
+    # Overlapping windows.
+    check_window_pool(x, (axis(170, 5, 1, pads=(4, 4)),), stalls=NO_STALLS, unit=unit)
     planes = reference.from_bits(zeros.reshape(1, 1, 32, 5)[..., ::-1].copy(), fmt)
     check_window_pool(planes, (axis(32, 5, 3, pads=(1, 0)), axis(5, 5, 1, pads=(2, 2))),
                stalls=STALL_PATTERNS[2], per_axis=True, unit=unit)
