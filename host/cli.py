@@ -628,8 +628,8 @@ def _core_settings(args):
     has, with a value it takes over the board's core, and none of a unit the ``units`` given
     leave out: checked before anything is chosen or built."""
     from maxaccel.host.model_core import absent_unit_settings, check_unit_settings
-    from maxaccel.host.transport import core_value
-    settings = {}
+    from maxaccel.host.transport import core_setting_refusal, core_value
+    settings, given = {}, {}
     for text in args.core or ():
         name, equals, value = text.partition("=")
         if not equals or not name or not value:
@@ -638,13 +638,17 @@ def _core_settings(args):
             settings[name] = core_value(name, value)
         except ValueError as error:
             raise _Failure(f"--core {error}") from None
+        given[name] = value
     if not settings:
         return settings
     from maxaccel.boards.build import core_parameters, with_core
     from maxaccel.boards.targets import core_identity, target
-    try:
-        if "units" in settings:
+    if "units" in settings:
+        try:
             check_unit_settings(settings, settings["units"])
+        except ValueError as error:
+            raise _Failure(f"--core: {error}") from None
+    try:
         board = with_core(target(args.board), settings)
         # With the units whose parameters are given, so that their values are checked too.
         units = settings.get("units") or tuple(dict.fromkeys(
@@ -653,7 +657,8 @@ def _core_settings(args):
         core_identity(dict(core_parameters(board, args.lanes or board.lanes, board.clock_mhz),
                            units=units))
     except (ValueError, TypeError) as error:
-        raise _Failure(f"--core: {error}") from None
+        names, text = core_setting_refusal(settings, str(error))
+        raise _Failure(f"--core {' '.join(f'{n}={given[n]}' for n in names)}: {text}") from None
     return settings
 
 

@@ -740,7 +740,9 @@ class SimTransport(Transport):
         except ValueError as error:
             if not options or kind == "netlist":
                 raise
-            raise ValueError(_url_parameter_error(kind, options, str(error))) from None
+            names, text = core_setting_refusal(options, str(error))
+            given = "&".join(f"{name}={options[name]}" for name in names)
+            raise ValueError(f"{kind}?{given}: {text}") from None
 
         self.kind = kind
 
@@ -783,19 +785,20 @@ class SimTransport(Transport):
         self.board.close()
 
 
-def _url_parameter_error(kind, options, text):
-    """A virtual board's refusal of its URL's parameters, naming them as the URL gives them:
-    those the gateware's message names (or whose value it quotes), else all of them; the
-    message without the name of the gateware unit that refused."""
-    named = [name for name in options
+def core_setting_refusal(settings, text):
+    """A gateware refusal ``text`` of Core ``settings`` (a virtual board's URL options, ``maxaccel
+    build --core``) in the settings' own terms: ``(names, text)``, the names of the settings it
+    is about (those it names or whose value it quotes, else all of them) and the text without
+    the name of the gateware unit that refused, the unit's own name for the one setting it
+    is about replaced by the setting's (BroadcastMax's ``depth`` is ``replay_depth``)."""
+    named = [name for name in settings
              if re.search(rf"\b{re.escape(name)}\b", text)
-             or re.search(rf"\bnot {re.escape(repr(options[name]))}$", text)]
-    given = "&".join(f"{name}={options[name]}" for name in (named or options))
+             or re.search(rf"\bnot {re.escape(repr(settings[name]))}$", text)]
+    named = named or list(settings)
     text = re.sub(r"^[A-Z][A-Za-z]+:? (?=[a-z])", "", text)
     if len(named) == 1 and not re.search(rf"\b{re.escape(named[0])}\b", text):
-        # The unit's own name for it (BroadcastMax's depth is the URL's replay_depth).
         text = re.sub(r"^\w+(?= must be)", named[0], text)
-    return f"{kind}?{given}: {text}"
+    return named, text
 
 
 def _serial_arguments(parsed, options):

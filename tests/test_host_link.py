@@ -444,6 +444,7 @@ def test_an_ftdi_port_whose_timer_cannot_be_lowered_gets_one_hint(pty_port, tmp_
      "sim?window_extent=9&window_plane=4: a plane must hold a window"),
 ])
 def test_a_gateware_refusal_names_the_url_parameters(options, text, message):
-    """The units' own names for a parameter become the URL's."""
-    from maxaccel.host.transport import _url_parameter_error
-    assert _url_parameter_error("sim", options, text) == message
+    """The units' own names for a parameter become the URL's (and ``--core``'s)."""
+    from maxaccel.host.transport import core_setting_refusal
+    names, refusal = core_setting_refusal(options, text)
+    assert f"sim?{'&'.join(f'{n}={options[n]}' for n in names)}: {refusal}" == message

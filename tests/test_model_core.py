@@ -254,12 +254,13 @@ def test_a_refusal_names_the_outermost_extent_when_it_is_larger(tmp_path):
     (["window_extent"], "--core 'window_extent': give NAME=VALUE, such as window_extent=9"),
     (["window_extent=x"], "--core window_extent='x' must be an integer"),
     (["dtype=float99"], "--core dtype='float99': 'float99' is not a dtype; supported: "),
-    (["window_serial_products=2"], "--core: WindowMaxPool: serial_products must be True or "
-                                   "False (or 1 or 0), not 2"),
-    (["speed=11"], "--core: unknown core parameter 'speed'; a Core has dtype, "),
-    (["lanes=4"], "--core: core parameter 'lanes' is set by lanes, not by core"),
-    (["units=window"], "--core: units must include 'reduce'"),
-    (["window_extent=0"], "--core: WindowMaxPool: max_extent must be an integer >= 1"),
+    (["window_serial_products=2"], "--core window_serial_products=2: window_serial_products "
+                                   "must be True or False (or 1 or 0), not 2"),
+    (["speed=11"], "--core speed=11: unknown core parameter 'speed'; a Core has dtype, "),
+    (["lanes=4"], "--core lanes=4: core parameter 'lanes' is set by lanes, not by core"),
+    (["units=window"], "--core units=window: units must include 'reduce'"),
+    (["window_extent=0"], "--core window_extent=0: window_extent must be an integer >= 1"),
+    (["window_serial=2"], "--core window_serial=2: window_serial must be True or False"),
     (["units=reduce", "window_extent=9"], "--core: window_extent=9 set a parameter of the "
                                           "windowed pooling unit, which units=reduce leaves "
                                           "out"),
