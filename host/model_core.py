@@ -57,7 +57,7 @@ from maxaccel.boards.targets import TARGETS, core_identity, load_reports, target
 from maxaccel.contract.checks import (check_arg, check_global_max_pool, check_max,
                                       check_reduce_max)
 from maxaccel.contract.dtypes import format_of
-from maxaccel.contract.pooling import check_max_pool
+from maxaccel.contract.pooling import check_max_pool, serial_window_cycles
 from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command
 from maxaccel.host.device import DEFAULT_FRAME_BYTES, max_pool_link_elements, plan_max_pool
 from maxaccel.host.max_passes import expands_on_host, operands_per_pass
@@ -650,8 +650,6 @@ def _serial_window_keeps_up(target, parameters):
     (:func:`~maxaccel.contract.pooling.serial_window_cycles`, the largest kernel of the core's
     extents, the most images a lane of its element type holds, a window leaving each lane)
     takes a lane no slower than the board's link brings one at its clock."""
-    from maxaccel.contract.dtypes import format_of
-    from maxaccel.contract.pooling import serial_window_cycles
     extent = parameters.get("window_extent", 3)
     outer = parameters.get("window_extent_outer") or extent
     dtype = parameters.get("dtype")
