@@ -179,7 +179,6 @@ class SerialWindowMaxPool(Unit):
         keys = Signal(LANE_BITS)          # the lane's keys, element 0 at the bottom
         element_mask = Mux(fmt.size[0], 0xFF, Mux(fmt.size[1], 0xFFFF,
                            Mux(fmt.size[2], 0xFFFF_FFFF, (1 << 64) - 1)))
-        width = Cat(fmt.size[0], fmt.size[1], fmt.size[2], fmt.size[3])
         new_key = Signal(self.key_bits)
         m.d.comb += new_key.eq((keys & element_mask)[:self.key_bits])
         visit = self._candidates(m, derived, weights, ring_bits, at)
@@ -225,8 +224,8 @@ class SerialWindowMaxPool(Unit):
                 visit.step()
                 m.next = "READ"
                 with m.If(visit.last):
-                    m.d.sync += keys.eq(Mux(width[0], keys >> 8, Mux(width[1], keys >> 16,
-                                            Mux(width[2], keys >> 32, 0))))
+                    m.d.sync += keys.eq(Mux(fmt.size[0], keys >> 8, Mux(fmt.size[1], keys >> 16,
+                                            Mux(fmt.size[2], keys >> 32, 0))))
                     m.d.sync += element.eq(element + 1)
                     with m.If(last_element):
                         m.d.sync += [seen.eq(1), element.eq(0)]
@@ -250,14 +249,14 @@ class SerialWindowMaxPool(Unit):
                     write.addr.eq(address(leave.slot)),
                     write.data.eq(0), write.en.eq(1),
                 ]
-                shifted = Mux(width[0], Cat(out_keys[8:], stored.key[:8]),
-                              Mux(width[1], Cat(out_keys[16:], stored.key[:16]),
-                                  Mux(width[2], Cat(out_keys[32:], stored.key[:32]),
+                shifted = Mux(fmt.size[0], Cat(out_keys[8:], stored.key[:8]),
+                              Mux(fmt.size[1], Cat(out_keys[16:], stored.key[:16]),
+                                  Mux(fmt.size[2], Cat(out_keys[32:], stored.key[:32]),
                                       stored.key[:64] if self.key_bits >= 64
                                       else Cat(out_keys[self.key_bits:], stored.key))))
                 m.d.sync += out_keys.eq(shifted)
-                slot_of = Mux(width[0], element, Mux(width[1], element << 1,
-                              Mux(width[2], element << 2, 0)))
+                slot_of = Mux(fmt.size[0], element, Mux(fmt.size[1], element << 1,
+                              Mux(fmt.size[2], element << 2, 0)))
                 for k in range(LANE_BYTES):
                     with m.If(slot_of == k):
                         m.d.sync += index[k].eq(stored.index)
