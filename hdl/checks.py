@@ -182,6 +182,8 @@ class RequestChecks:
     ----------
     command : Signal(8)
         The request's command code (the engine sets it from the header).
+    payload_data : Signal(32)
+        Bytes of the request's payload after its block (the engine sets it from the header).
     dtype : Signal(8)
     shift : Signal(2)
         log2 of the element size.
@@ -205,11 +207,10 @@ class RequestChecks:
         self.dtype = Signal(8, name="dtype")
         self.supported = Signal(name="supported")
         self.shift = Signal(2, name="shift")
-        self.row_elements = Signal(32, name="row_elements")
         self.row_bytes = Signal(35, name="row_bytes")
         self.row_beats = Signal(32, name="row_beats")
         self.last_nbytes = Signal(range(beat_bytes + 1), name="last_nbytes")
-        self.payload_data = Signal(32, name="payload_data")    # bytes after the block
+        self.payload_data = Signal(32, name="payload_data")
         self.data_bytes = Signal(36, name="data_bytes")
         self.reply_bytes = Signal(36, name="reply_bytes")
         # Products (value, overflow), one register pair per name the contract uses (commands
@@ -266,22 +267,24 @@ class RequestChecks:
         self.verdict = verdict_logic(checks, self.command, self.supported, self.specs,
                                      self.fields, self._quantities, self.capacities)
 
-    def states(self, m, then, *, length, needed):
+    def states(self, m, then):
         """The checks' states of the engine's FSM, from ``GEOMETRY_DTYPE`` (enter it when the
-        block is in) to ``then`` (when :attr:`verdict` is valid). ``length`` is the request's
-        payload length and ``needed`` its block's bytes."""
+        block is in, :attr:`command` and :attr:`payload_data` set) to ``then`` (when
+        :attr:`verdict` is valid)."""
         with m.State("GEOMETRY_DTYPE"):
             with m.Switch(self.command):
                 for code, fields in self.fields.items():
                     with m.Case(code):
-                        m.d.sync += [self.dtype.eq(fields["dtype"]),
-                                     self.row_elements.eq(fields[self.specs[code].row])]
-            m.d.sync += self.payload_data.eq(length - needed)
+                        m.d.sync += self.dtype.eq(fields["dtype"])
             m.next = "GEOMETRY_SHIFT"
         with m.State("GEOMETRY_SHIFT"):
             m.next = "GEOMETRY_ROW"    # the dtype's decode is registered meanwhile
         with m.State("GEOMETRY_ROW"):
-            m.d.sync += self.row_bytes.eq(self.row_elements << self.shift)
+            with m.Switch(self.command):
+                for code, fields in self.fields.items():
+                    with m.Case(code):
+                        m.d.sync += self.row_bytes.eq(fields[self.specs[code].row]
+                                                      << self.shift)
             m.next = "GEOMETRY_BEATS"
         with m.State("GEOMETRY_BEATS"):
             beat_bytes = self.beat_bytes

@@ -21,7 +21,7 @@ See ``docs/architecture.md``, "Command engine".
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -315,7 +315,6 @@ class CommandEngine(Checked, wiring.Component):
                                 digit_bits=2 if width > 1 else 1,
                                 dtypes=self.identity.dtypes)
         command = request.command
-        length = Signal(32, name="length")
         request.build(m, checks)
         router = UnitRouter(ports, self.units, commands)
         router.build(m, checks, streams, command=command, request=request,
@@ -326,14 +325,15 @@ class CommandEngine(Checked, wiring.Component):
         parts = SimpleNamespace(
             receiver=receiver, transmitter=transmitter, packer=packer, unpacker=unpacker,
             streams=streams, parameters=parameters, request=request, router=router,
-            command=command, length=length,
+            command=command,
             seq=Signal(8, name="seq"), status=Signal(8, name="status"),
-            final=Signal(8, name="final"), pad=Signal(name="pad"),
-            reply_length=Signal(32, name="reply_length"),
-            packer_rows=Signal(32, name="packer_rows"),
-            packer_row_bytes=Signal(32, name="packer_row_bytes"))
-        m.d.comb += [packer.rows.eq(parts.packer_rows),
-                     packer.row_bytes.eq(parts.packer_row_bytes)]
+            final=Signal(8, name="final"), pad=Signal(name="pad"))
+        # The checks' registers hold the request's geometry until the next request's checks.
+        with m.Switch(command):
+            for code in commands:
+                with m.Case(code):
+                    m.d.comb += packer.rows.eq(request.request_rows(code))
+        m.d.comb += packer.row_bytes.eq(request.row_bytes)
 
         parts.reply_word = self._reply_source(m, streams, command=command, receiver=receiver,
                                               transmitter=transmitter, unpacker=unpacker)
@@ -389,7 +389,6 @@ class CommandEngine(Checked, wiring.Component):
                 m.d.sync += [
                     command.eq(header.command),
                     parts.seq.eq(header.seq),
-                    parts.length.eq(header.length),
                     status.eq(Status.OK),
                 ]
                 parameters.clear(m)
@@ -401,6 +400,7 @@ class CommandEngine(Checked, wiring.Component):
                     for code, block in parameters.blocks.items():
                         with m.Case(code):
                             parameters.expect(m, code)
+                            m.d.sync += request.payload_data.eq(header.length - block.size)
                             with m.If(header.length < block.size):
                                 m.d.sync += status.eq(Status.BAD_LENGTH)
                             with m.Else():
@@ -415,16 +415,10 @@ class CommandEngine(Checked, wiring.Component):
                     m.next = "GEOMETRY_DTYPE"
             self._take_trailer(m, parts, to_reply)   # only a timeout ends a frame here
 
-        request.states(m, then="VALIDATE", length=parts.length, needed=parameters.needed)
+        request.states(m, then="VALIDATE")
 
         with m.State("VALIDATE"):
-            m.d.sync += [status.eq(request.verdict),
-                         parts.reply_length.eq(request.reply_bytes)]
-            with m.Switch(command):
-                for code in self.commands:
-                    with m.Case(code):
-                        m.d.sync += parts.packer_rows.eq(request.request_rows(code))
-            m.d.sync += parts.packer_row_bytes.eq(request.row_bytes)
+            m.d.sync += status.eq(request.verdict)
             m.next = "DECIDE"
 
         with m.State("DECIDE"):
@@ -447,7 +441,7 @@ class CommandEngine(Checked, wiring.Component):
                 transmitter.start.valid.eq(1),
                 transmitter.start.payload.command.eq(command),
                 transmitter.start.payload.seq.eq(parts.seq),
-                transmitter.start.payload.length.eq(parts.reply_length),
+                transmitter.start.payload.length.eq(parts.request.reply_bytes),
             ]
             with m.If(transmitter.start.ready):
                 m.d.comb += [packer.start.eq(1), *router.start(command)]
@@ -513,25 +507,30 @@ class CommandEngine(Checked, wiring.Component):
         return counters
 
     def _reply_source(self, m, streams, *, command, receiver, transmitter, unpacker):
-        """The reply payload's source: a word shifted out a byte at a time (``IDENTIFY``,
-        ``COUNTERS``) or the unpacker. Returns the word's register."""
-        reply_word = Signal(8 * max(len(self.identity.encode()), COUNTERS.size),
-                            name="reply_word")
-        word_reply = Signal(name="word_reply")
-        m.d.sync += word_reply.eq((command == Command.IDENTIFY) | (command == Command.COUNTERS))
+        """The reply payload's source: a word sent a byte at a time (``IDENTIFY``, ``COUNTERS``)
+        or the unpacker. Returns ``(sent, counters)``: the word's bytes sent so far, and the
+        register that holds the counters as they were when the reply began, shifted out."""
+        identity = self.identity.encode()
+        sent = Signal(range(max(len(identity), COUNTERS.size) + 1), name="word_sent")
+        counters = Signal(8 * COUNTERS.size, name="counters_reply")
+        word_reply, identify = Signal(name="word_reply"), Signal(name="identify_reply")
+        m.d.sync += [word_reply.eq((command == Command.IDENTIFY) | (command == Command.COUNTERS)),
+                     identify.eq(command == Command.IDENTIFY)]
+        byte = Mux(identify, Array(Const(b, 8) for b in identity)[sent], counters[:8])
         with streams.If(word_reply):
             streams.d.comb += [transmitter.payload.valid.eq(1),
-                               *one_byte(transmitter.payload.payload, self.link_bytes,
-                                         reply_word[:8])]
+                               *one_byte(transmitter.payload.payload, self.link_bytes, byte)]
         with streams.Else():
             wiring.connect(streams, unpacker.o, transmitter.payload)
         with m.If(word_reply & transmitter.payload.ready):
-            m.d.sync += reply_word.eq(reply_word >> 8)
-        return reply_word
+            m.d.sync += [sent.eq(sent + 1), counters.eq(counters >> 8)]
+        return sent, counters
 
     def _word_reply(self, m, reply_word, *, command, seq, final, receiver, transmitter):
         """State ``REPLY``: the header of a reply without data, or with the ``IDENTIFY`` or
-        ``COUNTERS`` word (loaded into ``reply_word`` when the header is taken)."""
+        ``COUNTERS`` word (``reply_word``, :meth:`_reply_source`'s, restarted when the header
+        is taken)."""
+        sent, counters = reply_word
         identity_bytes = self.identity.encode()
         ok = final == Status.OK
         m.d.comb += [
@@ -544,7 +543,4 @@ class CommandEngine(Checked, wiring.Component):
         with m.If(ok & (command == Command.COUNTERS)):
             m.d.comb += transmitter.start.payload.length.eq(COUNTERS.size)
         with m.If(transmitter.start.ready):
-            with m.If(command == Command.IDENTIFY):
-                m.d.sync += reply_word.eq(int.from_bytes(identity_bytes, "little"))
-            with m.Else():
-                m.d.sync += reply_word.eq(self._counters(receiver))
+            m.d.sync += [sent.eq(0), counters.eq(self._counters(receiver))]
