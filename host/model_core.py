@@ -347,6 +347,7 @@ class CoreChoice:
     capacity: int = None
     cell_type: str = None
     demands: list = field(default_factory=list, repr=False)
+    fixed: dict = field(default_factory=dict, repr=False)
 
     @property
     def units(self):
@@ -587,7 +588,7 @@ def choose_core(board=None, models=(), *, base=None, fixed=None):
     estimate = None if target is None else _estimate(
         target.family, parameters, target.link_word)
     return CoreChoice(board, core, parameters, identity, nodes, estimate, capacity, cell_type,
-                      demands=[(s, n) for s, (n, _) in zip(steps, needs) if n])
+                      demands=[(s, n) for s, (n, _) in zip(steps, needs) if n], fixed=fixed)
 
 
 def _with_fixed(base, core, fixed):
@@ -721,23 +722,21 @@ _FAMILY_ORDER = ("ice40", "ecp5", "xilinx")
 
 def _nearest_board(choice):
     """``(board, estimate, capacity)`` of the nearest other board whose core for the same
-    units and capacities fits (:data:`_FAMILY_ORDER`), or None; the windowed unit's products
-    serial or not, or its lanes updating one window at a time where they keep up with that
-    board's link, whichever that board's estimate finds smallest."""
+    units and capacities fits (:data:`_FAMILY_ORDER`), or None; each board's core as its choice
+    would make it (:func:`_window_unit_held`, the choice's ``fixed`` settings kept): the
+    windowed unit's products serial, or its lanes updating one window at a time, only where
+    the board needs them."""
     family = find_target(choice.board).family
     found = []
-    serial_settings = ("window_serial_products", "window_serial")
+    made = ("window_serial_products", "window_serial")   # what the choice made for its board
+    core = {k: v for k, v in choice.core.items() if k not in made or k in choice.fixed}
     for name, other in TARGETS.items():
         capacity, _ = _capacity(other)
         if name == choice.board or capacity is None:
             continue
-        parameters = {k: v for k, v in {"lanes": other.lanes, **other.core, **choice.core}.items()
-                      if k not in serial_settings}
-        variants = [{}, {"window_serial_products": True}]
-        if _serial_window_keeps_up(other, parameters):
-            variants.append({"window_serial": True})
-        estimate = min(_estimate(other.family, dict(parameters, **variant), other.link_word)
-                       for variant in variants)
+        parameters = {"lanes": other.lanes, **other.core, **core}
+        _, parameters = _window_unit_held(other, capacity, core, parameters, choice.fixed)
+        estimate = _estimate(other.family, parameters, other.link_word)
         if estimate <= capacity:
             rank = (other.family != family, _FAMILY_ORDER.index(other.family))
             found.append((rank, capacity, name, estimate))

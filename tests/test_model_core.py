@@ -178,6 +178,20 @@ def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
     assert [n.route for n in serial.nodes] == ["MAX_POOL"] * 3
 
 
+def test_the_nearest_board_a_refusal_names_is_sized_as_its_choice_makes_it():
+    """A refusal names the nearest board with the estimate of the core that board's own
+    choice makes under the same fixed settings: the ULX3S 25F holds SqueezeNet's windowed
+    unit pipelined, and with ``window_serial`` fixed at 1 the lanes that update one window at
+    a time."""
+    for fixed in [{}, {"window_serial": False}, {"window_serial": True}]:
+        held = choose_core("ulx3s", [SQUEEZENET], fixed=fixed)
+        assert held.fits() and bool(held.core.get("window_serial")) == bool(
+            fixed.get("window_serial"))
+        with pytest.raises(CoreDoesNotFit, match=rf"; ulx3s holds it \(about {held.estimate} "
+                                                 rf"of 24288\)$"):
+            choose_core("icebreaker", [SQUEEZENET], fixed=fixed).check()
+
+
 def test_the_setting_a_refusal_names_holds_the_model(tmp_path):
     """``--core window_extent=9`` (``fixed``), which the ULX3S 25F's refusal of a 13x13 SPP
     names, gives a core that fits, the 13x13 pool through REDUCE for its capacity and the
