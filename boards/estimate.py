@@ -58,9 +58,9 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 #: * iCE40 units: ``docs/resources.md`` "Streaming units", UP5K, cells used at 1 and 4 lanes
 #:   (RunReducer 1721 / 3853, RunReducer-shallow 829 / 2249, ChannelsLastPool 2026 / 6514,
 #:   BroadcastMax 4379 / 12937): intercept and slope of the line through them. ``base``: the
-#:   iCEBreaker's build (4446) less its one shallow lane. The windowed unit: the iCEBreaker's
+#:   iCEBreaker's build (4158) less its one shallow lane. The windowed unit: the iCEBreaker's
 #:   build of the reduce and window core (one lane of extent 3, outermost 1; 4 taps), which
-#:   nextpnr placed at 28 436 cells before refusing it, less that base and reducer: 23 990,
+#:   nextpnr placed at 28 245 cells before refusing it, less that base and reducer: 24 087,
 #:   split between lane and taps as on the ECP5.
 #: * ECP5 units: the same table on the ECP5-25K (RunReducer 1078 / 2467, ChannelsLastPool 1563
 #:   / 4624, BroadcastMax 2870 / 8211); the shallow reducer is the deep one scaled by the
@@ -75,7 +75,7 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 #:   ``MULT18X18D`` left out; on Xilinx the ECP5's, scaled as below.
 #: * ``window_serial_lane``: a build with a lane of ``SerialWindowMaxPool``. On the iCE40 the
 #:   HX8K's float32 core for SqueezeNet 1.1 (one lane of extent 3, outermost 1), which nextpnr
-#:   placed at 8 581 cells before refusing it, less its base and shallow reducer, over the
+#:   placed at 8 289 cells before refusing it, less its base and shallow reducer, over the
 #:   unit's float32 share; on the ECP5 the ULX3S 25F's own core with one lane of extent 5
 #:   (outermost 1) added: 21 119 TRELLIS_COMB against its 15 608 (66.3 MHz routed against
 #:   60); on Xilinx the ECP5's, scaled as below.
@@ -85,10 +85,10 @@ FEATURES = ("base", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_l
 #:   link word and XDMA adapters add): :func:`refit` over the Arty's and the NiteFury's own
 #:   cores and their cores for a model.
 COEFFICIENTS = {
-    "ice40": dict(base=3617, reduce=1010, reduce_lane=711, reduce_shallow=356,
+    "ice40": dict(base=3329, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
-                  broadcast_lane=2853, window_lane=12057, window_tap=2983, window_serial=-11197,
-                  window_serial_lane=6929, link_byte=0),
+                  broadcast_lane=2853, window_lane=12107, window_tap=2995, window_serial=-11197,
+                  window_serial_lane=6923, link_byte=0),
     "ecp5": dict(base=6834, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
                  broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1009,
