@@ -527,14 +527,13 @@ def test_empty_window_flagged(unit):
                  {"empty_window": 1, "config_error": 0, "idle": 1})
 
 
-@pytest.mark.parametrize("serial_products", [False, True], ids=["parallel", "serial"])
-@stall_params
-def test_clear_abandons_partial_image(stalls, serial_products):
-    dut = shared_design(WindowMaxPool, max_rank=2, max_extent=3, max_columns=4,
-                        serial_products=serial_products)
-    # One output column: the last outputs come one at a time, so idle sees every stage.
+def _clear_mid_image(dut, stalls, seed, cycles, idle_pattern, **run):
+    """Five elements of a 3x4 float32 image, a ``clear``, then the whole image, under
+    ``stalls``: the outputs are the image's alone. ``cycles(beats)`` bounds the feed;
+    ``idle_pattern(idle, last_out)`` checks ``idle`` edge by edge (``last_out``: the edge
+    the last output was taken)."""
     axes = (axis(3, 3, 2, pads=(1, 1)), axis(4, 3, 3))
-    x = random_values(_rng("clear"), np.float32, (1, 1, 3, 4), edge_fraction=0.2)
+    x = random_values(_rng(seed), np.float32, (1, 1, 3, 4), edge_fraction=0.2)
     values, indices = oracle(x, axes)
     beats = [{"data": int(b)} for b in reference.bits_of(x).reshape(-1)]
 
@@ -543,22 +542,33 @@ def test_clear_abandons_partial_image(stalls, serial_products):
         ctx.set(dut.clear, 1)
         await ctx.tick()
         ctx.set(dut.clear, 0)
-        payloads, idle, last_out = await feed_a_beat_a_cycle(
-            ctx, dut, beats, len(beats) + dut.settle + dut.latency + 10)
-        received = [(int(p.data), int(p.index[0])) for p in payloads]
+        payloads, idle, last_out = await feed_a_beat_a_cycle(ctx, dut, beats,
+                                                             cycles(len(beats)))
+        idle_pattern(idle, last_out)
+        got = reference.from_bits(np.array([int(p.data) & 0xFFFF_FFFF for p in payloads],
+                                           dtype=np.uint32), format_of(np.float32))
+        reference.assert_same_bits(got, values)
+        assert [int(p.index[0]) for p in payloads] == list(indices)
+
+    run_streams(dut, sources={dut.i: beats[:5]}, sinks={"o": (dut.o, 0)}, stalls=stalls,
+                setup=configure(dut, np.float32, axes), check=clear_then_pool, **run)
+
+
+@pytest.mark.parametrize("serial_products", [False, True], ids=["parallel", "serial"])
+@stall_params
+def test_clear_abandons_partial_image(stalls, serial_products):
+    # One output column: the last outputs come one at a time, so idle sees every stage.
+    dut = shared_design(WindowMaxPool, max_rank=2, max_extent=3, max_columns=4,
+                        serial_products=serial_products)
+
+    def idle_pattern(idle, last_out):
         # Not idle while the configuration settles; idle until the first element is taken
         # (at edge settle + 1), then not until the last output is taken.
         settle = dut.settle
         assert idle == ([0] * settle + [1] + [0] * (last_out - settle - 1)
                         + [1] * (len(idle) - last_out))
-        got = reference.from_bits(np.array([d & 0xFFFF_FFFF for d, _ in received],
-                                           dtype=np.uint32), format_of(np.float32))
-        reference.assert_same_bits(got, values)
-        assert [i for _, i in received] == list(indices)
-
-    # Five elements of an image, then the clear.
-    run_streams(dut, sources={dut.i: beats[:5]}, sinks={"o": (dut.o, 0)}, stalls=stalls,
-                setup=configure(dut, np.float32, axes), check=clear_then_pool)
+    _clear_mid_image(dut, stalls, "clear", lambda beats: beats + dut.settle + dut.latency + 10,
+                     idle_pattern)
 
 
 def _run_bench_and_check(dut, bench, received, values, indices, dtype):
@@ -772,18 +782,8 @@ def test_serial_exact_cycles(case):
 @stall_params
 def test_serial_clear_abandons_partial_image(stalls):
     dut = shared_design(SerialWindowMaxPool, max_rank=2, max_extent=3, max_columns=4)
-    axes = (axis(3, 3, 2, pads=(1, 1)), axis(4, 3, 3))
-    x = random_values(_rng("serial clear"), np.float32, (1, 1, 3, 4), edge_fraction=0.2)
-    values, indices = oracle(x, axes)
-    beats = [{"data": int(b)} for b in reference.bits_of(x).reshape(-1)]
 
-    async def clear_then_pool(ctx):
-        assert ctx.get(dut.idle) == 0
-        ctx.set(dut.clear, 1)
-        await ctx.tick()
-        ctx.set(dut.clear, 0)
-        payloads, idle, last_out = await feed_a_beat_a_cycle(
-            ctx, dut, beats, dut.settle + len(beats) * dut.lane_cycles(2, 2) + 10)
+    def idle_pattern(idle, last_out):
         # Not idle while the RAM is marked unwritten; idle until the first lane is taken,
         # then not until the last output is taken and the last lane (beyond every window of
         # the innermost axis) updated.
@@ -791,15 +791,9 @@ def test_serial_clear_abandons_partial_image(stalls):
         assert idle[dut.settle + 1:last_out] == [0] * (last_out - dut.settle - 1)
         after = idle[last_out:]
         assert after == sorted(after) and after[-1] == 1
-        got = reference.from_bits(np.array([int(p.data) & 0xFFFF_FFFF for p in payloads],
-                                           dtype=np.uint32), format_of(np.float32))
-        reference.assert_same_bits(got, values)
-        assert [int(p.index[0]) for p in payloads] == list(indices)
-
-    # Five elements of an image, then the clear.
-    run_streams(dut, sources={dut.i: beats[:5]}, sinks={"o": (dut.o, 0)}, stalls=stalls,
-                setup=configure(dut, np.float32, axes), check=clear_then_pool,
-                drain_cycles=8 * dut.lane_cycles(2, 0))
+    _clear_mid_image(dut, stalls, "serial clear",
+                     lambda beats: dut.settle + beats * dut.lane_cycles(2, 2) + 10, idle_pattern,
+                     drain_cycles=8 * dut.lane_cycles(2, 0))
 
 
 def test_serial_parameters():
