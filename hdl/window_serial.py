@@ -407,8 +407,8 @@ class SerialWindowMaxPool(Unit):
         passed = Const(1)
         for a in reversed(range(rank)):
             behind = at.pos[a] - reach[a]
-            at_least = ~behind[-1] | at.last_pos[a]
-            passed = (~behind[-1] & (behind != 0)) | (at_least & passed)
+            reached = ~behind[-1] | at.last_pos[a]
+            passed = (~behind[-1] & (behind != 0)) | (reached & passed)
         complete = Signal()
         m.d.comb += complete.eq(at.seen & ~done & passed)
         out_last = [out_at[a] == derived[a].out_less for a in range(rank)]
