@@ -25,8 +25,10 @@ MAGIC = b"MX"
 #: version-6 core refuses a 1 there, its ``reserved`` byte) and ``POOL_CHANNELS_LAST``'s (a
 #: ReduceMin over the spatial axes of ``N x D1..Dn x C``; padding to a version-6 core). 8:
 #: ``REDUCE``'s ``arg`` byte (ArgMax and ArgMin: each run's position; padding to a version-7
-#: core, which would answer with the runs' extremes).
-VERSION = 8
+#: core, which would answer with the runs' extremes). 9: ``reduce_lanes`` (a byte appended to
+#: ``IDENTIFY``): a core may be built without the run reducer, and then answers ``REDUCE``
+#: with ``BAD_COMMAND``.
+VERSION = 9
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE

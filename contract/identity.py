@@ -47,6 +47,10 @@ class Identity:
         outermost axis's kernel extent is above 1.
     window_extent_outer : int
         Largest kernel extent of the outermost of three ``MAX_POOL`` axes (a 3-D pool's first).
+    reduce_lanes : int
+        64-bit lanes of the run reducer (``REDUCE``): ``lanes``, or 0 in a core built without
+        it (one made for models whose every max-family node a pooling unit serves). Default:
+        ``lanes``.
     """
 
     version: int
@@ -63,8 +67,13 @@ class Identity:
     window_columns: int = 0
     window_plane: int = 0
     window_extent_outer: int = 0
+    reduce_lanes: int = None
 
-    STRUCT = struct.Struct("<BBIIBBIIIBBIIB")
+    STRUCT = struct.Struct("<BBIIBBIIIBBIIBB")
+
+    def __post_init__(self):
+        if self.reduce_lanes is None:
+            object.__setattr__(self, "reduce_lanes", self.lanes)
 
     def encode(self):
         bitmap = sum(1 << int(code) for code in self.dtypes)
@@ -72,7 +81,7 @@ class Identity:
                                 self.max_dims, self.max_operands, self.pool_channels,
                                 self.clock_hz, self.frame_timeout_cycles, self.window_lanes,
                                 self.window_extent, self.window_columns, self.window_plane,
-                                self.window_extent_outer)
+                                self.window_extent_outer, self.reduce_lanes)
 
     @classmethod
     def decode(cls, payload):

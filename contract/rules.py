@@ -382,13 +382,14 @@ def quantities(command, fields, capacities, itemsize, data_length=0):
 
 
 def takes(command, capacities):
-    """Whether a device takes ``command`` at all: ``MAX_POOL`` only with the windowed pooling
-    unit (``window_lanes`` above 0), ``POOL_CHANNELS_LAST`` only with the channels-last one
+    """Whether a device takes ``command`` at all: ``REDUCE`` only with the run reducer
+    (``reduce_lanes`` above 0), ``MAX_POOL`` only with the windowed pooling unit
+    (``window_lanes`` above 0), ``POOL_CHANNELS_LAST`` only with the channels-last one
     (``pool_channels`` above 0), ``LOAD`` and ``MAX`` only with the broadcast unit
     (``replay_depth`` above 0). Without its unit a command's code is unknown
     (``BAD_COMMAND``), so a small core spends nothing on its block and rules.
     ``capacities`` is a :class:`Capacities` or an :class:`Identity`."""
-    unit = {Command.MAX_POOL: "window_lanes", Command.POOL_CHANNELS_LAST: "pool_channels",
+    unit = {Command.REDUCE: "reduce_lanes", Command.MAX_POOL: "window_lanes", Command.POOL_CHANNELS_LAST: "pool_channels",
             Command.LOAD: "replay_depth", Command.MAX: "replay_depth"}.get(command)
     return unit is None or getattr(capacities, unit) > 0
 

@@ -38,7 +38,8 @@ from .linkword import check_link_bytes, link_signature, one_byte, word_fields
 from .packing import RowPacker, RowUnpacker
 from .parameters import PARAMETER_BYTES, ParameterRegister
 from .pool import ChannelsLastPool
-from .routing import UNIT_NAMES, UnitRouter
+from .reduce import RunReducer
+from .routing import POSITION_BITS, UNIT_NAMES, UnitRouter
 from .window_lanes import WindowLanes
 from .lane import LANE_BYTES
 
@@ -46,9 +47,18 @@ __all__ = ["CommandEngine", "engine_identity"]
 
 
 def _present(reducer, pool, broadcast, window):
-    """The units given (or their signatures), by port name, as signatures."""
+    """The units given (or their signatures), by port name, as signatures; ``ValueError``
+    for none."""
     units = {"reducer": reducer, "pool": pool, "broadcast": broadcast, "window": window}
-    return {name: getattr(unit, "signature", unit) for name, unit in units.items() if unit}
+    present = {name: getattr(unit, "signature", unit) for name, unit in units.items() if unit}
+    if not present:
+        raise ValueError("a command engine needs at least one unit")
+    return present
+
+
+def _lanes(present):
+    """The lanes the units (signatures, by port name) share: the first one's."""
+    return next(iter(present.values())).lanes
 
 
 def _broadcast_limits(broadcast):
@@ -68,21 +78,22 @@ def _element_types(present):
     return frozenset(int(code) for code in FORMATS)
 
 
-def engine_identity(*, reducer, pool=None, broadcast=None, window=None, clock_hz,
+def engine_identity(*, reducer=None, pool=None, broadcast=None, window=None, clock_hz,
                     frame_timeout_cycles=None, link_bytes=1):
     """What ``IDENTIFY`` of a :class:`CommandEngine` with these units (or their signatures)
     reports, without building one."""
     present = _present(reducer, pool, broadcast, window)
-    pool, window = present.get("pool"), present.get("window")
+    pool, window, reducer = (present.get(name) for name in ("pool", "window", "reducer"))
     depth, max_dims, max_operands, _ = _broadcast_limits(present.get("broadcast"))
     if frame_timeout_cycles is None:
         frame_timeout_cycles = max(clock_hz // 100, 1)
     return Identity(
-        version=VERSION, lanes=present["reducer"].lanes,
+        version=VERSION, lanes=_lanes(present),
         dtypes=_element_types(present), replay_depth=depth,
         max_dims=max_dims, max_operands=max_operands,
         pool_channels=(pool.capacity_bytes if pool else 0) // LANE_BYTES, clock_hz=clock_hz,
-        frame_timeout_cycles=frame_timeout_cycles, **(window.limits if window else {}))
+        frame_timeout_cycles=frame_timeout_cycles, reduce_lanes=reducer.lanes if reducer else 0,
+        **(window.limits if window else {}))
 
 
 class CommandEngine(Checked, wiring.Component):
@@ -129,15 +140,16 @@ class CommandEngine(Checked, wiring.Component):
 
     Parameters
     ----------
-    reducer : RunReducer or RunReducer.Signature
+    reducer : RunReducer, its Signature, or None
     pool : ChannelsLastPool, its Signature, or None
     broadcast : BroadcastMax, its Signature, or None
     window : WindowLanes, its Signature, or None
         The units, or their signatures (which carry their parameters): the engine reads their
         capacities and signatures only (it builds and elaborates no unit). They must have the
-        same ``lanes``, a power of two. Without a pool, broadcast or window unit the engine
-        reports its capacity as 0 in ``IDENTIFY``, takes none of its commands (``takes``), so
-        it answers them ``BAD_COMMAND``, and has no port for it. The units share one
+        same ``lanes``, a power of two; at least one is given. Without a unit the
+        engine reports its capacity as 0 in ``IDENTIFY`` (the reducer's ``reduce_lanes``),
+        takes none of its commands (``takes``), so it answers them ``BAD_COMMAND``, and has
+        no port for it. The units share one
         ``dtype``: None (every element type, chosen by each request) or a static one, which
         ``IDENTIFY`` then reports as the only type and the checks refuse every other
         (``UNSUPPORTED_DTYPE``).
@@ -176,6 +188,7 @@ class CommandEngine(Checked, wiring.Component):
         No request or reply in progress and no header candidate pending: without new input
         the engine will never send another byte.
     reducer : In(reducer.signature)
+        Only with a run reducer.
     pool : In(pool.signature)
         Only with a pool unit.
     broadcast : In(broadcast.signature)
@@ -205,12 +218,12 @@ class CommandEngine(Checked, wiring.Component):
     """
 
     @classmethod
-    def check_parameters(cls, *, reducer, pool=None, broadcast=None, window=None, clock_hz,
+    def check_parameters(cls, *, reducer=None, pool=None, broadcast=None, window=None, clock_hz,
                          frame_timeout_cycles=None, link_bytes=1):
         """``ValueError`` unless the units have the same ``lanes`` and ``link_bytes`` fits
         them."""
         present = _present(reducer, pool, broadcast, window)
-        lanes = present["reducer"].lanes
+        lanes = _lanes(present)
         if any(unit.lanes != lanes for unit in present.values()):
             raise ValueError("the units must have the same lanes, not "
                              + ", ".join(f"{name} {unit.lanes}"
@@ -223,16 +236,17 @@ class CommandEngine(Checked, wiring.Component):
                              + ", ".join(f"{name} {getattr(d, 'name', d)}"
                                          for name, d in static.items()))
 
-    def __init__(self, *, reducer, pool=None, broadcast=None, window=None, clock_hz,
+    def __init__(self, *, reducer=None, pool=None, broadcast=None, window=None, clock_hz,
                  frame_timeout_cycles=None, link_bytes=1):
         present = _present(reducer, pool, broadcast, window)
-        lanes = present["reducer"].lanes
+        lanes = _lanes(present)
         if frame_timeout_cycles is None:
             frame_timeout_cycles = max(clock_hz // 100, 1)
         self.lanes = lanes
         self.link_bytes = link_bytes
         self.units = tuple(present)
-        pool, broadcast, window = (present.get(name) for name in ("pool", "broadcast", "window"))
+        reducer, pool, broadcast, window = (present.get(name) for name in
+                                            ("reducer", "pool", "broadcast", "window"))
         self.pool_capacity_bytes = pool.capacity_bytes if pool else 0
         self.depth, self.max_dims, self.max_operands, self.max_count = _broadcast_limits(
             broadcast)
@@ -245,7 +259,8 @@ class CommandEngine(Checked, wiring.Component):
         self.commands = tuple(code for code in DATA_COMMANDS if takes(code, self.identity))
         # The signatures of the units' ports; an absent unit's stands in inside the engine.
         self._unit_signatures = {
-            "reducer": present["reducer"],
+            "reducer": reducer or RunReducer.Signature(lanes, "shallow",
+                                                       position_bits=POSITION_BITS),
             "pool": pool or ChannelsLastPool.Signature(lanes, 1),
             "broadcast": broadcast or BroadcastMax.Signature(
                 lanes, 2, self.max_dims, self.max_operands, max_count=1,

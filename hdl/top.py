@@ -81,15 +81,17 @@ class Core(Checked, wiring.Component):
     frame_timeout_cycles : int, optional
         Default ``clock_hz // 100`` (10 ms).
     units : tuple of str
-        The datapath units to build (:data:`UNITS`; ``"reduce"`` is required). Without
-        ``"broadcast"`` the core reports a replay depth of 0, without ``"pool"`` 0 pooling
-        channels, without ``"window"`` 0 window lanes, and it answers the commands of a unit
-        it lacks (``LOAD`` and ``MAX``, ``POOL_CHANNELS_LAST``, ``MAX_POOL``) with
-        ``BAD_COMMAND``: it does not take them (``takes``).
-        The host then does everything through ``REDUCE``: ReduceMax, GlobalMaxPool and
+        The datapath units to build (:data:`UNITS`, one or more). Without ``"broadcast"``
+        the core reports a replay depth of 0, without ``"pool"`` 0 pooling channels, without
+        ``"window"`` 0 window lanes, without ``"reduce"`` 0 ``reduce_lanes``, and it answers
+        the commands of a unit it lacks (``LOAD`` and ``MAX``, ``POOL_CHANNELS_LAST``,
+        ``MAX_POOL``, ``REDUCE``) with ``BAD_COMMAND``: it does not take them (``takes``).
+        With ``REDUCE`` the host does the rest through it: ReduceMax, GlobalMaxPool and
         same-shape Max as always, a broadcasting Max by expanding the operands on the host, a
         windowed MaxPool one window per run (more bytes on the link). For devices too small
-        for them all.
+        for them all. Without it the core serves only what its units take (a core made for
+        models whose every max-family node a unit serves), and the host refuses the rest
+        before sending anything.
     link_bytes : int
         Bytes per cycle of ``i`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`, at most
         ``8 * lanes``): 1 behind a UART, 32 behind the NiteFury's XDMA stream and on the
@@ -144,9 +146,9 @@ class Core(Checked, wiring.Component):
         """The signatures of the units a core with these parameters is built with, by the
         engine's port name (each checks its parameters: ``ValueError``), and the engine's
         other arguments; nothing is built."""
-        if "reduce" not in units or set(units) - set(UNITS):
-            raise ValueError(f"units must include 'reduce' and be among {', '.join(UNITS)}, "
-                             f"not {units!r}")
+        if not units or set(units) - set(UNITS):
+            raise ValueError(f"units must be one or more of {', '.join(UNITS)}, not "
+                             f"{units!r}")
         makers = {
             "reducer": lambda: RunReducer.Signature(lanes, reduce_pipeline,
                                                     position_bits=POSITION_BITS, dtype=dtype),
@@ -245,7 +247,7 @@ class UARTTop(Checked, Elaboratable):
     default 512) on their way to the core. It absorbs the engine's short input stalls (header
     check, parameter checks) at any bit rate, and the next request's first bytes while the
     engine still sends the previous reply's tail (the engine takes a new request only once the
-    reply is out: 42 bytes for IDENTIFY, up to ``8 * lanes + 17`` after a MAX). A host that
+    reply is out: 53 bytes for IDENTIFY, up to ``8 * lanes + 17`` after a MAX). A host that
     sends more than that ahead of the replies overruns the receiver (counted by ``COUNTERS``).
 
     Parameters

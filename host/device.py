@@ -83,11 +83,12 @@ def plan_max_pool(geometry, fmt, identity, max_frame_bytes, indices=True):
     tuple
         ``(Command.MAX_POOL, plan_window_pool(...))`` when the pooling unit takes the pool in
         some tiling and that costs the link no more than ``REDUCE`` would (zero images filling
-        a group, or padding sent, can make it cost more); otherwise ``(Command.REDUCE,
-        plan_reduce_pool(...))``.
+        a group, or padding sent, can make it cost more) or the core has no run reducer;
+        otherwise ``(Command.REDUCE, plan_reduce_pool(...))``.
     """
     window = plan_window_pool(geometry, fmt, identity, max_frame_bytes, indices=indices)
-    if window is not None and not window.filler_images() and not window.padding_elements():
+    if window is not None and (not identity.reduce_lanes or not window.filler_images()
+                               and not window.padding_elements()):
         return Command.MAX_POOL, window
     plan = plan_reduce_pool(geometry)
     if window is not None and window.wire_elements() <= max_pool_link_elements(Command.REDUCE,
@@ -297,10 +298,12 @@ class Device:
             raise LinkError(Command.IDENTIFY, error.attempts, error.last_failure,
                             hint=hint + (f"; {tried}" if tried else ""),
                             heard=error.heard) from None
-        self.identity = Identity.decode(reply)
-        if self.identity.version != VERSION:
+        # The version first: another version's IDENTIFY may be of another length.
+        if reply[:1] != bytes([VERSION]):
             raise RuntimeError(f"the device at {self.url!r} speaks protocol version "
-                               f"{self.identity.version}; this driver speaks {VERSION}")
+                               f"{reply[0] if reply else 'none'}; this driver speaks "
+                               f"{VERSION}")
+        self.identity = Identity.decode(reply)
         if self.identity.clock_hz:
             self.link.frame_timeout_s = (self.identity.frame_timeout_cycles
                                          / self.identity.clock_hz)
@@ -372,6 +375,10 @@ class Device:
         pass's results go straight into it."""
         natives, fmt, shape = check_max(arrays, name=name)
         self._check_supported(fmt, f"{name}()")
+        if not self.identity.replay_depth or len(natives) == 1:
+            self._check_reducer(f"{name}()", "an element-wise " + name.title()
+                                + (" of one operand" if len(natives) == 1
+                                   else " without the broadcast unit"))
 
         def compute(room):
             y = np.empty(shape, fmt.numpy_dtype) if room is None else room
@@ -437,6 +444,7 @@ class Device:
         values, fmt, axis, keepdims, select_last_index, shape = check_arg(
             data, axis, keepdims, select_last_index, name)
         self._check_supported(fmt, f"{name}()")
+        self._check_reducer(f"{name}()", "an arg reduction")
 
         def compute(room):
             if not math.prod(shape):
@@ -475,7 +483,8 @@ class Device:
         pool the unit cannot take in any tiling (a kernel extent above its ``window_extent``,
         more than 3 spatial axes, a window of padding only), or that would cost the link more
         that way (groups of images filled up with zero images, padding sent), runs through
-        ``REDUCE``, which every core has (``host/pool_reduce.py``): each window's input
+        ``REDUCE`` (``host/pool_reduce.py``; a core without the run reducer refuses it, a
+        ``ValueError`` before anything is sent): each window's input
         elements, padding never sent, are one run, windows with as many elements one request.
         Where windows overlap an element then crosses the link once per window it lies in
         (2.25x the input for 3x3 stride 2), and ``Indices`` are located on the host in the
@@ -532,6 +541,11 @@ class Device:
                                       lambda payload: self._request(Command.MAX_POOL, payload),
                                       return_indices, out)
         route, plan = planned(self.frame_bytes)
+        if route == Command.REDUCE:
+            self._check_reducer("max_pool()", "this pool, which the windowed pooling unit "
+                                "does not take (IDENTIFY's window capacities)"
+                                if self.identity.window_lanes else "a pool without the "
+                                "windowed pooling unit")
         return self._run(max_pool_link_elements(route, plan) * fmt.nbytes, pool)
 
     def _max_pool_by_reduce(self, values, fmt, plan, return_indices, frame_bytes):
@@ -553,6 +567,16 @@ class Device:
             raise TypeError(f"{operator_name}: the device at {self.url!r} does not support "
                             f"{fmt.numpy_dtype}; it supports: {names}")
 
+    def _check_reducer(self, operator_name, need):
+        """``ValueError`` before anything is sent when ``need`` (what the call asks of the
+        device) takes ``REDUCE`` and the core has no run reducer."""
+        if not self.identity.reduce_lanes:
+            raise ValueError(
+                f"{operator_name}: {need} runs through REDUCE, and the core at {self.url!r} "
+                f"has no run reducer (IDENTIFY's reduce_lanes is 0: a core built for models "
+                f"whose max-family nodes its other units serve); run it on a core built with "
+                f"units including reduce")
+
     def _reduce(self, values, fmt, axes, keepdims, minimum, out, name):
         """Max (with ``minimum``, Min) of ``values`` over the (non-empty, non-negative)
         ``axes`` (``host/reduction.py``), into ``out`` (``name`` the operation's, for its
@@ -560,6 +584,11 @@ class Device:
         planned = functools.lru_cache(None)(lambda frame_bytes: plan_reduction(
             values.shape, axes, keepdims, fmt.nbytes, self.identity, frame_bytes, minimum))
         plan = planned(self.frame_bytes)
+        if plan.command == Command.REDUCE:
+            self._check_reducer(name, "a reduction the channels-last pooling unit does not "
+                                "take (the spatial axes of N x D1..Dn x C)"
+                                if self.identity.pool_channels else "a reduction without the "
+                                "channels-last pooling unit")
 
         def compute(room):
             return (self._run(values.nbytes + plan.output_elements * fmt.nbytes,

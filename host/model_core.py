@@ -14,9 +14,9 @@ its inputs' shapes (no data), through the session's own mapping of a node onto a
 
 The choice:
 
-* ``REDUCE`` is always built. The windowed pooling unit (``window``), the channels-last
-  pooling unit (``pool``) and the broadcast unit (``broadcast``) are built only if some node
-  needs one: on a core with every unit, the planner routes the node through the unit, and
+* ``REDUCE`` is built unless the board cannot hold it (the last point). The windowed pooling
+  unit (``window``), the channels-last pooling unit (``pool``) and the broadcast unit
+  (``broadcast``) are built only if some node needs one: on a core with every unit, the planner routes the node through the unit, and
   that puts fewer bytes on the link than the node's route on a core of ``REDUCE`` alone.
   (A non-overlapping MaxPool, kernel = stride, or a channels-last reduction costs the link
   the same through ``REDUCE``, so neither asks for a unit.)
@@ -30,8 +30,13 @@ The choice:
   board's capacities (or the Core's defaults, for a board without the unit), so every pass is
   the one the board's capacities give. When the core's estimate exceeds the board, the
   windowed unit computes its configuration's products serially if the estimate says that is
-  smaller (on the iCE40), and its lanes, the board's, are halved while it still does. Lanes,
-  clock and the rest are the board's.
+  smaller (on the iCE40), its lanes update one window at a time if they keep up with the link,
+  and its lanes, the board's, are halved while it still does. Lanes, clock and the rest are
+  the board's.
+* If the core still exceeds the board, fits it without the run reducer, and every node goes
+  through a unit, the run reducer is left out: the core serves these models' nodes, and the host refuses, before sending, a
+  request only ``REDUCE`` would take (another model's ArgMax, a pool beyond the unit's
+  capacities).
 * When every node has the same element type, the core is built for that type alone (the
   Core's ``dtype``: about half the reducer's logic, a tenth to a quarter of the other units');
   a request of another type then runs on the golden model on the host.
@@ -72,7 +77,7 @@ __all__ = ["CoreChoice", "NodeRoute", "CoreDoesNotFit", "RoutePlanner", "choose_
            "model_steps", "UNIT_OF_ROUTE", "UNIT_DEFAULTS", "UNIT_PARAMETERS",
            "absent_unit_settings", "check_unit_settings", "choices_markdown"]
 
-#: The unit each command runs on (``REDUCE`` on the run reducer every core has).
+#: The unit each command runs on (``REDUCE`` on the run reducer).
 UNIT_OF_ROUTE = {Command.MAX_POOL: "window", Command.POOL_CHANNELS_LAST: "pool",
                  Command.MAX: "broadcast", Command.REDUCE: "reduce"}
 #: The optional units, and what the messages call them.
@@ -572,6 +577,8 @@ def choose_core(board=None, models=(), *, base=None, fixed=None):
             parameters.pop(key, None)
     capacity, cell_type = _capacity(target)
     core, parameters = _window_unit_held(target, capacity, core, parameters, fixed)
+    core, parameters = _reducer_left_out(target, capacity, core, parameters, fixed,
+                                         steps, frame_bytes)
     core = _ordered(core)
     identity = core_identity(parameters)
     planner = RoutePlanner(identity, frame_bytes)
@@ -644,6 +651,25 @@ def _window_unit_held(target, capacity, core, parameters, fixed):
         parameters = dict(parameters, window_lanes=lanes)
         core = dict(core, window_lanes=lanes)
     return core, parameters
+
+
+def _reducer_left_out(target, capacity, core, parameters, fixed, steps, frame_bytes):
+    """``(core, parameters)`` without the run reducer when the core's estimate exceeds the
+    board's ``capacity`` (after :func:`_window_unit_held`) with it and not without it,
+    ``units`` is not ``fixed``, and every node's route on the core is a unit's: the core then
+    serves these nodes (and any other request its units take) and refuses the rest."""
+    if capacity is None or "units" in fixed or "reduce" not in core["units"] \
+            or len(core["units"]) == 1 \
+            or _estimate(target.family, parameters, target.link_word) <= capacity:
+        return core, parameters
+    planner = RoutePlanner(core_identity(parameters), frame_bytes)
+    if any(s.plan(planner).route == Command.REDUCE for s in steps):
+        return core, parameters
+    units = tuple(u for u in core["units"] if u != "reduce")
+    without = dict(parameters, units=units)
+    if _estimate(target.family, without, target.link_word) > capacity:
+        return core, parameters     # a refusal names settings and boards with REDUCE
+    return dict(core, units=units), without
 
 
 def _serial_window_keeps_up(target, parameters):

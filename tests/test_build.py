@@ -126,7 +126,7 @@ def test_a_build_s_core_parameters_merge_over_the_target_s(tmp_path, monkeypatch
     ({"window_extnet": 3}, "unknown core parameter 'window_extnet'; a Core has"),
     ({"lanes": 2}, "core parameter 'lanes' is set by lanes, not by core"),
     ({"clock_hz": 6_000_000}, "core parameter 'clock_hz' is set by clock_mhz"),
-    ({"units": ("window",)}, "units must include 'reduce'"),
+    ({"units": ("reduce", "windows")}, "units must be one or more of reduce, pool, "),
     ({"units": ("reduce", "window"), "window_extent": 0}, "max_extent must be an integer"),
 ])
 def test_a_core_parameter_core_lacks_or_refuses_is_refused_before_synthesis(

@@ -141,6 +141,26 @@ def test_a_board_too_small_for_the_pipelined_unit_gets_one_that_updates_a_window
     assert kept.core["window_serial"] is False and kept.core["window_serial_products"]
 
 
+def test_a_board_that_holds_the_unit_only_without_the_run_reducer_leaves_it_out(resnet18):
+    """The HX8K's core for SqueezeNet 1.1 and ResNet-18 (a serial window lane) is over the
+    board with the run reducer and within it without: every node goes through MAX_POOL, so
+    REDUCE is left out (its IDENTIFY says reduce_lanes 0). Not when a node needs REDUCE, not
+    when the core fits with it, and not when units is given."""
+    models = [SQUEEZENET, ("resnet18", resnet18)]
+    choice = choose_core("ice40_hx8k_breakout", models)
+    assert choice.units == ("window",) and choice.core["window_serial"]
+    assert choice.identity.reduce_lanes == 0 and choice.fits()
+    assert [n.route for n in choice.nodes] == ["MAX_POOL"] * 4
+    kept = dict(choice.parameters, units=("reduce", "window"))
+    assert estimate_cells("ice40", kept) > choice.capacity >= choice.estimate
+    assert choose_core("ulx3s", models).units == ("reduce", "window")
+    given = choose_core("ice40_hx8k_breakout", models, fixed={"units": ("reduce", "window")})
+    assert given.units == ("reduce", "window") and not given.fits()
+    # A GlobalMaxPool goes through REDUCE on a core without the channels-last unit.
+    both = choose_core("ice40_hx8k_breakout", models + [tiny_model()])
+    assert "reduce" in both.units
+
+
 @pytest.mark.slow(reason="compiling the ULX3S 25F's core for a 13x13 SPP with Verilator, a "
                          "minute; its three pools, seconds")
 def test_the_spp_on_the_ulx3s_25f_core_whose_lanes_update_one_window_at_a_time(tmp_path):
@@ -272,7 +292,7 @@ def test_a_refusal_names_the_outermost_extent_when_it_is_larger(tmp_path):
                                    "must be True or False (or 1 or 0), not 2"),
     (["speed=11"], "--core speed=11: unknown core parameter 'speed'; a Core has dtype, "),
     (["lanes=4"], "--core lanes=4: core parameter 'lanes' is set by lanes, not by core"),
-    (["units=window"], "--core units=window: units must include 'reduce'"),
+    (["units=windows"], "--core units=windows: units must be one or more of reduce, "),
     (["window_extent=0"], "--core window_extent=0: window_extent must be an integer >= 1"),
     (["window_serial=2"], "--core window_serial=2: window_serial must be True or False"),
     (["units=reduce", "window_extent=9"], "--core: window_extent=9 set a parameter of the "

@@ -292,6 +292,47 @@ def test_a_reduce_only_core_refuses_the_other_units_and_the_host_still_computes_
                                           getattr(reference, name)(x, axis=3))
 
 
+def test_a_core_without_the_run_reducer_pools_and_refuses_what_needs_it_before_sending():
+    """A core built for models whose every max-family node a pooling unit serves
+    (Core(units=("window",)), what the HX8K's core for SqueezeNet 1.1 is), simulated: IDENTIFY
+    says reduce_lanes 0, REDUCE is BAD_COMMAND, a MaxPool goes through MAX_POOL bit for bit
+    (NaN payloads, signed zeros, indices), and a call that only REDUCE would take is a
+    ValueError naming REDUCE, before any request: the board answers the next call as ever."""
+    from maxaccel.host.device import Device
+    from maxaccel.host.link import DeviceError
+    from maxaccel.host.transport import SimTransport
+    from maxaccel.sim import reference
+
+    with Device(SimTransport("sim", lanes=1, units=("window",), dtype="float32",
+                             window_serial=True, window_extent=3, window_extent_outer=1,
+                             window_columns=8, window_plane=1)) as device:
+        assert device.identity.reduce_lanes == 0 and device.identity.window_lanes == 1
+        with pytest.raises(DeviceError, match="BAD_COMMAND"):
+            device.link.request(Command.REDUCE, bytes(32))
+        rng = np.random.default_rng(9)
+        x = random_values(rng, format_of(np.float32), (1, 2, 5, 5), edge_fraction=0.4)
+        attributes = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        want = reference.max_pool(x, **attributes, return_indices=True)
+        refused = [
+            (lambda: device.reduce_max(x, axes=[3]), r"reduce_max\(\): a reduction without "
+                                                     r"the channels-last pooling unit"),
+            (lambda: device.arg_max(x, axis=3), r"arg_max\(\): an arg reduction"),
+            (lambda: device.max(x, x), r"max\(\): an element-wise Max without the broadcast"),
+            (lambda: device.global_max_pool(x), r"global_max_pool\(\)"),
+            (lambda: device.max_pool(x, kernel_shape=[5, 5]), r"max_pool\(\): this pool, "
+                                                              r"which the windowed pooling unit "
+                                                              r"does not take"),
+            (lambda: device.max_pool(x, **attributes, route=Command.REDUCE), r"max_pool\(\)")]
+        for call, message in refused:
+            with pytest.raises(ValueError, match=message + r".* runs through REDUCE, and the "
+                                                 r"core at .* has no run reducer"):
+                call()
+        y, indices = device.max_pool(x, **attributes, return_indices=True)
+        assert device.last_max_pool_route == Command.MAX_POOL
+        reference.assert_same_bits(y, want[0])
+        np.testing.assert_array_equal(indices, want[1])
+
+
 # Device cycles of max(a, row, col), (512, 512) with (1, 512) and (512, 1), and of a ReduceMax of
 # as many input elements, on the default compiled board (the NiteFury's core: 4 lanes, a 32-byte
 # link word; a 1024-beat replay buffer holds the column, one beat per row, and the row, so the
