@@ -51,9 +51,9 @@ __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_poi
            "static_dtype_shares"]
 
 #: The terms of the estimate, in order.
-FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow", "reduce_shallow_lane", "pool",
-            "pool_lane", "broadcast", "broadcast_lane", "window_lane", "window_tap",
-            "window_serial", "window_serial_lane", "link_byte")
+FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
+            "reduce_shallow_lane", "pool", "pool_lane", "broadcast", "broadcast_lane",
+            "window_lane", "window_tap", "window_serial", "window_serial_lane", "link_byte")
 
 #: Cells per feature and family. Where each comes from:
 #:
@@ -62,10 +62,10 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   BroadcastMax 4379 / 12937): intercept and slope of the line through them. ``base``: the
 #:   iCEBreaker's build (4158) less its one shallow lane and ``reduce_command``.
 #:   ``reduce_command``: the HX8K's float32 core for SqueezeNet 1.1 built without the run
-#:   reducer (7 537 cells) against with it (8 289), less the reducer's float32 terms (416). The windowed unit: the iCEBreaker's
-#:   build of the reduce and window core (one lane of extent 3, outermost 1; 4 taps), which
-#:   nextpnr placed at 28 245 cells before refusing it, less that base and reducer: 24 087,
-#:   split between lane and taps as on the ECP5.
+#:   reducer (7 537 cells) against with it (8 289), less the reducer's float32 terms (416).
+#:   The windowed unit: the iCEBreaker's build of the reduce and window core (one lane of
+#:   extent 3, outermost 1; 4 taps), which nextpnr placed at 28 245 cells before refusing it,
+#:   less that base and reducer: 24 087, split between lane and taps as on the ECP5.
 #: * ECP5 units: the same table on the ECP5-25K (RunReducer 1078 / 2467, ChannelsLastPool 1563
 #:   / 4624, BroadcastMax 2870 / 8211); the shallow reducer is the deep one scaled by the
 #:   iCE40's shallow-to-deep ratio per lane. ``base``: the ULX3S 25F's build (15 608) less its

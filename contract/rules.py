@@ -389,8 +389,9 @@ def takes(command, capacities):
     (``replay_depth`` above 0). Without its unit a command's code is unknown
     (``BAD_COMMAND``), so a small core spends nothing on its block and rules.
     ``capacities`` is a :class:`Capacities` or an :class:`Identity`."""
-    unit = {Command.REDUCE: "reduce_lanes", Command.MAX_POOL: "window_lanes", Command.POOL_CHANNELS_LAST: "pool_channels",
-            Command.LOAD: "replay_depth", Command.MAX: "replay_depth"}.get(command)
+    unit = {Command.REDUCE: "reduce_lanes", Command.MAX_POOL: "window_lanes",
+            Command.POOL_CHANNELS_LAST: "pool_channels", Command.LOAD: "replay_depth",
+            Command.MAX: "replay_depth"}.get(command)
     return unit is None or getattr(capacities, unit) > 0
 
 

@@ -146,13 +146,12 @@ class CommandEngine(Checked, wiring.Component):
     window : WindowLanes, its Signature, or None
         The units, or their signatures (which carry their parameters): the engine reads their
         capacities and signatures only (it builds and elaborates no unit). They must have the
-        same ``lanes``, a power of two; at least one is given. Without a unit the
-        engine reports its capacity as 0 in ``IDENTIFY`` (the reducer's ``reduce_lanes``),
-        takes none of its commands (``takes``), so it answers them ``BAD_COMMAND``, and has
-        no port for it. The units share one
-        ``dtype``: None (every element type, chosen by each request) or a static one, which
-        ``IDENTIFY`` then reports as the only type and the checks refuse every other
-        (``UNSUPPORTED_DTYPE``).
+        same ``lanes``, a power of two; at least one is given. Without a unit the engine
+        reports its capacity as 0 in ``IDENTIFY`` (the reducer's: ``reduce_lanes``), takes
+        none of its commands (``takes``), so it answers them ``BAD_COMMAND``, and has no port
+        for it. The units share one ``dtype``: None (every element type, chosen by each
+        request) or a static one, which ``IDENTIFY`` then reports as the only type and the
+        checks refuse every other (``UNSUPPORTED_DTYPE``).
     clock_hz : int
         Clock frequency reported by ``IDENTIFY``.
     frame_timeout_cycles : int, optional

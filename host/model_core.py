@@ -16,8 +16,9 @@ The choice:
 
 * ``REDUCE`` is built unless the board cannot hold it (the last point). The windowed pooling
   unit (``window``), the channels-last pooling unit (``pool``) and the broadcast unit
-  (``broadcast``) are built only if some node needs one: on a core with every unit, the planner routes the node through the unit, and
-  that puts fewer bytes on the link than the node's route on a core of ``REDUCE`` alone.
+  (``broadcast``) are built only if some node needs one: on a core with every unit, the
+  planner routes the node through the unit, and that puts fewer bytes on the link than the
+  node's route on a core of ``REDUCE`` alone.
   (A non-overlapping MaxPool, kernel = stride, or a channels-last reduction costs the link
   the same through ``REDUCE``, so neither asks for a unit.)
 * The windowed unit's kernel extents are the largest of the nodes that need it (the two
@@ -34,9 +35,9 @@ The choice:
   and its lanes, the board's, are halved while it still does. Lanes, clock and the rest are
   the board's.
 * If the core still exceeds the board, fits it without the run reducer, and every node goes
-  through a unit, the run reducer is left out: the core serves these models' nodes, and the host refuses, before sending, a
-  request only ``REDUCE`` would take (another model's ArgMax, a pool beyond the unit's
-  capacities).
+  through a unit, the run reducer is left out: the core serves these models' nodes, and the
+  host refuses, before sending, a request only ``REDUCE`` would take (another model's ArgMax,
+  a pool beyond the unit's capacities).
 * When every node has the same element type, the core is built for that type alone (the
   Core's ``dtype``: about half the reducer's logic, a tenth to a quarter of the other units');
   a request of another type then runs on the golden model on the host.
