@@ -96,7 +96,12 @@ class Capacities:
 
 @dataclass(frozen=True)
 class Rule:
-    """One reason to refuse a request: ``status`` when ``refuses(f, q, cap, ops)`` is true."""
+    """One reason to refuse a request: ``status`` when ``refuses(f, q, cap, ops)`` is true.
+
+    ``ops`` is how the predicate is evaluated, on Python integers or on gateware values:
+    ``ops.any(conditions)``, ``ops.mux(condition, a, b)`` and ``ops.exceeds(value, bound)``
+    (``value > bound``, which the gateware takes without a carry chain when ``bound`` is a
+    capacity or another constant)."""
 
     status: Status
     description: str
@@ -161,12 +166,12 @@ def _length_rule(data):
 
 def _reply_rule():
     return Rule(Status.TOO_LARGE, "the reply is above MAX_PAYLOAD",
-                lambda f, q, cap, ops: q["reply_bytes"] > cap.max_payload)
+                lambda f, q, cap, ops: ops.exceeds(q["reply_bytes"], cap.max_payload))
 
 
 def _minimum_rule():
     return Rule(Status.BAD_PARAMETER, "a minimum flag other than 0 or 1",
-                lambda f, q, cap, ops: f["minimum"] > 1)
+                lambda f, q, cap, ops: ops.exceeds(f["minimum"], 1))
 
 
 def _max_rules():
@@ -174,10 +179,10 @@ def _max_rules():
     slots = lambda cap: range(cap.max_operands)     # noqa: E731
     return (
         Rule(Status.BAD_PARAMETER, "more replayed operands than max_operands",
-             lambda f, q, cap, ops: f["operands"] > cap.max_operands),
+             lambda f, q, cap, ops: ops.exceeds(f["operands"], cap.max_operands)),
         _minimum_rule(),
         Rule(Status.BAD_PARAMETER, "several streamed operands with a replayed one",
-             lambda f, q, cap, ops: (f["streamed"] > 1) & (f["operands"] != 0)),
+             lambda f, q, cap, ops: ops.exceeds(f["streamed"], 1) & (f["operands"] != 0)),
         Rule(Status.BAD_PARAMETER, "no operand (none replayed and none streamed)",
              lambda f, q, cap, ops: (f["operands"] == 0) & (f["streamed"] == 0)),
         Rule(Status.BAD_PARAMETER, "a row length of 0",
@@ -185,18 +190,21 @@ def _max_rules():
         Rule(Status.BAD_PARAMETER, "an outer count of 0",
              lambda f, q, cap, ops: ops.any(f[f"counts[{d}]"] == 0 for d in dims(cap))),
         Rule(Status.BAD_PARAMETER, "an operand's splat flag is not 0 or 1",
-             lambda f, q, cap, ops: ops.any((f["operands"] > k) & (f[f"slot[{k}].splat"] > 1)
+             lambda f, q, cap, ops: ops.any(ops.exceeds(f["operands"], k)
+                                            & ops.exceeds(f[f"slot[{k}].splat"], 1)
                                             for k in slots(cap))),
         Rule(Status.TOO_LARGE, "an outer count above MAX_COUNT",
-             lambda f, q, cap, ops: ops.any(f[f"counts[{d}]"] > cap.max_count
+             lambda f, q, cap, ops: ops.any(ops.exceeds(f[f"counts[{d}]"], cap.max_count)
                                             for d in dims(cap))),
         Rule(Status.TOO_LARGE, "a row of more than MAX_COUNT beats",
-             lambda f, q, cap, ops: q["row_beats"] > cap.max_count),
+             lambda f, q, cap, ops: ops.exceeds(q["row_beats"], cap.max_count)),
         Rule(Status.TOO_LARGE, "several streamed operands with a row of more than one beat",
-             lambda f, q, cap, ops: (f["streamed"] > 1) & (q["row_beats"] > 1)),
+             lambda f, q, cap, ops: ops.exceeds(f["streamed"], 1)
+             & ops.exceeds(q["row_beats"], 1)),
         Rule(Status.TOO_LARGE, "an operand's base at or beyond the replay buffer's depth",
              lambda f, q, cap, ops: ops.any(
-                 (f["operands"] > k) & (f[f"slot[{k}].base"] >= cap.replay_depth)
+                 ops.exceeds(f["operands"], k)
+                 & ops.exceeds(f[f"slot[{k}].base"], cap.replay_depth - 1)
                  for k in slots(cap))),
         _reply_rule(),
         _length_rule("prod(counts) x streamed x row_length elements"),
@@ -212,7 +220,7 @@ RULES = {
         offsets="arg",
         rules=(_minimum_rule(),
                Rule(Status.BAD_PARAMETER, "an arg flag other than 0 or 1",
-                    lambda f, q, cap, ops: f["arg"] > 1),
+                    lambda f, q, cap, ops: ops.exceeds(f["arg"], 1)),
                Rule(Status.BAD_PARAMETER, "an arg flag with a run length of 0 (no position)",
                     lambda f, q, cap, ops: (f["arg"] != 0) & (f["run_length"] == 0)),
                _reply_rule(), _length_rule("runs x run_length elements"))),
@@ -226,7 +234,8 @@ RULES = {
                  lambda f, q, cap, ops: (f["pixels"] == 0) | (f["channels"] == 0)),
             _minimum_rule(),
             Rule(Status.TOO_LARGE, "a pixel (channels x itemsize bytes) beyond the pooling "
-                 "capacity", lambda f, q, cap, ops: q["row_bytes"] > cap.pool_capacity_bytes),
+                 "capacity",
+                 lambda f, q, cap, ops: ops.exceeds(q["row_bytes"], cap.pool_capacity_bytes)),
             _reply_rule(),
             _length_rule("images x pixels x channels elements"))),
     Command.LOAD: CommandRules(
@@ -267,7 +276,7 @@ def _max_pool_rules():
             Rule(Status.BAD_PARAMETER, "a reserved byte is not 0",
                  lambda f, q, cap, ops: f["reserved"] != 0),
             Rule(Status.BAD_PARAMETER, "an indices flag other than 0 or 1",
-                 lambda f, q, cap, ops: f["indices"] > 1),
+                 lambda f, q, cap, ops: ops.exceeds(f["indices"], 1)),
             Rule(Status.BAD_PARAMETER, "a group of 0 images",
                  lambda f, q, cap, ops: f["group"] == 0),
             Rule(Status.BAD_PARAMETER, "an axis's size, out, kernel, stride or dilation of 0",
@@ -279,25 +288,25 @@ def _max_pool_rules():
                                                 for s, a in zip(span, axes))),
             Rule(Status.TOO_LARGE, "a group wider than the pooling unit's lanes (group x "
                  "itemsize above 8 x window_lanes bytes)",
-                 lambda f, q, cap, ops: q["row_bytes"] > cap.window_bytes),
+                 lambda f, q, cap, ops: ops.exceeds(q["row_bytes"], cap.window_bytes)),
             Rule(Status.TOO_LARGE, "an axis field above WINDOW_FIELD_MAX",
-                 lambda f, q, cap, ops: ops.any(f[name] > cap.window_field_max
+                 lambda f, q, cap, ops: ops.any(ops.exceeds(f[name], cap.window_field_max)
                                                 for a in axes for name in a.values())),
             Rule(Status.TOO_LARGE, "a kernel extent above window_extent (an axis but the "
                  "outermost) or window_extent_outer (the outermost)",
                  lambda f, q, cap, ops: ops.any(
-                     q[s] + 1 > limit + f[a["dilation"]]
+                     q[s] >= limit + f[a["dilation"]]
                      for s, a, limit in zip(span, axes, _window_extents(cap)))),
             Rule(Status.TOO_LARGE, "an innermost output length above window_columns with a "
                  "middle kernel extent above 1",
-                 lambda f, q, cap, ops: (f[inner["out"]] > cap.window_columns)
+                 lambda f, q, cap, ops: ops.exceeds(f[inner["out"]], cap.window_columns)
                  & (q[span[1]] > f[axes[1]["dilation"]])),
             Rule(Status.TOO_LARGE, "an output plane above window_plane with an outermost "
                  "kernel extent above 1",
-                 lambda f, q, cap, ops: (q["plane"] > cap.window_plane)
+                 lambda f, q, cap, ops: ops.exceeds(q["plane"], cap.window_plane)
                  & (q[span[0]] > f[outer["dilation"]])),
             Rule(Status.TOO_LARGE, "an image of more than WINDOW_IMAGE_MAX elements",
-                 lambda f, q, cap, ops: q["image"] > cap.window_image_max),
+                 lambda f, q, cap, ops: ops.exceeds(q["image"], cap.window_image_max)),
             _reply_rule(),
             _length_rule("groups x group x prod(size) elements")),
         late=((Status.BAD_PARAMETER, "a window of padding only (found by the unit while the "
@@ -347,6 +356,7 @@ for _command in DATA_COMMANDS:
 
 class _PythonOps:
     any = staticmethod(lambda conditions: any(conditions))
+    exceeds = staticmethod(lambda value, bound: value > bound)
     mux = staticmethod(lambda condition, a, b: a if condition else b)
 
 

@@ -15,7 +15,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.wire import STATUS_ORDER, WINDOW_INDEX_BYTES, Status
 
-from .kit import SaturatingMultiplier
+from .kit import SaturatingMultiplier, at_least
 
 __all__ = ["SATURATED", "RequestChecks", "check_programs",
            "verdict_logic"]
@@ -30,6 +30,11 @@ class _HardwareOps:
         return Cat(*conditions).any()
 
     mux = staticmethod(Mux)
+
+    @staticmethod
+    def exceeds(value, bound):
+        """``value > bound``; against a constant without a carry chain (:func:`at_least`)."""
+        return at_least(value, bound + 1) if isinstance(bound, int) else value > bound
 
 
 #: A saturated quantity of the checks: above every bound a status rule compares one with.
@@ -323,8 +328,8 @@ class RequestChecks:
                             + self._bytes(spec.indices, lambda n: n * WINDOW_INDEX_BYTES)
                         m.d.sync += [self.data_bytes.eq(self._bytes(spec.data,
                                                                     lambda n: n << self.shift)),
-                                     self.reply_bytes.eq(Mux(total >= SATURATED, SATURATED,
-                                                             total))]
+                                     self.reply_bytes.eq(Mux(at_least(total, SATURATED),
+                                                             SATURATED, total))]
             m.next = then
 
     def _product_step(self, m, unit, program, step):

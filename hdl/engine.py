@@ -33,7 +33,7 @@ from maxaccel.contract.wire import (COUNTERS, DATA_COMMANDS, MAX_STREAMED, VERSI
 from .broadcast import BroadcastMax
 from .checks import RequestChecks
 from .framing import FrameReceiver, FrameTransmitter
-from .kit import Checked
+from .kit import Checked, at_least
 from .linkword import check_link_bytes, link_signature, one_byte, word_fields
 from .packing import RowPacker, RowUnpacker
 from .parameters import PARAMETER_BYTES, ParameterRegister
@@ -415,7 +415,7 @@ class CommandEngine(Checked, wiring.Component):
                         with m.Case(code):
                             parameters.expect(m, code)
                             m.d.sync += request.payload_data.eq(header.length - block.size)
-                            with m.If(header.length < block.size):
+                            with m.If(~at_least(header.length, block.size)):
                                 m.d.sync += status.eq(Status.BAD_LENGTH)
                             with m.Else():
                                 m.next = "PARAMS"

@@ -76,15 +76,22 @@ def stall_control(m, unit):
 def at_least(value, limit):
     """``value >= limit`` for an unsigned ``value`` and a constant ``limit``: any of its bits
     above the limit's, or its low bits compared with the limit, a few LUTs where yosys maps a
-    compare of every bit to a carry chain."""
+    compare of every bit to a carry chain. The bits below the limit's lowest set bit do not
+    decide and are left out; a limit of all ones below its top bit is an AND of those bits."""
     value = Value.cast(value)
     if limit <= 0:
         return Const(1)
     if limit >= 1 << len(value):
         return Const(0)
-    low = limit.bit_length()
-    if value.shape().signed or len(value) <= low:
+    if value.shape().signed:
         return value >= limit
+    zeros = (limit & -limit).bit_length() - 1
+    value, limit = value[zeros:], limit >> zeros
+    low = limit.bit_length()
+    if len(value) <= low:
+        return value >= limit
+    if limit == (1 << low) - 1:
+        return value[low:].any() | value[:low].all()
     return value[low:].any() | (value[:low] >= limit)
 
 

@@ -499,9 +499,10 @@ class SerialWindowMaxPool(Unit):
             d = derived[a]
             refused += [cfg[a].size == 0, cfg[a].out == 0, cfg[a].kernel == 0,
                         cfg[a].stride == 0, cfg[a].dilation == 0, d.kernel_wide,
-                        d.span >= self.extents[a], d.span < d.pad]
+                        at_least(d.span, self.extents[a]), d.span < d.pad]
         if rank >= 2:
-            refused.append((cfg[rank - 1].out > self.max_columns) & (cfg[rank - 2].kernel > 1))
+            refused.append(at_least(cfg[rank - 1].out, self.max_columns + 1)
+                           & at_least(cfg[rank - 2].kernel, 2))
         m.d.sync += self.config_error.eq(Cat(refused).any())
-        with m.If(plane_error & (cfg[0].kernel > 1)):
+        with m.If(plane_error & at_least(cfg[0].kernel, 2)):
             m.d.sync += self.capacity_error.eq(1)

@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from maxaccel.hdl.beat import beat_layout
-from maxaccel.hdl.kit import SaturatingMultiplier
+from maxaccel.hdl.kit import SaturatingMultiplier, at_least
 from maxaccel.hdl.framing import FrameReceiver
 from maxaccel.hdl.packing import RowPacker, RowUnpacker
 from maxaccel.hdl.linkword import WordSplitter, link_signature
@@ -1023,6 +1023,35 @@ def test_saturating_multiplier(digit_bits):
         if not should_overflow:
             assert product == exact, (a, b)
         assert cycles == -(-b.bit_length() // digit_bits)
+
+
+@pytest.mark.parametrize("width, limits, values", [
+    # every value of 7 bits against every limit from 0 to beyond the width
+    (7, range(0, 131), range(1 << 7)),
+    # wide values against the constants the checks compare with, at and around each
+    (40, [1, 2, 9, 65, 1 << 16, (1 << 16) + 1, (1 << 30) + 1, (1 << 32) - 1, 1 << 32,
+          (1 << 36) - 1, 3 << 34, (1 << 40) - 1],
+     sorted({v for k in (0, 1, 2, 8, 9, 16, 30, 32, 34, 35, 36, 39, 40)
+             for v in ((1 << k) - 2, (1 << k) - 1, 1 << k, (1 << k) + 1, 3 << max(k - 2, 0))
+             if 0 <= v < 1 << 40} | {0x5555555555, 0xAAAAAAAAAA, 0x0FFFF0000})),
+], ids=["7-bit, every limit", "40-bit, the checks' limits"])
+def test_at_least_is_the_comparison_it_replaces(width, limits, values):
+    m = Module()
+    value = Signal(width)
+    outputs = [Signal(name=f"at_least_{limit}") for limit in limits]
+    m.d.comb += [out.eq(at_least(value, limit)) for out, limit in zip(outputs, limits)]
+    wrong = []
+
+    async def testbench(ctx):
+        for v in values:
+            ctx.set(value, v)
+            wrong.extend((v, limit) for out, limit in zip(outputs, limits)
+                         if ctx.get(out) != (v >= limit))
+
+    sim = Simulator(m)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert not wrong, wrong[:10]
 
 
 @pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
