@@ -80,9 +80,9 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   ``MULT18X18D`` left out; on Xilinx the ECP5's, scaled as below.
 #: * ``window_serial_lane``: a build with a lane of ``SerialWindowMaxPool``. On the iCE40 the
 #:   HX8K's float32 core for SqueezeNet 1.1 (one lane of extent 3, outermost 1) without the
-#:   run reducer (7 199 cells), less its base, over the unit's float32 share; on the ECP5 the ULX3S 25F's own core with one lane of extent 5
-#:   (outermost 1) added: 21 119 TRELLIS_COMB against its 15 608 (66.3 MHz routed against
-#:   60); on Xilinx the ECP5's, scaled as below.
+#:   run reducer (7 199 cells), less its base, over the unit's float32 share; on the ECP5 the
+#:   ULX3S 25F's own core with one lane of extent 5 (outermost 1) added: 21 119 TRELLIS_COMB
+#:   against its 15 608 (66.3 MHz routed against 60); on Xilinx the ECP5's, scaled as below.
 #: * ``reduce_command`` off the iCE40: not measured, so 0 (in ``base``): a core without the
 #:   run reducer is estimated with only the unit's terms taken off, on the safe side.
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
