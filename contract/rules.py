@@ -12,19 +12,21 @@ from .identity import Identity
 from .pooling import WINDOW_RANK, window_geometry
 
 __all__ = ["Capacities", "Rule", "CommandRules", "RULES", "STATUS_ORDER", "DATA_COMMANDS",
-           "command_rules", "Problem", "quantities", "problems", "verdict", "request_verdict",
-           "rules_markdown", "late_problems", "takes"]
+           "command_rules", "Problem", "quantities", "less_one", "less_one_of", "problems",
+           "verdict", "request_verdict", "rules_markdown", "late_problems", "takes"]
 
 #
 # Each data command's request is described by quantities derived from its fields -- products
-# of fields (element or beat counts) and their sizes in bytes -- and by rules, predicates over
-# the fields, the quantities and the device's capacities, each with the status it gives. The
-# predicates use only comparisons, ``+``, ``&``, ``|`` and the two helpers of ``ops`` (``any``
-# and ``mux``), so the same function is evaluated on Python integers by :func:`problems` (the
-# host, the fake board, the tests' oracle) and on Amaranth values by the command engine, which
-# thereby derives its checks from this table. A product that overflows in the engine saturates
-# to a value above every bound a rule compares it with, so unbounded Python integers and the
-# engine's saturating products give the same verdicts.
+# of fields (element or beat counts; a factor may be a field less one) and their sizes in bytes
+# -- and by rules, predicates over the fields, the quantities and the device's capacities, each
+# with the status it gives. The predicates use only comparisons, ``+``, ``&``, ``|`` and the
+# helpers of ``ops`` (``any``, ``mux`` and ``exceeds``), so the same function is evaluated on
+# Python integers by :func:`problems` (the host, the fake board, the tests' oracle) and on
+# Amaranth values by the command engine, which thereby derives its checks from this table. A
+# product that overflows in the engine saturates to a value above every bound a rule compares
+# it with, so unbounded Python integers and the engine's saturating products give the same
+# verdicts. (A field less one is taken modulo 2**32 there: it is -1 only when the field is 0,
+# which a ``BAD_PARAMETER`` rule of the same command refuses first.)
 
 
 class Capacities:
@@ -119,8 +121,9 @@ class CommandRules:
         a beat inside the device).
     products : tuple of (name, tuple of str)
         Quantities computed in this order as the product of fields, ``"row_beats"`` or earlier
-        products (a single factor is an alias). The engine's bit-serial multiplier runs them in
-        this order, so a product whose first factor is the one just computed chains.
+        products (a single factor is an alias); a factor after the first may be a field less
+        one (:func:`less_one`). The engine's bit-serial multiplier runs them in this order, so
+        a product whose first factor is the one just computed chains.
     data, reply : str or None
         The products that count the elements of the request data and of the reply (``None``:
         none); ``data_bytes``/``reply_bytes`` are these times the element size.
@@ -157,6 +160,20 @@ class CommandRules:
 #: ``CRC_ERROR``.
 STATUS_ORDER = (Status.UNSUPPORTED_DTYPE, Status.BAD_PARAMETER, Status.TOO_LARGE,
                 Status.BAD_LENGTH)
+
+
+#: How a product's factor names a field less one: ``"axis[0].kernel - 1"``.
+_LESS_ONE = " - 1"
+
+
+def less_one(field):
+    """The factor name of ``field`` less one (a factor after a product's first)."""
+    return field + _LESS_ONE
+
+
+def less_one_of(factor):
+    """The field a factor name takes one from, or ``None`` for any other factor."""
+    return factor[:-len(_LESS_ONE)] if factor.endswith(_LESS_ONE) else None
 
 
 def _length_rule(data):
@@ -259,8 +276,8 @@ def _window_extents(capacities):
 
 def _max_pool_rules():
     axes = [window_fields(axis) for axis in range(WINDOW_RANK)]
-    inner, outer = axes[-1], axes[0]
-    span = [f"span[{axis}]" for axis in range(WINDOW_RANK)]   # kernel x dilation
+    inner = axes[-1]
+    span = [f"span[{axis}]" for axis in range(WINDOW_RANK)]   # (kernel - 1) x dilation
     positive = ("size", "out", "kernel", "stride", "dilation")
     return CommandRules(
         row="group",
@@ -270,7 +287,8 @@ def _max_pool_rules():
                   ("reply", ("image_out", "groups", "group")),
                   ("reply_indices", ("reply", "indices")),
                   ("plane", (axes[1]["out"], axes[2]["out"])),
-                  *((span[k], (a["kernel"], a["dilation"])) for k, a in enumerate(axes))),
+                  *((span[k], (a["dilation"], less_one(a["kernel"])))
+                    for k, a in enumerate(axes))),
         data="data", reply="reply", indices="reply_indices", request_rows="rows",
         rules=(
             Rule(Status.BAD_PARAMETER, "a reserved byte is not 0",
@@ -284,8 +302,7 @@ def _max_pool_rules():
                                                 for name in positive)),
             Rule(Status.BAD_PARAMETER, "a first window of padding only ((kernel - 1) x "
                  "dilation < pad)",
-                 lambda f, q, cap, ops: ops.any(q[s] < f[a["pad"]] + f[a["dilation"]]
-                                                for s, a in zip(span, axes))),
+                 lambda f, q, cap, ops: ops.any(q[s] < f[a["pad"]] for s, a in zip(span, axes))),
             Rule(Status.TOO_LARGE, "a group wider than the pooling unit's lanes (group x "
                  "itemsize above 8 x window_lanes bytes)",
                  lambda f, q, cap, ops: ops.exceeds(q["row_bytes"], cap.window_bytes)),
@@ -295,16 +312,15 @@ def _max_pool_rules():
             Rule(Status.TOO_LARGE, "a kernel extent above window_extent (an axis but the "
                  "outermost) or window_extent_outer (the outermost)",
                  lambda f, q, cap, ops: ops.any(
-                     q[s] >= limit + f[a["dilation"]]
-                     for s, a, limit in zip(span, axes, _window_extents(cap)))),
+                     ops.exceeds(q[s], limit - 1) for s, limit in zip(span, _window_extents(cap)))),
             Rule(Status.TOO_LARGE, "an innermost output length above window_columns with a "
                  "middle kernel extent above 1",
                  lambda f, q, cap, ops: ops.exceeds(f[inner["out"]], cap.window_columns)
-                 & (q[span[1]] > f[axes[1]["dilation"]])),
+                 & ops.exceeds(q[span[1]], 0)),
             Rule(Status.TOO_LARGE, "an output plane above window_plane with an outermost "
                  "kernel extent above 1",
                  lambda f, q, cap, ops: ops.exceeds(q["plane"], cap.window_plane)
-                 & (q[span[0]] > f[outer["dilation"]])),
+                 & ops.exceeds(q[span[0]], 0)),
             Rule(Status.TOO_LARGE, "an image of more than WINDOW_IMAGE_MAX elements",
                  lambda f, q, cap, ops: ops.exceeds(q["image"], cap.window_image_max)),
             _reply_rule(),
@@ -331,7 +347,8 @@ def _check_rules(command, spec, block):
     assert not set(products) & set(block.names), f"{command!r}: a product named like a field"
     for index, (name, factors) in enumerate(spec.products):
         for factor in factors[1:]:    # only a first factor may be an earlier product
-            assert factor in block.names or factor == "row_beats", (command, name, factor)
+            assert factor in block.names or factor == "row_beats" \
+                or less_one_of(factor) in block.names, (command, name, factor)
         assert factors[0] in block.names or factors[0] in products[:index] \
             or factors[0] == "row_beats", (command, name)
     order = [STATUS_ORDER.index(rule.status) for rule in spec.rules]
@@ -381,7 +398,9 @@ def quantities(command, fields, capacities, itemsize, data_length=0):
     for name, factors in spec.products:
         value = 1
         for factor in factors:
-            value *= q[factor] if factor in q else fields[factor]
+            field = less_one_of(factor)
+            value *= q[factor] if factor in q else fields[factor] if field is None \
+                else fields[field] - 1
         q[name] = value
     q["data_bytes"] = q[spec.data] * itemsize if spec.data else 0
     reply_size = WINDOW_INDEX_BYTES if spec.offsets and fields[spec.offsets] else itemsize

@@ -13,7 +13,7 @@ programs run step by step, and the verdict.
 from amaranth.hdl import Cat, Module, Mux, Signal
 
 from maxaccel.contract.dtypes import FORMATS
-from maxaccel.contract.wire import STATUS_ORDER, WINDOW_INDEX_BYTES, Status
+from maxaccel.contract.wire import STATUS_ORDER, WINDOW_INDEX_BYTES, Status, less_one_of
 
 from .kit import SaturatingMultiplier, at_least
 
@@ -65,7 +65,9 @@ def check_programs(specs, factor, chained):
     product waits for another multiplier's.
 
     A step is ``("multiply", first, second, save)``: start the multiplier on ``first``
-    ((value, overflow) of a factor) and ``second`` (a value), and if ``save`` names a product,
+    ((value, overflow) of a factor) and ``second`` ((value, less): a field, the row's beats or
+    a field less one when ``less`` is 1, taken one from at the multiplier's input, so every
+    such factor shares one decrement), and if ``save`` names a product,
     save the result as that product when it is ready (in the cycle that starts the next step,
     or in the program's end); or ``("copy", first, name)``: a product of one factor, saved at
     once. A product whose first factor is the product just computed starts from the
@@ -75,7 +77,8 @@ def check_programs(specs, factor, chained):
     ----------
     specs : dict of Command to CommandRules
     factor : callable(command, name) -> (value, overflow)
-        A factor by name: a field, ``row_beats`` or an earlier product.
+        A factor by name: a field, ``row_beats`` or an earlier product (for a field less one,
+        the field itself).
     chained : list of (Value, Value)
         Each multiplier's product and overflow.
 
@@ -110,8 +113,11 @@ def _program(code, products, factor, chained):
             program.append(("copy", first, name))
             continue
         for i, second in enumerate(factors[1:]):
+            field = less_one_of(second)
             program.append(("multiply", first if i == 0 else chained,
-                            factor(code, second)[0], name if i == len(factors) - 2 else None))
+                            (factor(code, second if field is None else field)[0],
+                             int(field is not None)),
+                            name if i == len(factors) - 2 else None))
         held = name
     return program
 
@@ -226,6 +232,9 @@ class RequestChecks:
         self.multipliers = [SaturatingMultiplier(32, digit_bits) for _ in range(multipliers)]
         self.programs = check_programs(specs, self.factor,
                                        [(unit.product, unit.overflow) for unit in self.multipliers])
+        # Each multiplier's second factor before and after the decrement of a field less one.
+        self._second = [Signal(32, name=f"second_{i}") for i in range(multipliers)]
+        self._second_less = [Signal(name=f"second_less_{i}") for i in range(multipliers)]
         longest = max(len(p) for programs in self.programs.values() for p in programs)
         self.product_steps = [Signal(range(longest + 2), name=f"product_step_{i}")
                               for i in range(multipliers)]
@@ -269,6 +278,7 @@ class RequestChecks:
                 m.d.sync += [self.supported.eq(0), self.shift.eq(0)]
         for i, unit in enumerate(self.multipliers):
             m.submodules[f"multiplier_{i}"] = unit
+            m.d.comb += unit.b.eq(self._second[i] - self._second_less[i])
         self.verdict = verdict_logic(checks, self.command, self.supported, self.specs,
                                      self.fields, self._quantities, self.capacities)
 
@@ -305,13 +315,14 @@ class RequestChecks:
                 for code, programs in self.programs.items():
                     with m.Case(code):
                         ended = []
-                        for program, unit, counter in zip(programs, self.multipliers,
-                                                          self.product_steps):
+                        for index, (program, unit, counter) in enumerate(
+                                zip(programs, self.multipliers, self.product_steps)):
                             with m.If(~unit.busy & (counter <= len(program))):
                                 with m.Switch(counter):
                                     for step in range(len(program) + 1):
                                         with m.Case(step):
-                                            self._product_step(m, unit, program, step)
+                                            self._product_step(m, unit, program, step,
+                                                               index)
                                 m.d.sync += counter.eq(counter + 1)
                             ended.append((counter == len(program) + 1)
                                          | ((counter == len(program)) & ~unit.busy))
@@ -332,7 +343,7 @@ class RequestChecks:
                                                              SATURATED, total))]
             m.next = then
 
-    def _product_step(self, m, unit, program, step):
+    def _product_step(self, m, unit, program, step, index):
         """Step ``step`` of a multiplier's program (or its end, ``len(program)``), in state
         ``PRODUCTS`` once ``unit`` is idle: the save the step before left, then the step."""
         if step and program[step - 1][0] == "multiply" and program[step - 1][3] is not None:
@@ -345,8 +356,9 @@ class RequestChecks:
             value, overflow = self.products[rest[0]]
             m.d.sync += [value.eq(first[0]), overflow.eq(first[1])]
         else:
+            second, less = rest[0]
             m.d.comb += [unit.start.eq(1), unit.a.eq(first[0]), unit.a_overflow.eq(first[1]),
-                         unit.b.eq(rest[0])]
+                         self._second[index].eq(second), self._second_less[index].eq(less)]
 
     def _bytes(self, name, to_bytes):
         """A product (of elements or indices) in bytes, saturating; 0 for ``None``."""

@@ -6,6 +6,7 @@ Amaranth's simulator); backpressure and idle input go through ``run_streams``; t
 building blocks (packer, unpacker, multiplier, frame receiver) have their own stream tests.
 """
 
+import itertools
 import random
 import struct
 
@@ -322,10 +323,11 @@ def arg_payload(x, minimum=0):
                                    np.int8, np.uint16, np.int64, np.uint64, np.bool_],
                          ids=dtype_name)
 def test_arg_matches_the_golden_model_in_the_cycles_of_reduce(clean_board, dtype):
-    """REDUCE with ``arg`` 1 is ArgMax, with ``minimum`` 1 ArgMin: each run's byte offset of the golden model's
-    first position (a NaN first, last or inside; -0 and +0 distinct; ties at both ends of a
-    beat), for runs of one element up to more than a beat, several runs a request; each
-    request takes the cycles of the maximum of the same runs when their replies are as long."""
+    """REDUCE with ``arg`` 1 is ArgMax, with ``minimum`` 1 ArgMin: each run's byte offset of
+    the golden model's first position (a NaN first, last or inside; -0 and +0 distinct; ties
+    at both ends of a beat), for runs of one element up to more than a beat, several runs a
+    request; each request takes the cycles of the maximum of the same runs when their replies
+    are as long."""
     fmt = format_of(dtype)
     rng = np.random.default_rng(500 + fmt.dtype)
     beat = 8 * clean_board.identity.lanes
@@ -742,6 +744,35 @@ def test_status_answers_follow_the_contract(board):
         seen.add(status)
     assert {Status.OK, Status.BAD_PARAMETER, Status.TOO_LARGE, Status.BAD_LENGTH,
             Status.UNSUPPORTED_DTYPE} <= seen
+
+
+def test_the_window_rules_answer_as_the_contract(board):
+    """``MAX_POOL`` with one axis's kernel, dilation and pad on and around the core's extent
+    limits (0 and 2**32 - 1 included): the engine answers the contract's verdict (the kernel
+    extent, the first window of padding only, and the capacities that bind only with an
+    extent above 1). The simulated board takes a sample."""
+    identity = board.identity
+    if not identity.window_lanes:
+        pytest.skip("a core without the windowed pooling unit")
+    block = PARAMETERS[Command.MAX_POOL]
+    limits = (identity.window_extent_outer,) + (identity.window_extent,) * 2
+    cases = []
+    for axis, limit in enumerate(limits):
+        kernels = (0, 1, 2, limit, limit + 1, (1 << 32) - 1)
+        for kernel, dilation, pad in itertools.product(kernels, (0, 1, 2, (1 << 32) - 1),
+                                                       (0, 1, 2, limit)):
+            fields = {name: 1 for name in block.names}
+            fields.update({f"axis[{a}].pad": 0 for a in range(3)})
+            fields.update(dtype=DType.FLOAT, reserved=0, indices=0, groups=1,
+                          **{f"axis[{axis}].kernel": kernel, f"axis[{axis}].dilation": dilation,
+                             f"axis[{axis}].pad": pad})
+            cases.append(block.pack(**fields) + bytes(4))
+    if isinstance(board, VirtualBoard):
+        cases = random.Random(3).sample(cases, 24)
+    for seq, payload in enumerate(cases):
+        status = request_verdict(Command.MAX_POOL, payload, identity)
+        frame = exchange(board, Command.MAX_POOL, payload, seq % 256)
+        assert Status(frame.status) == status, payload.hex()
 
 
 def test_corrupted_payload_gives_crc_error_with_the_declared_length(clean_board):

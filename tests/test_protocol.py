@@ -1,5 +1,6 @@
 """Host side of the wire protocol: framing, resynchronisation, and the shared CRC definition."""
 
+import itertools
 import random
 from pathlib import Path
 
@@ -128,3 +129,36 @@ def test_verdict_orders_statuses():
     assert request_verdict(0x7F, b"", identity) == Status.BAD_COMMAND
     found = problems(Command.LOAD, load.unpack(load.pack(1, 99, 1, 0)), identity)
     assert [p.status for p in found] == [Status.BAD_PARAMETER, Status.TOO_LARGE]
+
+
+def test_the_window_rules_are_what_they_say():
+    """``MAX_POOL``'s rules on kernel extents, across kernel, dilation and pad values around
+    the limits (0 and 2**32 - 1 included), refuse exactly when their descriptions say: an
+    extent ``(kernel - 1) * dilation + 1`` above the axis's limit, a first window of padding
+    only (``(kernel - 1) * dilation < pad``), and the capacities that bind only with an extent
+    above 1 on the middle or outermost axis."""
+    identity = Identity(1, 1, frozenset({1}), 0, 0, 0, 0, 1, 1, window_lanes=1,
+                        window_extent=3, window_columns=4, window_plane=6,
+                        window_extent_outer=2)
+    block = PARAMETERS[Command.MAX_POOL]
+    limits = (2, 3, 3)
+    values = (0, 1, 2, 3, 4, (1 << 32) - 1)
+    for axis in range(3):
+        for kernel, dilation, pad in itertools.product(values, values, values[:5]):
+            fields = {name: 1 for name in block.names}
+            fields.update({f"axis[{a}].pad": 0 for a in range(3)})
+            fields.update(dtype=1, reserved=0, indices=0, groups=1)
+            fields.update({"axis[2].out": 5, "axis[1].out": 2})    # over columns and plane
+            fields.update({f"axis[{axis}].kernel": kernel, f"axis[{axis}].dilation": dilation,
+                           f"axis[{axis}].pad": pad})
+            found = {p.description.split(" (")[0]
+                     for p in problems(Command.MAX_POOL, fields, identity)}
+            extent = (kernel - 1) * dilation + 1
+            said = {"a first window of padding only": extent - 1 < pad,
+                    "a kernel extent above window_extent": extent > limits[axis],
+                    "an innermost output length above window_columns with a middle kernel "
+                    "extent above 1": axis == 1 and extent > 1,
+                    "an output plane above window_plane with an outermost kernel extent "
+                    "above 1": axis == 0 and extent > 1}
+            assert {d for d, broken in said.items() if broken} == found & set(said), \
+                (axis, kernel, dilation, pad, found)
