@@ -62,7 +62,7 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   BroadcastMax 4379 / 12937): intercept and slope of the line through them. ``base``: the
 #:   iCEBreaker's build (4167) less its one shallow lane and ``reduce_command``.
 #:   ``reduce_command``: the HX8K's float32 core for SqueezeNet 1.1 built without the run
-#:   reducer (6 986 cells) against with it (7 763), less the reducer's float32 terms (416).
+#:   reducer (6 773 cells) against with it (7 497), less the reducer's float32 terms (416).
 #:   The windowed unit: the iCEBreaker's build of the reduce and window core (one lane of
 #:   extent 3, outermost 1; 4 taps), which nextpnr placed at 28 245 cells before refusing it,
 #:   less the reduce-only core of its engine (4 158): 24 087, split between lane and taps as
@@ -80,7 +80,7 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   ``MULT18X18D`` left out; on Xilinx the ECP5's, scaled as below.
 #: * ``window_serial_lane``: a build with a lane of ``SerialWindowMaxPool``. On the iCE40 the
 #:   HX8K's float32 core for SqueezeNet 1.1 (one lane of extent 3, outermost 1) without the
-#:   run reducer (6 986 cells), less its base, over the unit's float32 share; on the ECP5 the
+#:   run reducer (6 773 cells), less its base, over the unit's float32 share; on the ECP5 the
 #:   ULX3S 25F's own core with one lane of extent 5 (outermost 1) added: 21 119 TRELLIS_COMB
 #:   against its 15 608 (66.3 MHz routed against 60); on Xilinx the ECP5's, scaled as below.
 #: * ``reduce_command`` off the iCE40: not measured, so 0 (in ``base``): a core without the
@@ -91,10 +91,10 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   link word and XDMA adapters add): :func:`refit` over the Arty's and the NiteFury's own
 #:   cores and their cores for a model.
 COEFFICIENTS = {
-    "ice40": dict(base=2977, reduce_command=361, reduce=1010, reduce_lane=711, reduce_shallow=356,
+    "ice40": dict(base=3030, reduce_command=308, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
                   broadcast_lane=2853, window_lane=12107, window_tap=2995, window_serial=-11197,
-                  window_serial_lane=6108, link_byte=0),
+                  window_serial_lane=5703, link_byte=0),
     "ecp5": dict(base=6834, reduce_command=0, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
                  broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1009,

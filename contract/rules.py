@@ -13,6 +13,7 @@ from .pooling import WINDOW_RANK, window_geometry
 
 __all__ = ["Capacities", "Rule", "CommandRules", "RULES", "STATUS_ORDER", "DATA_COMMANDS",
            "command_rules", "Problem", "quantities", "less_one", "less_one_of", "problems",
+           "WINDOW_NARROW_FIELDS",
            "verdict", "request_verdict", "rules_markdown", "late_problems", "takes"]
 
 #
@@ -330,6 +331,14 @@ def _max_pool_rules():
 
 
 RULES[Command.MAX_POOL] = _max_pool_rules()
+
+#: ``MAX_POOL`` fields a device may hold as their value up to :data:`WINDOW_FIELD_MAX` and one
+#: bit that says whether it is above: the ``BAD_PARAMETER`` rules test them only for 0, and
+#: every other rule that reads them gives ``TOO_LARGE`` or a later status, which "an axis field
+#: above WINDOW_FIELD_MAX" gives first when that bit is set. (Kernel, dilation and pad are held
+#: whole: the first window's rule, a ``BAD_PARAMETER``, takes their exact values.)
+WINDOW_NARROW_FIELDS = tuple(window_fields(axis)[name] for axis in range(WINDOW_RANK)
+                             for name in ("size", "out", "stride"))
 
 
 def _max_command_rules(max_dims):

@@ -27,8 +27,8 @@ from amaranth.lib.wiring import In, Out
 
 from maxaccel.contract.dtypes import FORMATS
 from maxaccel.contract.wire import (COUNTERS, DATA_COMMANDS, MAX_STREAMED, VERSION, Capacities,
-                                    Command, Identity, Status, command_rules, parameter_block,
-                                    takes)
+                                    Command, Identity, Status, WINDOW_NARROW_FIELDS,
+                                    command_rules, parameter_block, takes)
 
 from .broadcast import BroadcastMax
 from .checks import RequestChecks
@@ -320,7 +320,9 @@ class CommandEngine(Checked, wiring.Component):
         # answers BAD_COMMAND), so a small core stores no window block.
         commands = self.commands
         parameters = ParameterRegister({code: parameter_block(code, max_dims, max_operands)
-                                        for code in commands}, min(width, PARAMETER_BYTES))
+                                        for code in commands}, min(width, PARAMETER_BYTES),
+                                       narrow={Command.MAX_POOL: WINDOW_NARROW_FIELDS}
+                                       if Command.MAX_POOL in commands else None)
         # On a wide link the checks' cycles are a request's fixed cost, so they get two
         # multipliers of two bits a cycle; behind a byte link (a UART's pace) one of one bit.
         request = RequestChecks({code: command_rules(code, max_dims) for code in commands},

@@ -748,9 +748,10 @@ def test_status_answers_follow_the_contract(board):
 
 def test_the_window_rules_answer_as_the_contract(board):
     """``MAX_POOL`` with one axis's kernel, dilation and pad on and around the core's extent
-    limits (0 and 2**32 - 1 included): the engine answers the contract's verdict (the kernel
-    extent, the first window of padding only, and the capacities that bind only with an
-    extent above 1). The simulated board takes a sample."""
+    limits (0 and 2**32 - 1 included), or its size, out or stride around WINDOW_FIELD_MAX:
+    the engine answers the contract's verdict (the kernel extent, the first window of padding
+    only, the capacities that bind only with an extent above 1, the fields it holds
+    narrowed). The simulated board takes a sample."""
     identity = board.identity
     if not identity.window_lanes:
         pytest.skip("a core without the windowed pooling unit")
@@ -766,6 +767,15 @@ def test_the_window_rules_answer_as_the_contract(board):
             fields.update(dtype=DType.FLOAT, reserved=0, indices=0, groups=1,
                           **{f"axis[{axis}].kernel": kernel, f"axis[{axis}].dilation": dilation,
                              f"axis[{axis}].pad": pad})
+            cases.append(block.pack(**fields) + bytes(4))
+        # The fields the engine holds narrowed, around WINDOW_FIELD_MAX, beside a bad kernel.
+        for name, value, kernel in itertools.product(
+                ("size", "out", "stride"), (0, 2, WINDOW_FIELD_MAX, WINDOW_FIELD_MAX + 1,
+                                            (1 << 16) + 2, (1 << 32) - 1), (1, limit + 1)):
+            fields = {name: 1 for name in block.names}
+            fields.update({f"axis[{a}].pad": 0 for a in range(3)})
+            fields.update(dtype=DType.FLOAT, reserved=0, indices=0, groups=1,
+                          **{f"axis[{axis}].{name}": value, f"axis[{axis}].kernel": kernel})
             cases.append(block.pack(**fields) + bytes(4))
     if isinstance(board, VirtualBoard):
         cases = random.Random(3).sample(cases, 24)

@@ -142,22 +142,27 @@ def test_a_board_too_small_for_the_pipelined_unit_gets_one_that_updates_a_window
 
 
 def test_a_board_that_holds_the_unit_only_without_the_run_reducer_leaves_it_out(resnet18):
-    """The HX8K's core for SqueezeNet 1.1 and ResNet-18 (a serial window lane) is over the
-    board with the run reducer and within it without: every node goes through MAX_POOL, so
-    REDUCE is left out (its IDENTIFY says reduce_lanes 0). Not when a node needs REDUCE, not
-    when the core fits with it, and not when units is given."""
+    """The HX8K's core for SqueezeNet 1.1 and ResNet-18 (a serial window lane) holds the
+    shallow run reducer beside the unit; with the deep one it is over the board, and within it
+    without: every node goes through MAX_POOL, so REDUCE is left out (its IDENTIFY says
+    reduce_lanes 0). Not when a node needs REDUCE, not when the core fits with it, and not
+    when units is given."""
     models = [SQUEEZENET, ("resnet18", resnet18)]
-    choice = choose_core("ice40_hx8k_breakout", models)
+    own = choose_core("ice40_hx8k_breakout", models)
+    assert own.units == ("reduce", "window") and own.fits()
+    deep = {"reduce_pipeline": "deep"}
+    choice = choose_core("ice40_hx8k_breakout", models, base=deep)
     assert choice.units == ("window",) and choice.core["window_serial"]
     assert choice.identity.reduce_lanes == 0 and choice.fits()
     assert [n.route for n in choice.nodes] == ["MAX_POOL"] * 4
     kept = dict(choice.parameters, units=("reduce", "window"))
     assert estimate_cells("ice40", kept) > choice.capacity >= choice.estimate
     assert choose_core("ulx3s", models).units == ("reduce", "window")
-    given = choose_core("ice40_hx8k_breakout", models, fixed={"units": ("reduce", "window")})
+    given = choose_core("ice40_hx8k_breakout", models, base=deep,
+                        fixed={"units": ("reduce", "window")})
     assert given.units == ("reduce", "window") and not given.fits()
     # A GlobalMaxPool goes through REDUCE on a core without the channels-last unit.
-    both = choose_core("ice40_hx8k_breakout", models + [tiny_model()])
+    both = choose_core("ice40_hx8k_breakout", models + [tiny_model()], base=deep)
     assert "reduce" in both.units
 
 
@@ -200,15 +205,16 @@ def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
 
 def test_the_nearest_board_a_refusal_names_is_sized_as_its_choice_makes_it():
     """A refusal names the nearest board with the estimate of the core that board's own
-    choice makes under the same fixed settings: the ULX3S 25F holds SqueezeNet's windowed
-    unit pipelined, and with ``window_serial`` fixed at 1 the lanes that update one window at
-    a time."""
-    for fixed in [{}, {"window_serial": False}, {"window_serial": True}]:
-        held = choose_core("ulx3s", [SQUEEZENET], fixed=fixed)
-        assert held.fits() and bool(held.core.get("window_serial")) == bool(
-            fixed.get("window_serial"))
-        with pytest.raises(CoreDoesNotFit, match=rf"; ulx3s holds it \(about {held.estimate} "
-                                                 rf"of 24288\)$"):
+    choice makes under the same fixed settings: the iCE40-HX8K holds SqueezeNet's windowed
+    unit with lanes that update one window at a time, and with ``window_serial`` fixed at 0
+    the ULX3S 25F holds it pipelined."""
+    for fixed, board, cells in [({}, "ice40_hx8k_breakout", 7680),
+                                ({"window_serial": True}, "ice40_hx8k_breakout", 7680),
+                                ({"window_serial": False}, "ulx3s", 24288)]:
+        held = choose_core(board, [SQUEEZENET], fixed=fixed)
+        assert held.fits() and bool(held.core.get("window_serial")) == (board != "ulx3s")
+        with pytest.raises(CoreDoesNotFit, match=rf"; {board} holds it \(about "
+                                                 rf"{held.estimate} of {cells}\)$"):
             choose_core("icebreaker", [SQUEEZENET], fixed=fixed).check()
 
 

@@ -162,3 +162,41 @@ def test_the_window_rules_are_what_they_say():
                     "above 1": axis == 0 and extent > 1}
             assert {d for d, broken in said.items() if broken} == found & set(said), \
                 (axis, kernel, dilation, pad, found)
+
+
+def test_a_device_may_hold_the_narrow_window_fields_narrowed():
+    """What ``WINDOW_NARROW_FIELDS`` promises: with each such field seen as its value up to
+    WINDOW_FIELD_MAX and, above it, as that bound plus one plus its low 16 bits (what the
+    command engine holds: the low bits and one bit for the rest), every request gets the
+    status it gets on its true values."""
+    from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_NARROW_FIELDS, verdict
+    identity = Identity(1, 1, frozenset({1, 11}), 0, 0, 0, 0, 1, 1, window_lanes=1,
+                        window_extent=3, window_columns=64, window_plane=64,
+                        window_extent_outer=3)
+    block = PARAMETERS[Command.MAX_POOL]
+    rng = random.Random(9)
+    edges = [0, 1, 2, 3, 4, 64, 65, WINDOW_FIELD_MAX, WINDOW_FIELD_MAX + 1,
+             WINDOW_FIELD_MAX + 3, 1 << 20, (1 << 32) - 1]
+    statuses = set()
+    for _ in range(4000):
+        # A request that pools 2 x 2 images of 3 elements an axis, 0 to 3 fields changed.
+        fields = dict.fromkeys(block.names, 1)
+        fields.update({f"axis[{a}].{name}": 3 for a in range(3) for name in ("size", "out")})
+        fields.update({f"axis[{a}].pad": 0 for a in range(3)})
+        fields.update(dtype=1, reserved=0, indices=0, group=2, groups=2)
+        for name in rng.sample(block.names, rng.choice([0, 1, 1, 2, 3])):
+            fields[name] = rng.choice(edges)
+        if rng.random() < 0.2:       # a span of about 2**32 against a pad on either side
+            axis = rng.randrange(3)
+            fields.update({f"axis[{axis}].kernel": rng.choice(edges[-4:]),
+                           f"axis[{axis}].dilation": rng.choice(edges[-4:]),
+                           f"axis[{axis}].pad": rng.choice(edges)})
+        seen = {name: value if value <= WINDOW_FIELD_MAX or name not in WINDOW_NARROW_FIELDS
+                else WINDOW_FIELD_MAX + 1 + (value & WINDOW_FIELD_MAX)
+                for name, value in fields.items()}
+        length = rng.choice([0, 4 * 27 * 4, 4 * 27 * 4 + 1])
+        status = verdict(Command.MAX_POOL, fields, identity, data_length=length)
+        assert verdict(Command.MAX_POOL, seen, identity, data_length=length) == status, fields
+        statuses.add(status)
+    assert {Status.OK, Status.UNSUPPORTED_DTYPE, Status.BAD_PARAMETER, Status.TOO_LARGE,
+            Status.BAD_LENGTH} <= statuses
