@@ -57,6 +57,9 @@ class ParameterRegister:
         the block is in).
     needed : Signal
         Bytes of the current block on the wire (its fields and its padding).
+    flags : Signal
+        Behind a byte link, each narrowed field's bit (above the bound), in block order with
+        the last at the top, as :attr:`block` holds the bytes.
     """
 
     def __init__(self, blocks, width=1, narrow=None):
