@@ -22,6 +22,10 @@ the core's parameters (:func:`features`):
 ``window_serial_lane``    ``window_lanes`` with ``window_serial``: the windowed unit of
                           ``SerialWindowMaxPool`` lanes (in place of the three terms above; its
                           taps are cycles, not logic), with what ``MAX_POOL`` adds to the engine
+``window_two_axes``       ``window_lanes`` of a unit of two axes (``window_extent_outer`` 0):
+``window_serial_two_...`` the outermost axis's logic they leave out, pipelined (``_serial``:
+``window_serial_lane_...`` with ``window_serial_products``; ``_serial_lane``: with
+                          ``window_serial``)
 ``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
 ========================  ==================================================================
 
@@ -53,7 +57,8 @@ __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_poi
 #: The terms of the estimate, in order.
 FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
             "reduce_shallow_lane", "pool", "pool_lane", "broadcast", "broadcast_lane",
-            "window_lane", "window_tap", "window_serial", "window_serial_lane", "link_byte")
+            "window_lane", "window_tap", "window_serial", "window_serial_lane", "window_two_axes",
+            "window_serial_two_axes", "window_serial_lane_two_axes", "link_byte")
 
 #: Cells per feature and family. Where each comes from:
 #:
@@ -83,6 +88,16 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   run reducer (6 773 cells), less its base, over the unit's float32 share; on the ECP5 the
 #:   ULX3S 25F's own core with one lane of extent 5 (outermost 1) added: 21 119 TRELLIS_COMB
 #:   against its 15 608 (66.3 MHz routed against 60); on Xilinx the ECP5's, scaled as below.
+#: * ``window_two_axes``, ``window_serial_two_axes``: the outermost axis's counters and
+#:   configuration arithmetic. The serial lane on the iCE40: the HX8K's float32 core for
+#:   SqueezeNet 1.1 and ResNet-18 placed at 7 068 cells with a unit of two axes against 7 497
+#:   with three (6 315 against 6 773 without the run reducer; the smaller saving, on the safe
+#:   side). The others: yosys's synthesis of the float32 ``WindowLanes`` of one lane of extent 3
+#:   (outermost 1) with two axes against three: its LUT4s on the iCE40 (pipelined 17 182 to
+#:   9 657, with serial products 5 614 to 4 205), LUT4s and twice the ``CCU2C`` on the ECP5
+#:   (serial 1 396 + 2 x 321 to 1 228 + 2 x 238; pipelined 3 539 + 2 x 900 to 2 633 + 2 x 645;
+#:   with serial products 4 040 + 2 x 846 to 3 012 + 2 x 633), LUTs on Xilinx (serial 1 585 to
+#:   1 229; pipelined 3 534 to 2 604; with serial products 4 164 to 3 091).
 #: * ``reduce_command`` off the iCE40: not measured, so 0 (in ``base``): a core without the
 #:   run reducer is estimated with only the unit's terms taken off, on the safe side.
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
@@ -94,15 +109,21 @@ COEFFICIENTS = {
     "ice40": dict(base=3030, reduce_command=308, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
                   broadcast_lane=2853, window_lane=12107, window_tap=2995, window_serial=-11197,
-                  window_serial_lane=5703, link_byte=0),
+                  window_serial_lane=5703, window_two_axes=-7525, window_serial_two_axes=-1409,
+                  window_serial_lane_two_axes=-429,
+                  link_byte=0),
     "ecp5": dict(base=6834, reduce_command=0, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
                  broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1009,
-                 window_serial_lane=5511, link_byte=0),
+                 window_serial_lane=5511, window_two_axes=-1416, window_serial_two_axes=-1454,
+                 window_serial_lane_two_axes=-334,
+                 link_byte=0),
     "xilinx": dict(base=6335, reduce_command=0, reduce=539, reduce_lane=406, reduce_shallow=539,
                    reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
                    broadcast_lane=1560, window_lane=691, window_tap=692, window_serial=884,
-                   window_serial_lane=4830, link_byte=810),
+                   window_serial_lane=4830, window_two_axes=-930, window_serial_two_axes=-1073,
+                   window_serial_lane_two_axes=-356,
+                   link_byte=810),
 }
 
 #: The units a parameter set without ``units`` builds (``hdl/top.py``'s ``UNITS``, the Core's
@@ -140,9 +161,10 @@ def static_dtype_shares(family, directory=None):
 
 
 def window_taps(window_extent, window_extent_outer=None):
-    """Taps of a windowed pooling unit's three axes: ``2 * (extent - 1) + (outer - 1)``."""
+    """Taps of a windowed pooling unit's axes: ``2 * (extent - 1) + (outer - 1)``, without the
+    last term for a unit of two axes (``outer`` 0)."""
     outer = window_extent if window_extent_outer is None else window_extent_outer
-    return 2 * (window_extent - 1) + (outer - 1)
+    return 2 * (window_extent - 1) + max(outer - 1, 0)
 
 
 def features(core, link_word=1, family=None):
@@ -171,11 +193,14 @@ def features(core, link_word=1, family=None):
         if unit in units:
             values[unit] = share[unit]
             values[f"{unit}_lane"] = lanes * share[unit]
+    window_lanes = core.get("window_lanes") or lanes
+    two_axes = window_lanes if core.get("window_extent_outer") == 0 else 0
     if "window" in units and core.get("window_serial"):
-        values["window_serial_lane"] = (core.get("window_lanes") or lanes) \
-            * share["window_serial"]
+        values["window_serial_lane"] = window_lanes * share["window_serial"]
+        values["window_serial_lane_two_axes"] = two_axes
     elif "window" in units:
-        window_lanes = core.get("window_lanes") or lanes
+        serial_products = core.get("window_serial_products")
+        values["window_serial_two_axes" if serial_products else "window_two_axes"] = two_axes
         values["window_lane"] = window_lanes * share["window"]
         values["window_tap"] = window_lanes * share["window"] * window_taps(
             core.get("window_extent", 3), core.get("window_extent_outer"))

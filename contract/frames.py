@@ -27,8 +27,10 @@ MAGIC = b"MX"
 #: ``REDUCE``'s ``arg`` byte (ArgMax and ArgMin: each run's position; padding to a version-7
 #: core, which would answer with the runs' extremes). 9: ``reduce_lanes`` (a byte appended to
 #: ``IDENTIFY``): a core may be built without the run reducer, and then answers ``REDUCE``
-#: with ``BAD_COMMAND``.
-VERSION = 9
+#: with ``BAD_COMMAND``. 10: ``window_extent_outer`` 0 is a pooling unit of two axes, which
+#: answers ``TOO_LARGE`` to an outermost axis of more than one element or output (a version-9
+#: core of extent 1 there pools it).
+VERSION = 10
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE

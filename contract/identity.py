@@ -46,7 +46,9 @@ class Identity:
         Largest output plane of the two inner axes (the plane buffers' depth), when the
         outermost axis's kernel extent is above 1.
     window_extent_outer : int
-        Largest kernel extent of the outermost of three ``MAX_POOL`` axes (a 3-D pool's first).
+        Largest kernel extent of the outermost of three ``MAX_POOL`` axes (a 3-D pool's first);
+        0 for a unit of two axes, which takes only an outermost axis of one element and one
+        output (every 1-D and 2-D pool).
     reduce_lanes : int
         64-bit lanes of the run reducer (``REDUCE``): ``lanes``, or 0 in a core built without
         it (one made for models whose every max-family node a pooling unit serves). Default:

@@ -270,8 +270,9 @@ RULES = {
 
 
 def _window_extents(capacities):
-    """The largest kernel extent of each ``MAX_POOL`` axis (entry 0 the outermost)."""
-    return ((capacities.window_extent_outer,)
+    """The largest kernel extent of each ``MAX_POOL`` axis (entry 0 the outermost; 1 there for
+    a unit of two axes)."""
+    return ((max(capacities.window_extent_outer, 1),)
             + (capacities.window_extent,) * (WINDOW_RANK - 1))
 
 
@@ -314,6 +315,10 @@ def _max_pool_rules():
                  "outermost) or window_extent_outer (the outermost)",
                  lambda f, q, cap, ops: ops.any(
                      ops.exceeds(q[s], limit - 1) for s, limit in zip(span, _window_extents(cap)))),
+            Rule(Status.TOO_LARGE, "an outermost axis of more than one element or output on a "
+                 "unit of two axes (window_extent_outer 0)",
+                 lambda f, q, cap, ops: (cap.window_extent_outer == 0)
+                 & (ops.exceeds(f[axes[0]["size"]], 1) | ops.exceeds(f[axes[0]["out"]], 1))),
             Rule(Status.TOO_LARGE, "an innermost output length above window_columns with a "
                  "middle kernel extent above 1",
                  lambda f, q, cap, ops: ops.exceeds(f[inner["out"]], cap.window_columns)

@@ -32,9 +32,11 @@ WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
 
 def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane, dtype=None,
                      serial_products=False):
-    """The parameters of each unit of a :class:`WindowLanes`."""
+    """The parameters of each unit of a :class:`WindowLanes`: of :data:`WINDOW_RANK` axes, or
+    of the inner two with ``max_extent_outer`` 0."""
     outer = max_extent if max_extent_outer is None else max_extent_outer
-    return dict(max_rank=WINDOW_RANK, max_extent=(outer,) + (max_extent,) * (WINDOW_RANK - 1),
+    rank = WINDOW_RANK if outer else WINDOW_RANK - 1
+    return dict(max_rank=rank, max_extent=((outer,) if outer else ()) + (max_extent,) * 2,
                 max_columns=max_columns, max_plane=max_plane, dim_bits=WINDOW_DIM_BITS,
                 index_bits=8 * WINDOW_INDEX_BYTES, dtype=dtype, serial_products=serial_products)
 
@@ -82,14 +84,17 @@ class WindowLanes(Unit):
     window_lanes : int
         Units, 1 to ``lanes``: the first ``window_lanes`` lanes of a beat are pooled.
     max_extent, max_columns, max_plane : int
-        Capacities of each :class:`WindowMaxPool` (``max_rank`` is
+        Capacities of each :class:`WindowMaxPool` (``max_rank``
         :data:`~maxaccel.contract.pooling.WINDOW_RANK`, 16-bit configuration, 32-bit indices);
         ``max_extent`` is the kernel extent of the two inner axes (every 1-D and 2-D pool's
         axes).
     max_extent_outer : int, optional
         The kernel extent of the outermost axis (a 3-D pool's first), default ``max_extent``.
         Its delay line is ``max_extent_outer - 1`` plane buffers of ``max_plane`` entries, the
-        unit's largest memories: a board sizes it apart.
+        unit's largest memories: a board sizes it apart. 0: units of the two inner axes alone
+        (``max_rank`` 2), for cores that pool only 1-D and 2-D images; a request whose
+        outermost axis holds more than one element is refused before it reaches them (the
+        contract's rules).
     dtype : DType, optional
         A static element type: no ``dtype`` port, and the other formats' logic folds away.
     serial_products : bool
@@ -237,7 +242,9 @@ class WindowLanes(Unit):
         sizes = list(zip(fmt.size, ELEMENT_SIZES))
         for j, unit in enumerate(units):
             m.submodules[f"unit_{j}"] = unit
-            m.d.comb += [unit.config.eq(self.config), unit.clear.eq(self.clear)]
+            m.d.comb += [unit.config.eq(Cat(self.config[a] for a in
+                                             range(WINDOW_RANK - unit.max_rank, WINDOW_RANK))),
+                         unit.clear.eq(self.clear)]
             if self.signature.dtype is None:
                 m.d.comb += unit.dtype.eq(self.dtype)
 

@@ -490,7 +490,7 @@ def _chosen(base, steps, needs):
         core.update(
             window_lanes=base.get("window_lanes") if had else 1,
             window_extent=max(max(e[-2:]) for e in extents),
-            window_extent_outer=max([1] + [e[0] for e in extents if len(e) > 2]),
+            window_extent_outer=max([0] + [e[0] for e in extents if len(e) > 2]),
             **{name: min(dict(UNIT_DEFAULTS["window"], **base)[name], _pow2(need))
                for name, need in (("window_columns", columns), ("window_plane", plane))})
         if core["window_lanes"] is None:
@@ -679,10 +679,11 @@ def _serial_window_keeps_up(target, parameters):
     extents, the most images a lane of its element type holds, a window leaving each lane)
     takes a lane no slower than the board's link brings one at its clock."""
     extent = parameters.get("window_extent", 3)
-    outer = parameters.get("window_extent_outer") or extent
+    outer = parameters.get("window_extent_outer")
+    outer = extent if outer is None else outer
     dtype = parameters.get("dtype")
     elements = 8 // format_of(dtype).nbytes if dtype else 8
-    cycles = serial_window_cycles((outer, extent, extent), elements, 1)
+    cycles = serial_window_cycles((max(outer, 1), extent, extent), elements, 1)
     return cycles <= target.clock_mhz * 1e6 * 8 / target.link_bytes_per_s
 
 

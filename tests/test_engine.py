@@ -25,7 +25,8 @@ from maxaccel.hdl.packing import RowPacker, RowUnpacker
 from maxaccel.hdl.linkword import WordSplitter, link_signature
 from maxaccel.hdl.top import Core
 from maxaccel.contract.dtypes import FORMATS, DType, format_of
-from maxaccel.contract.pooling import resolve_max_pool
+from maxaccel.contract.pooling import (encode_window_reply, interleave_group_images,
+                                       resolve_max_pool)
 from maxaccel.host.plan import plan_broadcast, plan_fold
 from maxaccel.host.pool_window import max_pool_by_window, plan_window_pool
 from maxaccel.contract.wire import (COUNTERS, COUNTER_NAMES, Capacities, Command, DATA_COMMANDS,
@@ -783,6 +784,43 @@ def test_the_window_rules_answer_as_the_contract(board):
         status = request_verdict(Command.MAX_POOL, payload, identity)
         frame = exchange(board, Command.MAX_POOL, payload, seq % 256)
         assert Status(frame.status) == status, payload.hex()
+
+
+def test_a_core_of_two_window_axes_answers_as_the_contract():
+    """A core whose pooling unit has the two inner axes alone (``window_extent_outer`` 0, one
+    serial lane of float32, simulated): requests whose outermost axis holds more than one
+    element or output, or a kernel there, get the contract's verdict (``TOO_LARGE``, or a
+    ``BAD_PARAMETER`` first), and a 2-D pool among them pools as the golden model does."""
+    core = dict(BOARD, units=("window",), dtype="float32", window_extent_outer=0,
+                window_serial=True, window_lanes=1, window_columns=8, window_plane=1)
+    block = PARAMETERS[Command.MAX_POOL]
+    board = VirtualBoard(**core)
+    assert board.identity.window_extent_outer == 0
+    x = random_values(np.random.default_rng(2), format_of(np.float32), (2, 4, 5),
+                      edge_fraction=0.4)
+    base = dict(dict.fromkeys(block.names, 1), dtype=DType.FLOAT, reserved=0, indices=1,
+                groups=1, group=2, **{f"axis[{a}].pad": 0 for a in range(3)},
+                **{"axis[1].size": 4, "axis[1].out": 2, "axis[1].kernel": 2,
+                   "axis[1].stride": 2, "axis[2].size": 5, "axis[2].out": 2,
+                   "axis[2].kernel": 3, "axis[2].stride": 2})
+    for seq, changes in enumerate([{}, {"axis[0].size": 2}, {"axis[0].out": 2},
+                                   {"axis[0].kernel": 2}, {"axis[0].size": 3, "axis[0].pad": 1},
+                                   {"axis[0].stride": 0}, {"axis[0].stride": 5},
+                                   {"axis[0].size": (1 << 32) - 1}]):
+        payload = block.pack(**dict(base, **changes)) + interleave_group_images(
+            x.reshape(2, -1), 2).tobytes()
+        status = request_verdict(Command.MAX_POOL, payload, board.identity)
+        frame = exchange(board, Command.MAX_POOL, payload, seq)
+        assert Status(frame.status) == status, changes
+        if not changes or changes == {"axis[0].stride": 5}:
+            assert status == Status.OK
+            want, indices = reference.max_pool(x[None], kernel_shape=[2, 3], strides=[2, 2],
+                                               return_indices=True)
+            # ONNX's Indices count across the channels, the reply's within each image.
+            assert frame.payload == encode_window_reply(
+                want.reshape(2, -1), indices.reshape(2, -1) % 20, format_of(np.float32), 2)
+        else:
+            assert status != Status.OK
 
 
 def test_corrupted_payload_gives_crc_error_with_the_declared_length(clean_board):

@@ -82,7 +82,8 @@ def test_squeezenet_and_resnet18_pool_through_the_windowed_unit_of_extent_3(boar
         [("resnet18", (3, 3))]
     assert all(n.route == "MAX_POOL" for n in pools)
     assert choice.units == ("reduce", "window")
-    assert (choice.identity.window_extent, choice.identity.window_extent_outer) == (3, 1)
+    # 2-D pools only: units of two axes (an outermost extent of 0).
+    assert (choice.identity.window_extent, choice.identity.window_extent_outer) == (3, 0)
     assert choice.identity.replay_depth == 0 and choice.identity.pool_channels == 0
     assert choice.core["window_extent"] == 3 and "broadcast" not in choice.core["units"]
     # The link-bound time is the bytes over the board's link.
@@ -143,15 +144,17 @@ def test_a_board_too_small_for_the_pipelined_unit_gets_one_that_updates_a_window
 
 def test_a_board_that_holds_the_unit_only_without_the_run_reducer_leaves_it_out(resnet18):
     """The HX8K's core for SqueezeNet 1.1 and ResNet-18 (a serial window lane) holds the
-    shallow run reducer beside the unit; with the deep one it is over the board, and within it
-    without: every node goes through MAX_POOL, so REDUCE is left out (its IDENTIFY says
-    reduce_lanes 0). Not when a node needs REDUCE, not when the core fits with it, and not
-    when units is given."""
+    shallow run reducer beside the unit, and the deep one beside a unit of two axes; with the
+    deep one and a unit of three axes it is over the board, and within it without: every node
+    goes through MAX_POOL, so REDUCE is left out (its IDENTIFY says reduce_lanes 0). Not when a
+    node needs REDUCE, not when the core fits with it, and not when units is given."""
     models = [SQUEEZENET, ("resnet18", resnet18)]
     own = choose_core("ice40_hx8k_breakout", models)
     assert own.units == ("reduce", "window") and own.fits()
     deep = {"reduce_pipeline": "deep"}
-    choice = choose_core("ice40_hx8k_breakout", models, base=deep)
+    assert choose_core("ice40_hx8k_breakout", models, base=deep).units == ("reduce", "window")
+    three = {"window_extent_outer": 1}
+    choice = choose_core("ice40_hx8k_breakout", models, base=deep, fixed=three)
     assert choice.units == ("window",) and choice.core["window_serial"]
     assert choice.identity.reduce_lanes == 0 and choice.fits()
     assert [n.route for n in choice.nodes] == ["MAX_POOL"] * 4
@@ -159,10 +162,10 @@ def test_a_board_that_holds_the_unit_only_without_the_run_reducer_leaves_it_out(
     assert estimate_cells("ice40", kept) > choice.capacity >= choice.estimate
     assert choose_core("ulx3s", models).units == ("reduce", "window")
     given = choose_core("ice40_hx8k_breakout", models, base=deep,
-                        fixed={"units": ("reduce", "window")})
+                        fixed={"units": ("reduce", "window"), **three})
     assert given.units == ("reduce", "window") and not given.fits()
     # A GlobalMaxPool goes through REDUCE on a core without the channels-last unit.
-    both = choose_core("ice40_hx8k_breakout", models + [tiny_model()], base=deep)
+    both = choose_core("ice40_hx8k_breakout", models + [tiny_model()], base=deep, fixed=three)
     assert "reduce" in both.units
 
 
@@ -194,8 +197,8 @@ def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
     # time the 25F holds the model, every pool through MAX_POOL.
     path = _save(spp_model(), tmp_path / "spp.onnx")
     with pytest.raises(CoreDoesNotFit, match=r"^ulx3s: node 'spp13' .* has 24288 "
-                                             r"\(with window_extent=9 about \d+, `--core "
-                                             r"window_extent=9`: larger kernels then go "
+                                             r"\(with window_extent=10 about \d+, `--core "
+                                             r"window_extent=10`: larger kernels then go "
                                              r"through REDUCE\); ulx3s_85f"):
         choose_core("ulx3s", [path], fixed={"window_serial": False}).check()
     serial = choose_core("ulx3s", [path])
@@ -219,19 +222,19 @@ def test_the_nearest_board_a_refusal_names_is_sized_as_its_choice_makes_it():
 
 
 def test_the_setting_a_refusal_names_holds_the_model(tmp_path):
-    """``--core window_extent=9`` (``fixed``), which the ULX3S 25F's refusal of a 13x13 SPP
+    """``--core window_extent=10`` (``fixed``), which the ULX3S 25F's refusal of a 13x13 SPP
     names, gives a core that fits, the 13x13 pool through REDUCE for its capacity and the
     others through the unit; on the command line too."""
     path = _save(spp_model(), tmp_path / "spp.onnx")
-    choice = choose_core("ulx3s", [path], fixed={"window_extent": 9})
-    assert choice.fits() and choice.core["window_extent"] == 9
+    choice = choose_core("ulx3s", [path], fixed={"window_extent": 10})
+    assert choice.fits() and choice.core["window_extent"] == 10
     assert [(n.node, n.route, n.why) for n in choice.nodes] == [
         ("spp5", "MAX_POOL", "the windowed pooling unit: within its capacities"),
         ("spp9", "MAX_POOL", "the windowed pooling unit: within its capacities"),
         ("spp13", "REDUCE", "capacity: beyond the windowed pooling unit's")]
-    status, out, err = _cli("build", "ulx3s", "--model", path, "--core", "window_extent=9",
+    status, out, err = _cli("build", "ulx3s", "--model", path, "--core", "window_extent=10",
                             "--plan-only")
-    assert (status, err) == (0, "") and "window_extent=9" in out.splitlines()[0]
+    assert (status, err) == (0, "") and "window_extent=10" in out.splitlines()[0]
     assert f"| {path} | spp13 | MaxPool | 1x8x13x13 float32 | 13x13 | REDUCE |" in out
 
 
@@ -511,7 +514,7 @@ def test_the_cli_dry_run_prints_the_choice_and_builds_nothing(tmp_path):
                             "--out", str(tmp_path / "out"))
     assert (status, err) == (0, "")
     assert out.startswith("Core for ulx3s: units reduce, window; dtype=float32, window_lanes=1, "
-                          "window_extent=3, window_extent_outer=1, window_columns=64")
+                          "window_extent=3, window_extent_outer=0, window_columns=64")
     assert "Estimated logic: about " in out and " of 24288 TRELLIS_COMB (" in out
     rows = [line for line in out.splitlines() if line.startswith(f"| {SQUEEZENET} |")]
     assert len(rows) == 3 and all("| MaxPool | " in r and "| MAX_POOL |" in r for r in rows)
@@ -640,6 +643,27 @@ def test_the_icebreaker_s_core_for_a_model_computes_the_window_s_products_serial
             (y, indices), (want, want_indices) = device.max_pool(x, **pool), \
                 reference.max_pool(x, **pool)
             assert device.last_max_pool_route.name == "MAX_POOL"
+            assert_bits_equal(y, want)
+            np.testing.assert_array_equal(indices, want_indices)
+
+
+def test_a_core_of_two_window_axes_still_pools_3d_exactly():
+    """On a core whose windowed unit has the two inner axes alone (``window_extent_outer`` 0)
+    a 3-D pool with a kernel of 1 on its outermost axis goes through ``MAX_POOL`` a plane at a
+    time, one with a larger kernel there through ``REDUCE``: values and indices as the golden
+    model's."""
+    url = ("sim?units=reduce,window&window_serial=1&window_extent=3&window_extent_outer=0"
+           "&window_columns=16&window_plane=1&lanes=1&dtype=float32")
+    x = random_values(np.random.default_rng(1), format_of(np.float32), (1, 2, 3, 4, 4),
+                      edge_fraction=0.4)
+    with open_device(url, progress=None) as device:
+        assert device.identity.window_extent_outer == 0
+        for pool, route in [(dict(kernel_shape=[1, 2, 2], strides=[2, 2, 2]), "MAX_POOL"),
+                            (dict(kernel_shape=[2, 2, 2]), "REDUCE")]:
+            (y, indices), (want, want_indices) = (
+                run(x, **pool, return_indices=True)
+                for run in (device.max_pool, reference.max_pool))
+            assert device.last_max_pool_route.name == route
             assert_bits_equal(y, want)
             np.testing.assert_array_equal(indices, want_indices)
 

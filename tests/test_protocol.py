@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from amaranth.lib import crc
 
-from maxaccel.contract.wire import (PARAMETERS, Identity, Status, problems, request_verdict,
-                                    rules_markdown)
+from maxaccel.contract.wire import (PARAMETERS, Capacities, Identity, Status, problems,
+                                    quantities, request_verdict, rules_markdown, verdict)
 from maxaccel.contract.wire import (CRC_ALGORITHM, FRAME_OVERHEAD, MAGIC, Command, Frame,
                                     FrameParser, crc32, encode_frame)
 
@@ -162,6 +162,49 @@ def test_the_window_rules_are_what_they_say():
                     "above 1": axis == 0 and extent > 1}
             assert {d for d, broken in said.items() if broken} == found & set(said), \
                 (axis, kernel, dilation, pad, found)
+
+
+def test_a_unit_of_two_axes_takes_only_a_unit_outer_axis():
+    """With ``window_extent_outer`` 0 (a unit of two axes) a request whose outermost axis
+    holds more than one element or output is ``TOO_LARGE``, as is any kernel extent above 1
+    there; a 1-D or 2-D pool (unit outer axes) passes as on a unit of three axes of outermost
+    extent 1, and the ``BAD_PARAMETER`` rules still come first."""
+    def identity(outer):
+        return Identity(1, 1, frozenset({1}), 0, 0, 0, 0, 1, 1, window_lanes=1,
+                        window_extent=3, window_columns=64, window_plane=64,
+                        window_extent_outer=outer)
+
+    def status(fields, identity):
+        data = quantities(Command.MAX_POOL, fields, Capacities.of(identity), 4)["data_bytes"]
+        return verdict(Command.MAX_POOL, fields, identity, data_length=data)
+
+    two, three = identity(0), identity(1)
+    block = PARAMETERS[Command.MAX_POOL]
+    base = dict(dict.fromkeys(block.names, 1), dtype=1, reserved=0, indices=1, groups=2,
+                **{f"axis[{a}].pad": 0 for a in range(3)},
+                **{f"axis[{a}].{n}": 5 for a in (1, 2) for n in ("size", "out")},
+                **{f"axis[{a}].kernel": 3 for a in (1, 2)})
+    assert status(base, two) == Status.OK
+    for changes, on_two, on_three in [
+            ({"axis[0].size": 2}, Status.TOO_LARGE, Status.OK),
+            # Two outputs of one element: the second window is padding only, which a unit
+            # of three axes finds as the data streams.
+            ({"axis[0].out": 2}, Status.TOO_LARGE, Status.BAD_PARAMETER),
+            ({"axis[0].size": 4, "axis[0].out": 2, "axis[0].stride": 2}, Status.TOO_LARGE,
+             Status.OK),
+            ({"axis[0].stride": 7, "axis[0].dilation": 9}, Status.OK, Status.OK),
+            ({"axis[0].kernel": 2}, Status.TOO_LARGE, Status.TOO_LARGE),
+            ({"axis[0].size": 0}, Status.BAD_PARAMETER, Status.BAD_PARAMETER),
+            ({"axis[0].size": 3, "axis[0].pad": 1}, Status.BAD_PARAMETER,
+             Status.BAD_PARAMETER),
+            ({"axis[0].size": (1 << 32) - 1}, Status.TOO_LARGE, Status.TOO_LARGE)]:
+        fields = dict(base, **changes)
+        assert (status(fields, two), status(fields, three)) == (on_two, on_three), changes
+    fields = dict(base, **{"axis[0].size": 2})
+    refused = {p.description for p in problems(Command.MAX_POOL, fields, two,
+                                                data_length=2 * 2 * 25 * 4)}
+    assert refused == {"an outermost axis of more than one element or output on a unit of two "
+                       "axes (window_extent_outer 0)"}
 
 
 def test_a_device_may_hold_the_narrow_window_fields_narrowed():
