@@ -27,6 +27,7 @@ the core's parameters (:func:`features`):
 ``window_serial_lane_...`` with ``window_serial_products``; ``_serial_lane``: with
                           ``window_serial``)
 ``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
+``serial_crc``            1 with ``serial_crc``: what the frames' CRCs a bit a cycle change
 ========================  ==================================================================
 
 A core of one element type (the Core's ``dtype``) builds every unit for that type alone: each
@@ -58,16 +59,17 @@ __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_poi
 FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
             "reduce_shallow_lane", "pool", "pool_lane", "broadcast", "broadcast_lane",
             "window_lane", "window_tap", "window_serial", "window_serial_lane", "window_two_axes",
-            "window_serial_two_axes", "window_serial_lane_two_axes", "link_byte")
+            "window_serial_two_axes", "window_serial_lane_two_axes", "link_byte", "serial_crc")
 
 #: Cells per feature and family. Where each comes from:
 #:
 #: * iCE40 units: ``docs/resources.md`` "Streaming units", UP5K, cells used at 1 and 4 lanes
 #:   (RunReducer 1721 / 3853, RunReducer-shallow 829 / 2249, ChannelsLastPool 2026 / 6514,
 #:   BroadcastMax 4379 / 12937): intercept and slope of the line through them. ``base``: the
-#:   iCEBreaker's build (4167) less its one shallow lane and ``reduce_command``.
-#:   ``reduce_command``: the HX8K's float32 core for SqueezeNet 1.1 built without the run
-#:   reducer (6 773 cells) against with it (7 497), less the reducer's float32 terms (416).
+#:   iCEBreaker's build (4 037, serial CRCs) less its one shallow lane, ``reduce_command`` and
+#:   ``serial_crc``. ``reduce_command``: the HX8K's float32 core for SqueezeNet 1.1 (a unit of
+#:   three axes, serial CRCs) built without the run reducer (6 313 cells) against with it
+#:   (7 076), less the reducer's float32 terms (416).
 #:   The windowed unit: the iCEBreaker's build of the reduce and window core (one lane of
 #:   extent 3, outermost 1; 4 taps), which nextpnr placed at 28 245 cells before refusing it,
 #:   less the reduce-only core of its engine (4 158): 24 087, split between lane and taps as
@@ -85,19 +87,24 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   ``MULT18X18D`` left out; on Xilinx the ECP5's, scaled as below.
 #: * ``window_serial_lane``: a build with a lane of ``SerialWindowMaxPool``. On the iCE40 the
 #:   HX8K's float32 core for SqueezeNet 1.1 (one lane of extent 3, outermost 1) without the
-#:   run reducer (6 773 cells), less its base, over the unit's float32 share; on the ECP5 the
+#:   run reducer (6 313 cells), less its base and ``serial_crc``, over the unit's float32
+#:   share; on the ECP5 the
 #:   ULX3S 25F's own core with one lane of extent 5 (outermost 1) added: 21 119 TRELLIS_COMB
 #:   against its 15 608 (66.3 MHz routed against 60); on Xilinx the ECP5's, scaled as below.
 #: * ``window_two_axes``, ``window_serial_two_axes``: the outermost axis's counters and
 #:   configuration arithmetic. The serial lane on the iCE40: the HX8K's float32 core for
-#:   SqueezeNet 1.1 and ResNet-18 placed at 7 068 cells with a unit of two axes against 7 497
-#:   with three (6 315 against 6 773 without the run reducer; the smaller saving, on the safe
-#:   side). The others: yosys's synthesis of the float32 ``WindowLanes`` of one lane of extent 3
+#:   SqueezeNet 1.1 and ResNet-18 placed at 5 877 cells with a unit of two axes against 6 313
+#:   with three, without the run reducer (6 628 against 7 076 with it; the smaller saving, on
+#:   the safe side). The others: yosys's synthesis of the float32 ``WindowLanes`` of one lane of extent 3
 #:   (outermost 1) with two axes against three: its LUT4s on the iCE40 (pipelined 17 182 to
 #:   9 657, with serial products 5 614 to 4 205), LUT4s and twice the ``CCU2C`` on the ECP5
 #:   (serial 1 396 + 2 x 321 to 1 228 + 2 x 238; pipelined 3 539 + 2 x 900 to 2 633 + 2 x 645;
 #:   with serial products 4 040 + 2 x 846 to 3 012 + 2 x 633), LUTs on Xilinx (serial 1 585 to
 #:   1 229; pipelined 3 534 to 2 604; with serial products 4 164 to 3 091).
+#: * ``serial_crc``: on the iCE40 the HX8K's core above of two axes without the run reducer
+#:   with the frames' CRCs a bit a cycle (5 877 cells) against a byte a cycle (6 026); on the
+#:   ECP5 and Xilinx yosys's synthesis of ``FrameReceiver`` and ``FrameTransmitter`` so
+#:   against not (LUT4s 683 to 532, LUTs 596 to 479).
 #: * ``reduce_command`` off the iCE40: not measured, so 0 (in ``base``): a core without the
 #:   run reducer is estimated with only the unit's terms taken off, on the safe side.
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
@@ -106,24 +113,21 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   link word and XDMA adapters add): :func:`refit` over the Arty's and the NiteFury's own
 #:   cores and their cores for a model.
 COEFFICIENTS = {
-    "ice40": dict(base=3030, reduce_command=308, reduce=1010, reduce_lane=711, reduce_shallow=356,
+    "ice40": dict(base=3010, reduce_command=347, reduce=1010, reduce_lane=711, reduce_shallow=356,
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
                   broadcast_lane=2853, window_lane=12107, window_tap=2995, window_serial=-11197,
-                  window_serial_lane=5703, window_two_axes=-7525, window_serial_two_axes=-1409,
-                  window_serial_lane_two_axes=-429,
-                  link_byte=0),
+                  window_serial_lane=5259, window_two_axes=-7525, window_serial_two_axes=-1409,
+                  window_serial_lane_two_axes=-436, link_byte=0, serial_crc=-149),
     "ecp5": dict(base=6834, reduce_command=0, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
                  broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1009,
                  window_serial_lane=5511, window_two_axes=-1416, window_serial_two_axes=-1454,
-                 window_serial_lane_two_axes=-334,
-                 link_byte=0),
+                 window_serial_lane_two_axes=-334, link_byte=0, serial_crc=-151),
     "xilinx": dict(base=6335, reduce_command=0, reduce=539, reduce_lane=406, reduce_shallow=539,
                    reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
                    broadcast_lane=1560, window_lane=691, window_tap=692, window_serial=884,
                    window_serial_lane=4830, window_two_axes=-930, window_serial_two_axes=-1073,
-                   window_serial_lane_two_axes=-356,
-                   link_byte=810),
+                   window_serial_lane_two_axes=-356, link_byte=810, serial_crc=-117),
 }
 
 #: The units a parameter set without ``units`` builds (``hdl/top.py``'s ``UNITS``, the Core's
@@ -207,6 +211,7 @@ def features(core, link_word=1, family=None):
         if core.get("window_serial_products"):     # the index arithmetic: any element type
             values["window_serial"] = window_lanes
     values["link_byte"] = link_word - 1
+    values["serial_crc"] = int(bool(core.get("serial_crc")))
     return values
 
 

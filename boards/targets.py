@@ -106,7 +106,7 @@ class Target:
 #: REDUCE), with the shallow pipeline (12 MHz). The same on both, so the HX8K bitstream CI builds
 #: is the iCEBreaker's design on a larger device.
 _ICE40_CORE = dict(replay_depth=64, max_dims=1, max_operands=1, pool_channels=1,
-                   units=("reduce",), reduce_pipeline="shallow")
+                   units=("reduce",), reduce_pipeline="shallow", serial_crc=True)
 
 #: The ULX3S's core capacities, on both its devices; the 85F adds the windowed pooling unit.
 _ULX3S_CORE = dict(replay_depth=256, max_dims=4, max_operands=4, pool_channels=64)

@@ -29,7 +29,9 @@ MAGIC = b"MX"
 #: ``IDENTIFY``): a core may be built without the run reducer, and then answers ``REDUCE``
 #: with ``BAD_COMMAND``. 10: ``window_extent_outer`` 0 is a pooling unit of two axes, which
 #: answers ``TOO_LARGE`` to an outermost axis of more than one element or output (a version-9
-#: core of extent 1 there pools it).
+#: core of extent 1 there pools it), and a ``MAX_POOL`` axis field above ``WINDOW_FIELD_MAX``
+#: is ``BAD_PARAMETER`` (a version-9 core answers ``TOO_LARGE``, or ``BAD_PARAMETER`` for a
+#: first window of padding only): a core holds every axis field in 16 bits and one.
 VERSION = 10
 HEADER_SIZE = 12
 TRAILER_SIZE = 5

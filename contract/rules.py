@@ -9,7 +9,7 @@ from .blocks import (LANE_BYTES, MAX_COUNT, WINDOW_FIELD_MAX, WINDOW_IMAGE_MAX,
 from .dtypes import FORMATS, format_of
 from .frames import MAX_PAYLOAD, VERSION, Command, Status
 from .identity import Identity
-from .pooling import WINDOW_RANK, window_geometry
+from .pooling import WINDOW_FIELDS, WINDOW_RANK, window_geometry
 
 __all__ = ["Capacities", "Rule", "CommandRules", "RULES", "STATUS_ORDER", "DATA_COMMANDS",
            "command_rules", "Problem", "quantities", "less_one", "less_one_of", "problems",
@@ -305,12 +305,12 @@ def _max_pool_rules():
             Rule(Status.BAD_PARAMETER, "a first window of padding only ((kernel - 1) x "
                  "dilation < pad)",
                  lambda f, q, cap, ops: ops.any(q[s] < f[a["pad"]] for s, a in zip(span, axes))),
+            Rule(Status.BAD_PARAMETER, "an axis field above WINDOW_FIELD_MAX",
+                 lambda f, q, cap, ops: ops.any(ops.exceeds(f[name], cap.window_field_max)
+                                                for a in axes for name in a.values())),
             Rule(Status.TOO_LARGE, "a group wider than the pooling unit's lanes (group x "
                  "itemsize above 8 x window_lanes bytes)",
                  lambda f, q, cap, ops: ops.exceeds(q["row_bytes"], cap.window_bytes)),
-            Rule(Status.TOO_LARGE, "an axis field above WINDOW_FIELD_MAX",
-                 lambda f, q, cap, ops: ops.any(ops.exceeds(f[name], cap.window_field_max)
-                                                for a in axes for name in a.values())),
             Rule(Status.TOO_LARGE, "a kernel extent above window_extent (an axis but the "
                  "outermost) or window_extent_outer (the outermost)",
                  lambda f, q, cap, ops: ops.any(
@@ -338,12 +338,11 @@ def _max_pool_rules():
 RULES[Command.MAX_POOL] = _max_pool_rules()
 
 #: ``MAX_POOL`` fields a device may hold as their value up to :data:`WINDOW_FIELD_MAX` and one
-#: bit that says whether it is above: the ``BAD_PARAMETER`` rules test them only for 0, and
-#: every other rule that reads them gives ``TOO_LARGE`` or a later status, which "an axis field
-#: above WINDOW_FIELD_MAX" gives first when that bit is set. (Kernel, dilation and pad are held
-#: whole: the first window's rule, a ``BAD_PARAMETER``, takes their exact values.)
+#: bit that says whether it is above (every axis field): "an axis field above
+#: WINDOW_FIELD_MAX" is a ``BAD_PARAMETER``, so when that bit is set the verdict is
+#: ``BAD_PARAMETER`` whatever the other rules say, and when none is set the values are exact.
 WINDOW_NARROW_FIELDS = tuple(window_fields(axis)[name] for axis in range(WINDOW_RANK)
-                             for name in ("size", "out", "stride"))
+                             for name in WINDOW_FIELDS)
 
 
 def _max_command_rules(max_dims):

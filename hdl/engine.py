@@ -79,7 +79,7 @@ def _element_types(present):
 
 
 def engine_identity(*, reducer=None, pool=None, broadcast=None, window=None, clock_hz,
-                    frame_timeout_cycles=None, link_bytes=1):
+                    frame_timeout_cycles=None, link_bytes=1, serial_crc=False):
     """What ``IDENTIFY`` of a :class:`CommandEngine` with these units (or their signatures)
     reports, without building one."""
     present = _present(reducer, pool, broadcast, window)
@@ -161,6 +161,10 @@ class CommandEngine(Checked, wiring.Component):
         Bytes per cycle of ``i`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`, at
         most ``8 * lanes``): 1 behind a UART, more behind a wide stream such as PCIe or the
         compiled virtual board.
+    serial_crc : bool
+        The frame checks' CRCs a bit a cycle (:class:`~maxaccel.hdl.linkword.SerialCRC`, a
+        byte link only): about 200 LUT4s fewer on the iCE40, and every byte in and out of a
+        frame takes eight cycles, for a link no faster (a UART).
 
     Attributes
     ----------
@@ -218,7 +222,7 @@ class CommandEngine(Checked, wiring.Component):
 
     @classmethod
     def check_parameters(cls, *, reducer=None, pool=None, broadcast=None, window=None, clock_hz,
-                         frame_timeout_cycles=None, link_bytes=1):
+                         frame_timeout_cycles=None, link_bytes=1, serial_crc=False):
         """``ValueError`` unless the units have the same ``lanes`` and ``link_bytes`` fits
         them."""
         present = _present(reducer, pool, broadcast, window)
@@ -228,6 +232,7 @@ class CommandEngine(Checked, wiring.Component):
                              + ", ".join(f"{name} {unit.lanes}"
                                          for name, unit in present.items()))
         check_link_bytes(link_bytes, lanes=lanes)
+        FrameTransmitter.check_parameters(link_bytes, serial_crc)
         static = {name: unit.dtype for name, unit in present.items()}
         if len(set(static.values())) > 1:
             raise ValueError("the units must have the same dtype (one static element type, or "
@@ -236,13 +241,14 @@ class CommandEngine(Checked, wiring.Component):
                                          for name, d in static.items()))
 
     def __init__(self, *, reducer=None, pool=None, broadcast=None, window=None, clock_hz,
-                 frame_timeout_cycles=None, link_bytes=1):
+                 frame_timeout_cycles=None, link_bytes=1, serial_crc=False):
         present = _present(reducer, pool, broadcast, window)
         lanes = _lanes(present)
         if frame_timeout_cycles is None:
             frame_timeout_cycles = max(clock_hz // 100, 1)
         self.lanes = lanes
         self.link_bytes = link_bytes
+        self.serial_crc = serial_crc
         self.units = tuple(present)
         reducer, pool, broadcast, window = (present.get(name) for name in
                                             ("reducer", "pool", "broadcast", "window"))
@@ -301,8 +307,10 @@ class CommandEngine(Checked, wiring.Component):
         lanes, max_dims, max_operands = self.lanes, self.max_dims, self.max_operands
         beat_bytes = LANE_BYTES * lanes
         width = self.link_bytes
-        m.submodules.receiver = receiver = FrameReceiver(self.frame_timeout_cycles, width)
-        m.submodules.transmitter = transmitter = FrameTransmitter(width)
+        m.submodules.receiver = receiver = FrameReceiver(self.frame_timeout_cycles, width,
+                                                         serial_crc=self.serial_crc)
+        m.submodules.transmitter = transmitter = FrameTransmitter(width,
+                                                                  serial_crc=self.serial_crc)
         packer, unpacker = RowPacker(lanes, width), RowUnpacker(lanes, width)
         m.submodules.packer = ResetInserter(self.abort)(packer)
         m.submodules.unpacker = ResetInserter(self.abort)(unpacker)

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.contract.wire import HEADER_SIZE, MAGIC, MAX_PAYLOAD, TRAILER_SIZE
 
 from .kit import Checked
-from .linkword import (WordCRC, WordSplitter, check_link_bytes, link_signature, one_byte,
+from .linkword import (SerialCRC, WordCRC, WordSplitter, check_link_bytes, link_signature, one_byte,
                        word_fields)
 
 __all__ = ["header_layout", "trailer_layout", "FrameReceiver", "FrameTransmitter"]
@@ -26,6 +26,13 @@ __all__ = ["header_layout", "trailer_layout", "FrameReceiver", "FrameTransmitter
 header_layout = data.StructLayout({"command": 8, "seq": 8, "length": 32})
 #: Outcome of a received frame: the frame check passed, or bytes stopped arriving mid-frame.
 trailer_layout = data.StructLayout({"intact": 1, "timeout": 1})
+
+def _check_serial_crc(serial_crc, link_bytes):
+    if serial_crc not in (False, True):
+        raise ValueError(f"serial_crc must be True or False (or 1 or 0), not {serial_crc!r}")
+    if serial_crc and link_bytes != 1:
+        raise ValueError(f"serial_crc takes a link of one byte per cycle, not {link_bytes}")
+
 
 class FrameReceiver(Checked, wiring.Component):
     """Finds and checks request frames in a link stream.
@@ -51,6 +58,10 @@ class FrameReceiver(Checked, wiring.Component):
         header was taken, before the trailer's last byte) after which it abandons the frame.
     link_bytes : int
         Bytes per cycle of ``i`` and ``payload`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`).
+    serial_crc : bool
+        The frame check a bit a cycle (:class:`~maxaccel.hdl.linkword.SerialCRC`, a link of
+        one byte per cycle only): each byte it takes (header, payload, trailer) then costs
+        eight cycles, for a link that brings one no faster (a UART).
 
     Ports
     -----
@@ -77,19 +88,23 @@ class FrameReceiver(Checked, wiring.Component):
     ----------------------
     One byte per cycle while hunting, ``link_bytes`` inside the payload; a header check stalls
     the input 13 cycles. ``header`` is valid 13 cycles after the header's last byte was taken,
-    ``trailer`` one cycle after the trailer's last byte.
+    ``trailer`` one cycle after the trailer's last byte. With ``serial_crc``: a byte every
+    eight cycles inside a frame, a header check of 97 cycles, ``trailer`` eight cycles after
+    the trailer's last byte.
     """
 
     @classmethod
-    def check_parameters(cls, timeout_cycles, link_bytes=1):
+    def check_parameters(cls, timeout_cycles, link_bytes=1, serial_crc=False):
         if not isinstance(timeout_cycles, int) or timeout_cycles < 1:
             raise ValueError(f"timeout_cycles must be a positive integer, not "
                              f"{timeout_cycles!r}")
         check_link_bytes(link_bytes)
+        _check_serial_crc(serial_crc, link_bytes)
 
-    def __init__(self, timeout_cycles, link_bytes=1):
+    def __init__(self, timeout_cycles, link_bytes=1, serial_crc=False):
         self.timeout_cycles = timeout_cycles
         self.link_bytes = link_bytes
+        self.serial_crc = serial_crc
         super().__init__({
             "i": In(link_signature(link_bytes)),
             "header": Out(stream.Signature(header_layout)),
@@ -105,7 +120,8 @@ class FrameReceiver(Checked, wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = self.link_bytes
-        m.submodules.crc = check = WordCRC(width)
+        m.submodules.crc = check = SerialCRC() if self.serial_crc else WordCRC(width)
+        crc_busy = check.busy if self.serial_crc else Const(0)
 
         window = Signal(8 * HEADER_SIZE)
         fill = Signal(range(HEADER_SIZE + 1))
@@ -124,7 +140,7 @@ class FrameReceiver(Checked, wiring.Component):
         limit = Signal(range(1, width + 1), init=1)
         holding = 0     # bytes taken from `i`, not yet used
         if width == 1:
-            source_valid, source_bytes = self.i.valid, self.i.payload
+            source_valid, source_bytes = self.i.valid & ~crc_busy, self.i.payload
             m.d.comb += self.i.ready.eq(take != 0)
         else:
             m.submodules.splitter = splitter = WordSplitter(width)
@@ -178,18 +194,17 @@ class FrameReceiver(Checked, wiring.Component):
                         checked.eq(0),
                     ]
             with m.State("CHECK"):
-                m.d.comb += [
-                    check.start.eq(index == 0),
-                    check.count.eq(1),
-                    check.data[0].eq(window.word_select(index, 8)),
-                ]
-                m.d.sync += index.eq(index + 1)
-                with m.If(index == HEADER_SIZE - 1):
-                    m.next = "VERDICT"
+                m.d.comb += check.data[0].eq(window.word_select(index, 8))
+                with m.If(~crc_busy):
+                    m.d.comb += [check.start.eq(index == 0), check.count.eq(1)]
+                    m.d.sync += index.eq(index + 1)
+                    with m.If(index == HEADER_SIZE - 1):
+                        m.next = "VERDICT"
             with m.State("VERDICT"):
-                with m.If(check.match_detected & (length <= MAX_PAYLOAD)):
+                accepted = check.match_detected & (length <= MAX_PAYLOAD)
+                with m.If(~crc_busy & accepted):
                     m.next = "HEADER"
-                with m.Else():
+                with m.Elif(~crc_busy):
                     m.d.sync += [
                         checked.eq(1),
                         self.header_check_failures.eq(self.header_check_failures + 1),
@@ -243,8 +258,8 @@ class FrameReceiver(Checked, wiring.Component):
                         m.next = "RESULT"
                 wait_for_byte()
             with m.State("RESULT"):
-                m.d.comb += self.trailer.valid.eq(1)
-                with m.If(self.trailer.ready):
+                m.d.comb += self.trailer.valid.eq(~crc_busy)
+                with m.If(self.trailer.valid & self.trailer.ready):
                     m.d.sync += fill.eq(0)
                     with m.If(~check.match_detected & ~timed_out):
                         m.d.sync += self.frame_check_failures.eq(self.frame_check_failures + 1)
@@ -264,6 +279,9 @@ class FrameTransmitter(Checked, wiring.Component):
     ----------
     link_bytes : int
         Bytes per cycle of ``payload`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`).
+    serial_crc : bool
+        The CRCs a bit a cycle (:class:`~maxaccel.hdl.linkword.SerialCRC`, a link of one byte
+        per cycle only): a byte every eight cycles, for a link that takes one no faster.
 
     Ports
     -----
@@ -285,16 +303,18 @@ class FrameTransmitter(Checked, wiring.Component):
     Latency and throughput
     ----------------------
     One transfer per cycle while ``o.ready`` is high: a reply of ``L`` payload bytes in full
-    words takes ``ceil(L / link_bytes) + 17`` cycles. The first header byte is valid the cycle
-    after ``start`` is taken.
+    words takes ``ceil(L / link_bytes) + 17`` cycles (with ``serial_crc``, ``8 * (L + 17)``).
+    The first header byte is valid the cycle after ``start`` is taken.
     """
 
     @classmethod
-    def check_parameters(cls, link_bytes=1):
+    def check_parameters(cls, link_bytes=1, serial_crc=False):
         check_link_bytes(link_bytes)
+        _check_serial_crc(serial_crc, link_bytes)
 
-    def __init__(self, link_bytes=1):
+    def __init__(self, link_bytes=1, serial_crc=False):
         self.link_bytes = link_bytes
+        self.serial_crc = serial_crc
         super().__init__({
             "start": In(stream.Signature(header_layout)),
             "payload": In(link_signature(link_bytes)),
@@ -307,7 +327,10 @@ class FrameTransmitter(Checked, wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = self.link_bytes
-        m.submodules.crc = frame_check = WordCRC(width)
+        m.submodules.crc = frame_check = SerialCRC() if self.serial_crc else WordCRC(width)
+        # No byte goes out while the serial CRC still takes the last one in.
+        ready = self.o.ready & ~frame_check.busy if self.serial_crc else self.o.ready
+        out_valid = Signal()
 
         header = Signal(64)
         remaining = Signal(32)
@@ -316,6 +339,7 @@ class FrameTransmitter(Checked, wiring.Component):
         sent_count = Signal(range(width + 1))     # bytes sent this cycle
         out_bytes, out_count = word_fields(self.o.payload, width)
         m.d.comb += [
+            self.o.valid.eq(out_valid & ~frame_check.busy if self.serial_crc else out_valid),
             sent.eq(self.o.valid & self.o.ready),
             sent_count.eq(Mux(sent, out_count, 0)),
             frame_check.data.as_value().eq(out_bytes),
@@ -338,7 +362,7 @@ class FrameTransmitter(Checked, wiring.Component):
                     m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += [
-                    self.o.valid.eq(1),
+                    out_valid.eq(1),
                     frame_check.start.eq(sent & ((index == 0) | (index == HEADER_SIZE - 1))),
                     frame_check.count.eq(sent & (index < 8)),
                 ]
@@ -353,15 +377,15 @@ class FrameTransmitter(Checked, wiring.Component):
                             m.next = "PAYLOAD"
             with m.State("PAYLOAD"):
                 with m.If(self.pad):
-                    m.d.comb += self.o.valid.eq(1)
+                    m.d.comb += out_valid.eq(1)
                     if width > 1:
                         m.d.comb += self.o.payload.count.eq(
                             Mux(remaining < width, remaining[:len(sent_count)], width))
                 with m.Else():
                     m.d.comb += [
-                        self.o.valid.eq(self.payload.valid),
+                        out_valid.eq(self.payload.valid),
                         self.o.payload.eq(self.payload.payload),
-                        self.payload.ready.eq(self.o.ready),
+                        self.payload.ready.eq(ready),
                     ]
                 m.d.comb += frame_check.count.eq(sent_count)
                 with m.If(sent):
@@ -370,8 +394,8 @@ class FrameTransmitter(Checked, wiring.Component):
                         m.next = "STATUS"
             with m.State("STATUS"):
                 m.d.comb += [
-                    self.o.valid.eq(self.status.valid),
-                    self.status.ready.eq(self.o.ready),
+                    out_valid.eq(self.status.valid),
+                    self.status.ready.eq(ready),
                     frame_check.count.eq(sent),
                 ]
                 send_byte(self.status.payload)
@@ -379,7 +403,7 @@ class FrameTransmitter(Checked, wiring.Component):
                     m.d.sync += index.eq(0)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.comb += self.o.valid.eq(1)
+                m.d.comb += out_valid.eq(1)
                 send_byte(frame_check.crc.word_select(index[:2], 8))
                 with m.If(sent):
                     m.d.sync += index.eq(index + 1)

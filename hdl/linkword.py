@@ -7,7 +7,8 @@ of one byte per cycle (a UART, the XDMA byte adapters) is a plain 8-bit stream, 
 word layout in both cases.
 
 :class:`WordCRC` checks or generates the protocol's CRC over a variable number of bytes per
-cycle, so a frame need not be aligned to link words.
+cycle, so a frame need not be aligned to link words; :class:`SerialCRC` does it a bit a cycle,
+for a link far slower than the clock.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value
@@ -20,7 +21,7 @@ from .kit import Checked
 from .lane import LANE_BYTES
 
 __all__ = ["LINK_WIDTHS", "check_link_bytes", "word_layout", "link_signature", "word_fields",
-           "one_byte", "WordSplitter", "CRC_CHUNK", "WordCRC"]
+           "one_byte", "WordSplitter", "CRC_CHUNK", "WordCRC", "SerialCRC"]
 
 #: Bytes per cycle a link (and the engine behind it) may carry.
 LINK_WIDTHS = (1, 2, 4, 8, 16, 32)
@@ -261,4 +262,79 @@ class WordCRC(wiring.Component):
             with m.Default():
                 with m.If(self.start):
                     m.d.sync += state.eq(initial)
+        return m
+
+
+class SerialCRC(wiring.Component):
+    """The protocol's CRC (``CRC_ALGORITHM``) a bit a cycle: :class:`WordCRC`'s ports for one
+    byte per cycle, and ``busy``, in about a third of its logic.
+
+    A byte added (``count`` 1) goes in over eight cycles, its first bit in the cycle it is
+    added, least significant first (the order a reflected CRC takes a byte in); ``busy`` is
+    high for the seven after it, and a byte may be added again, and ``crc`` and
+    ``match_detected`` are the bytes' so far, when it is low.
+
+    Ports
+    -----
+    start, data, count, crc, match_detected
+        As :class:`WordCRC` of ``width`` 1 (``count`` 0 or 1), but ``start`` with ``count`` 0
+        restarts with the next byte added: ``crc`` and ``match_detected`` are the old bytes'
+        until then.
+    busy : Out(1)
+        Bits of the last byte still going in.
+
+    Latency and throughput
+    ----------------------
+    A byte every eight cycles; ``crc`` includes it eight cycles after it was added.
+    """
+
+    def __init__(self):
+        algorithm = getattr(crc.catalog, CRC_ALGORITHM)
+        self._parameters = algorithm(data_width=1)
+        if not self._parameters._reflect_input:
+            raise ValueError("SerialCRC takes a byte least significant bit first: a CRC "
+                             "whose input is reflected")
+        super().__init__({
+            "start": In(1),
+            "data": In(data.ArrayLayout(8, 1)),
+            "count": In(range(2)),
+            "crc": Out(self._parameters._crc_width),
+            "match_detected": Out(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        parameters = self._parameters
+        width, initial = parameters._crc_width, parameters._initial_crc
+        state = Signal(width, init=initial)
+        rest = Signal(7)                      # the byte's bits still to go in, next at bit 0
+        left = Signal(range(8))
+        m.d.comb += self.busy.eq(left != 0)
+        if parameters._reflect_output:
+            m.d.comb += [self.crc.eq(state[::-1] ^ parameters._xor_output),
+                         self.match_detected.eq(state[::-1] == parameters.residue())]
+        else:
+            m.d.comb += [self.crc.eq(state ^ parameters._xor_output),
+                         self.match_detected.eq(state == parameters.residue())]
+
+        f, g = parameters._matrices()
+
+        def update(state_in, bit):
+            return Cat(Cat(*[state_in[j] for j in range(width) if f[j][i]],
+                           *([bit] if g[0][i] else [])).xor() for i in range(width))
+
+        # One update for both a byte's first bit and the rest (a LUT4 a bit of the register):
+        # a start without a byte is held until the next byte comes.
+        restart = Signal()
+        fresh = ~self.busy & (self.start | restart)
+        bit = Mux(self.busy, rest[0], self.data[0][0])
+        with m.If(self.busy | (self.count == 1)):
+            m.d.sync += [state.eq(update(Mux(fresh, initial, state), bit)), restart.eq(0)]
+        with m.Elif(self.start):
+            m.d.sync += restart.eq(1)
+        with m.If(self.busy):
+            m.d.sync += [rest.eq(rest >> 1), left.eq(left - 1)]
+        with m.Elif(self.count == 1):
+            m.d.sync += [rest.eq(self.data[0][1:]), left.eq(7)]
         return m

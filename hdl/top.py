@@ -96,6 +96,11 @@ class Core(Checked, wiring.Component):
         Bytes per cycle of ``i`` and ``o`` (:data:`~maxaccel.hdl.linkword.LINK_WIDTHS`, at most
         ``8 * lanes``): 1 behind a UART, 32 behind the NiteFury's XDMA stream and on the
         compiled virtual board.
+    serial_crc : bool
+        The frames' CRCs a bit a cycle (:class:`~maxaccel.hdl.linkword.SerialCRC`): about 200
+        LUT4s fewer on the iCE40, and every byte in and out of a frame takes eight cycles. For
+        a core behind a link of one byte per cycle that brings and takes a byte no faster (a
+        UART: the iCE40 boards' 3 Mbaud at 12 MHz is a byte every 40 cycles).
     dtype : str, optional
         One element type for every unit (a name such as ``"float32"``, or anything
         :func:`~maxaccel.contract.dtypes.format_of` takes): the units are built for it alone
@@ -142,7 +147,7 @@ class Core(Checked, wiring.Component):
                         window_lanes=None, window_extent=3, window_columns=64,
                         window_plane=1024, window_extent_outer=None, clock_hz=100_000_000,
                         frame_timeout_cycles=None, units=UNITS, link_bytes=1, dtype=None,
-                        window_serial_products=False, window_serial=False):
+                        window_serial_products=False, window_serial=False, serial_crc=False):
         """The signatures of the units a core with these parameters is built with, by the
         engine's port name (each checks its parameters: ``ValueError``), and the engine's
         other arguments; nothing is built."""
@@ -165,7 +170,7 @@ class Core(Checked, wiring.Component):
         signatures = {name: make() for name, make in makers.items()
                       if UNIT_NAMES[name] in units}
         engine = dict(clock_hz=clock_hz, frame_timeout_cycles=frame_timeout_cycles,
-                      link_bytes=link_bytes)
+                      link_bytes=link_bytes, serial_crc=serial_crc)
         return signatures, engine
 
     @classmethod

@@ -32,7 +32,7 @@ from maxaccel.host.pool_window import max_pool_by_window, plan_window_pool
 from maxaccel.contract.wire import (COUNTERS, COUNTER_NAMES, Capacities, Command, DATA_COMMANDS,
                                     FrameParser, Identity, MAX_COUNT, MAX_PAYLOAD, MaxParameters,
                                     PARAMETERS, Status, crc32, encode_frame, parameter_block,
-                                    WINDOW_FIELD_MAX, quantities, request_verdict)
+                                    WINDOW_FIELD_MAX, MAGIC, quantities, request_verdict)
 from maxaccel.sim import reference
 from maxaccel.sim.reference import assert_same_bits
 from maxaccel.sim.streams import (STALL_PATTERNS, beats_from_rows, bytes_from_words,
@@ -821,6 +821,46 @@ def test_a_core_of_two_window_axes_answers_as_the_contract():
                 want.reshape(2, -1), indices.reshape(2, -1) % 20, format_of(np.float32), 2)
         else:
             assert status != Status.OK
+
+
+def test_a_core_whose_crcs_go_a_bit_a_cycle_answers_as_one_whose_go_a_byte():
+    """``serial_crc`` (simulated): garbage with a false magic, IDENTIFY, a REDUCE, a MAX_POOL
+    with indices, a frame with a corrupted data byte, a frame with a corrupted header and
+    COUNTERS get the very bytes the core with byte-wide CRCs sends, written all at once (the
+    receiver stalls for its CRC) and a byte at a time; and each byte in and out took longer."""
+    x = random_values(np.random.default_rng(4), format_of(np.float32), (1, 2, 4, 4),
+                      edge_fraction=0.4)
+    pool = PARAMETERS[Command.MAX_POOL].pack(**dict(
+        dict.fromkeys(PARAMETERS[Command.MAX_POOL].names, 1), dtype=DType.FLOAT, reserved=0,
+        indices=1, groups=1, group=2, **{f"axis[{a}].pad": 0 for a in range(3)},
+        **{f"axis[{a}].{n}": v for a in (1, 2) for n, v in (("size", 4), ("out", 2),
+                                                              ("kernel", 2), ("stride", 2))}))
+    corrupted = bytearray(encode_frame(Command.REDUCE, 4, reduce_payload(x[0, 0])))
+    corrupted[30] ^= 0x10
+    broken_header = bytearray(encode_frame(Command.IDENTIFY, 5))
+    broken_header[6] ^= 0x01
+    stream_in = (b"\x00\x4d" + MAGIC + bytes(10) + encode_frame(Command.IDENTIFY, 1)
+                 + encode_frame(Command.REDUCE, 2, reduce_payload(x[0, 0]))
+                 + encode_frame(Command.MAX_POOL, 3, pool + interleave_group_images(
+                     x.reshape(2, -1), 2).tobytes())
+                 + bytes(corrupted) + bytes(broken_header) + encode_frame(Command.COUNTERS, 6))
+    gaps = random.Random(8)
+    answers, cycles = [], []
+    for serial, spaced in ((False, False), (True, False), (True, True)):
+        board = VirtualBoard(**dict(BOARD, serial_crc=serial))
+        if spaced:        # a byte, then 0 to 12 cycles without one (a slow link)
+            for byte in stream_in:
+                board.write(bytes([byte]))
+                board.run(gaps.randrange(13))
+        else:
+            board.write(stream_in)
+        answers.append(replies(board, 5))
+        cycles.append(board.cycles)
+    assert [f.code for f in answers[0]] == [Command.IDENTIFY, Command.REDUCE, Command.MAX_POOL,
+                                            Command.REDUCE, Command.COUNTERS]
+    assert Status(answers[0][3].status) == Status.CRC_ERROR
+    assert answers[1] == answers[0] and answers[2] == answers[0]
+    assert cycles[1] > cycles[0] + 7 * len(stream_in)
 
 
 def test_corrupted_payload_gives_crc_error_with_the_declared_length(clean_board):

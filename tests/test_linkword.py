@@ -8,7 +8,8 @@ import pytest
 from amaranth.lib import stream
 from amaranth.sim import Simulator
 
-from maxaccel.hdl.linkword import LINK_WIDTHS, WordCRC, WordSplitter, link_signature, word_layout
+from maxaccel.hdl.linkword import (LINK_WIDTHS, SerialCRC, WordCRC, WordSplitter, link_signature,
+                                   word_layout)
 from maxaccel.contract.wire import crc32
 from maxaccel.sim.streams import bytes_from_words, words_from_bytes
 
@@ -41,6 +42,62 @@ def test_word_crc_matches_the_protocol_crc(width):
             ends_with_crc = len(added) >= 4 and crc32(added[:-4]) == int.from_bytes(
                 added[-4:], "little")
             assert ctx.get(dut.match_detected) == ends_with_crc
+            checked.append(message)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+    assert checked == messages
+
+
+def test_serial_crc_matches_the_protocol_crc():
+    """A byte at a time with random gaps, restarts with and without a first byte: ``busy`` is
+    high exactly the seven cycles after each byte added, and whenever it is low after a byte
+    the register holds the CRC of the bytes added since the last start (a start without a byte
+    takes effect with the next one), ``match_detected`` whether they end with their own
+    CRC."""
+    rng = random.Random(5)
+    dut = SerialCRC()
+    messages = [bytes(rng.choices(range(256), k=n)) for n in (0, 1, 2, 5, 23)]
+    messages += [m + crc32(m).to_bytes(4, "little") for m in messages[1:]]
+    checked = []
+
+    async def testbench(ctx):
+        for message in messages:
+            with_first = bool(message) and rng.random() < 0.5
+            ctx.set(dut.start, 1)
+            if with_first:
+                ctx.set(dut.count, 1)
+                ctx.set(dut.data[0], message[0])
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            added = message[:1] if with_first else b""
+            for byte in message[len(added):]:
+                for _ in range(7 if added else 0):
+                    assert ctx.get(dut.busy)
+                    ctx.set(dut.count, 0)
+                    await ctx.tick()
+                assert not ctx.get(dut.busy)
+                assert not added or ctx.get(dut.crc) == crc32(added)
+                for _ in range(rng.choice([0, 0, 1, 3])):       # a gap between bytes
+                    ctx.set(dut.count, 0)
+                    await ctx.tick()
+                    assert not added or ctx.get(dut.crc) == crc32(added)
+                ctx.set(dut.count, 1)
+                ctx.set(dut.data[0], byte)
+                await ctx.tick()
+                added += bytes([byte])
+            ctx.set(dut.count, 0)
+            for _ in range(7 if added else 0):
+                assert ctx.get(dut.busy)
+                await ctx.tick()
+            assert not ctx.get(dut.busy)
+            if added:
+                assert ctx.get(dut.crc) == crc32(added)
+                ends_with_crc = len(added) >= 4 and crc32(added[:-4]) == int.from_bytes(
+                    added[-4:], "little")
+                assert ctx.get(dut.match_detected) == ends_with_crc
             checked.append(message)
 
     sim = Simulator(dut)

@@ -144,16 +144,17 @@ def test_a_board_too_small_for_the_pipelined_unit_gets_one_that_updates_a_window
 
 def test_a_board_that_holds_the_unit_only_without_the_run_reducer_leaves_it_out(resnet18):
     """The HX8K's core for SqueezeNet 1.1 and ResNet-18 (a serial window lane) holds the
-    shallow run reducer beside the unit, and the deep one beside a unit of two axes; with the
-    deep one and a unit of three axes it is over the board, and within it without: every node
-    goes through MAX_POOL, so REDUCE is left out (its IDENTIFY says reduce_lanes 0). Not when a
-    node needs REDUCE, not when the core fits with it, and not when units is given."""
+    shallow run reducer beside the unit, and the deep one of two lanes beside a unit of two
+    axes; with that reducer and a unit of three axes it is over the board, and within it
+    without: every node goes through MAX_POOL, so REDUCE is left out (its IDENTIFY says
+    reduce_lanes 0). Not when a node needs REDUCE, not when the core fits with it, and not
+    when units is given."""
     models = [SQUEEZENET, ("resnet18", resnet18)]
     own = choose_core("ice40_hx8k_breakout", models)
     assert own.units == ("reduce", "window") and own.fits()
-    deep = {"reduce_pipeline": "deep"}
+    deep = {"reduce_pipeline": "deep", "lanes": 2}
     assert choose_core("ice40_hx8k_breakout", models, base=deep).units == ("reduce", "window")
-    three = {"window_extent_outer": 1}
+    three = {"window_extent_outer": 1, "window_lanes": 1}
     choice = choose_core("ice40_hx8k_breakout", models, base=deep, fixed=three)
     assert choice.units == ("window",) and choice.core["window_serial"]
     assert choice.identity.reduce_lanes == 0 and choice.fits()
@@ -260,12 +261,14 @@ def test_units_given_in_place_of_those_the_model_needs(tmp_path):
     """A unit the settings add has the Core's capacities where the board builds none; one
     they leave out takes its parameters along, and naming one of them is refused; a refusal
     of the result names no node of a unit it lacks."""
-    pooled = choose_core("icebreaker", [SQUEEZENET], fixed={"units": ("reduce", "pool")})
-    assert pooled.units == ("reduce", "pool")
+    units = ("reduce", "pool", "broadcast")
+    pooled = choose_core("icebreaker", [SQUEEZENET], fixed={"units": units})
+    assert pooled.units == units
     assert pooled.core["pool_channels"] == UNIT_DEFAULTS["pool"]["pool_channels"]
     assert not any(name.startswith("window") for name in pooled.core)
-    with pytest.raises(CoreDoesNotFit, match=r"^icebreaker: the core \(reduce, pool\); the "
-                                             r"core would take about \d+ ICESTORM_LC"):
+    with pytest.raises(CoreDoesNotFit, match=r"^icebreaker: the core \(reduce, pool, "
+                                             r"broadcast\); the core would take about \d+ "
+                                             r"ICESTORM_LC"):
         pooled.check()
     with pytest.raises(ValueError, match=r"^window_extent=9 set a parameter of the windowed "
                                          r"pooling unit, which units=reduce leaves out$"):
