@@ -95,8 +95,8 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   configuration arithmetic. The serial lane on the iCE40: the HX8K's float32 core for
 #:   SqueezeNet 1.1 and ResNet-18 placed at 5 877 cells with a unit of two axes against 6 313
 #:   with three, without the run reducer (6 628 against 7 076 with it; the smaller saving, on
-#:   the safe side). The others: yosys's synthesis of the float32 ``WindowLanes`` of one lane of extent 3
-#:   (outermost 1) with two axes against three: its LUT4s on the iCE40 (pipelined 17 182 to
+#:   the safe side). The others: yosys's synthesis of the float32 ``WindowLanes`` of one lane
+#:   of extent 3 (outermost 1) with two axes against three: its LUT4s on the iCE40 (pipelined 17 182 to
 #:   9 657, with serial products 5 614 to 4 205), LUT4s and twice the ``CCU2C`` on the ECP5
 #:   (serial 1 396 + 2 x 321 to 1 228 + 2 x 238; pipelined 3 539 + 2 x 900 to 2 633 + 2 x 645;
 #:   with serial products 4 040 + 2 x 846 to 3 012 + 2 x 633), LUTs on Xilinx (serial 1 585 to

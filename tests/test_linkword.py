@@ -14,6 +14,17 @@ from maxaccel.contract.wire import crc32
 from maxaccel.sim.streams import bytes_from_words, words_from_bytes
 
 
+def _ends_with_its_crc(added):
+    return len(added) >= 4 and crc32(added[:-4]) == int.from_bytes(added[-4:], "little")
+
+
+def _simulate(dut, testbench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(testbench)
+    sim.run()
+
+
 @pytest.mark.parametrize("width", [1, 4, 16, 32])
 def test_word_crc_matches_the_protocol_crc(width):
     """Random counts per cycle, 0 included, and restarts: after every cycle the register holds
@@ -39,15 +50,10 @@ def test_word_crc_matches_the_protocol_crc(width):
                 start, position = False, position + count
                 added += message[position - count:position]
                 assert ctx.get(dut.crc) == crc32(added), (message.hex(), added.hex())
-            ends_with_crc = len(added) >= 4 and crc32(added[:-4]) == int.from_bytes(
-                added[-4:], "little")
-            assert ctx.get(dut.match_detected) == ends_with_crc
+            assert ctx.get(dut.match_detected) == _ends_with_its_crc(added)
             checked.append(message)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    _simulate(dut, testbench)
     assert checked == messages
 
 
@@ -95,15 +101,10 @@ def test_serial_crc_matches_the_protocol_crc():
             assert not ctx.get(dut.busy)
             if added:
                 assert ctx.get(dut.crc) == crc32(added)
-                ends_with_crc = len(added) >= 4 and crc32(added[:-4]) == int.from_bytes(
-                    added[-4:], "little")
-                assert ctx.get(dut.match_detected) == ends_with_crc
+                assert ctx.get(dut.match_detected) == _ends_with_its_crc(added)
             checked.append(message)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(testbench)
-    sim.run()
+    _simulate(dut, testbench)
     assert checked == messages
 
 
