@@ -17,8 +17,8 @@ from amaranth.lib.wiring import In, Out
 from maxaccel.contract.wire import HEADER_SIZE, MAGIC, MAX_PAYLOAD, TRAILER_SIZE
 
 from .kit import Checked
-from .linkword import (SerialCRC, WordCRC, WordSplitter, check_link_bytes, link_signature, one_byte,
-                       word_fields)
+from .linkword import (SerialCRC, WordCRC, WordSplitter, check_link_bytes, link_signature,
+                       one_byte, word_fields)
 
 __all__ = ["header_layout", "trailer_layout", "FrameReceiver", "FrameTransmitter"]
 
@@ -26,6 +26,7 @@ __all__ = ["header_layout", "trailer_layout", "FrameReceiver", "FrameTransmitter
 header_layout = data.StructLayout({"command": 8, "seq": 8, "length": 32})
 #: Outcome of a received frame: the frame check passed, or bytes stopped arriving mid-frame.
 trailer_layout = data.StructLayout({"intact": 1, "timeout": 1})
+
 
 def _check_serial_crc(serial_crc, link_bytes):
     if serial_crc not in (False, True):
@@ -303,7 +304,8 @@ class FrameTransmitter(Checked, wiring.Component):
     Latency and throughput
     ----------------------
     One transfer per cycle while ``o.ready`` is high: a reply of ``L`` payload bytes in full
-    words takes ``ceil(L / link_bytes) + 17`` cycles (with ``serial_crc``, ``8 * (L + 17)``).
+    words takes ``ceil(L / link_bytes) + 17`` cycles (with ``serial_crc``, ``8 * L + 80``:
+    seven more after each of the ``L + 9`` bytes the CRC takes).
     The first header byte is valid the cycle after ``start`` is taken.
     """
 
