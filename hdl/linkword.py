@@ -152,6 +152,14 @@ class WordSplitter(Checked, wiring.Component):
 CRC_CHUNK = 16
 
 
+def _drive_outputs(m, component, parameters, state):
+    """``component``'s ``crc`` and ``match_detected`` from its CRC register ``state``, as
+    :class:`amaranth.lib.crc.Processor` gives them."""
+    value = state[::-1] if parameters._reflect_output else state
+    m.d.comb += [component.crc.eq(value ^ parameters._xor_output),
+                 component.match_detected.eq(value == parameters.residue())]
+
+
 class WordCRC(wiring.Component):
     """The protocol's CRC (``CRC_ALGORITHM``) over ``0 .. width`` bytes per cycle.
 
@@ -213,12 +221,7 @@ class WordCRC(wiring.Component):
         m.d.comb += source.eq(Mux(self.start, initial, state))
         raw = self.data.as_value()
 
-        if base._reflect_output:
-            m.d.comb += self.crc.eq(state[::-1] ^ base._xor_output)
-            m.d.comb += self.match_detected.eq(state[::-1] == base.residue())
-        else:
-            m.d.comb += self.crc.eq(state ^ base._xor_output)
-            m.d.comb += self.match_detected.eq(state == base.residue())
+        _drive_outputs(m, self, base, state)
 
         def update(name, k, state_in, word):
             """The CRC register after adding the ``k`` bytes of ``word`` to ``state_in``."""
@@ -311,12 +314,7 @@ class SerialCRC(wiring.Component):
         rest = Signal(7)                      # the byte's bits still to go in, next at bit 0
         left = Signal(range(8))
         m.d.comb += self.busy.eq(left != 0)
-        if parameters._reflect_output:
-            m.d.comb += [self.crc.eq(state[::-1] ^ parameters._xor_output),
-                         self.match_detected.eq(state[::-1] == parameters.residue())]
-        else:
-            m.d.comb += [self.crc.eq(state ^ parameters._xor_output),
-                         self.match_detected.eq(state == parameters.residue())]
+        _drive_outputs(m, self, parameters, state)
 
         f, g = parameters._matrices()
 
