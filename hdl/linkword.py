@@ -152,6 +152,23 @@ class WordSplitter(Checked, wiring.Component):
 CRC_CHUNK = 16
 
 
+def _updated(parameters, state_in, word):
+    """The CRC register ``state_in`` after adding a word of ``parameters``' data width, from
+    Amaranth's own update matrices (its Processor's); reflecting a whole little-endian word is
+    reflecting it byte by byte, byte 0 first."""
+    f, g = parameters._matrices()
+    crc_width, word_width = parameters._crc_width, parameters.data_width
+
+    def word_bit(j):
+        return word[word_width - 1 - j] if parameters._reflect_input else word[j]
+
+    # One XOR reduction per bit, of bits indexed straight from the signals: chains of `^` or
+    # slices of reversed slices take Amaranth minutes and gigabytes to convert at 16 bytes.
+    return Cat(Cat(*[state_in[j] for j in range(crc_width) if f[j][i]],
+                   *[word_bit(j) for j in range(word_width) if g[j][i]]).xor()
+               for i in range(crc_width))
+
+
 def _drive_outputs(m, component, parameters, state):
     """``component``'s ``crc`` and ``match_detected`` from its CRC register ``state``, as
     :class:`amaranth.lib.crc.Processor` gives them."""
@@ -225,21 +242,8 @@ class WordCRC(wiring.Component):
 
         def update(name, k, state_in, word):
             """The CRC register after adding the ``k`` bytes of ``word`` to ``state_in``."""
-            # Amaranth's own update matrices for a word of k bytes (its Processor's);
-            # reflecting the whole little-endian word is reflecting byte by byte, byte 0 first.
-            f, g = self._parameters[k - 1]._matrices()
-
-            def word_bit(j):
-                return word[8 * k - 1 - j] if base._reflect_input else word[j]
-
-            # One XOR reduction per bit, of bits indexed straight from the signals, assigned
-            # as a whole word: chains of `^` or slices of reversed slices take Amaranth
-            # minutes and gigabytes to convert at 16 bytes.
             updated = Signal(crc_width, name=name)
-            m.d.comb += updated.eq(Cat(
-                Cat(*[state_in[j] for j in range(crc_width) if f[j][i]],
-                    *[word_bit(j) for j in range(8 * k) if g[j][i]]).xor()
-                for i in range(crc_width)))
+            m.d.comb += updated.eq(_updated(self._parameters[k - 1], state_in, word))
             return updated
 
         # The bytes the last stage adds: all of them, or those after the first chunk.
@@ -316,19 +320,14 @@ class SerialCRC(wiring.Component):
         m.d.comb += self.busy.eq(left != 0)
         _drive_outputs(m, self, parameters, state)
 
-        f, g = parameters._matrices()
-
-        def update(state_in, bit):
-            return Cat(Cat(*[state_in[j] for j in range(width) if f[j][i]],
-                           *([bit] if g[0][i] else [])).xor() for i in range(width))
-
         # One update for both a byte's first bit and the rest (a LUT4 a bit of the register):
         # a start without a byte is held until the next byte comes.
         restart = Signal()
         fresh = ~self.busy & (self.start | restart)
         bit = Mux(self.busy, rest[0], self.data[0][0])
         with m.If(self.busy | (self.count == 1)):
-            m.d.sync += [state.eq(update(Mux(fresh, initial, state), bit)), restart.eq(0)]
+            m.d.sync += [state.eq(_updated(parameters, Mux(fresh, initial, state), bit)),
+                         restart.eq(0)]
         with m.Elif(self.start):
             m.d.sync += restart.eq(1)
         with m.If(self.busy):
