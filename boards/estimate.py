@@ -26,6 +26,9 @@ the core's parameters (:func:`features`):
 ``window_serial_two_...`` the outermost axis's logic they leave out, pipelined (``_serial``:
 ``window_serial_lane_...`` with ``window_serial_products``; ``_serial_lane``: with
                           ``window_serial``)
+``window_field_bits_cut``  bits a ``MAX_POOL`` axis field is held in fewer than 16 (a
+                          ``window_field_max`` below 65 535), with the windowed unit
+``window_indices_cut``    ``window_lanes`` of a unit without Indices (``window_indices`` 0)
 ``link_byte``             bytes of the link word beyond one (the NiteFury's 32-byte word)
 ``serial_crc``            1 with ``serial_crc``: what the frames' CRCs a bit a cycle change
 ========================  ==================================================================
@@ -59,7 +62,8 @@ __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_poi
 FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
             "reduce_shallow_lane", "pool", "pool_lane", "broadcast", "broadcast_lane",
             "window_lane", "window_tap", "window_serial", "window_serial_lane", "window_two_axes",
-            "window_serial_two_axes", "window_serial_lane_two_axes", "link_byte", "serial_crc")
+            "window_serial_two_axes", "window_serial_lane_two_axes", "window_field_bits_cut",
+            "window_indices_cut", "link_byte", "serial_crc")
 
 #: Cells per feature and family. Where each comes from:
 #:
@@ -105,6 +109,11 @@ FEATURES = ("base", "reduce_command", "reduce", "reduce_lane", "reduce_shallow",
 #:   with the frames' CRCs a bit a cycle (5 877 cells) against a byte a cycle (6 026); on the
 #:   ECP5 and Xilinx yosys's synthesis of ``FrameReceiver`` and ``FrameTransmitter`` so
 #:   against not (LUT4s 683 to 532, LUTs 596 to 479).
+#: * ``window_field_bits_cut``, ``window_indices_cut``: on the iCE40 the HX8K's core above
+#:   (two axes, serial CRCs, no run reducer, 5 877 cells) with fields of 7 bits
+#:   (``window_field_max`` 127: 5 280 cells), without Indices (5 471) and with both (4 886):
+#:   -406 for the Indices and the rest, over the 9 bits, per bit (with the run reducer both
+#:   took 6 628 to 5 554, more). Off the iCE40 not measured, so 0: on the safe side.
 #: * ``reduce_command`` off the iCE40: not measured, so 0 (in ``base``): a core without the
 #:   run reducer is estimated with only the unit's terms taken off, on the safe side.
 #: * Xilinx: the ECP5's units scaled by the lane's LUTs (482 Xilinx LUTs against 550 ECP5
@@ -117,17 +126,20 @@ COEFFICIENTS = {
                   reduce_shallow_lane=473, pool=530, pool_lane=1496, broadcast=1526,
                   broadcast_lane=2853, window_lane=12107, window_tap=2995, window_serial=-11197,
                   window_serial_lane=5259, window_two_axes=-7525, window_serial_two_axes=-1409,
-                  window_serial_lane_two_axes=-436, link_byte=0, serial_crc=-149),
+                  window_serial_lane_two_axes=-436, window_field_bits_cut=-65,
+                  window_indices_cut=-406, link_byte=0, serial_crc=-149),
     "ecp5": dict(base=6834, reduce_command=0, reduce=615, reduce_lane=463, reduce_shallow=615,
                  reduce_shallow_lane=308, pool=543, pool_lane=1020, broadcast=1090,
                  broadcast_lane=1780, window_lane=3897, window_tap=964, window_serial=1009,
                  window_serial_lane=5511, window_two_axes=-1416, window_serial_two_axes=-1454,
-                 window_serial_lane_two_axes=-334, link_byte=0, serial_crc=-151),
+                 window_serial_lane_two_axes=-334, window_field_bits_cut=0,
+                 window_indices_cut=0, link_byte=0, serial_crc=-151),
     "xilinx": dict(base=6335, reduce_command=0, reduce=539, reduce_lane=406, reduce_shallow=539,
                    reduce_shallow_lane=270, pool=476, pool_lane=894, broadcast=955,
                    broadcast_lane=1560, window_lane=691, window_tap=692, window_serial=884,
                    window_serial_lane=4830, window_two_axes=-930, window_serial_two_axes=-1073,
-                   window_serial_lane_two_axes=-356, link_byte=810, serial_crc=-117),
+                   window_serial_lane_two_axes=-356, window_field_bits_cut=0,
+                   window_indices_cut=0, link_byte=810, serial_crc=-117),
 }
 
 #: The units a parameter set without ``units`` builds (``hdl/top.py``'s ``UNITS``, the Core's
@@ -210,6 +222,9 @@ def features(core, link_word=1, family=None):
             core.get("window_extent", 3), core.get("window_extent_outer"))
         if core.get("window_serial_products"):     # the index arithmetic: any element type
             values["window_serial"] = window_lanes
+    if "window" in units:
+        values["window_field_bits_cut"] = 16 - core.get("window_field_max", 65535).bit_length()
+        values["window_indices_cut"] = 0 if core.get("window_indices", True) else window_lanes
     values["link_byte"] = link_word - 1
     values["serial_crc"] = int(bool(core.get("serial_crc")))
     return values

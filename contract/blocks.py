@@ -111,7 +111,8 @@ def window_fields(axis):
     return {name: f"axis[{axis}].{name}" for name in WINDOW_FIELDS}
 
 
-#: Largest value of a ``MAX_POOL`` axis field (the pooling unit's 16-bit configuration).
+#: Largest value of a ``MAX_POOL`` axis field a device may hold (the pooling unit's 16-bit
+#: configuration): ``IDENTIFY``'s ``window_field_max`` is at most this.
 WINDOW_FIELD_MAX = (1 << 16) - 1
 #: Bytes of one index in a ``MAX_POOL`` reply and of one offset in a ``REDUCE`` reply with
 #: ``arg`` (u32), and the largest image an index can number.

@@ -31,8 +31,12 @@ MAGIC = b"MX"
 #: answers ``TOO_LARGE`` to an outermost axis of more than one element or output (a version-9
 #: core of extent 1 there pools it), and a ``MAX_POOL`` axis field above ``WINDOW_FIELD_MAX``
 #: is ``BAD_PARAMETER`` (a version-9 core answers ``TOO_LARGE``, or ``BAD_PARAMETER`` for a
-#: first window of padding only): a core holds every axis field in 16 bits and one.
-VERSION = 10
+#: first window of padding only): a core holds every axis field in 16 bits and one. 11:
+#: ``window_field_max`` (two bytes appended to ``IDENTIFY``), the largest axis field the
+#: unit holds, and ``window_indices`` (a byte after it): a core made for a model may hold
+#: narrower fields (a larger one is ``BAD_PARAMETER``) and may give no Indices (``TOO_LARGE``
+#: when asked); a version-10 core holds 65 535 and gives them.
+VERSION = 11
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE

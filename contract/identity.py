@@ -3,6 +3,8 @@
 import struct
 from dataclasses import dataclass
 
+from .blocks import WINDOW_FIELD_MAX
+
 __all__ = ["Identity"]
 
 
@@ -53,6 +55,15 @@ class Identity:
         64-bit lanes of the run reducer (``REDUCE``): ``lanes``, or 0 in a core built without
         it (one made for models whose every max-family node a pooling unit serves). Default:
         ``lanes``.
+    window_field_max : int
+        The largest value of a ``MAX_POOL`` axis field (size, out, kernel, stride, dilation,
+        pad) the windowed pooling unit holds: :data:`~maxaccel.contract.blocks.WINDOW_FIELD_MAX`
+        (the default), or less in a core made for models whose pools need less (a larger
+        field is then ``BAD_PARAMETER``; the host cuts such an image into tiles).
+    window_indices : int
+        1 when the windowed pooling unit gives MaxPool's Indices (the default), 0 in a core
+        made for models that never ask for them (``MAX_POOL`` with ``indices`` 1 is then
+        ``TOO_LARGE``).
     """
 
     version: int
@@ -70,8 +81,10 @@ class Identity:
     window_plane: int = 0
     window_extent_outer: int = 0
     reduce_lanes: int = None
+    window_field_max: int = WINDOW_FIELD_MAX
+    window_indices: int = 1
 
-    STRUCT = struct.Struct("<BBIIBBIIIBBIIBB")
+    STRUCT = struct.Struct("<BBIIBBIIIBBIIBBHB")
 
     def __post_init__(self):
         if self.reduce_lanes is None:
@@ -83,7 +96,8 @@ class Identity:
                                 self.max_dims, self.max_operands, self.pool_channels,
                                 self.clock_hz, self.frame_timeout_cycles, self.window_lanes,
                                 self.window_extent, self.window_columns, self.window_plane,
-                                self.window_extent_outer, self.reduce_lanes)
+                                self.window_extent_outer, self.reduce_lanes,
+                                self.window_field_max, self.window_indices)
 
     @classmethod
     def decode(cls, payload):

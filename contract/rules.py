@@ -4,7 +4,7 @@ they give (``docs/protocol.md``, "What each command refuses").
 
 from dataclasses import dataclass
 
-from .blocks import (LANE_BYTES, MAX_COUNT, WINDOW_FIELD_MAX, WINDOW_IMAGE_MAX,
+from .blocks import (LANE_BYTES, MAX_COUNT, WINDOW_IMAGE_MAX,
                      WINDOW_INDEX_BYTES, parameter_block, window_fields)
 from .dtypes import FORMATS, format_of
 from .frames import MAX_PAYLOAD, VERSION, Command, Status
@@ -48,12 +48,11 @@ class Capacities:
     ----------
     max_payload : int
         :data:`MAX_PAYLOAD`.
-    window_field_max, window_image_max : int
-        :data:`WINDOW_FIELD_MAX`, :data:`WINDOW_IMAGE_MAX`.
+    window_image_max : int
+        :data:`WINDOW_IMAGE_MAX`.
     """
 
     max_payload = MAX_PAYLOAD
-    window_field_max = WINDOW_FIELD_MAX
     window_image_max = WINDOW_IMAGE_MAX
 
     def __init__(self, identity, *, max_count=MAX_COUNT):
@@ -305,9 +304,11 @@ def _max_pool_rules():
             Rule(Status.BAD_PARAMETER, "a first window of padding only ((kernel - 1) x "
                  "dilation < pad)",
                  lambda f, q, cap, ops: ops.any(q[s] < f[a["pad"]] for s, a in zip(span, axes))),
-            Rule(Status.BAD_PARAMETER, "an axis field above WINDOW_FIELD_MAX",
+            Rule(Status.BAD_PARAMETER, "an axis field above window_field_max",
                  lambda f, q, cap, ops: ops.any(ops.exceeds(f[name], cap.window_field_max)
                                                 for a in axes for name in a.values())),
+            Rule(Status.TOO_LARGE, "Indices asked of a unit without them (window_indices 0)",
+                 lambda f, q, cap, ops: (cap.window_indices == 0) & ops.exceeds(f["indices"], 0)),
             Rule(Status.TOO_LARGE, "a group wider than the pooling unit's lanes (group x "
                  "itemsize above 8 x window_lanes bytes)",
                  lambda f, q, cap, ops: ops.exceeds(q["row_bytes"], cap.window_bytes)),
@@ -337,9 +338,9 @@ def _max_pool_rules():
 
 RULES[Command.MAX_POOL] = _max_pool_rules()
 
-#: ``MAX_POOL`` fields a device may hold as their value up to :data:`WINDOW_FIELD_MAX` and one
+#: ``MAX_POOL`` fields a device may hold as their value up to its ``window_field_max`` and one
 #: bit that says whether it is above (every axis field): "an axis field above
-#: WINDOW_FIELD_MAX" is a ``BAD_PARAMETER``, so when that bit is set the verdict is
+#: window_field_max" is a ``BAD_PARAMETER``, so when that bit is set the verdict is
 #: ``BAD_PARAMETER`` whatever the other rules say, and when none is set the values are exact.
 WINDOW_NARROW_FIELDS = tuple(window_fields(axis)[name] for axis in range(WINDOW_RANK)
                              for name in WINDOW_FIELDS)

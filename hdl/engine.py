@@ -19,6 +19,7 @@ gateware agree by construction. Its parts, each in a module of its own:
 See ``docs/architecture.md``, "Command engine".
 """
 
+import dataclasses
 from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, ResetInserter, Signal
@@ -94,6 +95,18 @@ def engine_identity(*, reducer=None, pool=None, broadcast=None, window=None, clo
         pool_channels=(pool.capacity_bytes if pool else 0) // LANE_BYTES, clock_hz=clock_hz,
         frame_timeout_cycles=frame_timeout_cycles, reduce_lanes=reducer.lanes if reducer else 0,
         **(window.limits if window else {}))
+
+
+def _engine_rules(code, max_dims, identity):
+    """The :class:`CommandRules` the engine checks ``code`` by: the contract's, but for a
+    window unit without Indices the ``MAX_POOL`` reply counts no Indices. Its rules refuse
+    ``indices`` 1 there (``TOO_LARGE``, as any longer reply would be), and none of an earlier
+    status reads the reply's length, so the verdicts are the contract's."""
+    spec = command_rules(code, max_dims)
+    if code != Command.MAX_POOL or identity.window_indices:
+        return spec
+    return dataclasses.replace(spec, indices=None, products=tuple(
+        (name, factors) for name, factors in spec.products if name != spec.indices))
 
 
 class CommandEngine(Checked, wiring.Component):
@@ -330,10 +343,12 @@ class CommandEngine(Checked, wiring.Component):
         parameters = ParameterRegister({code: parameter_block(code, max_dims, max_operands)
                                         for code in commands}, min(width, PARAMETER_BYTES),
                                        narrow={Command.MAX_POOL: WINDOW_NARROW_FIELDS}
-                                       if Command.MAX_POOL in commands else None)
+                                       if Command.MAX_POOL in commands else None,
+                                       narrow_max=self.identity.window_field_max)
         # On a wide link the checks' cycles are a request's fixed cost, so they get two
         # multipliers of two bits a cycle; behind a byte link (a UART's pace) one of one bit.
-        request = RequestChecks({code: command_rules(code, max_dims) for code in commands},
+        request = RequestChecks({code: _engine_rules(code, max_dims, self.identity)
+                                 for code in commands},
                                 parameters.fields, Capacities.of(self.identity), beat_bytes,
                                 multipliers=2 if width > 1 else 1,
                                 digit_bits=2 if width > 1 else 1,

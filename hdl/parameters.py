@@ -8,17 +8,13 @@ from amaranth.hdl import Cat, Mux, Signal
 
 from maxaccel.contract.wire import WINDOW_FIELD_MAX
 
-__all__ = ["NARROW_BYTES", "PARAMETER_BYTES", "ParameterRegister"]
+__all__ = ["PARAMETER_BYTES", "ParameterRegister"]
 
 #: The most bytes of a parameter block the engine takes a cycle on a wide link: 8 takes the
 #: largest blocks (84 bytes for MAX_POOL, 148 for MAX) in 11 and 19 cycles instead of a byte a
 #: cycle, for an 8-way multiplexer per register bit; a wider shift saves a few cycles more
 #: for a multiplexer twice as wide.
 PARAMETER_BYTES = 8
-
-#: Bytes of a narrowed field the register keeps (:class:`ParameterRegister`'s ``narrow``):
-#: those of :data:`~maxaccel.contract.wire.WINDOW_FIELD_MAX`.
-NARROW_BYTES = (WINDOW_FIELD_MAX.bit_length() + 7) // 8
 
 
 class ParameterRegister:
@@ -30,9 +26,9 @@ class ParameterRegister:
     transfer brings 1 to :meth:`limit` bytes, never fields and padding together, and shifts
     the register by as many bytes (a ``width``-way multiplexer per bit).
 
-    A narrowed field (``narrow``) is seen as its low :data:`NARROW_BYTES` bytes and above them
+    A narrowed field (``narrow``) is seen as its low :attr:`narrow_bytes` bytes and above them
     one bit, set when any higher byte is not 0: its value while it is below
-    ``2**(8 * NARROW_BYTES)``, and above that bound when it is not. On a byte link only those
+    ``2**(8 * narrow_bytes)``, and above that bound when it is not. On a byte link only those
     bytes and the bit are stored (the higher bytes pass into the bit as they come); on a wider
     one the field is stored whole and seen the same way.
 
@@ -47,6 +43,10 @@ class ParameterRegister:
         The most bytes a cycle (at most the link's).
     narrow : dict of Command to collection of str, optional
         Fields seen narrowed, of at most one command.
+    narrow_max : int
+        The largest value a narrowed field must hold exactly (default
+        :data:`~maxaccel.contract.wire.WINDOW_FIELD_MAX`): :attr:`narrow_bytes` are its
+        bytes.
 
     Attributes
     ----------
@@ -62,8 +62,10 @@ class ParameterRegister:
         the last at the top, as :attr:`block` holds the bytes.
     """
 
-    def __init__(self, blocks, width=1, narrow=None):
+    def __init__(self, blocks, width=1, narrow=None, narrow_max=WINDOW_FIELD_MAX):
         self.blocks, self.width = blocks, width
+        #: Bytes of a narrowed field the register keeps.
+        self.narrow_bytes = (narrow_max.bit_length() + 7) // 8
         self.narrow = {code: set(names) for code, names in (narrow or {}).items() if names}
         assert len(self.narrow) <= 1, "fields narrowed in more than one command"
         self._dropped = width == 1 and bool(self.narrow)   # their high bytes left out
@@ -82,27 +84,28 @@ class ParameterRegister:
     def _stored_bytes(self, code):
         """Bytes of ``code``'s fields the register keeps."""
         narrow = self.narrow.get(code, ()) if self._dropped else ()
-        return sum(NARROW_BYTES if f.name in narrow else f.size for f in self.blocks[code].fields)
+        return sum(self.narrow_bytes if f.name in narrow else f.size
+                   for f in self.blocks[code].fields)
 
     def _dropped_bytes(self, code):
         """Offsets in ``code``'s block of the narrowed fields' high bytes, and of their last."""
         narrow = self.narrow.get(code, ())
         fields = [f for f in self.blocks[code].fields if f.name in narrow]
-        return ([f.offset + i for f in fields for i in range(NARROW_BYTES, f.size)],
+        return ([f.offset + i for f in fields for i in range(self.narrow_bytes, f.size)],
                 [f.offset + f.size - 1 for f in fields])
 
     def _fields_of(self, code):
         narrow = self.narrow.get(code, ())
         start = self.block_bytes - self._stored_bytes(code)
         flag = len(self.flags) - len(narrow)
-        fields = {}
+        fields, narrowed = {}, self.narrow_bytes
         for f in self.blocks[code].fields:
-            kept = NARROW_BYTES if self._dropped and f.name in narrow else f.size
+            kept = self.narrow_bytes if self._dropped and f.name in narrow else f.size
             value = self.block[8 * start:8 * (start + kept)]
             start += kept
             if f.name in narrow:
-                high = self.flags[flag] if self._dropped else value[8 * NARROW_BYTES:].any()
-                value, flag = Cat(value[:8 * NARROW_BYTES], high), flag + 1
+                high = self.flags[flag] if self._dropped else value[8 * narrowed:].any()
+                value, flag = Cat(value[:8 * narrowed], high), flag + 1
             fields[f.name] = value
         return fields
 

@@ -11,7 +11,7 @@ from amaranth.hdl import (ClockDomain, ClockSignal, DomainRenamer, Elaboratable,
 from amaranth.lib import fifo, io, wiring
 from amaranth.lib.wiring import In, Out
 
-from maxaccel.contract.wire import MAX_COUNT, MAX_STREAMED
+from maxaccel.contract.wire import MAX_COUNT, MAX_STREAMED, WINDOW_FIELD_MAX
 
 from .broadcast import BroadcastMax
 from .engine import CommandEngine, engine_identity
@@ -69,6 +69,15 @@ class Core(Checked, wiring.Component):
         of a multiplier each (:class:`~maxaccel.hdl.window.WindowMaxPool`): for FPGAs without
         multipliers to spare; a ``MAX_POOL`` request then waits a few hundred cycles more
         before its data streams.
+    window_field_max : int
+        The largest ``MAX_POOL`` axis field it holds (``IDENTIFY``'s ``window_field_max``;
+        default :data:`~maxaccel.contract.wire.WINDOW_FIELD_MAX`, 16 bits): its position
+        counters and the engine's copy of the fields are as wide as this needs, so a core
+        made for a model of small images is smaller; the host cuts a larger image into tiles.
+    window_indices : bool
+        Whether it gives MaxPool's Indices (``IDENTIFY``'s ``window_indices``; default True):
+        a core made for models that never ask for them leaves them out (a serial unit then
+        keeps none, and no reply FIFO waits for them).
     window_serial : bool
         Its units update one window at a time
         (:class:`~maxaccel.hdl.window_serial.SerialWindowMaxPool`, no reply FIFO): a fraction
@@ -147,7 +156,8 @@ class Core(Checked, wiring.Component):
                         window_lanes=None, window_extent=3, window_columns=64,
                         window_plane=1024, window_extent_outer=None, clock_hz=100_000_000,
                         frame_timeout_cycles=None, units=UNITS, link_bytes=1, dtype=None,
-                        window_serial_products=False, window_serial=False, serial_crc=False):
+                        window_serial_products=False, window_serial=False, serial_crc=False,
+                        window_field_max=WINDOW_FIELD_MAX, window_indices=True):
         """The signatures of the units a core with these parameters is built with, by the
         engine's port name (each checks its parameters: ``ValueError``), and the engine's
         other arguments; nothing is built."""
@@ -165,7 +175,8 @@ class Core(Checked, wiring.Component):
                 lanes, lanes if window_lanes is None else window_lanes,
                 max_extent=window_extent, max_extent_outer=window_extent_outer,
                 max_columns=window_columns, max_plane=window_plane, dtype=dtype,
-                serial_products=window_serial_products, serial=window_serial),
+                serial_products=window_serial_products, serial=window_serial,
+                field_max=window_field_max, with_indices=window_indices),
         }
         signatures = {name: make() for name, make in makers.items()
                       if UNIT_NAMES[name] in units}
@@ -252,7 +263,7 @@ class UARTTop(Checked, Elaboratable):
     default 512) on their way to the core. It absorbs the engine's short input stalls (header
     check, parameter checks) at any bit rate, and the next request's first bytes while the
     engine still sends the previous reply's tail (the engine takes a new request only once the
-    reply is out: 53 bytes for IDENTIFY, up to ``8 * lanes + 17`` after a MAX). A host that
+    reply is out: 56 bytes for IDENTIFY, up to ``8 * lanes + 17`` after a MAX). A host that
     sends more than that ahead of the replies overruns the receiver (counted by ``COUNTERS``).
 
     Parameters

@@ -23,29 +23,27 @@ from .lane import ELEMENT_SIZES, LANE_BITS, LANE_BYTES
 from .window import WindowMaxPool, axis_layout
 from .window_serial import SerialWindowMaxPool
 
-__all__ = ["WindowLanes", "WINDOW_DIM_BITS"]
-
-#: Width of a configuration field of the ``MAX_POOL`` unit (the contract's
-#: ``WINDOW_FIELD_MAX`` is the largest value it holds).
-WINDOW_DIM_BITS = WINDOW_FIELD_MAX.bit_length()
+__all__ = ["WindowLanes"]
 
 
 def _unit_parameters(max_extent, max_extent_outer, max_columns, max_plane, dtype=None,
-                     serial_products=False):
+                     serial_products=False, field_max=WINDOW_FIELD_MAX):
     """The parameters of each unit of a :class:`WindowLanes`: of :data:`WINDOW_RANK` axes, or
     of the inner two with ``max_extent_outer`` 0."""
     outer = max_extent if max_extent_outer is None else max_extent_outer
     rank = WINDOW_RANK if outer else WINDOW_RANK - 1
     return dict(max_rank=rank, max_extent=((outer,) if outer else ()) + (max_extent,) * 2,
-                max_columns=max_columns, max_plane=max_plane, dim_bits=WINDOW_DIM_BITS,
+                max_columns=max_columns, max_plane=max_plane, dim_bits=field_max.bit_length(),
                 index_bits=8 * WINDOW_INDEX_BYTES, dtype=dtype, serial_products=serial_products)
 
 
-def _unit(serial, parameters):
-    """A :class:`WindowMaxPool`, or with ``serial`` a :class:`SerialWindowMaxPool`."""
+def _unit(serial, indices, parameters):
+    """A :class:`WindowMaxPool`, or with ``serial`` a :class:`SerialWindowMaxPool` (of no
+    indices without ``indices``; a pipelined unit's go unused)."""
     if serial:
         parameters = {k: v for k, v in parameters.items() if k != "serial_products"}
-        return SerialWindowMaxPool(**parameters)
+        return SerialWindowMaxPool(**dict(parameters, index_bits=parameters["index_bits"]
+                                          if indices else 0))
     return WindowMaxPool(**parameters)
 
 
@@ -85,7 +83,8 @@ class WindowLanes(Unit):
         Units, 1 to ``lanes``: the first ``window_lanes`` lanes of a beat are pooled.
     max_extent, max_columns, max_plane : int
         Capacities of each :class:`WindowMaxPool` (``max_rank``
-        :data:`~maxaccel.contract.pooling.WINDOW_RANK`, 16-bit configuration, 32-bit indices);
+        :data:`~maxaccel.contract.pooling.WINDOW_RANK`, configuration fields of ``field_max``'s
+        bits, 32-bit indices);
         ``max_extent`` is the kernel extent of the two inner axes (every 1-D and 2-D pool's
         axes).
     max_extent_outer : int, optional
@@ -104,6 +103,15 @@ class WindowLanes(Unit):
         :class:`~maxaccel.hdl.window_serial.SerialWindowMaxPool` units, which update one
         window at a time (a few cycles per element and window tap), and no reply FIFO: each
         result leaves before the units go on. For cores whose link is slower than that.
+    field_max : int
+        The largest configuration field the units hold (default
+        :data:`~maxaccel.contract.wire.WINDOW_FIELD_MAX`, 16 bits; at least ``max_extent``):
+        ``config``'s fields are ``field_max.bit_length()`` bits. Smaller for a core made for
+        models of small images, whose position counters are then narrower.
+    with_indices : bool
+        Whether the unit gives Indices (default True). Without, the ``indices`` port is
+        ignored (the engine refuses such a request first), serial units keep no indices and
+        there is no reply FIFO: for a core made for models that never ask for them.
 
     Attributes
     ----------
@@ -127,7 +135,7 @@ class WindowLanes(Unit):
         beats (``first`` and ``last`` mark each row's ends).
     dtype : In(DType)
         Only without the ``dtype`` parameter.
-    config : In(ArrayLayout(axis_layout(16), WINDOW_RANK))
+    config : In(ArrayLayout(axis_layout(field_max.bit_length()), WINDOW_RANK))
     group : In(range(8 * window_lanes + 1))
     indices : In(1)
         Static during a request, like ``dtype`` and ``config``.
@@ -145,8 +153,8 @@ class WindowLanes(Unit):
     result held until its reply beats are sent. Else those of :class:`WindowMaxPool`: a beat
     per cycle in (after :attr:`settle` cycles from ``clear``), with one bubble per virtual
     step; per window result an output beat, plus ``ceil(group * 4 / (8 * lanes))`` with
-    ``indices``. Without ``indices`` a result leaves as the units give it (:attr:`latency`). With ``indices`` the results queue in a
-    reply FIFO of :attr:`reply_depth` results (a row of outputs; the units' values and indices,
+    ``indices``. Without ``indices`` a result leaves as the units give it (:attr:`latency`).
+    With ``indices`` the results queue in a reply FIFO of :attr:`reply_depth` results (a row of outputs; the units' values and indices,
     ``320 * window_lanes`` bits each: block RAM) in front of the beats that send them, 2
     cycles more latency: the units keep taking input while up to a row of results waits for
     its reply, and are held only when the FIFO is full. (At stride 2 an output row's results
@@ -157,25 +165,27 @@ class WindowLanes(Unit):
     class Signature(UnitSignature):
         """:class:`WindowLanes`'s signature: ``WindowLanes.Signature(lanes, window_lanes, *,
         max_extent=3, max_extent_outer=None, max_columns=64, max_plane=1024, dtype=None,
-        serial_products=False)``,
+        serial_products=False, serial=False, field_max=WINDOW_FIELD_MAX, with_indices=True)``,
         its parameters checked (``ValueError``), and their :attr:`limits`; without ``dtype``
         a ``dtype`` port."""
 
         def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
                      max_columns=64, max_plane=1024, dtype=None, serial_products=False,
-                     serial=False):
+                     serial=False, field_max=WINDOW_FIELD_MAX, with_indices=True):
             dtype = self.check_parameters(lanes, window_lanes, max_extent=max_extent,
                                           max_extent_outer=max_extent_outer,
                                           max_columns=max_columns, max_plane=max_plane,
                                           dtype=dtype, serial_products=serial_products,
-                                          serial=serial)
+                                          serial=serial, field_max=field_max,
+                                          with_indices=with_indices)
             beats = stream.Signature(beat_layout(lanes))
             members = {"i": In(beats), "o": Out(beats)}
             if dtype is None:
                 members["dtype"] = In(DType)
             super().__init__({
                 **members,
-                "config": In(data.ArrayLayout(axis_layout(WINDOW_DIM_BITS), WINDOW_RANK)),
+                "config": In(data.ArrayLayout(axis_layout(field_max.bit_length()),
+                                              WINDOW_RANK)),
                 "group": In(range(LANE_BYTES * window_lanes + 1)),
                 "indices": In(1),
                 "clear": In(1),
@@ -183,12 +193,13 @@ class WindowLanes(Unit):
                 "error": Out(1),
             }, lanes=lanes, window_lanes=window_lanes, max_extent=max_extent,
                max_extent_outer=max_extent_outer, max_columns=max_columns, max_plane=max_plane,
-               dtype=dtype, serial_products=serial_products, serial=serial)
+               dtype=dtype, serial_products=serial_products, serial=serial,
+               field_max=field_max, with_indices=with_indices)
 
         @classmethod
         def check_parameters(cls, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
                              max_columns=64, max_plane=1024, dtype=None, serial_products=False,
-                             serial=False):
+                             serial=False, field_max=WINDOW_FIELD_MAX, with_indices=True):
             """``ValueError`` unless ``window_lanes`` is 1 to ``lanes`` and the units'
             capacities and ``dtype`` are valid (:class:`WindowMaxPool`); returns the static
             ``DType`` or None."""
@@ -202,40 +213,57 @@ class WindowLanes(Unit):
             if serial and serial_products:
                 raise ValueError("WindowLanes: serial units compute their products serially "
                                  "anyway; serial_products is for the pipelined ones")
-            return WindowMaxPool.Signature.check_parameters(**_unit_parameters(
-                max_extent, max_extent_outer, max_columns, max_plane, dtype, serial_products))
+            if not isinstance(field_max, int) or isinstance(field_max, bool) \
+                    or not 3 <= field_max <= WINDOW_FIELD_MAX:
+                raise ValueError(f"WindowLanes: field_max must be an integer from 3 to "
+                                 f"{WINDOW_FIELD_MAX}, not {field_max!r}")
+            if with_indices not in (False, True):
+                raise ValueError(f"WindowLanes: with_indices must be True or False (or 1 or "
+                                 f"0), not {with_indices!r}")
+            dtype = WindowMaxPool.Signature.check_parameters(**_unit_parameters(
+                max_extent, max_extent_outer, max_columns, max_plane, dtype, serial_products,
+                field_max))
+            largest = max(max_extent, max_extent_outer or 0)
+            if field_max < largest:
+                raise ValueError(f"WindowLanes: field_max {field_max} is below the kernel "
+                                 f"extent {largest}, which a kernel field must reach")
+            return dtype
 
         @property
         def limits(self):
             """``window_lanes``, ``window_extent``, ``window_extent_outer``,
-            ``window_columns``, ``window_plane``: what ``IDENTIFY`` reports."""
+            ``window_columns``, ``window_plane``, ``window_field_max``, ``window_indices``:
+            what ``IDENTIFY`` reports."""
             outer = self.max_extent if self.max_extent_outer is None else self.max_extent_outer
             return {"window_lanes": self.window_lanes, "window_extent": self.max_extent,
                     "window_extent_outer": outer, "window_columns": self.max_columns,
-                    "window_plane": self.max_plane}
+                    "window_plane": self.max_plane, "window_field_max": self.field_max,
+                    "window_indices": int(self.with_indices)}
 
     def __init__(self, lanes, window_lanes, *, max_extent=3, max_extent_outer=None,
                  max_columns=64, max_plane=1024, dtype=None, serial_products=False,
-                 serial=False):
+                 serial=False, field_max=WINDOW_FIELD_MAX, with_indices=True):
         super().__init__(lanes, window_lanes, max_extent=max_extent,
                          max_extent_outer=max_extent_outer, max_columns=max_columns,
                          max_plane=max_plane, dtype=dtype, serial_products=serial_products,
-                         serial=serial)
-        self.units = [_unit(serial, _unit_parameters(max_extent, max_extent_outer, max_columns,
-                                                     max_plane, self.signature.dtype,
-                                                     serial_products))
+                         serial=serial, field_max=field_max, with_indices=with_indices)
+        self.units = [_unit(serial, with_indices, _unit_parameters(
+                          max_extent, max_extent_outer, max_columns, max_plane,
+                          self.signature.dtype, serial_products, field_max))
                       for _ in range(window_lanes)]
         unit = self.units[0]
         self.latency = None if serial else unit.latency
         self.settle = unit.settle
         #: Entries of the reply FIFO (results waiting for their indices to be sent): a row of
         #: outputs, the line buffers' ``max_columns``; none with ``serial`` units.
-        self.reply_depth = 0 if serial else unit.max_columns
+        self.reply_depth = 0 if serial or not with_indices else unit.max_columns
         self.limits = self.signature.limits
 
     def elaborate(self, platform):
         m = Module()
         units, count = self.units, self.window_lanes
+        # Whether this request's replies carry Indices: never in a unit without them.
+        indices = self.indices if self.with_indices else Const(0)
         beat_bytes = LANE_BYTES * self.lanes
         beat_bits = 8 * beat_bytes
         fmt = decode_format(m, self.dtype)
@@ -276,10 +304,10 @@ class WindowLanes(Unit):
         if self.reply_depth:
             fifo = m.submodules.reply = _ReplyFIFO(width=value_bits + index_bits,
                                                   depth=self.reply_depth)
-            m.d.comb += [fifo.w_en.eq(units_valid & self.indices),
+            m.d.comb += [fifo.w_en.eq(units_valid & indices),
                          fifo.w_data.eq(Cat(units_values, units_index))]
-            valid = Mux(self.indices, fifo.r_rdy, units_valid)
-            values = Mux(self.indices, fifo.r_data[:value_bits], units_values)
+            valid = Mux(indices, fifo.r_rdy, units_valid)
+            values = Mux(indices, fifo.r_data[:value_bits], units_values)
             index_row = fifo.r_data[value_bits:]
             queued = fifo.level != 0
         else:
@@ -303,13 +331,13 @@ class WindowLanes(Unit):
             self.o.payload.first.eq(~in_indices | (index_word == 0)),
             self.o.payload.last.eq(~in_indices | index_last),
         ]
-        done = self.o.ready & (in_indices & index_last | ~self.indices)
+        done = self.o.ready & (in_indices & index_last | ~indices)
         if self.reply_depth:
             m.d.comb += fifo.r_en.eq(done)
         for unit in units:
-            taken = Mux(self.indices, fifo.w_rdy, done) if self.reply_depth else done
+            taken = Mux(indices, fifo.w_rdy, done) if self.reply_depth else done
             m.d.comb += unit.o.ready.eq(units_valid & taken)
-        with m.If(self.o.valid & self.o.ready & self.indices):
+        with m.If(self.o.valid & self.o.ready & indices):
             with m.If(~in_indices):
                 m.d.sync += [in_indices.eq(1), index_word.eq(0),
                              index_left.eq(self.group * WINDOW_INDEX_BYTES)]

@@ -52,8 +52,11 @@ class SerialWindowMaxPool(Unit):
 
     Parameters
     ----------
-    max_rank, max_extent, max_columns, max_plane, dim_bits, index_bits, dtype
+    max_rank, max_extent, max_columns, max_plane, dim_bits, dtype
         As :class:`~maxaccel.hdl.window.WindowMaxPool`'s.
+    index_bits : int
+        As :class:`~maxaccel.hdl.window.WindowMaxPool`'s, or 0: no indices (``o``'s
+        ``index`` slots are empty, and neither the RAM nor the output keeps any).
 
     Ports and status
     ----------------
@@ -92,6 +95,8 @@ class SerialWindowMaxPool(Unit):
                              dim_bits=16, index_bits=32, dtype=None, serial_products=False):
             if serial_products is not False:
                 raise ValueError("SerialWindowMaxPool: its products are always serial")
+            if index_bits == 0 and not isinstance(index_bits, bool):
+                index_bits = 1          # no indices: checked as the narrowest
             return WindowMaxPool.Signature.check_parameters(
                 max_rank=max_rank, max_extent=max_extent, max_columns=max_columns,
                 max_plane=max_plane, dim_bits=dim_bits, index_bits=index_bits, dtype=dtype)

@@ -64,7 +64,8 @@ from maxaccel.contract.checks import (check_arg, check_global_max_pool, check_ma
                                       check_reduce_max)
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import check_max_pool, serial_window_cycles
-from maxaccel.contract.wire import WINDOW_INDEX_BYTES, Command
+from maxaccel.contract.wire import (WINDOW_FIELD_MAX, WINDOW_INDEX_BYTES, WINDOW_NARROW_FIELDS,
+                                    Command)
 from maxaccel.host.device import DEFAULT_FRAME_BYTES, max_pool_link_elements, plan_max_pool
 from maxaccel.host.max_passes import expands_on_host, operands_per_pass
 from maxaccel.host.plan import OutputTiles, plan_max_pass
@@ -93,14 +94,15 @@ UNIT_DEFAULTS = {"window": dict(window_columns=64, window_plane=1024),
 
 #: The order in which a chosen core's parameters are given.
 _CORE_ORDER = ("units", "dtype", "window_lanes", "window_extent", "window_extent_outer",
-               "window_columns", "window_plane", "window_serial_products", "window_serial",
+               "window_columns", "window_plane", "window_field_max", "window_indices",
+               "window_serial_products", "window_serial",
                "pool_channels",
                "replay_depth", "max_dims", "max_operands")
 
 #: Each unit's own Core parameters: none in a core without the unit.
 UNIT_PARAMETERS = {"window": ("window_lanes", "window_extent", "window_extent_outer",
-                              *UNIT_DEFAULTS["window"], "window_serial_products",
-                              "window_serial"),
+                              *UNIT_DEFAULTS["window"], "window_field_max", "window_indices",
+                              "window_serial_products", "window_serial"),
                    "pool": tuple(UNIT_DEFAULTS["pool"]),
                    "broadcast": tuple(UNIT_DEFAULTS["broadcast"])}
 
@@ -139,6 +141,8 @@ class Planned:
     operands: int = 0
     replay_beats: int = 0
     outer_dims: int = 0
+    field_max: int = 0
+    indices: bool = False
 
 
 def _pow2(n):
@@ -165,10 +169,13 @@ class RoutePlanner:
                                     indices=indices)
         link = max_pool_link_elements(route, plan) * fmt.nbytes
         outputs = [a.out_size for a in geometry.axes]
+        field_max = max(batch.fields[name] for batch in plan.batches
+                        for name in WINDOW_NARROW_FIELDS) if route == Command.MAX_POOL else 0
         return Planned(route, link, tuple((a.kernel - 1) * a.dilation + 1
                                           for a in geometry.axes),
                        output_columns=outputs[-1] if len(outputs) > 1 else 0,
-                       output_plane=math.prod(outputs[-2:]) if len(outputs) > 2 else 0)
+                       output_plane=math.prod(outputs[-2:]) if len(outputs) > 2 else 0,
+                       field_max=field_max, indices=indices)
 
     def _reduce(self, values, fmt, axes, keepdims, minimum=False):
         plan = plan_reduction(values.shape, axes, keepdims, fmt.nbytes, self.identity,
@@ -493,6 +500,13 @@ def _chosen(base, steps, needs):
             window_extent_outer=max([0] + [e[0] for e in extents if len(e) > 2]),
             **{name: min(dict(UNIT_DEFAULTS["window"], **base)[name], _pow2(need))
                for name, need in (("window_columns", columns), ("window_plane", plane))})
+        # Fields as wide as the pools' largest (a kernel reaching the unit's extent among
+        # them), and Indices only if a pool asks for them.
+        largest = max([3, core["window_extent"], core["window_extent_outer"]]
+                      + [p.field_max for _, p in pools])
+        core.update(window_field_max=min((1 << largest.bit_length()) - 1,
+                                         base.get("window_field_max", WINDOW_FIELD_MAX)),
+                    window_indices=any(p.indices for _, p in pools))
         if core["window_lanes"] is None:
             del core["window_lanes"]
     if "broadcast" in units:

@@ -14,7 +14,7 @@ from amaranth.hdl import Value
 from amaranth.sim import Simulator
 
 from maxaccel.hdl.top import UNITS, Core, UARTTop
-from maxaccel.contract.wire import MAX_COUNT
+from maxaccel.contract.wire import MAX_COUNT, WINDOW_FIELD_MAX
 
 __all__ = ["VirtualBoard", "CORE_DEFAULTS", "BYTES_PER_S"]
 
@@ -32,7 +32,8 @@ CORE_DEFAULTS = dict(lanes=2, replay_depth=64, max_dims=4, max_operands=4, max_c
                      window_plane=64, window_extent_outer=None, clock_hz=1_000_000,
                      frame_timeout_cycles=2000, units=UNITS, link_bytes=1,
                      reduce_pipeline="deep", dtype=None, window_serial_products=False,
-                     window_serial=False, serial_crc=False)
+                     window_serial=False, serial_crc=False,
+                     window_field_max=WINDOW_FIELD_MAX, window_indices=True)
 
 
 class VirtualBoard:
@@ -56,7 +57,7 @@ class VirtualBoard:
 
     Parameters
     ----------
-    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles, units, link_bytes, reduce_pipeline, dtype, window_serial_products, window_serial, serial_crc :
+    lanes, replay_depth, max_dims, max_operands, max_count, pool_channels, frame_timeout_cycles, units, link_bytes, reduce_pipeline, dtype, window_serial_products, window_serial, serial_crc, window_field_max, window_indices :
         Passed to :class:`~maxaccel.hdl.top.Core`; defaults in :data:`CORE_DEFAULTS`. With
         ``link_bytes`` above 1 the bench offers that many pending bytes per cycle (a wide
         stream, not a UART: ``uart=True`` needs 1).

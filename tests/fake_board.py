@@ -53,6 +53,9 @@ class FakeBoard:
         Never answer.
     answers : int, optional
         Answer this many requests, then fall silent.
+    **window
+        Further :class:`Identity` capacities, reported and enforced: ``reduce_lanes``,
+        ``window_field_max``, ``window_indices``.
     """
 
     write_chunk = 4096
@@ -60,13 +63,14 @@ class FakeBoard:
     def __init__(self, *, lanes=4, replay_depth=512, max_dims=3, max_operands=3,
                  pool_channels=256, window_lanes=4, window_extent=3, window_columns=64,
                  window_plane=1024, window_extent_outer=None, dtypes=None, frame_timeout_s=0.05,
-                 reply_timeout_s=0.25, silent=False, answers=None):
+                 reply_timeout_s=0.25, silent=False, answers=None, **window):
         clock_hz = 1_000_000
         self.identity = Identity(
             VERSION, lanes, frozenset(int(d) for d in (FORMATS if dtypes is None else dtypes)),
             replay_depth, max_dims, max_operands, pool_channels, clock_hz,
             round(frame_timeout_s * clock_hz), window_lanes, window_extent, window_columns,
-            window_plane, window_extent if window_extent_outer is None else window_extent_outer)
+            window_plane, window_extent if window_extent_outer is None else window_extent_outer,
+            **window)
         self.frame_timeout_s = frame_timeout_s
         self.reply_timeout_s = reply_timeout_s
         self.beat_bytes = LANE_BYTES * lanes

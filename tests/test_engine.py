@@ -823,6 +823,46 @@ def test_a_core_of_two_window_axes_answers_as_the_contract():
             assert status != Status.OK
 
 
+def test_a_core_made_for_small_images_without_indices_answers_as_the_contract():
+    """A core whose pooling unit holds axis fields up to 15 and gives no Indices
+    (``window_field_max`` 15, ``window_indices`` 0; one serial lane of float32, simulated):
+    fields above 15 (in the low byte, and in a higher one), Indices asked, and both, get the
+    contract's verdicts, and a pool within both pools as the golden model does, its reply
+    values only."""
+    core = dict(BOARD, units=("window",), dtype="float32", window_extent_outer=0,
+                window_serial=True, window_lanes=1, window_columns=8, window_plane=1,
+                window_field_max=15, window_indices=False)
+    block = PARAMETERS[Command.MAX_POOL]
+    board = VirtualBoard(**core)
+    assert (board.identity.window_field_max, board.identity.window_indices) == (15, 0)
+    x = random_values(np.random.default_rng(3), format_of(np.float32), (2, 4, 5),
+                      edge_fraction=0.4)
+    base = dict(dict.fromkeys(block.names, 1), dtype=DType.FLOAT, reserved=0, indices=0,
+                groups=1, group=2, **{f"axis[{a}].pad": 0 for a in range(3)},
+                **{"axis[1].size": 4, "axis[1].out": 2, "axis[1].kernel": 2,
+                   "axis[1].stride": 2, "axis[2].size": 5, "axis[2].out": 2,
+                   "axis[2].kernel": 3, "axis[2].stride": 2})
+    seen = set()
+    for seq, changes in enumerate([{}, {"indices": 1}, {"axis[2].stride": 16},
+                                   {"axis[1].stride": 258}, {"axis[2].size": 16},
+                                   {"indices": 1, "axis[1].pad": 1 << 20},
+                                   {"axis[1].stride": 15}]):
+        payload = block.pack(**dict(base, **changes)) + interleave_group_images(
+            x.reshape(2, -1), 2).tobytes()
+        status = request_verdict(Command.MAX_POOL, payload, board.identity)
+        seen.add(status)
+        frame = exchange(board, Command.MAX_POOL, payload, seq)
+        assert Status(frame.status) == status, changes
+        if not changes:
+            assert status == Status.OK
+            want = reference.max_pool(x[None], kernel_shape=[2, 3], strides=[2, 2])
+            assert frame.payload == encode_window_reply(want.reshape(2, -1), None,
+                                                        format_of(np.float32), 2)
+        else:
+            assert status != Status.OK
+    assert seen == {Status.OK, Status.BAD_PARAMETER, Status.TOO_LARGE}
+
+
 def test_a_core_whose_crcs_go_a_bit_a_cycle_answers_as_one_whose_go_a_byte():
     """``serial_crc`` (simulated): garbage with a false magic, IDENTIFY, a REDUCE, a MAX_POOL
     with indices, a frame with a corrupted data byte, a frame with a corrupted header and

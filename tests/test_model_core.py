@@ -81,9 +81,13 @@ def test_squeezenet_and_resnet18_pool_through_the_windowed_unit_of_extent_3(boar
     assert [(n.model, n.kernel) for n in pools] == [(SQUEEZENET, (3, 3))] * 3 + \
         [("resnet18", (3, 3))]
     assert all(n.route == "MAX_POOL" for n in pools)
-    assert choice.units == ("reduce", "window")
-    # 2-D pools only: units of two axes (an outermost extent of 0).
+    # The iCEBreaker holds the unit only without the run reducer, which no node needs.
+    assert choice.units == (("window",) if board == "icebreaker" else ("reduce", "window"))
+    assert choice.check() is choice
+    # 2-D pools only: units of two axes (an outermost extent of 0); images of at most 127
+    # elements a side and no Indices: fields of 7 bits, none kept.
     assert (choice.identity.window_extent, choice.identity.window_extent_outer) == (3, 0)
+    assert (choice.identity.window_field_max, choice.identity.window_indices) == (127, 0)
     assert choice.identity.replay_depth == 0 and choice.identity.pool_channels == 0
     assert choice.core["window_extent"] == 3 and "broadcast" not in choice.core["units"]
     # The link-bound time is the bytes over the board's link.
@@ -143,30 +147,22 @@ def test_a_board_too_small_for_the_pipelined_unit_gets_one_that_updates_a_window
 
 
 def test_a_board_that_holds_the_unit_only_without_the_run_reducer_leaves_it_out(resnet18):
-    """The HX8K's core for SqueezeNet 1.1 and ResNet-18 (a serial window lane) holds the
-    shallow run reducer beside the unit, and the deep one of two lanes beside a unit of two
-    axes; with that reducer and a unit of three axes it is over the board, and within it
-    without: every node goes through MAX_POOL, so REDUCE is left out (its IDENTIFY says
-    reduce_lanes 0). Not when a node needs REDUCE, not when the core fits with it, and not
-    when units is given."""
+    """The iCEBreaker's core for SqueezeNet 1.1 and ResNet-18 (a serial window lane) is over
+    the board with the run reducer and within it without: every node goes through MAX_POOL,
+    so REDUCE is left out (its IDENTIFY says reduce_lanes 0). Not on the HX8K, which holds
+    both, not when a node needs REDUCE, and not when units is given."""
     models = [SQUEEZENET, ("resnet18", resnet18)]
-    own = choose_core("ice40_hx8k_breakout", models)
-    assert own.units == ("reduce", "window") and own.fits()
-    deep = {"reduce_pipeline": "deep", "lanes": 2}
-    assert choose_core("ice40_hx8k_breakout", models, base=deep).units == ("reduce", "window")
-    three = {"window_extent_outer": 1, "window_lanes": 1}
-    choice = choose_core("ice40_hx8k_breakout", models, base=deep, fixed=three)
+    choice = choose_core("icebreaker", models)
     assert choice.units == ("window",) and choice.core["window_serial"]
     assert choice.identity.reduce_lanes == 0 and choice.fits()
     assert [n.route for n in choice.nodes] == ["MAX_POOL"] * 4
     kept = dict(choice.parameters, units=("reduce", "window"))
     assert estimate_cells("ice40", kept) > choice.capacity >= choice.estimate
-    assert choose_core("ulx3s", models).units == ("reduce", "window")
-    given = choose_core("ice40_hx8k_breakout", models, base=deep,
-                        fixed={"units": ("reduce", "window"), **three})
+    assert choose_core("ice40_hx8k_breakout", models).units == ("reduce", "window")
+    given = choose_core("icebreaker", models, fixed={"units": ("reduce", "window")})
     assert given.units == ("reduce", "window") and not given.fits()
     # A GlobalMaxPool goes through REDUCE on a core without the channels-last unit.
-    both = choose_core("ice40_hx8k_breakout", models + [tiny_model()], base=deep, fixed=three)
+    both = choose_core("icebreaker", models + [tiny_model()])
     assert "reduce" in both.units
 
 
@@ -210,10 +206,12 @@ def test_a_refusal_names_the_largest_extent_the_board_holds(tmp_path):
 def test_the_nearest_board_a_refusal_names_is_sized_as_its_choice_makes_it():
     """A refusal names the nearest board with the estimate of the core that board's own
     choice makes under the same fixed settings: the iCE40-HX8K holds SqueezeNet's windowed
-    unit with lanes that update one window at a time, and with ``window_serial`` fixed at 0
-    the ULX3S 25F holds it pipelined."""
-    for fixed, board, cells in [({}, "ice40_hx8k_breakout", 7680),
-                                ({"window_serial": True}, "ice40_hx8k_breakout", 7680),
+    unit with lanes that update one window at a time beside the run reducer (or with
+    Indices), and with ``window_serial`` fixed at 0 the ULX3S 25F holds it pipelined."""
+    both = {"units": ("reduce", "window")}
+    for fixed, board, cells in [(both, "ice40_hx8k_breakout", 7680),
+                                (dict(both, window_serial=True), "ice40_hx8k_breakout", 7680),
+                                ({"window_indices": True}, "ice40_hx8k_breakout", 7680),
                                 ({"window_serial": False}, "ulx3s", 24288)]:
         held = choose_core(board, [SQUEEZENET], fixed=fixed)
         assert held.fits() and bool(held.core.get("window_serial")) == (board != "ulx3s")
@@ -240,13 +238,14 @@ def test_the_setting_a_refusal_names_holds_the_model(tmp_path):
 
 
 def test_a_core_without_the_unit_the_board_cannot_hold(tmp_path):
-    """The iCEBreaker's refusal of SqueezeNet's windowed unit names ``--core units=reduce``:
-    that core fits, keeps none of the unit's parameters, and every MaxPool goes through
-    REDUCE for want of the unit. A setting the choice would change is kept as given."""
+    """The iCEBreaker's refusal of SqueezeNet's pipelined windowed unit names ``--core
+    units=reduce``: that core fits, keeps none of the unit's parameters, and every MaxPool
+    goes through REDUCE for want of the unit. A setting the choice would change is kept as
+    given."""
     with pytest.raises(CoreDoesNotFit, match=r"\(with units=reduce about \d+, `--core "
                                              r"units=reduce`: the nodes the windowed pooling "
                                              r"unit would serve then go through REDUCE\)"):
-        choose_core("icebreaker", [SQUEEZENET]).check()
+        choose_core("icebreaker", [SQUEEZENET], fixed={"window_serial": False}).check()
     choice = choose_core("icebreaker", [SQUEEZENET], fixed={"units": ["reduce"]})
     assert choice.fits() and choice.units == ("reduce",)
     assert not any(name.startswith("window") for name in choice.core)
@@ -636,8 +635,9 @@ def test_the_icebreaker_s_core_for_a_model_computes_the_window_s_products_serial
     assert choice.estimate < estimate_cells("ice40", unserial)
     url = f"sim?for={path}&board=icebreaker&window_serial=0"
     _check_board_for_model(url, path, choice, own_clock=True)
-    # The indices, whose arithmetic the products are: images of different sizes in turn.
-    with open_device(url, progress=None) as device:
+    # The indices, whose arithmetic the products are (the model asks for none, so its core
+    # leaves them out: given back here): images of different sizes in turn.
+    with open_device(url + "&window_indices=1", progress=None) as device:
         for shape in [(1, 2, 6, 6), (2, 1, 5, 7), (1, 1, 4, 3)]:
             x = random_values(np.random.default_rng(len(shape) + shape[-1]),
                               format_of(np.float32), shape, edge_fraction=0.4)
@@ -751,11 +751,13 @@ def test_the_icebreaker_netlist_for_a_model(tmp_path):
                          "four pools on it, 30 s")
 def test_the_squeezenet_and_resnet18_pools_on_the_icebreaker_netlist_for_them(tmp_path, resnet18):
     """The iCEBreaker's core for the two networks (float32, the windowed unit's lanes updating
-    one window at a time), gate by gate: each of their MaxPools, with its attributes on its input's
-    spatial size (two channels), through MAX_POOL, values and indices as the golden model's."""
+    one window at a time, fields of 7 bits, no Indices, no run reducer), gate by gate: each of
+    their MaxPools, with its attributes on its input's spatial size (two channels), through
+    MAX_POOL, as the golden model's; Indices, which neither network asks for, refused."""
     path = _save(resnet18, tmp_path / "resnet18.onnx")
     choice = choose_core("icebreaker", [SQUEEZENET, path])
-    assert choice.core["window_serial"]
+    assert choice.core["window_serial"] and choice.core["units"] == ("window",)
+    assert (choice.core["window_field_max"], choice.core["window_indices"]) == (127, False)
     pools = {node.name: (model, {a.name: helper.get_attribute_value(a) for a in node.attribute})
              for model in (SQUEEZENET, path) for node in onnx.load(model).graph.node
              if node.op_type == "MaxPool"}
@@ -766,12 +768,11 @@ def test_the_squeezenet_and_resnet18_pools_on_the_icebreaker_netlist_for_them(tm
             model, attributes = pools[n.node]
             x = random_values(rng, format_of(np.float32), (1, 2) + n.shape[2:],
                               edge_fraction=0.3)
-            (y, indices), (want, want_indices) = (
-                pool(x, **attributes, return_indices=True)
-                for pool in (device.max_pool, reference.max_pool))
+            y = device.max_pool(x, **attributes)
             assert device.last_max_pool_route.name == n.route == "MAX_POOL"
-            assert_bits_equal(y, want)
-            np.testing.assert_array_equal(indices, want_indices)
+            assert_bits_equal(y, reference.max_pool(x, **attributes))
+        with pytest.raises(ValueError, match="window_indices is 0"):
+            device.max_pool(x, **attributes, return_indices=True)
 
 
 def test_board_alone_gives_the_target_s_bitstream_core():

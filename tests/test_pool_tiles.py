@@ -32,8 +32,8 @@ from pool_configs import random_config
 
 from maxaccel.contract.dtypes import format_of
 from maxaccel.contract.pooling import resolve_max_pool, window_geometry
-from maxaccel.contract.wire import (PARAMETERS, WINDOW_INDEX_BYTES, Command, problems,
-                                    window_fields)
+from maxaccel.contract.wire import (PARAMETERS, WINDOW_INDEX_BYTES, WINDOW_NARROW_FIELDS,
+                                    Command, problems, window_fields)
 from maxaccel.host.device import Device
 from maxaccel.host.pool_window import axis_tiles, max_pool_by_window, plan_window_pool
 from maxaccel.sim import reference
@@ -420,6 +420,34 @@ def test_the_device_tiles_a_wide_pool_and_still_sends_each_output_once():
                for b in fake.blocks)
     # 14 tiles of 3 outputs (the last of 1): 5 columns each, 40 + 2 * 13 halo columns
     assert sent == 4 * 2 * (40 + 2 * 13)
+
+
+def test_a_unit_made_for_small_images_without_indices_still_pools_every_image():
+    """On a unit of fields up to 15 without Indices (``window_field_max``, ``window_indices``
+    0): a 1 x 3 x 40 x 33 image pools through ``MAX_POOL`` in tiles of at most 15 elements and
+    outputs an axis, with the golden model's bits; asked for Indices it goes through
+    ``REDUCE`` (exact too), and on a core without the run reducer that is a ``ValueError``
+    naming ``window_indices``, before anything is sent."""
+    x = random_values(np.random.default_rng(11), format_of(np.float32), (1, 3, 40, 33),
+                      edge_fraction=0.3)
+    attributes = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    narrow = dict(SMALL, window_columns=64, window_field_max=15, window_indices=0)
+    fake = CountingBoard(**narrow)
+    with Device(fake) as device:
+        assert_same_bits(device.max_pool(x, **attributes), reference.max_pool(x, **attributes))
+        assert device.last_max_pool_route == Command.MAX_POOL
+        assert max(b[name] for b in fake.blocks for name in WINDOW_NARROW_FIELDS) <= 15
+        y, indices = device.max_pool(x, **attributes, return_indices=True)
+        assert device.last_max_pool_route == Command.REDUCE
+    want = reference.max_pool(x, **attributes, return_indices=True)
+    assert_same_bits(y, want[0])
+    np.testing.assert_array_equal(indices, want[1])
+    without_reducer = FakeBoard(**narrow, reduce_lanes=0)
+    with Device(without_reducer) as device:
+        sent = len(without_reducer.requests)
+        with pytest.raises(ValueError, match="window_indices is 0"):
+            device.max_pool(x, **attributes, return_indices=True)
+        assert len(without_reducer.requests) == sent
 
 
 def test_tiles_through_the_simulated_gateware():

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from amaranth.lib import crc
 
-from maxaccel.contract.wire import (PARAMETERS, Capacities, Identity, Status, problems,
-                                    quantities, request_verdict, rules_markdown, verdict)
+from maxaccel.contract.wire import (PARAMETERS, WINDOW_FIELD_MAX, Capacities, Identity, Status,
+                                    problems, quantities, request_verdict, rules_markdown,
+                                    verdict)
 from maxaccel.contract.wire import (CRC_ALGORITHM, FRAME_OVERHEAD, MAGIC, Command, Frame,
                                     FrameParser, crc32, encode_frame)
 
@@ -207,26 +208,63 @@ def test_a_unit_of_two_axes_takes_only_a_unit_outer_axis():
                        "axes (window_extent_outer 0)"}
 
 
-def test_a_device_may_hold_the_narrow_window_fields_narrowed():
+def test_a_unit_made_for_small_images_without_indices_refuses_the_rest():
+    """A unit of ``window_field_max`` 127 and no Indices: an axis field above 127 is
+    ``BAD_PARAMETER`` (on a unit of the protocol's fields it passes), Indices asked are
+    ``TOO_LARGE`` (after any ``BAD_PARAMETER``), and a pool within both passes."""
+    def identity(field_max, indices):
+        return Identity(1, 1, frozenset({1}), 0, 0, 0, 0, 1, 1, window_lanes=1,
+                        window_extent=3, window_columns=128, window_plane=64,
+                        window_extent_outer=0, window_field_max=field_max,
+                        window_indices=indices)
+
+    def status(fields, identity):
+        data = quantities(Command.MAX_POOL, fields, Capacities.of(identity), 4)["data_bytes"]
+        return verdict(Command.MAX_POOL, fields, identity, data_length=data)
+
+    small, full = identity(127, 0), identity(WINDOW_FIELD_MAX, 1)
+    block = PARAMETERS[Command.MAX_POOL]
+    base = dict(dict.fromkeys(block.names, 1), dtype=1, reserved=0, indices=0, groups=1,
+                **{f"axis[{a}].pad": 0 for a in range(3)},
+                **{f"axis[{a}].{n}": 127 for a in (1, 2) for n in ("size", "out")})
+    for changes, on_small, on_full in [
+            ({}, Status.OK, Status.OK),
+            ({"axis[2].size": 128, "axis[2].out": 128}, Status.BAD_PARAMETER, Status.OK),
+            ({"axis[1].stride": 200, "axis[1].out": 1}, Status.BAD_PARAMETER, Status.OK),
+            ({"indices": 1}, Status.TOO_LARGE, Status.OK),
+            ({"indices": 1, "axis[1].size": 300}, Status.BAD_PARAMETER, Status.OK),
+            ({"indices": 1, "axis[1].kernel": 0}, Status.BAD_PARAMETER, Status.BAD_PARAMETER)]:
+        fields = dict(base, **changes)
+        assert (status(fields, small), status(fields, full)) == (on_small, on_full), changes
+    refused = {p.description for p in problems(Command.MAX_POOL, dict(base, indices=1), small,
+                                                data_length=127 * 127 * 4)}
+    assert refused == {"Indices asked of a unit without them (window_indices 0)"}
+
+
+@pytest.mark.parametrize("field_max, indices", [(WINDOW_FIELD_MAX, 1), (127, 0), (255, 1)])
+def test_a_device_may_hold_the_narrow_window_fields_narrowed(field_max, indices):
     """What ``WINDOW_NARROW_FIELDS`` (every axis field) promises: with each such field seen as
-    its value up to WINDOW_FIELD_MAX and, above it, as that bound plus one plus its low 16
-    bits (what the command engine holds: the low bits and one bit for the rest), every request
-    gets the status it gets on its true values."""
-    from maxaccel.contract.wire import WINDOW_FIELD_MAX, WINDOW_NARROW_FIELDS, verdict
+    the command engine holds it, its low bytes (those ``window_field_max`` needs) and one bit
+    for whether any higher byte is not 0, every request gets the status it gets on its true
+    values; for a device of the protocol's largest fields, and of narrower ones, with and
+    without Indices."""
+    from maxaccel.contract.wire import WINDOW_NARROW_FIELDS, verdict
     identity = Identity(1, 1, frozenset({1, 11}), 0, 0, 0, 0, 1, 1, window_lanes=1,
                         window_extent=3, window_columns=64, window_plane=64,
-                        window_extent_outer=3)
+                        window_extent_outer=3, window_field_max=field_max,
+                        window_indices=indices)
+    low_bits = 8 * ((field_max.bit_length() + 7) // 8)
     block = PARAMETERS[Command.MAX_POOL]
     rng = random.Random(9)
-    edges = [0, 1, 2, 3, 4, 64, 65, WINDOW_FIELD_MAX, WINDOW_FIELD_MAX + 1,
-             WINDOW_FIELD_MAX + 3, 1 << 20, (1 << 32) - 1]
+    edges = [0, 1, 2, 3, 4, 64, 65, field_max, field_max + 1, field_max + 3, 255, 256,
+             WINDOW_FIELD_MAX, WINDOW_FIELD_MAX + 1, 1 << 20, (1 << 32) - 1]
     statuses = set()
     for _ in range(4000):
         # A request that pools 2 x 2 images of 3 elements an axis, 0 to 3 fields changed.
         fields = dict.fromkeys(block.names, 1)
         fields.update({f"axis[{a}].{name}": 3 for a in range(3) for name in ("size", "out")})
         fields.update({f"axis[{a}].pad": 0 for a in range(3)})
-        fields.update(dtype=1, reserved=0, indices=0, group=2, groups=2)
+        fields.update(dtype=1, reserved=0, indices=rng.choice([0, 0, 1]), group=2, groups=2)
         for name in rng.sample(block.names, rng.choice([0, 1, 1, 2, 3])):
             fields[name] = rng.choice(edges)
         if rng.random() < 0.2:       # a span of about 2**32 against a pad on either side
@@ -234,8 +272,8 @@ def test_a_device_may_hold_the_narrow_window_fields_narrowed():
             fields.update({f"axis[{axis}].kernel": rng.choice(edges[-4:]),
                            f"axis[{axis}].dilation": rng.choice(edges[-4:]),
                            f"axis[{axis}].pad": rng.choice(edges)})
-        seen = {name: value if value <= WINDOW_FIELD_MAX or name not in WINDOW_NARROW_FIELDS
-                else WINDOW_FIELD_MAX + 1 + (value & WINDOW_FIELD_MAX)
+        seen = {name: value if name not in WINDOW_NARROW_FIELDS
+                else (value & ((1 << low_bits) - 1)) + ((value >> low_bits != 0) << low_bits)
                 for name, value in fields.items()}
         length = rng.choice([0, 4 * 27 * 4, 4 * 27 * 4 + 1])
         status = verdict(Command.MAX_POOL, fields, identity, data_length=length)

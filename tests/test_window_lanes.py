@@ -172,6 +172,30 @@ def test_serial_units_of_one_element_type():
     check_window_lanes(dut, x, SQUEEZENET, group=2, indices=True, stalls=STALL_PATTERNS[3])
 
 
+@pytest.mark.parametrize("stalls", STALL_PATTERNS, ids=str)
+def test_serial_units_of_narrow_fields_without_indices(stalls):
+    """``field_max=15`` (4-bit configuration fields) and ``with_indices=False``: the values
+    of a request with indices 0, under stalls, as a unit of full fields with indices gives
+    them; ``IDENTIFY`` reports both."""
+    dut = shared_design(WindowLanes, LANES, 1, max_extent=3, max_extent_outer=0, max_columns=8,
+                        max_plane=1, dtype=DType.FLOAT, serial=True, field_max=15,
+                        with_indices=False)
+    assert (dut.limits["window_field_max"], dut.limits["window_indices"]) == (15, 0)
+    assert dut.units[0].dim_bits == 4 and dut.units[0].index_bits == 0
+    x = random_values(_rng("serial narrow"), np.dtype(np.float32), (2, 5, 6),
+                      edge_fraction=0.4)
+    check_window_lanes(dut, x, RESNET, group=2, indices=False, stalls=stalls)
+
+
+def test_narrow_fields_hold_the_extent():
+    with pytest.raises(ValueError, match="field_max must be an integer from 3"):
+        WindowLanes(2, 1, field_max=1 << 16)
+    with pytest.raises(ValueError, match="below the kernel extent 5"):
+        WindowLanes(2, 1, max_extent=5, field_max=3)
+    with pytest.raises(ValueError, match="with_indices must be"):
+        WindowLanes(2, 1, with_indices=2)
+
+
 def test_serial_refuses_serial_products():
     with pytest.raises(ValueError, match="serial_products"):
         WindowLanes(2, 1, serial=True, serial_products=True)
