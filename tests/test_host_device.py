@@ -403,14 +403,15 @@ def test_min_on_a_board_without_the_broadcast_unit_takes_reduce_with_its_minimum
         assert minimum_flags(board.requests, Command.REDUCE) == {1}
 
 
-@pytest.mark.parametrize("version", [5, 6, 7, 8, 9])
+@pytest.mark.parametrize("version", [5, 6, 7, 8, 9, 10])
 def test_a_core_of_another_protocol_version_is_refused_at_open(version):
     """A version-5 core takes REDUCE's minimum byte for padding and would answer a ReduceMin
     with the maximum; a version-6 core refuses MAX's minimum byte; a version-7 core takes
     REDUCE's arg byte for padding and would answer an ArgMax with the maximum; a version-8
     core's IDENTIFY has no reduce_lanes byte (one byte shorter); a version-9 core answers a
     window field above WINDOW_FIELD_MAX with TOO_LARGE where the contract now says
-    BAD_PARAMETER: the driver refuses to talk to any of them at all (IDENTIFY only), naming
+    BAD_PARAMETER; a version-10 core's IDENTIFY has neither window_field_max nor
+    window_indices (three bytes shorter): the driver refuses to talk to any of them at all (IDENTIFY only), naming
     the version."""
     board = FakeBoard()
     board.identity = dataclasses.replace(board.identity, version=version)
