@@ -47,6 +47,13 @@ def _unit(serial, indices, parameters):
     return WindowMaxPool(**parameters)
 
 
+def _check_flag(name, value):
+    """``ValueError`` unless ``value`` is True or False (or 1 or 0)."""
+    if value not in (False, True):
+        raise ValueError(f"WindowLanes: {name} must be True or False (or 1 or 0), not "
+                         f"{value!r}")
+
+
 class _ReplyFIFO(SyncFIFOBuffered):
     """:class:`~amaranth.lib.fifo.SyncFIFOBuffered` with its memory asked for in block RAM
     (yosys's ``ram_style``): a reply FIFO is wide and shallow (a row of results, each the
@@ -207,9 +214,7 @@ class WindowLanes(Unit):
                     or not 1 <= window_lanes <= lanes:
                 raise ValueError(f"WindowLanes: window_lanes must be 1 to {lanes} (lanes of a "
                                  f"beat of {lanes} lanes), not {window_lanes!r}")
-            if serial not in (False, True):
-                raise ValueError(f"WindowLanes: serial must be True or False (or 1 or 0), not "
-                                 f"{serial!r}")
+            _check_flag("serial", serial)
             if serial and serial_products:
                 raise ValueError("WindowLanes: serial units compute their products serially "
                                  "anyway; serial_products is for the pipelined ones")
@@ -217,9 +222,7 @@ class WindowLanes(Unit):
                     or not 3 <= field_max <= WINDOW_FIELD_MAX:
                 raise ValueError(f"WindowLanes: field_max must be an integer from 3 to "
                                  f"{WINDOW_FIELD_MAX}, not {field_max!r}")
-            if with_indices not in (False, True):
-                raise ValueError(f"WindowLanes: with_indices must be True or False (or 1 or "
-                                 f"0), not {with_indices!r}")
+            _check_flag("with_indices", with_indices)
             dtype = WindowMaxPool.Signature.check_parameters(**_unit_parameters(
                 max_extent, max_extent_outer, max_columns, max_plane, dtype, serial_products,
                 field_max))

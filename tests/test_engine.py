@@ -786,32 +786,44 @@ def test_the_window_rules_answer_as_the_contract(board):
         assert Status(frame.status) == status, payload.hex()
 
 
-def test_a_core_of_two_window_axes_answers_as_the_contract():
-    """A core whose pooling unit has the two inner axes alone (``window_extent_outer`` 0, one
-    serial lane of float32, simulated): requests whose outermost axis holds more than one
-    element or output, or a kernel there, get the contract's verdict (``TOO_LARGE``, or a
-    ``BAD_PARAMETER`` first), and a 2-D pool among them pools as the golden model does."""
-    core = dict(BOARD, units=("window",), dtype="float32", window_extent_outer=0,
-                window_serial=True, window_lanes=1, window_columns=8, window_plane=1)
+def _serial_pool_requests(core, indices, requests, seed):
+    """On a simulated core of one serial float32 window lane of two axes (``core`` over it),
+    a 2 x (4 x 5) pool of kernel 2 x 3 stride 2 (``indices`` as given) with each of
+    ``requests``' field changes: each reply's status is the contract's verdict. Returns the
+    core's identity, the pool's images and ``(changes, status, frame)`` per request."""
+    board = VirtualBoard(**dict(BOARD, units=("window",), dtype="float32",
+                                window_extent_outer=0, window_serial=True, window_lanes=1,
+                                window_columns=8, window_plane=1, **core))
     block = PARAMETERS[Command.MAX_POOL]
-    board = VirtualBoard(**core)
-    assert board.identity.window_extent_outer == 0
-    x = random_values(np.random.default_rng(2), format_of(np.float32), (2, 4, 5),
+    x = random_values(np.random.default_rng(seed), format_of(np.float32), (2, 4, 5),
                       edge_fraction=0.4)
-    base = dict(dict.fromkeys(block.names, 1), dtype=DType.FLOAT, reserved=0, indices=1,
-                groups=1, group=2, **{f"axis[{a}].pad": 0 for a in range(3)},
+    base = dict(dict.fromkeys(block.names, 1), dtype=DType.FLOAT, reserved=0,
+                indices=indices, groups=1, group=2, **{f"axis[{a}].pad": 0 for a in range(3)},
                 **{"axis[1].size": 4, "axis[1].out": 2, "axis[1].kernel": 2,
                    "axis[1].stride": 2, "axis[2].size": 5, "axis[2].out": 2,
                    "axis[2].kernel": 3, "axis[2].stride": 2})
-    for seq, changes in enumerate([{}, {"axis[0].size": 2}, {"axis[0].out": 2},
-                                   {"axis[0].kernel": 2}, {"axis[0].size": 3, "axis[0].pad": 1},
-                                   {"axis[0].stride": 0}, {"axis[0].stride": 5},
-                                   {"axis[0].size": (1 << 32) - 1}]):
+    results = []
+    for seq, changes in enumerate(requests):
         payload = block.pack(**dict(base, **changes)) + interleave_group_images(
             x.reshape(2, -1), 2).tobytes()
         status = request_verdict(Command.MAX_POOL, payload, board.identity)
         frame = exchange(board, Command.MAX_POOL, payload, seq)
         assert Status(frame.status) == status, changes
+        results.append((changes, status, frame))
+    return board.identity, x, results
+
+
+def test_a_core_of_two_window_axes_answers_as_the_contract():
+    """A core whose pooling unit has the two inner axes alone (``window_extent_outer`` 0, one
+    serial lane of float32, simulated): requests whose outermost axis holds more than one
+    element or output, or a kernel there, get the contract's verdict (``TOO_LARGE``, or a
+    ``BAD_PARAMETER`` first), and a 2-D pool among them pools as the golden model does."""
+    identity, x, results = _serial_pool_requests(
+        {}, 1, [{}, {"axis[0].size": 2}, {"axis[0].out": 2}, {"axis[0].kernel": 2},
+                {"axis[0].size": 3, "axis[0].pad": 1}, {"axis[0].stride": 0},
+                {"axis[0].stride": 5}, {"axis[0].size": (1 << 32) - 1}], seed=2)
+    assert identity.window_extent_outer == 0
+    for changes, status, frame in results:
         if not changes or changes == {"axis[0].stride": 5}:
             assert status == Status.OK
             want, indices = reference.max_pool(x[None], kernel_shape=[2, 3], strides=[2, 2],
@@ -829,30 +841,13 @@ def test_a_core_made_for_small_images_without_indices_answers_as_the_contract():
     fields above 15 (in the low byte, and in a higher one), Indices asked, and both, get the
     contract's verdicts, and a pool within both pools as the golden model does, its reply
     values only."""
-    core = dict(BOARD, units=("window",), dtype="float32", window_extent_outer=0,
-                window_serial=True, window_lanes=1, window_columns=8, window_plane=1,
-                window_field_max=15, window_indices=False)
-    block = PARAMETERS[Command.MAX_POOL]
-    board = VirtualBoard(**core)
-    assert (board.identity.window_field_max, board.identity.window_indices) == (15, 0)
-    x = random_values(np.random.default_rng(3), format_of(np.float32), (2, 4, 5),
-                      edge_fraction=0.4)
-    base = dict(dict.fromkeys(block.names, 1), dtype=DType.FLOAT, reserved=0, indices=0,
-                groups=1, group=2, **{f"axis[{a}].pad": 0 for a in range(3)},
-                **{"axis[1].size": 4, "axis[1].out": 2, "axis[1].kernel": 2,
-                   "axis[1].stride": 2, "axis[2].size": 5, "axis[2].out": 2,
-                   "axis[2].kernel": 3, "axis[2].stride": 2})
-    seen = set()
-    for seq, changes in enumerate([{}, {"indices": 1}, {"axis[2].stride": 16},
-                                   {"axis[1].stride": 258}, {"axis[2].size": 16},
-                                   {"indices": 1, "axis[1].pad": 1 << 20},
-                                   {"axis[1].stride": 15}]):
-        payload = block.pack(**dict(base, **changes)) + interleave_group_images(
-            x.reshape(2, -1), 2).tobytes()
-        status = request_verdict(Command.MAX_POOL, payload, board.identity)
-        seen.add(status)
-        frame = exchange(board, Command.MAX_POOL, payload, seq)
-        assert Status(frame.status) == status, changes
+    identity, x, results = _serial_pool_requests(
+        dict(window_field_max=15, window_indices=False), 0,
+        [{}, {"indices": 1}, {"axis[2].stride": 16}, {"axis[1].stride": 258},
+         {"axis[2].size": 16}, {"indices": 1, "axis[1].pad": 1 << 20}, {"axis[1].stride": 15}],
+        seed=3)
+    assert (identity.window_field_max, identity.window_indices) == (15, 0)
+    for changes, status, frame in results:
         if not changes:
             assert status == Status.OK
             want = reference.max_pool(x[None], kernel_shape=[2, 3], strides=[2, 2])
@@ -860,7 +855,8 @@ def test_a_core_made_for_small_images_without_indices_answers_as_the_contract():
                                                         format_of(np.float32), 2)
         else:
             assert status != Status.OK
-    assert seen == {Status.OK, Status.BAD_PARAMETER, Status.TOO_LARGE}
+    assert {status for _, status, _ in results} == {Status.OK, Status.BAD_PARAMETER,
+                                                    Status.TOO_LARGE}
 
 
 def test_a_core_whose_crcs_go_a_bit_a_cycle_answers_as_one_whose_go_a_byte():
