@@ -53,6 +53,8 @@ Imports neither amaranth nor the host: a host plans a core without the toolchain
 import functools
 import math
 
+from maxaccel.contract.blocks import WINDOW_FIELD_MAX
+
 __all__ = ["COEFFICIENTS", "FEATURES", "features", "estimate_cells", "report_points", "refit",
            "report_name",
            "window_taps", "relative_error", "report_core", "estimate_errors", "errors_markdown",
@@ -223,7 +225,9 @@ def features(core, link_word=1, family=None):
         if core.get("window_serial_products"):     # the index arithmetic: any element type
             values["window_serial"] = window_lanes
     if "window" in units:
-        values["window_field_bits_cut"] = 16 - core.get("window_field_max", 65535).bit_length()
+        values["window_field_bits_cut"] = (WINDOW_FIELD_MAX.bit_length()
+                                           - core.get("window_field_max",
+                                                      WINDOW_FIELD_MAX).bit_length())
         values["window_indices_cut"] = 0 if core.get("window_indices", True) else window_lanes
     values["link_byte"] = link_word - 1
     values["serial_crc"] = int(bool(core.get("serial_crc")))

@@ -161,8 +161,9 @@ class WindowLanes(Unit):
     per cycle in (after :attr:`settle` cycles from ``clear``), with one bubble per virtual
     step; per window result an output beat, plus ``ceil(group * 4 / (8 * lanes))`` with
     ``indices``. Without ``indices`` a result leaves as the units give it (:attr:`latency`).
-    With ``indices`` the results queue in a reply FIFO of :attr:`reply_depth` results (a row of outputs; the units' values and indices,
-    ``320 * window_lanes`` bits each: block RAM) in front of the beats that send them, 2
+    With ``indices`` the results queue in a reply FIFO of :attr:`reply_depth` results (a row
+    of outputs; the units' values and indices, ``320 * window_lanes`` bits each: block RAM) in
+    front of the beats that send them, 2
     cycles more latency: the units keep taking input while up to a row of results waits for
     its reply, and are held only when the FIFO is full. (At stride 2 an output row's results
     come during one input row, a result every 2 cycles, while the reply takes one every 3
