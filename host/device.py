@@ -542,14 +542,15 @@ class Device:
                                       return_indices, out)
         route, plan = planned(self.frame_bytes)
         if route == Command.REDUCE:
-            identity = self.identity
-            self._check_reducer("max_pool()", "a pool without the windowed pooling unit"
-                                if not identity.window_lanes else "a pool with Indices, "
-                                "which this core's windowed pooling unit does not give "
-                                "(IDENTIFY's window_indices is 0)"
-                                if return_indices and not identity.window_indices else
-                                "this pool, which the windowed pooling unit does not take "
-                                "(IDENTIFY's window capacities)")
+            if not self.identity.window_lanes:
+                need = "a pool without the windowed pooling unit"
+            elif return_indices and not self.identity.window_indices:
+                need = ("a pool with Indices, which this core's windowed pooling unit does not "
+                        "give (IDENTIFY's window_indices is 0)")
+            else:
+                need = ("this pool, which the windowed pooling unit does not take (IDENTIFY's "
+                        "window capacities)")
+            self._check_reducer("max_pool()", need)
         return self._run(max_pool_link_elements(route, plan) * fmt.nbytes, pool)
 
     def _max_pool_by_reduce(self, values, fmt, plan, return_indices, frame_bytes):

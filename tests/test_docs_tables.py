@@ -106,8 +106,8 @@ def test_the_model_core_table_of_the_docs_is_the_model_reports():
     """docs/boards.md's table of cores built for a model is their reports' (``docs/boards/
     models``), every report's build meets its clock, and the core it records (its
     ``IDENTIFY``) takes every MaxPool of its models through the windowed pooling unit, in one
-    tile an image, as the host's planner routes them (with Indices where a node asks for them) (float32, and float16 and uint8 on a
-    core for every element type)."""
+    tile an image, as the host's planner routes them, with Indices where a node asks for them
+    (float32, and float16 and uint8 on a core for every element type)."""
     import numpy as np
     from onnx import helper, shape_inference
 

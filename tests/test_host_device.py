@@ -411,8 +411,8 @@ def test_a_core_of_another_protocol_version_is_refused_at_open(version):
     core's IDENTIFY has no reduce_lanes byte (one byte shorter); a version-9 core answers a
     window field above WINDOW_FIELD_MAX with TOO_LARGE where the contract now says
     BAD_PARAMETER; a version-10 core's IDENTIFY has neither window_field_max nor
-    window_indices (three bytes shorter): the driver refuses to talk to any of them at all (IDENTIFY only), naming
-    the version."""
+    window_indices (three bytes shorter): the driver refuses to talk to any of them at all
+    (IDENTIFY only), naming the version."""
     board = FakeBoard()
     board.identity = dataclasses.replace(board.identity, version=version)
     with pytest.raises(RuntimeError,
