@@ -119,6 +119,16 @@ class PoolAxis:
         taps = self.taps()[self.inside()]
         return taps.size != np.unique(taps).size
 
+    def covered(self):
+        """The input coordinates some window reads, ascending: a ``slice`` where they are one
+        run (windows no further apart than their extent, without dilation gaps), else an int64
+        array. The rest of the axis is read by no window."""
+        read = np.unique(self.taps()[self.inside()])
+        if read.size == 0 or read[-1] - read[0] + 1 == read.size:
+            start = int(read[0]) if read.size else 0
+            return slice(start, start + read.size)
+        return read
+
 
 @dataclass(frozen=True)
 class PoolGeometry:
@@ -192,6 +202,12 @@ class PoolGeometry:
     def reads_twice(self):
         """Whether some input element lies in more than one window (windows overlap)."""
         return any(a.reads_twice() for a in self.axes)
+
+    def covered(self):
+        """Per spatial axis, the input coordinates some window reads (:meth:`PoolAxis.covered`):
+        the max of every window's maximum is the maximum of that part of the input (the
+        least element if it is empty, as an all-padding window's value)."""
+        return tuple(a.covered() for a in self.axes)
 
 
 def _int_list(value, name, count, minimum, what):

@@ -394,6 +394,7 @@ def with_blocked_pools(model, steps, domain, optimized_by):
         for i in pools:
             nodes[i].CopyFrom(steps[i].node)
             nodes[i].name = operators[i].name
+            nodes[i].input[0] = steps[i].inputs[0]  # a folded MaxPool's input
         optimized = optimized_by(probe)
         found = None if optimized is None else _pools_in(optimized, steps, pools, operators,
                                                           domain)
@@ -624,7 +625,7 @@ def kept(make):
     return made
 
 
-def blocked_pool(pool, dtype, block, global_pool=False, output_dims=None):
+def blocked_pool(pool, dtype, block, global_pool=False, output_dims=None, reads=None):
     """The call of a kernel whose one input and output are onnxruntime's NCHWc tensors of
     ``block`` (ONNX dims ``N x C' x D1..Dn``, lying as ``N x C'/B x D1..Dn x B``:
     :func:`nchwc_block`) of ``dtype``: ``call(inputs, room)`` returns the one result as the
@@ -647,13 +648,19 @@ def blocked_pool(pool, dtype, block, global_pool=False, output_dims=None):
         ``output_dims(dims)``, the output's ONNX dims for an input of ONNX dims ``dims``.
         The pool then writes into onnxruntime's output, seen as the pooled images (a strided
         view), and the kernel copies nothing.
+    reads : callable, optional
+        With ``global_pool``, a MaxPool folded into it
+        (:func:`~maxaccel.host.offload.steps.pool_reads`): ``reads(pixels, dims)``, the part
+        of the input it reduces.
     """
     if global_pool:
         def pixels_of(inputs):
             (view, _, shape), = inputs
             n, channels, *spatial = shape
-            return (np.ndarray((n, channels // block, *spatial, block), dtype, view),
-                    tuple(range(2, len(shape))), shape[:2])
+            pixels = np.ndarray((n, channels // block, *spatial, block), dtype, view)
+            if reads is not None:
+                pixels = reads(pixels, shape)
+            return pixels, tuple(range(2, len(shape))), shape[:2]
         pixels_kept = kept(pixels_of)
 
         def call(inputs, room):

@@ -70,7 +70,7 @@ from maxaccel.host.device import DEFAULT_FRAME_BYTES, max_pool_link_elements, pl
 from maxaccel.host.max_passes import expands_on_host, operands_per_pass
 from maxaccel.host.plan import OutputTiles, plan_max_pass
 from maxaccel.host.offload.specs import read_model
-from maxaccel.host.offload.steps import indices_wanted, prepare
+from maxaccel.host.offload.steps import indices_wanted, pool_reads, prepare
 from maxaccel.host.partition import DeviceStep, node_name, partition
 from maxaccel.host.reduction import plan_reduction
 from maxaccel.host.transport import XdmaTransport
@@ -259,7 +259,10 @@ class _Step:
         op_type = step.node.op_type
         call = prepare(planner, op_type, step.attributes,
                            indices_wanted(op_type, step.outputs))
-        return call(*self.inputs)
+        inputs = self.inputs
+        if step.pool is not None:   # as the session runs a folded MaxPool
+            inputs = [pool_reads(step.pool_attributes)(inputs[0])] + inputs[1:]
+        return call(*inputs)
 
 
 def _stand_in(name, types, initializers):

@@ -12,7 +12,10 @@
    is a GlobalMaxPool, or a ReduceMax or ReduceMin over known axes, is *folded* into that
    device step: the reduction runs on the untransposed tensor (the axes mapped through the
    permutation), so a channels-last tensor reaches the device's channels-last pooling unit
-   without being transposed on the host.
+   without being transposed on the host. A MaxPool whose only reader is a GlobalMaxPool, or a
+   ReduceMax over every spatial axis, is folded into it the same way: the max of the windows'
+   maxima is the max of what the windows read, so the reduction runs on that part of the
+   pool's input, one device call in place of two.
 4. CPU nodes are grouped into as few partitions as the data dependencies allow: a CPU node goes
    into the earliest partition after every device step it depends on. The run order is
    partition 0, the device steps that depend on nothing later, partition 1, ...; the number of
@@ -164,7 +167,9 @@ class DeviceStep:
 
     ``node`` is the max-family node; ``transpose`` a folded Transpose node before it (then
     ``perm`` is its permutation and ``axes`` the reduced axes of the *transposed* tensor,
-    non-negative) or None; ``inputs``/``outputs`` the values read and written.
+    non-negative) or None; ``pool`` a folded MaxPool before it (the reduction then reads the
+    part of the pool's input its windows read: ``pool_attributes``) or None;
+    ``inputs``/``outputs`` the values read and written.
     """
 
     node: onnx.NodeProto
@@ -176,11 +181,20 @@ class DeviceStep:
     transpose_name: str = None
     perm: tuple = None
     axes: tuple = None
+    pool: onnx.NodeProto = None
+    pool_name: str = None
 
     @property
     def nodes(self):
         named = [(self.transpose_name, self.transpose)] if self.transpose is not None else []
+        if self.pool is not None:
+            named.append((self.pool_name, self.pool))
         return named + [(self.name, self.node)]
+
+    @property
+    def pool_attributes(self):
+        """The folded MaxPool's attributes (``pool``)."""
+        return _attributes(self.pool)
 
     @property
     def source_axes(self):
@@ -306,6 +320,42 @@ def _fold(node, attributes, producer, consumers, graph_outputs, initializers, ov
     return perm, axes
 
 
+def _folds_pool(node, attributes, producer, consumers, graph_outputs, initializers,
+                overridable, types):
+    """Whether ``producer`` is a MaxPool that can be folded into ``node``: a GlobalMaxPool, or
+    a ReduceMax over every spatial axis (known when planning), that is the only reader of the
+    pool's results."""
+    if producer is None or producer.op_type != "MaxPool" \
+            or producer.domain not in ("", "ai.onnx"):
+        return False
+    pooled = producer.output[0]
+    indices = producer.output[1] if len(producer.output) > 1 else ""
+    if pooled in graph_outputs or consumers.get(pooled, 0) != 1:
+        return False
+    if indices and (indices in graph_outputs or consumers.get(indices, 0)):
+        return False
+    if node.op_type == "GlobalMaxPool":
+        return True
+    if node.op_type != "ReduceMax":
+        return False
+    if "axes" in attributes:
+        axes = list(attributes["axes"])
+    elif len(node.input) > 1 and node.input[1]:
+        axes = _constant_axes(node.input[1], initializers, overridable)
+        if axes is None:
+            return False    # the axes are known only when it runs
+    else:
+        axes = []
+    if not axes:    # every axis, or none at all
+        return not attributes.get("noop_with_empty_axes", 0)
+    value_type = types.get(producer.input[0])
+    if value_type is None or not value_type.tensor_type.HasField("shape"):
+        return False
+    rank = len(value_type.tensor_type.shape.dim)
+    named = {a + rank if a < 0 else a for a in axes}
+    return all(0 <= a < rank for a in named) and set(range(2, rank)) <= named
+
+
 def partition(model, name_of):
     """Plan ``model`` (see the module docstring); ``name_of(index, node)`` names each node.
 
@@ -339,16 +389,23 @@ def partition(model, name_of):
         for name in node_inputs(node):
             consumers[name] = consumers.get(name, 0) + 1
 
-    # Kinds, with Transposes folded into the device step that consumes them.
+    # Kinds, with Transposes and MaxPools folded into the device step that consumes them.
+    types = _inferred_types(model)
     kinds, fold_of = {}, {}
     for node in nodes:
         if _is_family(node):
             kinds[id(node)] = "device"
             producer = producer_of.get(node.input[0]) if node.input else None
-            fold = _fold(node, _attributes(node), producer, consumers, graph_outputs,
+            attributes = _attributes(node)
+            fold = _fold(node, attributes, producer, consumers, graph_outputs,
                          initializers, overridable)
             if fold is not None and kinds.get(id(producer)) == "cpu":
-                fold_of[id(node)] = (producer, *fold)
+                fold_of[id(node)] = (producer, fold)
+                kinds[id(producer)] = "folded"
+            elif kinds.get(id(producer)) == "device" and _folds_pool(
+                    node, attributes, producer, consumers, graph_outputs, initializers,
+                    overridable, types):
+                fold_of[id(node)] = (producer, None)
                 kinds[id(producer)] = "folded"
         elif _contains_family([node], functions):
             kinds[id(node)] = "subgraph"
@@ -377,7 +434,6 @@ def partition(model, name_of):
         if id(node) in fold_of:
             level_of[id(fold_of[id(node)][0])] = level
 
-    types = _inferred_types(model)
     read_later = _reads_after(nodes, kinds, level_of, graph_outputs)
     steps, partitions = [], 0
     for level in range(max(level_of.values(), default=0) + 1):
@@ -414,7 +470,7 @@ def _reads_after(nodes, kinds, level_of, graph_outputs):
         for name in node_inputs(node):
             if partition_of.get(name, key) != key:
                 outside.add(name)
-    for node in nodes:  # a folded Transpose reads for its device step
+    for node in nodes:  # a folded Transpose or MaxPool reads for its device step
         if kinds[id(node)] == "folded":
             outside.update(node_inputs(node))
     return outside
@@ -424,9 +480,13 @@ def _device_step(node, names, fold):
     step = DeviceStep(node, names[id(node)], list(node.input), list(node.output),
                       _attributes(node))
     if fold is not None:
-        transpose, step.perm, step.axes = fold
-        step.transpose, step.transpose_name = transpose, names[id(transpose)]
-        step.inputs = [transpose.input[0]] + step.inputs[1:]
+        producer, transposed = fold
+        if transposed is None:
+            step.pool, step.pool_name = producer, names[id(producer)]
+        else:
+            step.transpose, step.transpose_name = producer, names[id(producer)]
+            step.perm, step.axes = transposed
+        step.inputs = [producer.input[0]] + step.inputs[1:]
     return step
 
 

@@ -12,8 +12,8 @@ from onnx import TensorProto
 from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.offload.runtime import NUMPY_NATIVE, direct_run, nchwc_level
 from maxaccel.host.offload.specs import StepTiming
-from maxaccel.host.offload.steps import (DEVICE_STEP, ONNXRUNTIME, max_pool_arguments, prepare,
-                                         takes_out)
+from maxaccel.host.offload.steps import (DEVICE_STEP, ONNXRUNTIME, max_pool_arguments,
+                                         pool_reads, prepare, takes_out)
 from maxaccel.host.partition import CpuPartition, DeviceStep, SubgraphStep
 
 __all__ = ["OneSession", "refusal"]
@@ -267,7 +267,9 @@ class OneSession:
         from maxaccel.host import device_ops
         device, where = self._calls.route(dtype)
         if step.node.op_type == "GlobalMaxPool":
-            return device_ops.blocked_pool(device.reduce_max, dtype, block, True), where
+            reads = None if step.pool is None else pool_reads(step.pool_attributes)
+            return device_ops.blocked_pool(device.reduce_max, dtype, block, True,
+                                           reads=reads), where
         pool = prepare(device, "MaxPool", step.attributes)
         output_dims = None
         if takes_out(device.max_pool):

@@ -10,10 +10,11 @@ import numpy as np
 from onnx import helper
 
 from maxaccel.contract.dtypes import dtype_of
+from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.partition import FAMILY, CpuPartition, DeviceStep
 
 __all__ = ["DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "DEVICE_CALLS",
-           "DeviceCalls", "prepare", "max_pool_arguments", "takes_out", "indices_wanted",
+           "DeviceCalls", "prepare", "max_pool_arguments", "takes_out", "indices_wanted", "pool_reads",
            "schedule", "PARTITION", "DEVICE_STEP", "SUBGRAPH"]
 
 DEVICE = "device"
@@ -137,6 +138,44 @@ def _transposed_reduction(step, device, where):
     return call
 
 
+def pool_reads(attributes):
+    """``reads(x, dims=None)``: the part of ``x`` a MaxPool of ``attributes`` reads, each
+    spatial axis cut to the coordinates some window reads
+    (:meth:`~maxaccel.contract.pooling.PoolGeometry.covered`; ``x`` itself where the windows
+    read all of it). ``dims`` are ``x``'s ONNX dims where only its spatial axes (2, 3, ...)
+    are theirs (an NCHWc tensor). What is cut is worked out once per ``dims``; an attribute
+    the pool refuses raises as ``max_pool`` would."""
+    arguments = max_pool_arguments(attributes)
+    known = {}
+
+    def reads(x, dims=None):
+        dims = tuple(x.shape) if dims is None else tuple(dims)
+        cuts = known.get(dims)
+        if cuts is None:
+            geometry = resolve_max_pool(dims, **arguments)
+            cuts = known[dims] = [(2 + i, part) for i, part in enumerate(geometry.covered())
+                                  if not (isinstance(part, slice)
+                                          and part == slice(0, geometry.axes[i].size))]
+        for axis, part in cuts:
+            if isinstance(part, slice):
+                x = x[(slice(None),) * axis + (part,)]
+            else:
+                x = np.take(x, part, axis)
+        return x
+    return reads
+
+
+def _pooled_reduction(step, device, where):
+    """The call of a MaxPool folded into the reduction after it (``step.pool``): the
+    reduction of the part of the pool's input its windows read, one device call."""
+    operation = prepare(device, step.node.op_type, step.attributes)
+    reads = pool_reads(step.pool_attributes)
+
+    def call(x, *rest):
+        return (operation(reads(x), *rest),), where
+    return call
+
+
 class DeviceCalls:
     """The device steps' calls on :attr:`device` (None until a run opens one), each worked out
     once per step, element type and device: the steps' run path is cold after every device
@@ -178,6 +217,8 @@ class DeviceCalls:
         node = step.node
         if step.transpose is not None:
             call = _transposed_reduction(step, device, where)
+        elif step.pool is not None:
+            call = _pooled_reduction(step, device, where)
         elif indices_wanted(node.op_type, step.outputs):
             operation = prepare(device, node.op_type, step.attributes, True)
 
