@@ -200,6 +200,30 @@ def test_a_device_that_takes_out_writes_the_pool_into_onnxruntimes_output(channe
     assert isinstance(out.base, memoryview) and out.flags.writeable
 
 
+def test_a_pool_in_onnx_layout_writes_into_onnxruntimes_output_too():
+    """Below NCHWc (``ORT_ENABLE_EXTENDED``) a device whose MaxPool takes ``out`` gets
+    onnxruntime's output itself, in ONNX layout: the pool's bits are the partitions', and the
+    array is the last run's exactly when the tensor lies where it lay."""
+    def options():
+        given = onnxruntime.SessionOptions()
+        given.graph_optimization_level = \
+            onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        return given
+    device = Writing()
+    one = OffloadSession(conv_pool_model(), options(), device=device)
+    plain = OffloadSession(conv_pool_model(), options(), device=reference, one_session=False)
+    for seed in range(4):
+        for got, want in zip(one.run(None, feeds(seed)), plain.run(None, feeds(seed))):
+            assert_same_bits(got, want)
+    assert device.seen[0] == PLAIN_CALLS[0] and len(device.outs) == 4
+    pairs = list(zip(device.outs, device.outs[1:]))
+    assert [a is b for a, b in pairs] == [
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0] for a, b in pairs]
+    out = device.outs[0]
+    assert out.shape == (1, 16, 6, 7) and out.flags.c_contiguous and out.flags.writeable
+    assert isinstance(out.base, memoryview)
+
+
 @pytest.mark.parametrize("level", ["ORT_ENABLE_EXTENDED", "ORT_ENABLE_LAYOUT"])
 def test_the_optimization_level_decides(level):
     """onnxruntime lays Convs out NCHWc from ``ORT_ENABLE_LAYOUT`` on; below, no pool is

@@ -244,8 +244,11 @@ class OneSession:
         dtype = device_ops.element_dtype(element)
         if block:
             return self._blocked_pool(step, dtype, block)
+        device, where = self._calls.route(dtype)
+        if step.node.op_type == "MaxPool" and step.transpose is None and not any(
+                step.node.output[1:]) and dtype.isbuiltin == 1 and takes_out(device.max_pool):
+            return self._pool_into_room(step, dtype, device), where
         step_call = self._calls.step_call(step, dtype)
-        where = self._calls.route(dtype)[1]
         arrays_of = device_ops.kept(device_ops.arrays_of)
 
         def call(inputs, room):
@@ -257,6 +260,31 @@ class OneSession:
                     for result, name in zip(step_call(*arrays)[0], step.outputs)
                     if names_every_output or name]
         return call, where
+
+    @staticmethod
+    def _pool_into_room(step, dtype, device):
+        """``call(inputs, room)`` of MaxPool ``step`` (no Indices) on a device whose
+        ``max_pool`` takes ``out``: the pool writes into onnxruntime's output, and the kernel
+        copies nothing. The input's array and the output's dims are worked out while the input
+        lies where it lay, the output's array while its room does."""
+        from maxaccel.host import device_ops
+        pool = prepare(device, "MaxPool", step.attributes)
+        arguments = max_pool_arguments(step.attributes)
+
+        def made(inputs):
+            x, = device_ops.arrays_of(inputs)
+            # [the room handed out, the output over it]: made again when the room moves.
+            return x, resolve_max_pool(x.shape, **arguments).output_shape, [None, None]
+        made_kept = device_ops.kept(made)
+
+        def call(inputs, room):
+            x, dims, out = made_kept(inputs)
+            view = room(0, dims)
+            if view is not out[0]:
+                out[:] = view, np.ndarray(dims, dtype, view)
+            pool(x, out=out[1])
+            return (None,)
+        return call
 
     def _blocked_pool(self, step, dtype, block):
         """``(call, where)`` of pool ``step`` on onnxruntime's NCHWc tensors of ``block``
