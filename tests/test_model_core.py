@@ -61,7 +61,8 @@ def spp_model(channels=8, size=13):
 def tiny_model():
     """A pool of 3x3 stride 2 (overlapping: the windowed unit), one of 2x2 stride 2 (the same
     bytes either way), a GlobalMaxPool (REDUCE) and a Max broadcasting a column (the broadcast
-    unit)."""
+    unit). The first pool's result is an output too, so the GlobalMaxPool reading it does not
+    fold it in."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])
     nodes = [helper.make_node("MaxPool", ["x"], ["p"], name="pool3", kernel_shape=[3, 3],
                               strides=[2, 2], pads=[1, 1, 1, 1]),
@@ -69,8 +70,8 @@ def tiny_model():
                               strides=[2, 2]),
              helper.make_node("GlobalMaxPool", ["p"], ["g"], name="gmax"),
              helper.make_node("Max", ["q", "g"], ["y"], name="bmax")]
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    return helper.make_model(helper.make_graph(nodes, "tiny", [x], [y]), ir_version=10,
+    y, p = (helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in "yp")
+    return helper.make_model(helper.make_graph(nodes, "tiny", [x], [y, p]), ir_version=10,
                              opset_imports=[helper.make_opsetid("", 13)])
 
 
