@@ -14,8 +14,8 @@ from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.partition import FAMILY, CpuPartition, DeviceStep
 
 __all__ = ["DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "DEVICE_CALLS",
-           "DeviceCalls", "prepare", "max_pool_arguments", "takes_out", "indices_wanted", "pool_reads",
-           "schedule", "PARTITION", "DEVICE_STEP", "SUBGRAPH"]
+           "DeviceCalls", "prepare", "max_pool_arguments", "takes_out", "indices_wanted",
+           "pool_reads", "schedule", "PARTITION", "DEVICE_STEP", "SUBGRAPH"]
 
 DEVICE = "device"
 GOLDEN = "golden"
