@@ -12,8 +12,8 @@ from onnx import TensorProto
 from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.offload.runtime import NUMPY_NATIVE, direct_run, nchwc_level
 from maxaccel.host.offload.specs import StepTiming
-from maxaccel.host.offload.steps import (DEVICE_STEP, ONNXRUNTIME, max_pool_arguments,
-                                         pool_reads, prepare, takes_out)
+from maxaccel.host.offload.steps import (DEVICE_STEP, ONNXRUNTIME, indices_wanted,
+                                         max_pool_arguments, pool_reads, prepare, takes_out)
 from maxaccel.host.partition import CpuPartition, DeviceStep, SubgraphStep
 
 __all__ = ["OneSession", "refusal"]
@@ -245,8 +245,8 @@ class OneSession:
         if block:
             return self._blocked_pool(step, dtype, block)
         device, where = self._calls.route(dtype)
-        if step.node.op_type == "MaxPool" and step.transpose is None and not any(
-                step.node.output[1:]) and dtype.isbuiltin == 1 and takes_out(device.max_pool):
+        if step.node.op_type == "MaxPool" and not indices_wanted("MaxPool", step.outputs) \
+                and dtype.isbuiltin == 1 and takes_out(device.max_pool):
             return self._pool_into_room(step, dtype, device), where
         step_call = self._calls.step_call(step, dtype)
         arrays_of = device_ops.kept(device_ops.arrays_of)
