@@ -437,7 +437,7 @@ def conv_model(size=192, channels=8, classes=10, seed=0):
 class ModelMeasurement:
     """One model run by :class:`~maxaccel.host.offload.OffloadSession` on a device and by
     onnxruntime alone, side by side, with onnxruntime on one thread and with its default
-    threading (seconds, each the median over the repeats).
+    threading (seconds, each the median of the rounds' blocks' medians: :func:`_time_pair`).
 
     ``session_s`` is the whole ``OffloadSession.run``; ``device_s`` the time inside the device's
     operator calls during it; ``outside_s`` the session's own cost, its run time minus its
@@ -553,35 +553,46 @@ def _spread(seconds):
     return high - low
 
 
-def _time_pair(timed, session, runtime, feeds, repeats, warmup):
-    """Median ``(session, device, outside, onnxruntime)`` seconds of ``repeats`` runs of
-    ``session`` (on the timed device) back to back, then as many of ``runtime``, each after
+def _time_pair(timed, session, runtime, feeds, repeats, warmup, rounds=1):
+    """Median ``(session, device, outside, onnxruntime)`` seconds over ``rounds`` rounds, in
+    each a block of ``repeats`` runs of ``session`` (on the timed device) back to back and a
+    block of as many of ``runtime``, the first of the two taking turns, each block after
     ``warmup`` runs once the other's threads are still (:func:`_quiet`): each as a model run
-    over and over on its own. Run by run, each would run beside the other's spinning pool.
-    A fifth figure is the spread of the session's runs (:func:`_spread`)."""
-    medians = []
-    for model in (session, runtime):
-        _quiet()
-        for _ in range(warmup):
-            model.run(None, feeds)
-        totals, inside = [], []
-        for _ in range(repeats):
-            total, device = timed.time_run(model, feeds)
-            totals.append(total)
-            inside.append(device)
-        medians.append((statistics.median(totals), statistics.median(inside),
-                        statistics.median(t - d for t, d in zip(totals, inside)),
-                        _spread(totals)))
-    (total, device, outside, spread), (alone, *_) = medians
-    return total, device, outside, alone, spread
+    over and over on its own. Run by run, each would run beside the other's spinning pool;
+    in one block each, where the scheduler happened to put the calling thread would decide
+    the ratio. A figure is the median of its blocks' medians; a fifth is the spread of all
+    the session's runs (:func:`_spread`)."""
+    blocks = {session: [], runtime: []}
+    totals_of_session = []
+    for round_ in range(rounds):
+        for model in (session, runtime) if round_ % 2 == 0 else (runtime, session):
+            _quiet()
+            for _ in range(warmup):
+                model.run(None, feeds)
+            totals, inside = [], []
+            for _ in range(repeats):
+                total, device = timed.time_run(model, feeds)
+                totals.append(total)
+                inside.append(device)
+            blocks[model].append((statistics.median(totals), statistics.median(inside),
+                                  statistics.median(t - d for t, d in zip(totals, inside))))
+            if model is session:
+                totals_of_session += totals
+
+    def median(model, figure):
+        return statistics.median(block[figure] for block in blocks[model])
+    return (median(session, 0), median(session, 1), median(session, 2), median(runtime, 0),
+            _spread(totals_of_session))
 
 
-def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, configure=None):
+def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, rounds=5,
+                  configure=None):
     """Time ``model`` on ``feeds`` with an :class:`~maxaccel.host.offload.OffloadSession` on
-    ``device`` and with onnxruntime alone, each run back to back (:func:`_time_pair`), first
-    both on one thread, then both with default ``SessionOptions``, after ``warmup`` runs of
-    each (onnxruntime's allocator settles in its first few runs); returns a
-    :class:`ModelMeasurement` (medians over ``repeats``). ``configure``, if given, is called
+    ``device`` and with onnxruntime alone, each run back to back in ``rounds`` rounds of
+    blocks (:func:`_time_pair`), first both on one thread, then both with default
+    ``SessionOptions``, after ``warmup`` runs of each (onnxruntime's allocator settles in its
+    first few runs); returns a :class:`ModelMeasurement` (medians over the rounds of the
+    medians over ``repeats``). ``configure``, if given, is called
     on each ``SessionOptions`` before the session gets it (onnxruntime alone keeps them as they
     are), to measure another setting.
 
@@ -605,7 +616,8 @@ def measure_model(device, name, model, feeds, *, repeats=7, warmup=2, configure=
         for value, expected in zip(got, want):
             np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-6,
                                        err_msg=f"{name}: OffloadSession differs from onnxruntime")
-        figures.append(_time_pair(timed, session, runtime, feeds, repeats, max(warmup - 1, 0)))
+        figures.append(_time_pair(timed, session, runtime, feeds, repeats,
+                                  max(warmup - 1, 0), rounds))
         placements = session.placements
         partitions = sum(1 for step in session.last_steps if step.where == "onnxruntime")
         del session, runtime

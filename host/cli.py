@@ -316,6 +316,11 @@ def _check_bench_arguments(args, urls):
             raise _Failure("--paced goes with --model (it paces the device calls of whole "
                            "models)")
         _needs_xdma_model(urls, "--paced", "models each call's time on a NiteFury")
+    if args.rounds is not None:
+        if args.rounds < 1:
+            raise _Failure(f"--rounds {args.rounds}: at least one round")
+        if not args.model:
+            raise _Failure("--rounds goes with --model (the rounds of each model's runs)")
     if args.core_link_json and not args.core_link:
         raise _Failure("--core-link-json goes with --core-link (or --board)")
     _check_output(args.model_pools_json, "--model-pools-json")
@@ -453,8 +458,9 @@ def _measure_on(url, args, loaded, out, found):
         if args.paced is not None and loaded:
             from maxaccel.bench import xdma as bench_xdma
             device = bench_xdma.PacedDevice(device, args.paced)
+        rounds = {} if args.rounds is None else {"rounds": args.rounds}
         for model in loaded:
-            found["models"].append(bench.measure_model(device, *model))
+            found["models"].append(bench.measure_model(device, *model, **rounds))
             measured = found["models"][-1]
             print(f"  {measured.model}: {measured.ratio:.2f}x onnxruntime outside "
                   f"the device calls on one thread, {measured.default_ratio:.2f}x "
@@ -794,6 +800,10 @@ def _parser(prog="maxaccel"):
                             "two 3x3 Convs, a ReduceMax and a Gemm, and 'audio', 'segnet', "
                             "'kws', 'resnet18', 'control' those of maxaccel.bench.models "
                             "(with --model, operations are timed only if --elements is given)")
+    bench.add_argument("--rounds", type=int, metavar="N",
+                       help="with --model: N rounds, each a block of the session's runs and "
+                            "a block of onnxruntime's, the two taking turns to go first; each "
+                            "figure is the median of its blocks' medians (default 5)")
     bench.add_argument("--ratios", type=int, nargs="?", const=1 << 18, metavar="N",
                        help="also print each operation's device cycles over those of a "
                             "ReduceMax of the same input bytes, for float32, float16, int8 "

@@ -21,7 +21,7 @@ register_scheme("fake", lambda url: FakeBoard())
 def test_bench_times_whole_models_outside_the_device_calls(tmp_path):
     figures = tmp_path / "bench.json"
     out = io.StringIO()
-    status = cli.main(["bench", "--device", "fake://", "--no-cpu",
+    status = cli.main(["bench", "--device", "fake://", "--no-cpu", "--rounds", "1",
                        "--model", "conv", "--model", str(SQUEEZENET), "--json", str(figures)],
                       out=out)
     assert status == 0
@@ -100,24 +100,42 @@ def test_a_pool_that_never_stops_spinning_is_waited_for_a_bounded_time():
     assert quiet(_Spinners(windows=10**9), limit_s=0.5) == pytest.approx(0.5)
 
 
-def test_the_session_and_onnxruntime_are_timed_each_back_to_back(monkeypatch):
-    """Blocks of runs, each after the other's threads are still, the device's time counted
-    for the session only."""
+def test_the_session_and_onnxruntime_are_timed_in_rounds_of_blocks_taking_turns(monkeypatch):
+    """Rounds of blocks of runs, each block after the other's threads are still, the two
+    taking turns to go first; each figure the median of its blocks' medians, the device's time
+    counted for the session only, the spread that of all the session's runs."""
     events = []
     monkeypatch.setattr(bench, "_quiet", lambda: events.append("quiet"))
 
-    timed = bench._TimedDevice(object())     # its seconds: what Model.run adds below
-
     class Model:
-        def __init__(self, name, device_s):
-            self.name, self.device_s = name, device_s
+        """A model whose runs take the seconds given, ``device_s`` of them in device calls."""
+
+        def __init__(self, name, device_s, seconds):
+            self.name, self.device_s, self.seconds = name, device_s, iter(seconds)
 
         def run(self, outputs, feeds):
             events.append(self.name)
-            timed.seconds += self.device_s
+            self.last = next(self.seconds), self.device_s
 
+    class Timed:
+        """What ``_time_pair`` reads of a timed device: a run's ``(seconds, device seconds)``."""
+
+        def time_run(self, model, feeds):
+            model.run(None, feeds)
+            return model.last
+
+    # blocks of 3 timed runs, a warm-up run (9 s) before each
+    session = Model("session", 0.001, [9, .01, .01, .03, 9, .04, .04, .04, 9, .02, .02, .02])
+    runtime = Model("onnxruntime", 0.0, [9, .005, .005, .005, 9, .002, .002, .002,
+                                         9, .003, .001, .003])
     total, device, outside, alone, spread = bench._time_pair(
-        timed, Model("session", 0.25), Model("onnxruntime", 0.0), {}, repeats=3, warmup=1)
-    assert events == ["quiet"] + ["session"] * 4 + ["quiet"] + ["onnxruntime"] * 4
-    assert device == 0.25 and outside == pytest.approx(total - 0.25, abs=1e-9) and alone >= 0
-    assert spread >= 0
+        Timed(), session, runtime, {}, repeats=3, warmup=1, rounds=3)
+    assert events == (["quiet"] + ["session"] * 4 + ["quiet"] + ["onnxruntime"] * 4
+                      + ["quiet"] + ["onnxruntime"] * 4 + ["quiet"] + ["session"] * 4
+                      + ["quiet"] + ["session"] * 4 + ["quiet"] + ["onnxruntime"] * 4)
+    assert total == 0.02            # of the blocks' medians 0.01, 0.04, 0.02: not the mean
+    assert device == 0.001 and outside == pytest.approx(0.019)
+    assert alone == 0.003           # the warm-up runs (9 s) are in no figure
+    assert spread == pytest.approx(0.02)     # all nine runs: quartiles 0.02 and 0.04
+
+

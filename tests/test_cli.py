@@ -158,7 +158,7 @@ def test_bench_paces_whole_models_on_the_xdma_double(tmp_path, capsys):
     wait the driver has not."""
     figures = tmp_path / "bench.json"
     status, text = run("bench", "--device", "xdma-model:verilator", "--paced", "polling",
-                       "--model", "conv", "--no-cpu", "--json", str(figures))
+                       "--rounds", "1", "--model", "conv", "--no-cpu", "--json", str(figures))
     assert status == 0, text
     assert "| xdma-model:verilator, paced (polling) | 6 (1) |" in text
     (conv,) = json.loads(figures.read_text())["models"]
@@ -169,7 +169,10 @@ def test_bench_paces_whole_models_on_the_xdma_double(tmp_path, capsys):
              "call's time on a NiteFury), not sim"),
             (["--device", "xdma-model:sim", "--paced"], "--paced goes with --model"),
             (["--device", "xdma-model:sim", "--paced", "spin", "--model", "conv"],
-             "--paced spin: the wait is one of interrupts, polling")]:
+             "--paced spin: the wait is one of interrupts, polling"),
+            (["--device", "xdma-model:sim", "--rounds", "0", "--model", "conv"],
+             "--rounds 0: at least one round"),
+            (["--device", "xdma-model:sim", "--rounds", "3"], "--rounds goes with --model")]:
         status, text = run("bench", *argv)
         err = capsys.readouterr().err
         assert status == 2 and text == "" and message in err, err
