@@ -553,7 +553,7 @@ def _spread(seconds):
     return high - low
 
 
-def _time_pair(timed, session, runtime, feeds, repeats, warmup, rounds=1):
+def _time_pair(timed, session, runtime, feeds, repeats, warmup, rounds):
     """Median ``(session, device, outside, onnxruntime)`` seconds over ``rounds`` rounds, in
     each a block of ``repeats`` runs of ``session`` (on the timed device) back to back and a
     block of as many of ``runtime``, the first of the two taking turns, each block after
