@@ -621,3 +621,26 @@ def test_sent_padding_through_the_compiled_gateware(compiled_device, dtype):
         assert_same_bits(y, want[0], str(sends))
         np.testing.assert_array_equal(indices, want[1], err_msg=str(sends))
         assert_same_bits(max_pool_by_window(x, fmt, plan, request, False), want[0], str(sends))
+
+
+def test_a_device_plans_a_pool_once_for_every_call_of_its_shape(monkeypatch):
+    """Choosing a tiling is made once per pool, format, core and frame size
+    (``plan_max_pool``), not on every call: a model pools the same shapes every run. Each
+    call still pools its own input, bit for bit."""
+    from maxaccel.host import device as device_module
+    device_module.plan_max_pool.cache_clear()
+    plans = []
+    planner = device_module.plan_window_pool
+    monkeypatch.setattr(device_module, "plan_window_pool",
+                        lambda *args, **kwargs: plans.append(args) or planner(*args, **kwargs))
+    rng = np.random.default_rng(7)
+    with Device(FakeBoard()) as dev:
+        for shape in [(1, 3, 11, 9)] * 3 + [(1, 3, 11, 10)] * 2:
+            x = rng.standard_normal(shape).astype(np.float32)
+            x[0, 1, 2, 3] = np.nan
+            got = dev.max_pool(x, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+            assert dev.last_max_pool_route == Command.MAX_POOL
+            assert_same_bits(got, reference.max_pool(x, kernel_shape=[3, 3], strides=[2, 2],
+                                                     pads=[1, 1, 1, 1]))
+    assert [args[0].input_shape for args in plans] == [(1, 3, 11, 9), (1, 3, 11, 10)]
+    device_module.plan_max_pool.cache_clear()
