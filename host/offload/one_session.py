@@ -9,11 +9,10 @@ import weakref
 import numpy as np
 from onnx import TensorProto
 
-from maxaccel.contract.pooling import resolve_max_pool
 from maxaccel.host.offload.runtime import NUMPY_NATIVE, direct_run, nchwc_level
 from maxaccel.host.offload.specs import StepTiming
 from maxaccel.host.offload.steps import (DEVICE_STEP, ONNXRUNTIME, indices_wanted,
-                                         max_pool_arguments, pool_reads, prepare, takes_out)
+                                         pool_geometry, pool_reads, prepare, takes_out)
 from maxaccel.host.partition import CpuPartition, DeviceStep, SubgraphStep
 
 __all__ = ["OneSession", "refusal"]
@@ -269,12 +268,12 @@ class OneSession:
         lies where it lay, the output's array while its room does."""
         from maxaccel.host import device_ops
         pool = prepare(device, "MaxPool", step.attributes)
-        arguments = max_pool_arguments(step.attributes)
+        geometry = pool_geometry(step.attributes)
 
         def made(inputs):
             x, = device_ops.arrays_of(inputs)
             # [the room handed out, the output over it]: made again when the room moves.
-            return x, resolve_max_pool(x.shape, **arguments).output_shape, [None, None]
+            return x, geometry(x.shape).output_shape, [None, None]
         made_kept = device_ops.kept(made)
 
         def call(inputs, room):
@@ -301,8 +300,8 @@ class OneSession:
         pool = prepare(device, "MaxPool", step.attributes)
         output_dims = None
         if takes_out(device.max_pool):
-            arguments = max_pool_arguments(step.attributes)
+            geometry = pool_geometry(step.attributes)
 
             def output_dims(dims):
-                return resolve_max_pool(dims, **arguments).output_shape
+                return geometry(dims).output_shape
         return device_ops.blocked_pool(pool, dtype, block, output_dims=output_dims), where

@@ -15,7 +15,7 @@ from maxaccel.host.partition import FAMILY, CpuPartition, DeviceStep
 
 __all__ = ["DEVICE", "GOLDEN", "ONNXRUNTIME", "ONNX_REFERENCE", "DEVICE_CALLS",
            "DeviceCalls", "prepare", "max_pool_arguments", "takes_out", "indices_wanted",
-           "pool_reads", "schedule", "PARTITION", "DEVICE_STEP", "SUBGRAPH"]
+           "pool_geometry", "pool_reads", "schedule", "PARTITION", "DEVICE_STEP", "SUBGRAPH"]
 
 DEVICE = "device"
 GOLDEN = "golden"
@@ -138,21 +138,32 @@ def _transposed_reduction(step, device, where):
     return call
 
 
+def pool_geometry(attributes):
+    """``geometry(dims)``: the :class:`~maxaccel.contract.pooling.PoolGeometry` of a MaxPool
+    of ``attributes`` on an input of ONNX dims ``dims``, worked out once per ``dims``; an
+    attribute the pool refuses raises as ``max_pool`` would."""
+    arguments = max_pool_arguments(attributes)
+
+    @functools.lru_cache(maxsize=None)
+    def geometry(dims):
+        return resolve_max_pool(dims, **arguments)
+    return lambda dims: geometry(tuple(dims))
+
+
 def pool_reads(attributes):
     """``reads(x, dims=None)``: the part of ``x`` a MaxPool of ``attributes`` reads, each
     spatial axis cut to the coordinates some window reads
     (:meth:`~maxaccel.contract.pooling.PoolGeometry.covered`; ``x`` itself where the windows
     read all of it). ``dims`` are ``x``'s ONNX dims where only its spatial axes (2, 3, ...)
-    are theirs (an NCHWc tensor). What is cut is worked out once per ``dims``; an attribute
-    the pool refuses raises as ``max_pool`` would."""
-    arguments = max_pool_arguments(attributes)
+    are theirs (an NCHWc tensor). What is cut is worked out once per ``dims``."""
+    geometry_of = pool_geometry(attributes)
     known = {}
 
     def reads(x, dims=None):
         dims = tuple(x.shape) if dims is None else tuple(dims)
         cuts = known.get(dims)
         if cuts is None:
-            geometry = resolve_max_pool(dims, **arguments)
+            geometry = geometry_of(dims)
             cuts = known[dims] = [(2 + i, part) for i, part in enumerate(geometry.covered())
                                   if not (isinstance(part, slice)
                                           and part == slice(0, geometry.axes[i].size))]
