@@ -11,21 +11,26 @@ bytes (one host-to-card transfer a request, a few-byte reply) runs through it, c
 bit against the golden model; its payload bytes over the modelled time are what a NiteFury
 user gets from requests of that size.
 
-:class:`PacedDevice` answers a call it has seen before with the board's results after the
-call's modelled time, waited as the driver waits: whole models timed on it are timed as on a
-NiteFury, not after the compiled board's simulation, which lasts a thousand times longer.
+:class:`PacedDevice` runs a call it has seen before as the device's own call again, with the
+board's part answered from what the first call kept, each transfer after its modelled time and
+waited for as the driver waits: whole models timed on it are timed as on a NiteFury, not after
+the compiled board's simulation, which lasts a thousand times longer.
 """
 
+import contextlib
+import ctypes
 from dataclasses import asdict, dataclass, fields
+import errno
 import functools
+import os
+import struct
+import threading
 import time
 
 import numpy as np
 
-from maxaccel.contract.checks import check_out
-from maxaccel.contract.dtypes import format_of
 from maxaccel.bench import _OperatorWrapper
-from maxaccel.host.reduction import store_bits
+from maxaccel.contract.frames import HEADER_SIZE, TRAILER_SIZE, crc32
 
 __all__ = ["TRANSFER_SIZES", "TransferMeasurement", "measure_transfers", "format_transfers",
            "default_total_bytes", "driver_model", "PacedDevice", "WAITS", "TRANSFERS_FILE",
@@ -177,11 +182,23 @@ def format_transfers(measurements, link_bytes_per_s):
 
 
 def _spin_until(deadline):
+    # The driver polls in the kernel, the interpreter's lock released: other threads of this
+    # process (the transport's other one, the caller) run meanwhile.
     while time.perf_counter() < deadline:
-        pass
+        os.sched_yield()
+
+
+_PR_SET_TIMERSLACK = 29
+_precise = threading.local()
 
 
 def _sleep_until(deadline):
+    if not getattr(_precise, "set", False):
+        # The transfer's interrupt wakes the driver's thread when it comes; a timed sleep is
+        # late by the thread's timer slack (50 us by default) unless that is cut to 1 ns.
+        _precise.set = True
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, 1, 0, 0, 0)
     left = deadline - time.perf_counter()
     if left > 0:
         time.sleep(left)
@@ -196,23 +213,24 @@ class PacedDevice(_OperatorWrapper):
     """A device opened on ``xdma-model:BOARD`` whose calls take the time they would take on a
     NiteFury: what whole models are timed on (``maxaccel bench --paced``).
 
-    The first call of an operation on given inputs (and keyword arguments) runs on the board,
-    through the XDMA driver's double; its results, a copy of its inputs and its DMA transfers'
-    modelled end times are kept. A later call on inputs of the same bits returns copies of
-    those results once the modelled time has passed since the call began: it waits for the
-    end of each host-to-card transfer in turn (the request's ``write``), then for the call's
-    last transfer (the reply's ``read``), each as the driver waits (``wait``). A call given
-    ``out`` (an array for the first result, or a tuple of one array or None per result, as
-    :class:`~maxaccel.host.device.Device`'s operations take it) gets those results written
-    into it, as the board's reply would be. Any other attribute is the device's. On the compiled
-    board a call lasts 0.01-1 s; after that long this machine's caches have lost what the next
-    CPU nodes need, as they would after any wait that long (``docs/offload.md``, "Paced as a
-    NiteFury"), while a NiteFury's calls on the same tensors take 0.07-0.4 ms.
+    The first call of an operation on given inputs (their bits and layout) and keyword
+    arguments runs on the board, through the XDMA driver's double; each of its requests' bytes,
+    its reply's bytes and its DMA transfers' modelled times are kept. A later call on inputs of
+    the same bits and layout is the device's own call again (its checks, its tiling, the
+    request's packing and framing, the transport's threads, the reply's parsing and unpacking
+    into new arrays or ``out``), with the driver's double answered from what was kept: each
+    transfer ends when its modelled time has passed since its request's ``write`` began, and
+    the driver's thread waits for it as the driver waits (``wait``). Only the board's own time
+    is replaced. Any other attribute is the device's. On the compiled board a call lasts
+    0.01-1 s; after that long this machine's caches have lost what the next CPU nodes need, as
+    they would after any wait that long (``docs/offload.md``, "Paced as a NiteFury"), while a
+    NiteFury's calls on the same tensors take 0.07-0.4 ms.
 
     Parameters
     ----------
     device : Device
-        Opened on ``xdma-model:BOARD`` (:func:`driver_model`).
+        Opened on ``xdma-model:BOARD`` (:func:`driver_model`); its transport's driver calls go
+        through this object from now on.
     wait : str
         A key of :data:`WAITS`: ``"interrupts"`` (the driver's default) or ``"polling"``.
 
@@ -227,68 +245,189 @@ class PacedDevice(_OperatorWrapper):
     ------
     ValueError
         ``device`` is no ``xdma-model:`` device, or ``wait`` is not a key of :data:`WAITS`.
+    RuntimeError
+        A call on kept inputs made requests other than the kept ones.
     """
 
     def __init__(self, device, wait="interrupts"):
         if wait not in WAITS:
             raise ValueError(f"wait must be one of {', '.join(WAITS)}, not {wait!r}")
-        self._model = driver_model(device)
+        model = driver_model(device)
         super().__init__(device)
+        transport = device.link.transport
+        if not isinstance(transport.files, _KeptTransfers):
+            transport.files = _KeptTransfers(model)
+        self._transfers = transport.files
         self._wait = WAITS[wait]
         self._kept = {}
+        self._lock = threading.Lock()
         self.recorded = self.replayed = 0
         self.url = f"{device.url}, paced ({wait})"
 
     def _wrap(self, name, method):
         @functools.wraps(method)    # its signature: whether it takes ``out``
-        def paced(*arrays, out=None, **keywords):
-            started = time.perf_counter()
-            if out is not None:
-                keywords["out"] = out
-            if not all(isinstance(a, np.ndarray) for a in arrays) or not _rooms_given(out):
+        def paced(*arrays, **keywords):
+            if not all(isinstance(a, np.ndarray) for a in arrays):
                 return method(*arrays, **keywords)     # the device's checks and errors
-            key = (name, tuple((a.shape, a.dtype.str) for a in arrays),
+            key = (name, tuple((a.shape, a.dtype.str, a.strides) for a in arrays),
                    repr(sorted((k, v) for k, v in keywords.items() if k != "out")))
-            for inputs, results, ends in self._kept.get(key, ()):
-                if all(_same_bits(a, b) for a, b in zip(arrays, inputs)):
-                    several = isinstance(results, tuple)
-                    values = results if several else (results,)
-                    rooms = out if type(out) is tuple else (out,)
-                    if len(rooms) != len(values) and type(out) is tuple:
-                        return method(*arrays, **keywords)  # the device's own error
-                    rooms += (None,) * (len(values) - len(rooms))
-                    for room, y in zip(rooms, values):  # as the device checks, before waits
-                        if room is not None:
-                            check_out(room, y.shape, format_of(y.dtype), f"{name}()")
-                    for end in ends:
-                        self._wait(started + end)
-                    self.replayed += 1
-                    answered = []
-                    for room, y in zip(rooms, values):
-                        if room is None:
-                            answered.append(y.copy())
-                        else:
-                            store_bits(room, y)
-                            answered.append(room)
-                    return tuple(answered) if several else answered[0]
-            clock, first = self._model.clock_s, len(self._model.transfers)
-            results = method(*arrays, **keywords)
-            transfers = self._model.transfers[first:]
-            writes = [t.end_s - clock for t in transfers if t.direction == "h2c"]
-            ends = sorted(writes) + [self._model.clock_s - clock]
-            self._kept.setdefault(key, []).append(
-                ([a.copy() for a in arrays], _copies(results), ends))
-            self.recorded += 1
-            return results
+            with self._lock:
+                for inputs, requests in self._kept.get(key, ()):
+                    if all(_same_bits(a, b) for a, b in zip(arrays, inputs)):
+                        with self._transfers.replaying(requests, self._wait):
+                            results = method(*arrays, **keywords)
+                        self.replayed += 1
+                        return results
+                with self._transfers.recording() as requests:
+                    results = method(*arrays, **keywords)
+                self._kept.setdefault(key, []).append(([a.copy() for a in arrays], requests))
+                self.recorded += 1
+                return results
         return paced
 
 
-def _rooms_given(out):
-    """Whether ``out`` is one a paced call answers: None, an array, or a tuple of arrays and
-    Nones (anything else is the device's to refuse)."""
-    if type(out) is tuple:
-        return all(isinstance(room, (np.ndarray, type(None))) for room in out)
-    return isinstance(out, (np.ndarray, type(None)))
+@dataclass
+class _Request:
+    """One request as a recorded call made it: its frame, its reply frame, and its transfers'
+    modelled ends from the moment it was written (``h2c`` ends; ``c2h`` (bytes, end) pairs)."""
+
+    frame: bytes
+    issued_s: float
+    first_transfer: int
+    reply: bytearray
+    h2c: list = None
+    c2h: list = None
+
+    def same_request(self, data):
+        """Whether ``data`` is this request again, its sequence number (and so its header's
+        check) aside: the same command and length, the same payload check."""
+        view = memoryview(data).cast("B")
+        kept = self.frame
+        return (len(view) == len(kept) and view[:3] == kept[:3] and view[4:8] == kept[4:8]
+                and view[-TRAILER_SIZE:] == kept[-TRAILER_SIZE:])
+
+
+class _KeptTransfers:
+    """The XDMA driver's double as a paced device's transport sees it: every file call is the
+    double's, except while a call records (its requests, replies and modelled transfer times
+    kept) or replays (its requests answered from those, each transfer waited for until its
+    modelled end from its request's ``write``, as the driver's thread waits)."""
+
+    def __init__(self, model):
+        self._model = model
+        self._cond = threading.Condition()
+        self._requests = None       # the call's requests, recorded or replayed
+        self._replaying = False
+        self._wait = None
+        self._next = 0              # replay: the next request to be written
+        # [request, its write's wall-clock start, reply bytes given, its sequence number]
+        self._current = None
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    @contextlib.contextmanager
+    def recording(self):
+        """Record the requests of the calls made inside: yields their list (filled in)."""
+        model, requests = self._model, []
+        with self._cond:
+            self._requests, self._replaying, self._current = requests, False, None
+        try:
+            yield requests
+        finally:
+            with self._cond:
+                self._requests = self._current = None
+            ends = [r.first_transfer for r in requests[1:]] + [len(model.transfers)]
+            for request, end in zip(requests, ends):
+                transfers = model.transfers[request.first_transfer:end]
+                request.h2c = [t.end_s - request.issued_s for t in transfers
+                               if t.direction == "h2c"]
+                request.c2h = [(t.nbytes, t.end_s - request.issued_s) for t in transfers
+                               if t.direction == "c2h"]
+
+    @contextlib.contextmanager
+    def replaying(self, requests, wait):
+        """Answer the calls made inside with ``requests`` (from :meth:`recording`), waiting
+        with ``wait`` (a :data:`WAITS` value)."""
+        with self._cond:
+            self._requests, self._replaying, self._wait = requests, True, wait
+            self._next, self._current = 0, None
+        try:
+            yield
+            if self._next != len(requests):
+                raise RuntimeError(f"a paced call on kept inputs made {self._next} of the "
+                                   f"{len(requests)} requests it made on the board")
+        finally:
+            with self._cond:
+                self._requests = self._current = None
+                self._replaying = False
+                self._cond.notify_all()
+
+    def write(self, fd, data):
+        with self._cond:
+            requests, replaying = self._requests, self._replaying
+            if replaying:
+                request = requests[self._next] if self._next < len(requests) else None
+                if request is None or not request.same_request(data):
+                    raise RuntimeError("a paced call on kept inputs made a request it did not "
+                                       "make on the board")
+                self._next += 1
+                seq = memoryview(data).cast("B")[3]
+                started = time.perf_counter()
+                self._current = [request, started, 0, seq]
+                self._cond.notify_all()
+            elif requests is not None:
+                self._current = [_Request(bytes(data), self._model.clock_s,
+                                          len(self._model.transfers), bytearray()), 0.0, 0, 0]
+                requests.append(self._current[0])
+        if not replaying:
+            return self._model.write(fd, data)
+        for end in request.h2c:
+            self._wait(started + end)
+        return len(data)
+
+    def readinto(self, fd, buffer):
+        with self._cond:
+            replaying = self._replaying
+            if replaying:
+                self._cond.wait_for(lambda: not self._replaying or self._unread())
+                if not self._replaying:
+                    raise OSError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT))
+                request, started, given, seq = self._current
+                count = min(len(buffer), len(request.reply) - given)
+                buffer[:count] = request.reply[given:given + count]
+                if not given and buffer[3] != seq:
+                    # The reply answers the request written now: its sequence number, and so
+                    # its header's check.
+                    buffer[3] = seq
+                    buffer[8:HEADER_SIZE] = struct.pack("<I", crc32(bytes(buffer[:8])))
+                self._current[2] = given + count
+                deadline = started + _arrival_s(request.c2h, given + count)
+        if replaying:
+            self._wait(deadline)
+            return count
+        count = self._model.readinto(fd, buffer)
+        with self._cond:
+            if self._requests is not None and self._current is not None:
+                self._current[0].reply += bytes(memoryview(buffer)[:count])
+        return count
+
+    def read(self, fd, size):
+        buffer = bytearray(size)
+        return bytes(buffer[:self.readinto(fd, buffer)])
+
+    def _unread(self):
+        return self._current is not None and self._current[2] < len(self._current[0].reply)
+
+
+def _arrival_s(c2h, through):
+    """When the reply's first ``through`` bytes have arrived, from ``c2h`` (bytes, end) pairs."""
+    arrived = 0
+    for nbytes, end in c2h:
+        arrived += nbytes
+        if arrived >= through:
+            return end
+    return c2h[-1][1] if c2h else 0.0
 
 
 def _same_bits(a, b):
@@ -296,7 +435,3 @@ def _same_bits(a, b):
         return a.tobytes() == b.tobytes()
     unsigned = f"u{a.itemsize}"     # NaN payloads and the sign of zero compared too
     return np.array_equal(a.view(unsigned), b.view(unsigned))
-
-
-def _copies(results):
-    return tuple(r.copy() for r in results) if isinstance(results, tuple) else results.copy()

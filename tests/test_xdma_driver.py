@@ -495,44 +495,86 @@ def test_ctrl_c_in_a_transfer_the_driver_holds_returns_at_once_and_the_next_requ
 
 def test_a_paced_device_answers_inputs_it_has_seen_in_their_modelled_time(device):
     """``maxaccel bench --paced``: the first call runs on the board; a call on the same bits
-    (a copy, a strided view) returns copies of the board's results, without the board, after
-    the call's modelled time on a NiteFury; inputs one bit apart (-0 for +0) run on the board
-    again; each wait of the driver's waits at least as long."""
+    and layout (a copy) is the device's own call again, its requests answered without the
+    board after their modelled time on a NiteFury, its results new arrays of the board's bits;
+    inputs in another layout, inputs one bit apart (-0 for +0) and other keywords run on the
+    board again; each wait of the driver's waits at least as long."""
     from maxaccel.bench.xdma import PacedDevice
     model = device.link.transport.model
     x = random_values(np.random.default_rng(8), np.float32, (1, 8, 12, 12))
     x[0, 0, :2, :2] = [[np.nan, 0.0], [-0.0, np.inf]]
     pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], return_indices=True)
     expected = reference.max_pool(x, **pool)
+    channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
     for wait in ("interrupts", "polling"):
         paced = PacedDevice(device, wait)
         assert paced.url == f"{device.url}, paced ({wait})"
-        clock = model.clock_s
+        clock, requests = model.clock_s, device.link.requests
         first = paced.max_pool(x, **pool)
         modelled = model.clock_s - clock
-        assert modelled > 0 and (paced.recorded, paced.replayed) == (1, 0)
-        transfers = len(model.transfers)
-        channels_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-        for same in (x.copy(), channels_last.transpose(0, 3, 1, 2)):
+        made = device.link.requests - requests
+        assert modelled > 0 and made >= 1 and (paced.recorded, paced.replayed) == (1, 0)
+        for same, recorded in ((x.copy(), 1), (channels_last, 2), (channels_last.copy(), 2)):
+            transfers, requests = len(model.transfers), device.link.requests
             started = time.perf_counter()
             again = paced.max_pool(same, **pool)
-            assert time.perf_counter() - started >= modelled
+            took = time.perf_counter() - started
             for got, want, before in zip(again, expected, first):
                 assert_same_bits(got, want)
                 assert got is not before
-            again[0][...] = 0           # a copy: the next answer is the board's still
-        assert (paced.recorded, paced.replayed) == (1, 2)
-        assert len(model.transfers) == transfers            # the board did not run
-        assert_same_bits(paced.max_pool(x, **pool)[0], expected[0])
+            assert device.link.requests - requests == made     # the device's own requests
+            assert paced.recorded == recorded
+            if len(model.transfers) == transfers:               # the board did not run
+                assert took >= modelled
+        assert (paced.recorded, paced.replayed) == (2, 2)
         signed = x.copy()
         signed[0, 0, 1, 0] = 0.0
+        transfers = len(model.transfers)
         assert_same_bits(paced.max_pool(signed, **pool)[0],
                          reference.max_pool(signed, **pool)[0])
-        assert paced.recorded == 2 and len(model.transfers) > transfers
+        assert paced.recorded == 3 and len(model.transfers) > transfers
         assert_same_bits(paced.max_pool(x, **{**pool, "return_indices": False}),
                          expected[0])
-        assert paced.recorded == 3                  # other keywords: the board's call
+        assert paced.recorded == 4                  # other keywords: the board's call
         assert paced.identity is device.identity    # the rest is the device's
+
+
+def test_a_paced_device_replays_calls_of_several_requests_and_streamed_replies(device):
+    """Calls the device cuts into several requests (small frames), replies that stream back
+    while their request goes in (a broadcast Max) and replies longer than the transport's
+    first read (a MaxPool's) are replayed bit for bit, each request in its own modelled time,
+    with nothing left over: every kept request made again and answered."""
+    from maxaccel.bench.xdma import PacedDevice
+    model = device.link.transport.model
+    rng = np.random.default_rng(10)
+    a = random_values(rng, np.float32, (64, 300))
+    b = random_values(rng, np.float32, (64, 1))
+    image = random_values(rng, np.float32, (1, 4, 40, 40), edge_fraction=0.5)
+    calls = [("reduce_max", (a,), dict(axes=[1]), reference.reduce_max(a, axes=[1])),
+             ("max", (a, b), {}, reference.max(a, b)),
+             ("max_pool", (image,), dict(kernel_shape=[2, 2], strides=[1, 1]),
+              reference.max_pool(image, kernel_shape=[2, 2], strides=[1, 1]))]
+    paced = PacedDevice(device, "polling")
+    saved = device.max_frame_bytes
+    device.max_frame_bytes = 4096
+    try:
+        for name, arrays, keywords, expected in calls:
+            clock, requests = model.clock_s, device.link.requests
+            assert_same_bits(getattr(paced, name)(*arrays, **keywords), expected)
+            modelled, made = model.clock_s - clock, device.link.requests - requests
+            assert made > 1, name
+            transfers, requests = len(model.transfers), device.link.requests
+            for _ in range(2):
+                started = time.perf_counter()
+                got = getattr(paced, name)(*(x.copy() for x in arrays), **keywords)
+                assert time.perf_counter() - started >= modelled, name
+                assert_same_bits(got, expected)
+            assert device.link.requests - requests == 2 * made, name
+            assert len(model.transfers) == transfers, name
+    finally:
+        device.max_frame_bytes = saved
+    assert (paced.recorded, paced.replayed) == (3, 6)
+    assert_same_bits(paced.reduce_max(a, axes=[0]), reference.reduce_max(a, axes=[0]))
 
 
 def test_a_paced_device_writes_what_it_answers_into_out(device):
