@@ -395,7 +395,7 @@ class _KeptTransfers:
                     raise OSError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT))
                 request, started, given, seq = self._current
                 count = min(len(buffer), len(request.reply) - given)
-                buffer[:count] = request.reply[given:given + count]
+                buffer[:count] = memoryview(request.reply)[given:given + count]
                 if not given and buffer[3] != seq:
                     # The reply answers the request written now: its sequence number, and so
                     # its header's check.
