@@ -66,22 +66,31 @@ class TransferProgress:
         self.stream = stream
         self.delay_s = delay_s
         self._bar = None
+        self._started = None        # (monotonic time, total) of the operation going on
 
     def __call__(self, done, total):
         if self._bar is not None and self._bar.total != total:
             self.close()
         if self._bar is None:
-            self._bar = bar(total, desc=self.desc, stream=self.stream, delay_s=self.delay_s)
+            # Most operations end within the delay: their bar is never built.
+            now = time.monotonic()
+            if self._started is None or self._started[1] != total:
+                self._started = (now, total)
+            if done >= total or now - self._started[0] < self.delay_s:
+                if done >= total:
+                    self._started = None
+                return
+            self._bar = bar(total, desc=self.desc, stream=self.stream, delay_s=0)
         self._bar.update(done - self._bar.n)
         if done >= total:
             self.close()
 
     def close(self):
         """Remove the bar (also of an operation that ended early, e.g. interrupted)."""
-        drawn, self._bar = self._bar, None
+        drawn, self._bar, self._started = self._bar, None, None
         if drawn is None:
             return
-        shown = not drawn.disable and time.time() - drawn.start_t >= drawn.delay
+        shown = not drawn.disable
         drawn.close()
         if shown:
             # tqdm clears only a bar it knows it drew; Ctrl-C inside its redraw leaves one it
