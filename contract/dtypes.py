@@ -174,11 +174,13 @@ def dtype_of(dtype):
 # ---- Elements on the wire: dense little-endian bytes.
 
 def encode_elements(values, fmt):
-    """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order."""
+    """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order: a
+    byte ``memoryview``, of ``values``' own memory where it is already so laid out (a request
+    copies its pieces once, into its frame)."""
     values = np.ascontiguousarray(values)
-    if fmt.nbytes == 1:
-        return values.view(np.uint8).tobytes()
-    return values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False).tobytes()
+    if fmt.nbytes > 1:
+        values = values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False)
+    return memoryview(values.reshape(-1).view(np.uint8))
 
 
 def decode_elements(payload, fmt, shape):

@@ -4,12 +4,14 @@
 
 import enum
 import struct
-import zlib
 from dataclasses import dataclass
+
+from isal.isal_zlib import crc32 as _crc32
 
 __all__ = ["MAGIC", "VERSION", "HEADER_SIZE", "TRAILER_SIZE", "FRAME_OVERHEAD", "CRC_ALGORITHM",
            "MAX_PAYLOAD", "PAYLOAD_ALIGN", "Command", "Status", "COUNTERS", "COUNTER_NAMES",
-           "crc32", "Frame", "encode_frame", "FrameParser"]
+           "crc32", "Frame", "payload_pieces", "payload_length", "encode_frame",
+           "FrameParser"]
 
 MAGIC = b"MX"
 #: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
@@ -40,7 +42,8 @@ VERSION = 11
 HEADER_SIZE = 12
 TRAILER_SIZE = 5
 FRAME_OVERHEAD = HEADER_SIZE + TRAILER_SIZE
-#: Name of the CRC in ``amaranth.lib.crc.catalog``; the host computes the same CRC with zlib.
+#: Name of the CRC in ``amaranth.lib.crc.catalog``; the host computes the same CRC
+#: with ISA-L (:func:`crc32`).
 CRC_ALGORITHM = "CRC32_ISO_HDLC"
 #: Largest payload a frame may declare; a header claiming more is treated as garbage.
 MAX_PAYLOAD = 1 << 30
@@ -90,7 +93,7 @@ COUNTER_NAMES = ("uart_framing_errors", "uart_overruns", "frame_check_failures",
 
 def crc32(data, value=0):
     """CRC-32/ISO-HDLC of ``data`` (``amaranth.lib.crc.catalog.CRC32_ISO_HDLC``), resumable."""
-    return zlib.crc32(data, value)
+    return _crc32(data, value)
 
 
 @dataclass(frozen=True)
@@ -119,17 +122,36 @@ class Frame:
     intact: bool = True
 
 
+def payload_pieces(payload):
+    """``payload`` (bytes-like, or a tuple of bytes-like pieces that follow one another) as a
+    tuple of byte ``memoryview`` pieces."""
+    pieces = payload if isinstance(payload, tuple) else (payload,)
+    views = (memoryview(piece) for piece in pieces)
+    return tuple(view if view.format == "B" and view.ndim == 1 else view.cast("B")
+                 for view in views)
+
+
+def payload_length(payload):
+    """Bytes in ``payload`` (see :func:`payload_pieces`)."""
+    return sum(piece.nbytes for piece in payload_pieces(payload))
+
+
 def encode_frame(code, seq, payload=b"", status=0):
-    """The bytes of one frame (see ``docs/protocol.md``)."""
-    payload = bytes(payload)
-    if len(payload) > MAX_PAYLOAD:
-        raise ValueError(f"payload of {len(payload)} bytes exceeds the protocol's {MAX_PAYLOAD}")
-    header = _HEADER.pack(MAGIC, int(code), seq & 0xFF, len(payload))
+    """The bytes of one frame (see ``docs/protocol.md``); ``payload`` is bytes-like or a tuple
+    of pieces (:func:`payload_pieces`), copied once, into the frame."""
+    pieces = payload_pieces(payload)
+    length = sum(piece.nbytes for piece in pieces)
+    if length > MAX_PAYLOAD:
+        raise ValueError(f"payload of {length} bytes exceeds the protocol's {MAX_PAYLOAD}")
+    header = _HEADER.pack(MAGIC, int(code), seq & 0xFF, length)
     trailer_status = bytes([int(status)])
+    check = 0
+    for piece in pieces:
+        check = crc32(piece, check)
     return b"".join([
         header, struct.pack("<I", crc32(header)),
-        payload,
-        trailer_status, struct.pack("<I", crc32(trailer_status, crc32(payload))),
+        *pieces,
+        trailer_status, struct.pack("<I", crc32(trailer_status, check)),
     ])
 
 

@@ -12,7 +12,7 @@ discarded. Every command of the protocol is idempotent, so resending is always s
 import logging
 import time
 
-from maxaccel.contract.wire import Command, FrameParser, Status, encode_frame
+from maxaccel.contract.wire import Command, FrameParser, Status, encode_frame, payload_length
 
 _log = logging.getLogger("maxaccel")
 
@@ -163,6 +163,9 @@ class Link:
     def request(self, command, payload=b""):
         """Send ``command`` with ``payload``; return the reply's payload.
 
+        ``payload`` is bytes-like, or a tuple of bytes-like pieces that follow one another
+        (a parameter block and a tensor's memory): they are copied once, into the frame.
+
         Raises
         ------
         LinkError
@@ -238,7 +241,8 @@ class Link:
                     f"it is busy (still answering an earlier request, e.g. an interrupted "
                     f"client's) or the baud rate is wrong")
         raise LinkError(command, attempt, failure, hint=hint, heard=heard,
-                        noisy=silent < self.silent_attempts, payload_bytes=len(payload))
+                        noisy=silent < self.silent_attempts,
+                        payload_bytes=payload_length(payload))
 
     def _count(self, read=0, written=0):
         self.last_activity = time.monotonic()

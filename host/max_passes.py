@@ -153,7 +153,7 @@ class MaxPasses:
             block = fold.parameters(fmt.dtype, len(flats), identity.max_dims,
                                     self.minimum).encode(identity.max_dims, identity.max_operands)
             reply = self.request(Command.MAX,
-                                 block + encode_elements(fold.interleave(flats), fmt))
+                                 (block, encode_elements(fold.interleave(flats), fmt)))
             elements = fold.rows * fold.row_length
             store_bits(flat_out[fold.start:fold.start + elements],
                        decode_elements(reply, fmt, (elements,)))
@@ -171,7 +171,7 @@ class MaxPasses:
                 identity.max_dims, identity.max_operands)
             streamed = plan.streamed
             data = encode_elements(operands[streamed.index].array, fmt) if streamed else b""
-            reply = self.request(Command.MAX, block + data)
+            reply = self.request(Command.MAX, (block, data))
         except BaseException:
             self._loaded.clear()  # the buffer's contents are unknown now
             raise
@@ -192,7 +192,7 @@ class MaxPasses:
         block = PARAMETERS[Command.LOAD]
         for start in range(0, len(rows), step):
             chunk = rows[start:start + step]
-            self.request(Command.LOAD, block.pack(
-                fmt.dtype, replayed.base + start * replayed.row_beats, len(chunk), row_length)
-                + encode_elements(chunk, fmt))
+            self.request(Command.LOAD, (block.pack(
+                fmt.dtype, replayed.base + start * replayed.row_beats, len(chunk), row_length),
+                encode_elements(chunk, fmt)))
         self._loaded[replayed.base] = key

@@ -558,7 +558,7 @@ def max_pool_by_window(values, fmt, plan, request, return_indices, out=None):
         for start in range(0, batch.groups, batch.groups_per_request):
             chunk = interleaved[start:start + batch.groups_per_request]
             block = _BLOCK.pack(**batch.fields, groups=len(chunk), indices=int(return_indices))
-            reply = request(block + encode_elements(chunk, fmt))
+            reply = request((block, encode_elements(chunk, fmt)))
             chunk_images = slice(start * group, (start + len(chunk)) * group)
             chunk_maxima, chunk_found = decode_window_reply(reply, fmt, group, batch.image_out,
                                                             return_indices)

@@ -281,3 +281,17 @@ def test_a_device_may_hold_the_narrow_window_fields_narrowed(field_max, indices)
         statuses.add(status)
     assert {Status.OK, Status.UNSUPPORTED_DTYPE, Status.BAD_PARAMETER, Status.TOO_LARGE,
             Status.BAD_LENGTH} <= statuses
+
+
+def test_a_payload_in_pieces_makes_the_frame_of_its_bytes_joined():
+    """A request's parameter block and tensor memory go in as pieces, copied once into the
+    frame: the same bytes and checks as the joined payload, empty pieces included."""
+    import numpy as np
+    words = np.arange(1000, dtype="<u4")
+    pieces = (b"\x05\x06", memoryview(words).cast("B"), b"", bytearray(b"\x07"))
+    joined = b"\x05\x06" + words.tobytes() + b"\x07"
+    for status in (Status.OK, Status.BAD_LENGTH):
+        assert encode_frame(Command.MAX, 3, pieces, status) == \
+            encode_frame(Command.MAX, 3, joined, status)
+    (frame,) = FrameParser().feed(encode_frame(Command.MAX, 3, pieces))
+    assert frame.payload == joined and frame.intact
