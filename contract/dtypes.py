@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["DType", "Format", "FORMATS", "dtype_of", "format_of", "supported_dtype_names",
-           "encode_elements", "decode_elements"]
+           "encode_elements", "encode_elements_into", "decode_elements"]
 
 
 class DType(enum.IntEnum):
@@ -174,13 +174,18 @@ def dtype_of(dtype):
 # ---- Elements on the wire: dense little-endian bytes.
 
 def encode_elements(values, fmt):
-    """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order: a
-    byte ``memoryview``, of ``values``' own memory where it is already so laid out (a request
-    copies its pieces once, into its frame)."""
+    """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order."""
     values = np.ascontiguousarray(values)
-    if fmt.nbytes > 1:
-        values = values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False)
-    return memoryview(values.reshape(-1).view(np.uint8))
+    if fmt.nbytes == 1:
+        return values.view(np.uint8).tobytes()
+    return values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False).tobytes()
+
+
+def encode_elements_into(buffer, values, fmt):
+    """Write :func:`encode_elements`' bytes of ``values`` (native byte order, any layout: a
+    transposed view is read as it lies) into the writable ``buffer``, in one pass."""
+    words = np.frombuffer(buffer, fmt.uint_dtype, count=values.size).reshape(values.shape)
+    words[...] = values.view(f"=u{fmt.nbytes}")
 
 
 def decode_elements(payload, fmt, shape):

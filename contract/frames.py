@@ -10,8 +10,7 @@ from isal.isal_zlib import crc32 as _crc32
 
 __all__ = ["MAGIC", "VERSION", "HEADER_SIZE", "TRAILER_SIZE", "FRAME_OVERHEAD", "CRC_ALGORITHM",
            "MAX_PAYLOAD", "PAYLOAD_ALIGN", "Command", "Status", "COUNTERS", "COUNTER_NAMES",
-           "crc32", "Frame", "payload_pieces", "payload_length", "encode_frame",
-           "FrameParser"]
+           "crc32", "Frame", "RequestPayload", "encode_frame", "FrameParser"]
 
 MAGIC = b"MX"
 #: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
@@ -122,36 +121,64 @@ class Frame:
     intact: bool = True
 
 
-def payload_pieces(payload):
-    """``payload`` (bytes-like, or a tuple of bytes-like pieces that follow one another) as a
-    tuple of byte ``memoryview`` pieces."""
-    pieces = payload if isinstance(payload, tuple) else (payload,)
-    views = (memoryview(piece) for piece in pieces)
-    return tuple(view if view.format == "B" and view.ndim == 1 else view.cast("B")
-                 for view in views)
+class RequestPayload:
+    """A request's payload written where the frame that carries it will be: the frame's
+    header and trailer are filled in around it when it is sent (:func:`encode_frame`), so a
+    tensor's bytes are copied once, from the tensor into the frame.
 
+    Parameters
+    ----------
+    length : int
+        Payload bytes.
 
-def payload_length(payload):
-    """Bytes in ``payload`` (see :func:`payload_pieces`)."""
-    return sum(piece.nbytes for piece in payload_pieces(payload))
+    Attributes
+    ----------
+    view : memoryview
+        The payload's bytes, to write into.
+    """
+
+    def __init__(self, length):
+        if length > MAX_PAYLOAD:
+            raise ValueError(f"payload of {length} bytes exceeds the protocol's {MAX_PAYLOAD}")
+        self._frame = bytearray(HEADER_SIZE + length + TRAILER_SIZE)
+        self.view = memoryview(self._frame)[HEADER_SIZE:HEADER_SIZE + length]
+        self._check = None
+        self._sent = False
+
+    def __len__(self):
+        return len(self.view)
+
+    def frame(self, code, seq, status=0):
+        """The frame around the payload, header and trailer filled in."""
+        # A frame handed to a transport before may still be in its driver (a transfer our
+        # wait gave up on): a later attempt's header goes into a copy.
+        frame = bytearray(self._frame) if self._sent else self._frame
+        self._sent = True
+        if self._check is None:
+            self._check = crc32(self.view)
+        length = len(self.view)
+        frame[:8] = _HEADER.pack(MAGIC, int(code), seq & 0xFF, length)
+        frame[8:HEADER_SIZE] = struct.pack("<I", crc32(frame[:8]))
+        frame[HEADER_SIZE + length] = int(status)
+        frame[HEADER_SIZE + length + 1:] = struct.pack(
+            "<I", crc32(frame[HEADER_SIZE + length:HEADER_SIZE + length + 1], self._check))
+        return frame
 
 
 def encode_frame(code, seq, payload=b"", status=0):
-    """The bytes of one frame (see ``docs/protocol.md``); ``payload`` is bytes-like or a tuple
-    of pieces (:func:`payload_pieces`), copied once, into the frame."""
-    pieces = payload_pieces(payload)
-    length = sum(piece.nbytes for piece in pieces)
-    if length > MAX_PAYLOAD:
-        raise ValueError(f"payload of {length} bytes exceeds the protocol's {MAX_PAYLOAD}")
-    header = _HEADER.pack(MAGIC, int(code), seq & 0xFF, length)
+    """The bytes of one frame (see ``docs/protocol.md``); ``payload`` is bytes-like, or a
+    :class:`RequestPayload` (its frame, made around it without a copy)."""
+    if isinstance(payload, RequestPayload):
+        return payload.frame(code, seq, status)
+    payload = bytes(payload)
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"payload of {len(payload)} bytes exceeds the protocol's {MAX_PAYLOAD}")
+    header = _HEADER.pack(MAGIC, int(code), seq & 0xFF, len(payload))
     trailer_status = bytes([int(status)])
-    check = 0
-    for piece in pieces:
-        check = crc32(piece, check)
     return b"".join([
         header, struct.pack("<I", crc32(header)),
-        *pieces,
-        trailer_status, struct.pack("<I", crc32(trailer_status, check)),
+        payload,
+        trailer_status, struct.pack("<I", crc32(trailer_status, crc32(payload))),
     ])
 
 

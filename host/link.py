@@ -12,7 +12,9 @@ discarded. Every command of the protocol is idempotent, so resending is always s
 import logging
 import time
 
-from maxaccel.contract.wire import Command, FrameParser, Status, encode_frame, payload_length
+from maxaccel.contract.dtypes import encode_elements_into
+from maxaccel.contract.wire import Command, FrameParser, RequestPayload, Status, encode_frame
+from maxaccel.host.transport import Transport
 
 _log = logging.getLogger("maxaccel")
 
@@ -98,6 +100,16 @@ class DeviceError(RuntimeError):
                          f"{_status_name(status)}: {meaning}")
 
 
+def request_payload(block, values, fmt):
+    """A request's payload, ``block`` (a parameter block's bytes) then the elements of
+    ``values`` (any layout) as the wire takes them, written into the request's frame in one
+    pass (:class:`~maxaccel.contract.frames.RequestPayload`)."""
+    payload = RequestPayload(len(block) + values.size * fmt.nbytes)
+    payload.view[:len(block)] = block
+    encode_elements_into(payload.view[len(block):], values, fmt)
+    return payload
+
+
 def _nothing():
     pass
 
@@ -147,6 +159,7 @@ class Link:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer of at least 1, not {value!r}")
         self.transport = transport
+        self._read_chunk = getattr(transport, "read_chunk", Transport.read_chunk)
         self.timeout_s = transport.reply_timeout_s if timeout_s is None else timeout_s
         self.attempts = attempts
         self.silent_attempts = silent_attempts
@@ -163,8 +176,8 @@ class Link:
     def request(self, command, payload=b""):
         """Send ``command`` with ``payload``; return the reply's payload.
 
-        ``payload`` is bytes-like, or a tuple of bytes-like pieces that follow one another
-        (a parameter block and a tensor's memory): they are copied once, into the frame.
+        ``payload`` is bytes-like, or a :class:`~maxaccel.contract.frames.RequestPayload`
+        (:func:`request_payload`: a tensor's bytes written straight into the frame).
 
         Raises
         ------
@@ -242,7 +255,7 @@ class Link:
                     f"client's) or the baud rate is wrong")
         raise LinkError(command, attempt, failure, hint=hint, heard=heard,
                         noisy=silent < self.silent_attempts,
-                        payload_bytes=payload_length(payload))
+                        payload_bytes=len(payload))
 
     def _count(self, read=0, written=0):
         self.last_activity = time.monotonic()
@@ -264,11 +277,11 @@ class Link:
         replies = []
         chunk = self.transport.write_chunk
         for start in range(0, len(wire), chunk):
-            piece = wire[start:start + chunk]
+            piece = wire if len(wire) <= chunk else wire[start:start + chunk]
             self.transport.write(piece)
             self._count(written=len(piece))
             # Collect what the device already streams back, so no OS buffer overflows.
-            data = self.transport.read(1 << 16, 0)
+            data = self.transport.read(self._read_chunk, 0)
             if data:
                 self._count(read=len(data))
                 replies += self._parser.feed(data)
@@ -296,7 +309,7 @@ class Link:
                 raise _Broken(f"no reply within {self.timeout_s:g} s (only "
                               f"{self._parser.skipped_bytes - skipped} bytes that were no "
                               f"frame)")
-            want = min(self._parser.wanted(), 1 << 16)
+            want = min(self._parser.wanted(), self._read_chunk)
             data = self.transport.read(want, self.timeout_s)
             if not data:
                 if self._parser.pending():

@@ -25,8 +25,9 @@ import itertools
 
 import numpy as np
 
-from maxaccel.contract.dtypes import decode_elements, encode_elements
+from maxaccel.contract.dtypes import decode_elements
 from maxaccel.contract.wire import MAX_STREAMED, PARAMETERS, Command, MaxParameters
+from maxaccel.host.link import request_payload
 from maxaccel.host.plan import OutputTiles, plan_fold, plan_max_pass
 from maxaccel.host.reduction import reduce_rows, store_bits
 
@@ -153,7 +154,7 @@ class MaxPasses:
             block = fold.parameters(fmt.dtype, len(flats), identity.max_dims,
                                     self.minimum).encode(identity.max_dims, identity.max_operands)
             reply = self.request(Command.MAX,
-                                 (block, encode_elements(fold.interleave(flats), fmt)))
+                                 request_payload(block, fold.interleave(flats), fmt))
             elements = fold.rows * fold.row_length
             store_bits(flat_out[fold.start:fold.start + elements],
                        decode_elements(reply, fmt, (elements,)))
@@ -170,8 +171,8 @@ class MaxPasses:
             block = MaxParameters.from_plan(plan, fmt.dtype, self.minimum).encode(
                 identity.max_dims, identity.max_operands)
             streamed = plan.streamed
-            data = encode_elements(operands[streamed.index].array, fmt) if streamed else b""
-            reply = self.request(Command.MAX, (block, data))
+            reply = self.request(Command.MAX, request_payload(
+                block, operands[streamed.index].array, fmt) if streamed else block)
         except BaseException:
             self._loaded.clear()  # the buffer's contents are unknown now
             raise
@@ -192,7 +193,7 @@ class MaxPasses:
         block = PARAMETERS[Command.LOAD]
         for start in range(0, len(rows), step):
             chunk = rows[start:start + step]
-            self.request(Command.LOAD, (block.pack(
+            self.request(Command.LOAD, request_payload(block.pack(
                 fmt.dtype, replayed.base + start * replayed.row_beats, len(chunk), row_length),
-                encode_elements(chunk, fmt)))
+                chunk, fmt))
         self._loaded[replayed.base] = key

@@ -34,11 +34,11 @@ from itertools import product
 
 import numpy as np
 
-from maxaccel.contract.dtypes import encode_elements
 from maxaccel.contract.pooling import (WINDOW_RANK, decode_window_reply, interleave_group_images,
                                        window_config)
 from maxaccel.contract.wire import (PARAMETERS, WINDOW_INDEX_BYTES, Capacities, Command,
                                     problems, window_fields)
+from maxaccel.host.link import request_payload
 
 __all__ = ["AxisTile", "WindowBatch", "WindowPoolPlan", "axis_tiles", "plan_window_pool",
            "max_pool_by_window"]
@@ -547,18 +547,24 @@ def max_pool_by_window(values, fmt, plan, request, return_indices, out=None):
         group = batch.group
         count = len(batch.tiles) * images
         tile_shape = tuple(t.size for t in batch.tiles[0])
-        stacked = np.zeros((batch.groups * group, batch.image), values.dtype)
-        for k, tiles in enumerate(batch.tiles):
-            inputs = (slice(None),) + tuple(slice(t.in_start + f[0], t.in_stop + f[0])
-                                            for t, f in zip(tiles, frame))
-            stacked[k * images:(k + 1) * images] = spatial[inputs].reshape(images, -1)
+        inputs = [(slice(None),) + tuple(slice(t.in_start + f[0], t.in_stop + f[0])
+                                         for t, f in zip(tiles, frame)) for tiles in batch.tiles]
+        if count == batch.groups * group == images:
+            # One tile and no filler images: the tile as it lies (a view where numpy can),
+            # copied once, into each request's frame.
+            stacked = spatial[inputs[0]].reshape(images, -1)
+        else:
+            stacked = np.empty((batch.groups * group, batch.image), values.dtype)
+            stacked[count:] = 0
+            for k, tile in enumerate(inputs):
+                stacked[k * images:(k + 1) * images] = spatial[tile].reshape(images, -1)
         interleaved = interleave_group_images(stacked, group)
         maxima = np.empty((batch.groups * group, batch.image_out), values.dtype)
         found = np.empty(maxima.shape, np.int64) if return_indices else None
         for start in range(0, batch.groups, batch.groups_per_request):
             chunk = interleaved[start:start + batch.groups_per_request]
             block = _BLOCK.pack(**batch.fields, groups=len(chunk), indices=int(return_indices))
-            reply = request((block, encode_elements(chunk, fmt)))
+            reply = request(request_payload(block, chunk, fmt))
             chunk_images = slice(start * group, (start + len(chunk)) * group)
             chunk_maxima, chunk_found = decode_window_reply(reply, fmt, group, batch.image_out,
                                                             return_indices)

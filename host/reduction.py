@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from maxaccel.contract.dtypes import decode_elements, encode_elements
+from maxaccel.contract.dtypes import decode_elements
 from maxaccel.contract.wire import PARAMETERS, WINDOW_INDEX_BYTES, Capacities, Command
+from maxaccel.host.link import request_payload
 from maxaccel.host.plan import plan_channels_last
 
 __all__ = ["ReductionPlan", "plan_reduction", "reduce_by_plan", "reduce_rows", "arg_rows",
@@ -153,8 +154,8 @@ def reduce_rows(rows, fmt, command, max_frame_bytes, request, minimum=False):
 
     def reduced(chunk):
         fields = dict(_ROW_FIELDS[command](*chunk.shape), **select)
-        reply = request(command, (block.pack(dtype=fmt.dtype, **fields),
-                                  encode_elements(chunk, fmt)))
+        reply = request(command, request_payload(block.pack(dtype=fmt.dtype, **fields),
+                                                 chunk, fmt))
         return decode_elements(reply, fmt, (len(chunk), width))
 
     row_bytes = length * width * fmt.nbytes
@@ -198,9 +199,9 @@ def arg_rows(rows, fmt, max_frame_bytes, request, minimum=False, last=False):
     select = {"minimum": 1} if minimum else {}
 
     def positions(chunk):
-        reply = request(Command.REDUCE, (block.pack(dtype=fmt.dtype, runs=len(chunk),
-                                                    run_length=chunk.shape[1], arg=1, **select),
-                                         encode_elements(chunk, fmt)))
+        reply = request(Command.REDUCE, request_payload(
+            block.pack(dtype=fmt.dtype, runs=len(chunk), run_length=chunk.shape[1], arg=1,
+                       **select), chunk, fmt))
         offsets = np.frombuffer(reply, f"<u{WINDOW_INDEX_BYTES}")
         return offsets.astype(np.int64) // fmt.nbytes
 

@@ -82,6 +82,9 @@ class Transport:
     #: Bytes the link writes at a time before it collects what has arrived, so that a reply
     #: streamed back while the request is still going out never overflows an OS buffer.
     write_chunk = 4096
+    #: Most bytes the link asks of one read: it reports progress and checks its timeouts
+    #: between reads.
+    read_chunk = 1 << 16
 
     def write(self, data):
         raise NotImplementedError
@@ -315,6 +318,8 @@ class XdmaTransport(Transport):
     #: (``docs/boards.md``, "The XDMA link"), and the driver makes a write of more than 8 MiB
     #: several transfers itself.
     write_chunk = 1 << 40
+    #: A reply is taken whole as the reader thread has it (a frame is one transfer or two).
+    read_chunk = 1 << 40
     #: Largest tensor payload per request that :class:`~maxaccel.host.device.Device` uses on
     #: this transport unless told otherwise (a request of about 8 MiB: one transfer, two where
     #: the driver's ring of descriptors wraps).
@@ -434,9 +439,9 @@ class XdmaTransport(Transport):
                                  f"the request is not sent again in part")
 
     def _aligned(self, data):
-        """``data`` as bytes, in a page-aligned copy when the engine's alignment asks more
-        than a byte."""
-        data = bytes(data)
+        """``data`` as a byte view (no copy), or a page-aligned copy when the engine's alignment
+        asks more than a byte."""
+        data = memoryview(data)
         if self.alignment == 1:
             return data
         import mmap

@@ -283,15 +283,26 @@ def test_a_device_may_hold_the_narrow_window_fields_narrowed(field_max, indices)
             Status.BAD_LENGTH} <= statuses
 
 
-def test_a_payload_in_pieces_makes_the_frame_of_its_bytes_joined():
-    """A request's parameter block and tensor memory go in as pieces, copied once into the
-    frame: the same bytes and checks as the joined payload, empty pieces included."""
+def test_a_payload_written_in_place_makes_the_frame_of_its_bytes():
+    """A request's payload written into its frame (a parameter block, then a tensor's
+    elements from a transposed view) is the frame of the same bytes, for every attempt's
+    sequence number; a frame already handed out keeps its header when a later attempt's is
+    made."""
     import numpy as np
-    words = np.arange(1000, dtype="<u4")
-    pieces = (b"\x05\x06", memoryview(words).cast("B"), b"", bytearray(b"\x07"))
-    joined = b"\x05\x06" + words.tobytes() + b"\x07"
-    for status in (Status.OK, Status.BAD_LENGTH):
-        assert encode_frame(Command.MAX, 3, pieces, status) == \
-            encode_frame(Command.MAX, 3, joined, status)
-    (frame,) = FrameParser().feed(encode_frame(Command.MAX, 3, pieces))
-    assert frame.payload == joined and frame.intact
+    from maxaccel.contract.dtypes import FORMATS, DType, encode_elements
+    from maxaccel.contract.wire import MAX_PAYLOAD, RequestPayload
+    from maxaccel.host.link import request_payload
+    values = np.arange(-500, 500, dtype=np.int32).reshape(10, 100).T
+    fmt = FORMATS[DType.INT32]
+    joined = b"\x05\x06" + encode_elements(values, fmt)
+    payload = request_payload(b"\x05\x06", values, fmt)
+    assert isinstance(payload, RequestPayload) and len(payload) == len(joined)
+    first = encode_frame(Command.MAX, 3, payload)
+    assert bytes(first) == encode_frame(Command.MAX, 3, joined)
+    again = encode_frame(Command.MAX, 4, payload, Status.BAD_LENGTH)
+    assert bytes(again) == encode_frame(Command.MAX, 4, joined, Status.BAD_LENGTH)
+    assert bytes(first) == encode_frame(Command.MAX, 3, joined)
+    (frame,) = FrameParser().feed(again)
+    assert frame.payload == joined and frame.intact and frame.seq == 4
+    with pytest.raises(ValueError, match="exceeds the protocol's"):
+        RequestPayload(MAX_PAYLOAD + 1)
