@@ -253,8 +253,7 @@ class FrameParser:
             end = HEADER_SIZE + length + TRAILER_SIZE
             if len(self._buffer) < end:
                 return frames
-            with memoryview(self._buffer) as received:      # one copy of a long payload
-                payload = bytes(received[HEADER_SIZE:HEADER_SIZE + length])
+            payload = bytes(self._buffer[HEADER_SIZE:HEADER_SIZE + length])
             status = self._buffer[HEADER_SIZE + length]
             (frame_check,) = struct.unpack_from("<I", self._buffer, end - 4)
             intact = frame_check == crc32(bytes([status]), crc32(payload))

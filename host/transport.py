@@ -46,7 +46,6 @@ when given (``verilator?for=m.onnx&board=icebreaker``: the core ``maxaccel build
 the target's core. The other options then apply over it.
 """
 
-import collections
 import errno
 import os
 import re
@@ -376,7 +375,7 @@ class XdmaTransport(Transport):
         self._cond = threading.Condition(lock)          # the calling thread's waits
         self._to_reader = threading.Condition(lock)
         self._to_writer = threading.Condition(lock)
-        self._received = collections.deque()   # bytes read, one object a read
+        self._received = bytearray()
         self._owed = False          # a request was sent whose reply is not complete yet
         self._wanting = False       # the link waits for bytes and none are here
         self._read_full = False     # the last read filled its buffer: the packet goes on
@@ -467,23 +466,11 @@ class XdmaTransport(Transport):
             if self._read_error is not None and not self._received:
                 error, self._read_error = self._read_error, None
                 raise TransportError(f"reading from {self.read_path} failed: {error}")
-            data = self._take(size)
+            data = bytes(self._received[:size])
+            del self._received[:size]
             if data:
                 self._wanting = False
             return data
-
-    def _take(self, size):
-        """Up to ``size`` of the bytes received (the lock held): a read's bytes whole when
-        they fit, without a copy."""
-        taken, room = [], size
-        while self._received and room:
-            data = self._received.popleft()
-            if len(data) > room:
-                data, rest = data[:room], data[room:]
-                self._received.appendleft(rest)
-            taken.append(data)
-            room -= len(data)
-        return taken[0] if len(taken) == 1 else b"".join(taken)
 
     def reset_input(self):
         with self._cond:
@@ -589,8 +576,7 @@ class XdmaTransport(Transport):
                 continue
             with self._cond:
                 self._reading = False
-                if count:
-                    self._received.append(bytes(view[:count]))
+                self._received += view[:count]
                 self._read_full = self._track(view[:count], size)
                 if not self._read_full:
                     self._packet_ended = True
