@@ -368,13 +368,7 @@ class XdmaTransport(Transport):
         self.alignment = self._alignment()
         # Anonymous mappings start on a page: the driver maps whole pages of it.
         self._read_buffer = mmap.mmap(-1, -(-self.read_bytes // mmap.PAGESIZE) * mmap.PAGESIZE)
-        # One lock, three conditions: each thread is woken only by a change it waits for (a
-        # needless wake costs a context switch and the interpreter's lock while a request is
-        # made).
-        lock = threading.Lock()
-        self._cond = threading.Condition(lock)          # the calling thread's waits
-        self._to_reader = threading.Condition(lock)
-        self._to_writer = threading.Condition(lock)
+        self._cond = threading.Condition()
         self._received = bytearray()
         self._owed = False          # a request was sent whose reply is not complete yet
         self._wanting = False       # the link waits for bytes and none are here
@@ -413,7 +407,7 @@ class XdmaTransport(Transport):
         with self._cond:
             self._owed = True
             self._read_error = None
-            self._wake_reader()
+            self._cond.notify_all()
 
     def reply_done(self):
         with self._cond:
@@ -428,8 +422,7 @@ class XdmaTransport(Transport):
                                      f"in the XDMA driver after its timeout")
             self._job, self._writing, self._write_result = data, True, None
             self._packet_ended = False
-            self._to_writer.notify()
-            self._wake_reader()
+            self._cond.notify_all()
             if not self._cond.wait_for(lambda: not self._writing, self.write_timeout_s):
                 raise TransportError(
                     f"{self.write_path}: the board took no request bytes for "
@@ -460,7 +453,7 @@ class XdmaTransport(Transport):
         with self._cond:
             if not self._received and timeout_s > 0:
                 self._wanting = True
-                self._wake_reader()
+                self._cond.notify_all()
                 self._cond.wait_for(lambda: self._received or self._closing
                                     or self._read_error is not None, max(0.0, timeout_s))
             if self._read_error is not None and not self._received:
@@ -492,8 +485,7 @@ class XdmaTransport(Transport):
         if cond is not None:
             with cond:
                 self._closing = True
-                for waiting in (cond, self._to_reader, self._to_writer):
-                    waiting.notify_all()
+                cond.notify_all()
                 # A read still in the driver holds the card-to-host file until it returns.
                 cond.wait_for(lambda: not self._reading, self.driver_timeout_s + 1.0)
         for name in ("_read_fd", "_write_fd"):
@@ -506,11 +498,6 @@ class XdmaTransport(Transport):
                 setattr(self, name, None)
 
     # --- the threads that wait in the driver ---------------------------------------------------
-
-    def _wake_reader(self):
-        """Wake the reader thread if a read should be posted now (the lock held)."""
-        if self._post():
-            self._to_reader.notify()
 
     def _post(self):
         """Whether a read should be in the driver now (the lock held)."""
@@ -551,7 +538,7 @@ class XdmaTransport(Transport):
         view = memoryview(self._read_buffer)
         while True:
             with self._cond:
-                self._to_reader.wait_for(lambda: self._closing or self._post())
+                self._cond.wait_for(lambda: self._closing or self._post())
                 if self._closing:
                     return
                 fd, size = self._read_fd, self._read_size()
@@ -596,7 +583,7 @@ class XdmaTransport(Transport):
         _block_signals()
         while True:
             with self._cond:
-                self._to_writer.wait_for(lambda: self._closing or self._job is not None)
+                self._cond.wait_for(lambda: self._closing or self._job is not None)
                 if self._closing:
                     return
                 data, self._job = self._job, None
