@@ -10,7 +10,7 @@ from isal.isal_zlib import crc32 as _crc32
 
 __all__ = ["MAGIC", "VERSION", "HEADER_SIZE", "TRAILER_SIZE", "FRAME_OVERHEAD", "CRC_ALGORITHM",
            "MAX_PAYLOAD", "PAYLOAD_ALIGN", "Command", "Status", "COUNTERS", "COUNTER_NAMES",
-           "crc32", "Frame", "RequestPayload", "encode_frame", "FrameParser"]
+           "crc32", "Frame", "payload_in_frame", "encode_frame", "FrameParser"]
 
 MAGIC = b"MX"
 #: Protocol version, reported by ``IDENTIFY``. 2: parameter blocks padded to
@@ -121,55 +121,49 @@ class Frame:
     intact: bool = True
 
 
-class RequestPayload:
-    """A request's payload written where the frame that carries it will be: the frame's
-    header and trailer are filled in around it when it is sent (:func:`encode_frame`), so a
-    tensor's bytes are copied once, from the tensor into the frame.
+class _PayloadFrame(bytearray):
+    """The frame a :func:`payload_in_frame` view lies in: room for the header before the
+    payload and the trailer after it, filled in by :func:`encode_frame`."""
 
-    Parameters
-    ----------
-    length : int
-        Payload bytes.
+    check = None        # the payload's CRC, once known
+    sent = False        # handed out by encode_frame before
 
-    Attributes
-    ----------
-    view : memoryview
-        The payload's bytes, to write into.
-    """
 
-    def __init__(self, length):
-        if length > MAX_PAYLOAD:
-            raise ValueError(f"payload of {length} bytes exceeds the protocol's {MAX_PAYLOAD}")
-        self._frame = bytearray(HEADER_SIZE + length + TRAILER_SIZE)
-        self.view = memoryview(self._frame)[HEADER_SIZE:HEADER_SIZE + length]
-        self._check = None
-        self._sent = False
+def payload_in_frame(length):
+    """A writable byte view of ``length`` bytes for a request's payload, inside the frame that
+    will carry it: :func:`encode_frame` of the view fills the frame's header and trailer in
+    around it instead of copying it, so a tensor's bytes are copied once, from the tensor into
+    the frame. Anything else sees a bytes-like payload."""
+    if length > MAX_PAYLOAD:
+        raise ValueError(f"payload of {length} bytes exceeds the protocol's {MAX_PAYLOAD}")
+    return memoryview(_PayloadFrame(HEADER_SIZE + length + TRAILER_SIZE))[
+        HEADER_SIZE:HEADER_SIZE + length]
 
-    def __len__(self):
-        return len(self.view)
 
-    def frame(self, code, seq, status=0):
-        """The frame around the payload, header and trailer filled in."""
-        # A frame handed to a transport before may still be in its driver (a transfer our
-        # wait gave up on): a later attempt's header goes into a copy.
-        frame = bytearray(self._frame) if self._sent else self._frame
-        self._sent = True
-        if self._check is None:
-            self._check = crc32(self.view)
-        length = len(self.view)
-        frame[:8] = _HEADER.pack(MAGIC, int(code), seq & 0xFF, length)
-        frame[8:HEADER_SIZE] = struct.pack("<I", crc32(frame[:8]))
-        frame[HEADER_SIZE + length] = int(status)
-        frame[HEADER_SIZE + length + 1:] = struct.pack(
-            "<I", crc32(frame[HEADER_SIZE + length:HEADER_SIZE + length + 1], self._check))
-        return frame
+def _frame_around(payload, code, seq, status):
+    """:func:`encode_frame` of a :func:`payload_in_frame` view: its frame, filled in."""
+    frame = payload.obj
+    # A frame handed to a transport before may still be in its driver (a transfer our wait
+    # gave up on): a later attempt's header goes into a copy.
+    filled = bytearray(frame) if frame.sent else frame
+    frame.sent = True
+    if frame.check is None:
+        frame.check = crc32(payload)
+    length = len(payload)
+    filled[:8] = _HEADER.pack(MAGIC, int(code), seq & 0xFF, length)
+    filled[8:HEADER_SIZE] = struct.pack("<I", crc32(filled[:8]))
+    filled[HEADER_SIZE + length] = int(status)
+    filled[HEADER_SIZE + length + 1:] = struct.pack(
+        "<I", crc32(bytes([int(status)]), frame.check))
+    return filled
 
 
 def encode_frame(code, seq, payload=b"", status=0):
-    """The bytes of one frame (see ``docs/protocol.md``); ``payload`` is bytes-like, or a
-    :class:`RequestPayload` (its frame, made around it without a copy)."""
-    if isinstance(payload, RequestPayload):
-        return payload.frame(code, seq, status)
+    """The bytes of one frame (see ``docs/protocol.md``); a ``payload`` made by
+    :func:`payload_in_frame` is not copied: its frame is filled in around it."""
+    if (isinstance(payload, memoryview) and isinstance(payload.obj, _PayloadFrame)
+            and payload.nbytes == len(payload.obj) - FRAME_OVERHEAD):
+        return _frame_around(payload, code, seq, status)
     payload = bytes(payload)
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"payload of {len(payload)} bytes exceeds the protocol's {MAX_PAYLOAD}")

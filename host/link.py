@@ -13,7 +13,7 @@ import logging
 import time
 
 from maxaccel.contract.dtypes import encode_elements_into
-from maxaccel.contract.wire import Command, FrameParser, RequestPayload, Status, encode_frame
+from maxaccel.contract.wire import Command, FrameParser, Status, encode_frame, payload_in_frame
 from maxaccel.host.transport import Transport
 
 _log = logging.getLogger("maxaccel")
@@ -103,10 +103,10 @@ class DeviceError(RuntimeError):
 def request_payload(block, values, fmt):
     """A request's payload, ``block`` (a parameter block's bytes) then the elements of
     ``values`` (any layout) as the wire takes them, written into the request's frame in one
-    pass (:class:`~maxaccel.contract.frames.RequestPayload`)."""
-    payload = RequestPayload(len(block) + values.size * fmt.nbytes)
-    payload.view[:len(block)] = block
-    encode_elements_into(payload.view[len(block):], values, fmt)
+    pass (:func:`~maxaccel.contract.frames.payload_in_frame`: a byte view, inside the frame)."""
+    payload = payload_in_frame(len(block) + values.size * fmt.nbytes)
+    payload[:len(block)] = block
+    encode_elements_into(payload[len(block):], values, fmt)
     return payload
 
 
@@ -176,8 +176,8 @@ class Link:
     def request(self, command, payload=b""):
         """Send ``command`` with ``payload``; return the reply's payload.
 
-        ``payload`` is bytes-like, or a :class:`~maxaccel.contract.frames.RequestPayload`
-        (:func:`request_payload`: a tensor's bytes written straight into the frame).
+        ``payload`` is bytes-like; one made by :func:`request_payload` (a tensor's bytes
+        written straight into the frame) is not copied.
 
         Raises
         ------

@@ -285,24 +285,28 @@ def test_a_device_may_hold_the_narrow_window_fields_narrowed(field_max, indices)
 
 def test_a_payload_written_in_place_makes_the_frame_of_its_bytes():
     """A request's payload written into its frame (a parameter block, then a tensor's
-    elements from a transposed view) is the frame of the same bytes, for every attempt's
-    sequence number; a frame already handed out keeps its header when a later attempt's is
-    made."""
+    elements from a transposed view) is bytes-like to anyone, and the frame of the same bytes
+    for every attempt's sequence number; a frame already handed out keeps its header when a
+    later attempt's is made."""
+    import struct
+
     import numpy as np
     from maxaccel.contract.dtypes import FORMATS, DType, encode_elements
-    from maxaccel.contract.wire import MAX_PAYLOAD, RequestPayload
+    from maxaccel.contract.wire import MAX_PAYLOAD, payload_in_frame
     from maxaccel.host.link import request_payload
     values = np.arange(-500, 500, dtype=np.int32).reshape(10, 100).T
     fmt = FORMATS[DType.INT32]
     joined = b"\x05\x06" + encode_elements(values, fmt)
     payload = request_payload(b"\x05\x06", values, fmt)
-    assert isinstance(payload, RequestPayload) and len(payload) == len(joined)
+    assert payload == joined and len(payload) == len(joined)
+    assert struct.unpack_from("<2B", payload) == (5, 6)
     first = encode_frame(Command.MAX, 3, payload)
     assert bytes(first) == encode_frame(Command.MAX, 3, joined)
     again = encode_frame(Command.MAX, 4, payload, Status.BAD_LENGTH)
     assert bytes(again) == encode_frame(Command.MAX, 4, joined, Status.BAD_LENGTH)
     assert bytes(first) == encode_frame(Command.MAX, 3, joined)
+    assert encode_frame(Command.MAX, 5, payload[1:]) == encode_frame(Command.MAX, 5, joined[1:])
     (frame,) = FrameParser().feed(again)
     assert frame.payload == joined and frame.intact and frame.seq == 4
     with pytest.raises(ValueError, match="exceeds the protocol's"):
-        RequestPayload(MAX_PAYLOAD + 1)
+        payload_in_frame(MAX_PAYLOAD + 1)
