@@ -76,9 +76,10 @@ class TransferProgress:
             now = time.monotonic()
             if self._started is None or self._started[1] != total:
                 self._started = (now, total)
-            if done >= total or now - self._started[0] < self.delay_s:
-                if done >= total:
-                    self._started = None
+            if done >= total:
+                self._started = None
+                return
+            if now - self._started[0] < self.delay_s:
                 return
             self._bar = bar(total, desc=self.desc, stream=self.stream, delay_s=0)
         self._bar.update(done - self._bar.n)

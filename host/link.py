@@ -254,8 +254,7 @@ class Link:
                     f"it is busy (still answering an earlier request, e.g. an interrupted "
                     f"client's) or the baud rate is wrong")
         raise LinkError(command, attempt, failure, hint=hint, heard=heard,
-                        noisy=silent < self.silent_attempts,
-                        payload_bytes=len(payload))
+                        noisy=silent < self.silent_attempts, payload_bytes=len(payload))
 
     def _count(self, read=0, written=0):
         self.last_activity = time.monotonic()

@@ -2,16 +2,20 @@
 
 import itertools
 import random
+import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
 from amaranth.lib import crc
 
+from maxaccel.contract.dtypes import FORMATS, DType, encode_elements
 from maxaccel.contract.wire import (PARAMETERS, WINDOW_FIELD_MAX, Capacities, Identity, Status,
                                     problems, quantities, request_verdict, rules_markdown,
                                     verdict)
-from maxaccel.contract.wire import (CRC_ALGORITHM, FRAME_OVERHEAD, MAGIC, Command, Frame,
-                                    FrameParser, crc32, encode_frame)
+from maxaccel.contract.wire import (CRC_ALGORITHM, FRAME_OVERHEAD, MAGIC, MAX_PAYLOAD, Command,
+                                    Frame, FrameParser, crc32, encode_frame, payload_in_frame)
+from maxaccel.host.link import request_payload
 
 
 def test_host_crc_is_the_gateware_catalog_crc():
@@ -288,12 +292,6 @@ def test_a_payload_written_in_place_makes_the_frame_of_its_bytes():
     elements from a transposed view) is bytes-like to anyone, and the frame of the same bytes
     for every attempt's sequence number; a frame already handed out keeps its header when a
     later attempt's is made."""
-    import struct
-
-    import numpy as np
-    from maxaccel.contract.dtypes import FORMATS, DType, encode_elements
-    from maxaccel.contract.wire import MAX_PAYLOAD, payload_in_frame
-    from maxaccel.host.link import request_payload
     values = np.arange(-500, 500, dtype=np.int32).reshape(10, 100).T
     fmt = FORMATS[DType.INT32]
     joined = b"\x05\x06" + encode_elements(values, fmt)
