@@ -175,15 +175,16 @@ def dtype_of(dtype):
 
 def encode_elements(values, fmt):
     """Elements of ``values`` (native byte order) as dense little-endian bytes, in C order."""
-    values = np.ascontiguousarray(values)
-    if fmt.nbytes == 1:
-        return values.view(np.uint8).tobytes()
-    return values.view(f"=u{fmt.nbytes}").astype(fmt.uint_dtype, copy=False).tobytes()
+    values = np.asarray(values)
+    buffer = bytearray(values.size * fmt.nbytes)
+    encode_elements_into(buffer, values, fmt)
+    return bytes(buffer)
 
 
 def encode_elements_into(buffer, values, fmt):
-    """Write :func:`encode_elements`' bytes of ``values`` (native byte order, any layout: a
-    transposed view is read as it lies) into the writable ``buffer``, in one pass."""
+    """Write the elements of ``values`` (native byte order, any layout: a transposed view is
+    read as it lies) into the writable ``buffer`` as dense little-endian bytes, in C order, in
+    one pass."""
     words = np.frombuffer(buffer, fmt.uint_dtype, count=values.size).reshape(values.shape)
     words[...] = values.view(f"=u{fmt.nbytes}")
 

@@ -149,13 +149,22 @@ def _frame_around(payload, code, seq, status):
     frame.sent = True
     if frame.check is None:
         frame.check = crc32(payload)
-    length = len(payload)
-    filled[:8] = _HEADER.pack(MAGIC, int(code), seq & 0xFF, length)
-    filled[8:HEADER_SIZE] = struct.pack("<I", crc32(filled[:8]))
-    filled[HEADER_SIZE + length] = int(status)
-    filled[HEADER_SIZE + length + 1:] = struct.pack(
-        "<I", crc32(bytes([int(status)]), frame.check))
+    filled[:HEADER_SIZE] = _head(code, seq, len(payload))
+    filled[HEADER_SIZE + len(payload):] = _tail(status, frame.check)
     return filled
+
+
+def _head(code, seq, length):
+    """A frame's header and its check."""
+    header = _HEADER.pack(MAGIC, int(code), seq & 0xFF, length)
+    return header + struct.pack("<I", crc32(header))
+
+
+def _tail(status, payload_check):
+    """A frame's trailer: its status byte and the frame check (``payload_check`` is the
+    payload's CRC)."""
+    status = bytes([int(status)])
+    return status + struct.pack("<I", crc32(status, payload_check))
 
 
 def encode_frame(code, seq, payload=b"", status=0):
@@ -167,13 +176,7 @@ def encode_frame(code, seq, payload=b"", status=0):
     payload = bytes(payload)
     if len(payload) > MAX_PAYLOAD:
         raise ValueError(f"payload of {len(payload)} bytes exceeds the protocol's {MAX_PAYLOAD}")
-    header = _HEADER.pack(MAGIC, int(code), seq & 0xFF, len(payload))
-    trailer_status = bytes([int(status)])
-    return b"".join([
-        header, struct.pack("<I", crc32(header)),
-        payload,
-        trailer_status, struct.pack("<I", crc32(trailer_status, crc32(payload))),
-    ])
+    return b"".join([_head(code, seq, len(payload)), payload, _tail(status, crc32(payload))])
 
 
 class FrameParser:
